@@ -1,0 +1,27 @@
+"""DescribeCluster: brokers, controller and cluster id."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+UNKNOWN_OPERATIONS = -(2**31)
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    return ctx.respond(
+        {
+            "error_code": 0,
+            "endpoint_type": 1,
+            "cluster_id": broker.cluster_id,
+            "controller_id": broker.controller_id,
+            "brokers": [
+                {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in broker.endpoints()
+            ],
+            "cluster_authorized_operations": UNKNOWN_OPERATIONS,
+        }
+    )

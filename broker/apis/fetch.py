@@ -1,0 +1,129 @@
+"""Fetch: long poll until min_bytes are available or max_wait passes, then answer
+with patched record bytes straight from the cache."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from storage.coordinator import FindRequest, FindResult
+
+from ..fetch import LEADER_EPOCH
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+TOPIC_IDS_VERSION = 13
+
+
+class _Slot:
+    """One requested partition: an immediate error or an index into the find list."""
+
+    __slots__ = ("error", "find_index", "partition", "topic_key")
+
+    def __init__(self, topic_key: Any, partition: int, error: int, find_index: int) -> None:
+        self.topic_key = topic_key
+        self.partition = partition
+        self.error = error
+        self.find_index = find_index
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
+    slots: list[_Slot] = []
+    finds: list[FindRequest] = []
+    for fetch_topic in request.topics:
+        if by_id:
+            key = fetch_topic.topic_id
+            topic = broker.topics.get_by_id(key)
+            missing = ErrorCode.unknown_topic_id
+        else:
+            key = fetch_topic.topic
+            topic = broker.topics.get(key)
+            missing = ErrorCode.unknown_topic_or_partition
+        for part in fetch_topic.partitions:
+            error = 0
+            if topic is None:
+                error = int(missing)
+            elif not 0 <= part.partition < topic.partitions:
+                error = int(ErrorCode.unknown_topic_or_partition)
+            elif getattr(part, "current_leader_epoch", -1) > LEADER_EPOCH:
+                error = int(ErrorCode.unknown_leader_epoch)
+            if error or topic is None:
+                slots.append(_Slot(key, part.partition, error, -1))
+                continue
+            slots.append(_Slot(key, part.partition, 0, len(finds)))
+            finds.append(
+                FindRequest(
+                    topic.topic_id, part.partition, part.fetch_offset, part.partition_max_bytes
+                )
+            )
+    max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
+    max_wait = request.max_wait.total_seconds()
+    return asyncio.ensure_future(
+        _fetch(broker, ctx, slots, finds, max_bytes, request.min_bytes, max_wait, by_id)
+    )
+
+
+async def _fetch(
+    broker: Broker,
+    ctx: RequestContext,
+    slots: list[_Slot],
+    finds: list[FindRequest],
+    max_bytes: int,
+    min_bytes: int,
+    max_wait: float,
+    by_id: bool,
+) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait
+    results: list[FindResult] = []
+    while True:
+        results = await broker.fetcher.find(finds, max_bytes) if finds else []
+        available = sum(b.byte_size for r in results for b in r.batches)
+        remaining = deadline - loop.time()
+        if (
+            available >= max(min_bytes, 1)
+            or remaining <= 0
+            or any(r.error for r in results)
+            or any(s.error for s in slots)
+            or not finds
+        ):
+            break
+        await broker.watch.wait([(f.topic_id, f.partition, f.offset) for f in finds], remaining)
+    records = await broker.fetcher.read(results)
+    topics: dict[Any, list[dict[str, Any]]] = {}
+    for slot in slots:
+        entry: dict[str, Any] = {
+            "partition_index": slot.partition,
+            "error_code": slot.error,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            "aborted_transactions": None,
+            "preferred_read_replica": -1,
+            "records": b"",
+        }
+        if slot.find_index >= 0:
+            result = results[slot.find_index]
+            data = records[slot.find_index]
+            entry.update(
+                error_code=result.error,
+                high_watermark=result.high_watermark,
+                last_stable_offset=result.high_watermark,
+                log_start_offset=result.log_start_offset,
+                records=data if data is not None else b"",
+            )
+        topics.setdefault(slot.topic_key, []).append(entry)
+    key_field = "topic_id" if by_id else "topic"
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,  # no fetch sessions: clients keep sending full requests
+            "responses": [{key_field: key, "partitions": parts} for key, parts in topics.items()],
+        }
+    )

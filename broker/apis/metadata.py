@@ -1,0 +1,107 @@
+"""Metadata: brokers and topic/partition leadership, with auto-creation."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from storage.catalog import Topic, TopicExists
+
+from ..fetch import LEADER_EPOCH
+from ..topics import InvalidTopic
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+UNKNOWN_OPERATIONS = -(2**31)
+
+
+def topic_entry(broker: Broker, topic: Topic) -> dict[str, Any]:
+    return {
+        "error_code": 0,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": False,
+        "partitions": [partition_entry(broker, topic, p) for p in range(topic.partitions)],
+        "topic_authorized_operations": UNKNOWN_OPERATIONS,
+    }
+
+
+def partition_entry(broker: Broker, topic: Topic, partition: int) -> dict[str, Any]:
+    leader = broker.leader_for(topic, partition)
+    return {
+        "error_code": 0,
+        "partition_index": partition,
+        "leader_id": leader,
+        "leader_epoch": LEADER_EPOCH,
+        "replica_nodes": [leader],
+        "isr_nodes": [leader],
+        "offline_replicas": [],
+    }
+
+
+def _error_entry(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": int(error),
+        "name": name,
+        "topic_id": topic_id,
+        "partitions": [],
+        "topic_authorized_operations": UNKNOWN_OPERATIONS,
+    }
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.header.api_version
+    requested = request.topics
+    if requested is None or (version == 0 and not requested):
+        entries = [topic_entry(broker, t) for t in broker.topics.all()]
+    else:
+        allow_auto = getattr(request, "allow_auto_topic_creation", True)
+        entries = []
+        for item in requested:
+            name = item.name
+            topic_id = getattr(item, "topic_id", None)
+            if name is None:
+                topic = broker.topics.get_by_id(topic_id) if topic_id else None
+                entries.append(
+                    topic_entry(broker, topic)
+                    if topic
+                    else _error_entry(None, topic_id, ErrorCode.unknown_topic_id)
+                )
+                continue
+            topic = broker.topics.get(name)
+            if topic is None and allow_auto and broker.config.auto_create_topics_enable:
+                topic, error = await auto_create(broker, name)
+                if topic is None:
+                    entries.append(_error_entry(name, None, error))
+                    continue
+            if topic is None:
+                entries.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
+            else:
+                entries.append(topic_entry(broker, topic))
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "brokers": [
+                {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in broker.endpoints()
+            ],
+            "cluster_id": broker.cluster_id,
+            "controller_id": broker.controller_id,
+            "topics": entries,
+            "cluster_authorized_operations": UNKNOWN_OPERATIONS,
+            "error_code": 0,
+        }
+    )
+
+
+async def auto_create(broker: Broker, name: str) -> tuple[Topic | None, ErrorCode]:
+    try:
+        return await broker.topics.create(name, -1, {}), ErrorCode.none
+    except InvalidTopic:
+        return None, ErrorCode.invalid_topic_exception
+    except TopicExists:
+        # Created concurrently by another request: use it.
+        return broker.topics.get(name), ErrorCode.none

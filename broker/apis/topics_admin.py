@@ -1,0 +1,142 @@
+"""CreateTopics, DeleteTopics, CreatePartitions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from storage.catalog import TopicExists, TopicNotFound
+
+from ..node import now_ms
+from ..topic_config import InvalidConfig
+from ..topics import InvalidPartitions, InvalidTopic
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+CONFIG_SOURCE_DYNAMIC_TOPIC = 1
+CONFIG_SOURCE_DEFAULT = 5
+
+
+def _replication_error(broker: Broker, factor: int, assignments: Any) -> str | None:
+    # Diskless topics have a managed replication factor: -1 or 1 mean "managed".
+    if assignments:
+        return "Manual partition assignments are not supported: placement is managed"
+    if factor not in (-1, 1):
+        return (
+            f"Replication factor {factor} is not supported: the object store replicates "
+            "the data; use -1 or 1"
+        )
+    return None
+
+
+async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    validate_only = getattr(request, "validate_only", False)
+    results = []
+    for item in request.topics:
+        entry: dict[str, Any] = {
+            "name": item.name,
+            "topic_id": None,
+            "error_code": 0,
+            "error_message": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": [],
+        }
+        results.append(entry)
+        reason = _replication_error(broker, item.replication_factor, item.assignments)
+        if reason is not None:
+            code = (
+                ErrorCode.invalid_request
+                if item.assignments
+                else ErrorCode.invalid_replication_factor
+            )
+            entry.update(error_code=int(code), error_message=reason)
+            continue
+        configs = {c.name: c.value for c in item.configs}
+        try:
+            topic = await broker.topics.create(
+                item.name, item.num_partitions, configs, validate_only=validate_only
+            )
+        except TopicExists:
+            entry.update(
+                error_code=int(ErrorCode.topic_already_exists),
+                error_message=f"Topic '{item.name}' already exists.",
+            )
+            continue
+        except InvalidTopic as exc:
+            entry.update(error_code=int(ErrorCode.invalid_topic_exception), error_message=str(exc))
+            continue
+        except InvalidPartitions as exc:
+            entry.update(error_code=int(ErrorCode.invalid_partitions), error_message=str(exc))
+            continue
+        except InvalidConfig as exc:
+            entry.update(error_code=int(ErrorCode.invalid_config), error_message=str(exc))
+            continue
+        entry.update(
+            topic_id=None if validate_only else topic.topic_id,
+            num_partitions=topic.partitions,
+            replication_factor=1,
+            configs=[
+                {
+                    "name": name,
+                    "value": value,
+                    "read_only": False,
+                    "config_source": CONFIG_SOURCE_DYNAMIC_TOPIC
+                    if name in topic.configs
+                    else CONFIG_SOURCE_DEFAULT,
+                    "is_sensitive": False,
+                }
+                for name, value in sorted(broker.topics.config(topic).items())
+            ],
+        )
+    return ctx.respond({"throttle_time": 0, "topics": results})
+
+
+async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if ctx.header.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    responses = []
+    for name, topic_id in wanted:
+        if name is None and topic_id is not None:
+            topic = broker.topics.get_by_id(topic_id)
+            name = topic.name if topic else None
+        entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0}
+        responses.append(entry)
+        if name is None:
+            entry["error_code"] = int(ErrorCode.unknown_topic_id)
+            continue
+        try:
+            topic = await broker.topics.delete(name, now_ms())
+            entry["topic_id"] = topic.topic_id
+        except TopicNotFound:
+            entry["error_code"] = int(ErrorCode.unknown_topic_or_partition)
+            entry["error_message"] = "This server does not host this topic-partition."
+    return ctx.respond({"throttle_time": 0, "responses": responses})
+
+
+async def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    results = []
+    for item in request.topics:
+        entry: dict[str, Any] = {"name": item.name, "error_code": 0, "error_message": None}
+        results.append(entry)
+        if item.assignments:
+            entry.update(
+                error_code=int(ErrorCode.invalid_request),
+                error_message="Manual partition assignments are not supported: placement is managed",
+            )
+            continue
+        try:
+            await broker.topics.add_partitions(item.name, item.count, request.validate_only)
+        except TopicNotFound:
+            entry.update(
+                error_code=int(ErrorCode.unknown_topic_or_partition),
+                error_message=f"Topic '{item.name}' does not exist.",
+            )
+        except InvalidPartitions as exc:
+            entry.update(error_code=int(ErrorCode.invalid_partitions), error_message=str(exc))
+    return ctx.respond({"throttle_time": 0, "results": results})

@@ -1,0 +1,97 @@
+"""Broker configuration and topic config defaults.
+
+Keys use Kafka's names so operators can carry their habits over. Values come from
+defaults, then a config file, then ``SLUICE_<KEY>`` environment variables (dots as
+underscores, upper case), then ``-o key=value`` on the command line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    node_id: int = 1
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str = ""  # empty: same as host
+    rack: str | None = None
+    data_dir: str = "./.sluice"
+    socket_request_max_bytes: int = 100 * MiB
+    produce_commit_interval_ms: int = 250
+    produce_buffer_max_bytes: int = 8 * MiB
+    fetch_cache_max_bytes: int = 256 * MiB
+    fetch_cache_block_bytes: int = 4 * MiB
+    fetch_max_bytes: int = 55 * MiB  # broker-side cap on one fetch answer
+    auto_create_topics_enable: bool = True
+    num_partitions: int = 1
+    message_max_bytes: int = 1048588  # Kafka's default max.message.bytes
+    retention_check_interval_ms: int = 300_000
+    file_delete_delay_ms: int = 60_000
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def advertised(self) -> str:
+        return self.advertised_host or self.host
+
+
+# Kafka config name -> BrokerConfig attribute.
+_KEYS = {f.name.replace("_", "."): f.name for f in fields(BrokerConfig) if f.name != "extra"}
+_KEYS["broker.id"] = "node_id"
+_KEYS["node.id"] = "node_id"
+_KEYS["broker.rack"] = "rack"
+_KEYS["message.max.bytes"] = "message_max_bytes"
+
+
+def _coerce(name: str, raw: str) -> Any:
+    target = BrokerConfig.__dataclass_fields__[name].type
+    if target in ("int", int):
+        return int(raw)
+    if target in ("bool", bool):
+        if raw.lower() not in ("true", "false"):
+            raise ValueError(f"expected true or false, got {raw!r}")
+        return raw.lower() == "true"
+    return raw
+
+
+def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None) -> BrokerConfig:
+    """Merge key=value layers (later wins), then SLUICE_* environment variables."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        merged.update(layer)
+    if env:
+        for key in _KEYS:
+            var = "SLUICE_" + key.replace(".", "_").upper()
+            if var in env:
+                merged[key] = env[var]
+    values: dict[str, Any] = {}
+    extra: dict[str, str] = {}
+    for key, raw in merged.items():
+        name = _KEYS.get(key)
+        if name is None:
+            extra[key] = raw
+            continue
+        try:
+            values[name] = _coerce(name, raw)
+        except ValueError as exc:
+            raise ValueError(f"config {key}: {exc}") from None
+    return BrokerConfig(**values, extra=extra)
+
+
+def parse_config_file(text: str) -> dict[str, str]:
+    """Java-properties style: ``key=value`` lines, ``#`` comments."""
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        if "=" not in line:
+            raise ValueError(f"line {number}: expected key=value")
+        key, value = line.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out

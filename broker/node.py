@@ -1,0 +1,194 @@
+"""A broker process: storage backends, the append and fetch paths, the TCP server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import random
+import time
+import uuid
+from dataclasses import dataclass
+
+from storage.block_cache import BlockCache
+from storage.catalog import Topic, TopicCatalog
+from storage.coordinator import BatchCoordinator, RetentionPolicy
+from storage.object_store import ObjectStore
+
+from .append import Appender
+from .config import BrokerConfig
+from .fetch import CommitWatch, Fetcher
+from .producer_ids import ProducerIdAllocator
+from .server import KafkaServer
+from .topics import TopicRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: ObjectStore,
+        coordinator: BatchCoordinator,
+        catalog: TopicCatalog,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.coordinator = coordinator
+        self.catalog = catalog
+        self.cache = BlockCache(store, config.fetch_cache_block_bytes, config.fetch_cache_max_bytes)
+        self.topics = TopicRegistry(catalog, coordinator, config)
+        self.watch = CommitWatch()
+        self.appender = Appender(
+            store,
+            coordinator,
+            self.cache,
+            config.node_id,
+            config.produce_commit_interval_ms,
+            config.produce_buffer_max_bytes,
+            self.watch.notify,
+        )
+        self.fetcher = Fetcher(coordinator, self.cache)
+        self.producer_ids = ProducerIdAllocator(os.path.join(config.data_dir, "producer-ids"))
+        self.cluster_id = ""
+        self._server: KafkaServer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return self._server.port
+
+    def endpoints(self) -> list[BrokerEndpoint]:
+        """Brokers listed in Metadata. The seam the controller issue replaces."""
+        return [
+            BrokerEndpoint(self.config.node_id, self.config.advertised, self.port, self.config.rack)
+        ]
+
+    def leader_for(self, topic: Topic, partition: int) -> int:
+        """The broker clients should send a partition's produce and fetch to. Any
+        broker can serve any partition; spreading leaders spreads the clients."""
+        brokers = self.endpoints()
+        return brokers[(topic.topic_id.int + partition) % len(brokers)].node_id
+
+    @property
+    def controller_id(self) -> int:
+        return self.config.node_id
+
+    async def start(self) -> None:
+        from .apis import build_api_table
+
+        os.makedirs(self.config.data_dir, exist_ok=True)
+        self.cluster_id = _cluster_id(self.config.data_dir)
+        await self.store.start()
+        await self.coordinator.start()
+        await self.catalog.start()
+        await self.topics.load()
+        self.producer_ids.load()
+        self._server = KafkaServer(
+            build_api_table(self),
+            self.config.host,
+            self.config.port,
+            self.config.socket_request_max_bytes,
+        )
+        await self._server.start()
+        self._tasks.append(asyncio.create_task(self._retention_loop()))
+        self._tasks.append(asyncio.create_task(self._cleaner_loop()))
+        log.info(
+            "sluice broker %d listening on %s:%d (cluster %s, data in %s)",
+            self.config.node_id,
+            self.config.host,
+            self.port,
+            self.cluster_id,
+            self.config.data_dir,
+        )
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.appender.close()
+        await self.catalog.close()
+        await self.coordinator.close()
+        await self.store.close()
+
+    async def enforce_retention(self) -> None:
+        policies = [
+            RetentionPolicy(
+                topic.topic_id,
+                partition,
+                self.topics.int_config(topic, "retention.ms"),
+                self.topics.int_config(topic, "retention.bytes"),
+            )
+            for topic in self.topics.all()
+            for partition in range(topic.partitions)
+        ]
+        if policies:
+            await self.coordinator.enforce_retention(policies, now_ms())
+
+    async def delete_marked_files(self) -> int:
+        files = await self.coordinator.files_to_delete(
+            now_ms() - self.config.file_delete_delay_ms, 1000
+        )
+        if not files:
+            return 0
+        keys = [f.object_key for f in files]
+        await self.store.delete_many(keys)
+        await self.coordinator.forget_files(keys)
+        return len(keys)
+
+    async def _retention_loop(self) -> None:
+        interval = self.config.retention_check_interval_ms / 1000
+        while True:
+            # Jitter spreads the work of several brokers sharing one coordinator.
+            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
+            try:
+                await self.enforce_retention()
+            except Exception:
+                log.exception("retention enforcement failed")
+
+    async def _cleaner_loop(self) -> None:
+        interval = max(self.config.file_delete_delay_ms / 1000 / 2, 1.0)
+        while True:
+            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
+            try:
+                await self.delete_marked_files()
+            except Exception:
+                log.exception("deleting files marked for deletion failed")
+
+
+def _cluster_id(data_dir: str) -> str:
+    """A stable cluster id kept in the data dir (Kafka's 22-character base64 form)."""
+    path = os.path.join(data_dir, "cluster.id")
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        pass
+    value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(value)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return value

@@ -1,0 +1,146 @@
+"""The broker's view of topics: an in-memory index over the TopicCatalog.
+
+Lookups on the produce and fetch paths are dict hits; changes go to the catalog
+first and the index follows.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from uuid import UUID
+
+from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
+from storage.coordinator import BatchCoordinator, PartitionKey
+
+from . import topic_config
+from .config import BrokerConfig
+
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_NAME_LENGTH = 249
+MAX_PARTITIONS = 10_000
+
+
+class InvalidTopic(ValueError):
+    pass
+
+
+class InvalidPartitions(ValueError):
+    pass
+
+
+def check_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise InvalidTopic(f"Topic name {name!r} is illegal")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidTopic(f"Topic name is longer than {MAX_NAME_LENGTH} characters")
+    if not _LEGAL_NAME.match(name):
+        raise InvalidTopic(
+            f"Topic name {name!r} is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )
+
+
+class TopicRegistry:
+    def __init__(
+        self, catalog: TopicCatalog, coordinator: BatchCoordinator, config: BrokerConfig
+    ) -> None:
+        self._catalog = catalog
+        self._coordinator = coordinator
+        self._config = config
+        self._by_name: dict[str, Topic] = {}
+        self._by_id: dict[UUID, Topic] = {}
+
+    async def load(self) -> None:
+        topics = await self._catalog.list_topics()
+        self._by_name = {t.name: t for t in topics}
+        self._by_id = {t.topic_id: t for t in topics}
+
+    def get(self, name: str) -> Topic | None:
+        return self._by_name.get(name)
+
+    def get_by_id(self, topic_id: UUID) -> Topic | None:
+        return self._by_id.get(topic_id)
+
+    def all(self) -> list[Topic]:
+        return list(self._by_name.values())
+
+    def config(self, topic: Topic) -> dict[str, str]:
+        return topic_config.effective(self._config, topic.configs)
+
+    def int_config(self, topic: Topic, name: str) -> int:
+        return topic_config.int_config(self._config, topic.configs, name)
+
+    def _put(self, topic: Topic) -> None:
+        self._by_name[topic.name] = topic
+        self._by_id[topic.topic_id] = topic
+
+    async def create(
+        self,
+        name: str,
+        partitions: int,
+        configs: Mapping[str, str],
+        validate_only: bool = False,
+    ) -> Topic:
+        """Raises InvalidTopic, InvalidPartitions, InvalidConfig or TopicExists."""
+        check_name(name)
+        if partitions == -1:
+            partitions = self._config.num_partitions
+        if not 0 < partitions <= MAX_PARTITIONS:
+            raise InvalidPartitions(f"Number of partitions must be 1..{MAX_PARTITIONS}")
+        topic_config.validate(configs)
+        topic = Topic(
+            name=name, topic_id=uuid.uuid4(), partitions=partitions, configs=dict(configs)
+        )
+        if validate_only:
+            if name in self._by_name:
+                raise TopicExists(name)
+            return topic
+        # Logs first: a topic visible in the catalog always has its logs.
+        await self._coordinator.create_logs(
+            [PartitionKey(topic.topic_id, p) for p in range(partitions)]
+        )
+        await self._catalog.create_topic(topic)
+        self._put(topic)
+        return topic
+
+    async def delete(self, name: str, now_ms: int) -> Topic:
+        topic = await self._catalog.delete_topic(name)
+        self._by_name.pop(topic.name, None)
+        self._by_id.pop(topic.topic_id, None)
+        await self._coordinator.delete_logs([topic.topic_id], now_ms)
+        return topic
+
+    async def add_partitions(self, name: str, count: int, validate_only: bool = False) -> Topic:
+        topic = self._by_name.get(name)
+        if topic is None:
+            raise TopicNotFound(name)
+        if count <= topic.partitions:
+            raise InvalidPartitions(
+                f"Topic currently has {topic.partitions} partitions, which is higher than "
+                f"or equal to the requested {count}."
+            )
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitions(f"Number of partitions must be at most {MAX_PARTITIONS}")
+        if validate_only:
+            return topic
+        await self._coordinator.create_logs(
+            [PartitionKey(topic.topic_id, p) for p in range(topic.partitions, count)]
+        )
+        topic = await self._catalog.set_partitions(name, count)
+        self._put(topic)
+        return topic
+
+    async def alter_configs(
+        self, name: str, changes: Mapping[str, str | None], validate_only: bool = False
+    ) -> Topic:
+        topic = self._by_name.get(name)
+        if topic is None:
+            raise TopicNotFound(name)
+        topic_config.validate(changes)
+        if validate_only:
+            return topic
+        topic = await self._catalog.set_configs(name, changes)
+        self._put(topic)
+        return topic

@@ -1,0 +1,171 @@
+"""Record batches (magic 2) handled as opaque bytes.
+
+Only the 61-byte batch header is ever parsed; records inside a batch are never
+looked at (they may be compressed, and touching them per record would put Python
+work on the hot path). See the Kafka protocol's "Record Batch" layout.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+from kio.schema.errors import ErrorCode
+
+HEADER_SIZE = 61
+# Bytes before the batchLength field is counted: baseOffset (8) + batchLength (4).
+LOG_OVERHEAD = 12
+# Smallest legal batchLength: the header after the two fields above.
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+MAGIC_OFFSET = 16  # same position in legacy message sets, so old formats are detected here
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21  # the CRC covers everything from here to the end of the batch
+
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+_MAX_TS = struct.Struct(">q")
+_ATTRS = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+MAX_TIMESTAMP_OFFSET = 35
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    offset: int  # where the batch starts inside the partition's records blob
+    size: int  # whole batch, LOG_OVERHEAD included
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def record_count(self) -> int:
+        # Offsets are assigned by lastOffsetDelta, as Kafka does; it equals
+        # records_count - 1 for every well-formed client batch (checked on parse).
+        return self.last_offset_delta + 1
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+
+class InvalidRecords(Exception):
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def parse_batches(data: bytes | memoryview, max_batch_bytes: int) -> list[BatchHeader]:
+    """Validate a partition's records blob and return its batch headers.
+
+    Raises InvalidRecords with the Kafka error the whole partition gets: legacy
+    magic -> UNSUPPORTED_FOR_MESSAGE_FORMAT, bad framing or CRC -> CORRUPT_MESSAGE,
+    a batch over ``max_batch_bytes`` (max.message.bytes) -> MESSAGE_TOO_LARGE.
+    """
+    view = memoryview(data)
+    total = len(view)
+    if total == 0:
+        raise InvalidRecords(ErrorCode.invalid_record, "produce request carries no record batch")
+    headers: list[BatchHeader] = []
+    pos = 0
+    while pos < total:
+        if total - pos < HEADER_SIZE:
+            if total - pos > MAGIC_OFFSET and view[pos + MAGIC_OFFSET] < 2:
+                raise InvalidRecords(
+                    ErrorCode.unsupported_for_message_format,
+                    f"message format magic {view[pos + MAGIC_OFFSET]} is not supported; use magic 2",
+                )
+            raise InvalidRecords(ErrorCode.corrupt_message, "truncated record batch header")
+        (
+            _base_offset,
+            batch_length,
+            _leader_epoch,
+            magic,
+            crc,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            records_count,
+        ) = _HEADER.unpack_from(view, pos)
+        if magic != 2:
+            if magic in (0, 1):
+                raise InvalidRecords(
+                    ErrorCode.unsupported_for_message_format,
+                    f"message format magic {magic} is not supported; use magic 2",
+                )
+            raise InvalidRecords(ErrorCode.corrupt_message, f"unknown record batch magic {magic}")
+        size = batch_length + LOG_OVERHEAD
+        if batch_length < MIN_BATCH_LENGTH or pos + size > total:
+            raise InvalidRecords(ErrorCode.corrupt_message, "record batch length out of bounds")
+        if size > max_batch_bytes:
+            raise InvalidRecords(
+                ErrorCode.message_too_large,
+                f"record batch of {size} bytes exceeds max.message.bytes {max_batch_bytes}",
+            )
+        if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != crc:
+            raise InvalidRecords(ErrorCode.corrupt_message, "record batch CRC mismatch")
+        if last_offset_delta < 0 or records_count != last_offset_delta + 1:
+            raise InvalidRecords(
+                ErrorCode.corrupt_message,
+                f"record count {records_count} does not match last offset delta {last_offset_delta}",
+            )
+        headers.append(
+            BatchHeader(
+                pos,
+                size,
+                attributes,
+                last_offset_delta,
+                base_timestamp,
+                max_timestamp,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                records_count,
+            )
+        )
+        pos += size
+    return headers
+
+
+def stamp_log_append_time(batch: bytes | memoryview, append_time_ms: int) -> bytearray:
+    """A copy of ``batch`` marked LogAppendTime with maxTimestamp = append time.
+
+    This changes bytes the CRC covers, so the CRC is recomputed (in C). Only topics
+    configured with message.timestamp.type=LogAppendTime pay for this copy.
+    """
+    out = bytearray(batch)
+    (attributes,) = _ATTRS.unpack_from(out, ATTRIBUTES_OFFSET)
+    _ATTRS.pack_into(out, ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_BIT)
+    _MAX_TS.pack_into(out, MAX_TIMESTAMP_OFFSET, append_time_ms)
+    _CRC.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return out
+
+
+def patched_prefix(base_offset: int, batch_size: int, leader_epoch: int) -> bytes:
+    """The first 16 bytes of a stored batch as a consumer must see them.
+
+    Batches are stored as producers sent them (offsets are assigned only after the
+    upload). baseOffset and partitionLeaderEpoch lie outside the CRC, so the fetch
+    path sends this prefix followed by a slice of the stored bytes from byte 16.
+    """
+    return _PREFIX.pack(base_offset, batch_size - LOG_OVERHEAD, leader_epoch)
+
+
+PATCHED_PREFIX_SIZE = _PREFIX.size

@@ -1,0 +1,115 @@
+"""The ``sluice`` command.
+
+``sluice dev`` runs a single-node cluster on the embedded default: a local
+directory as object store and SQLite as batch coordinator and topic catalog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from broker.config import BrokerConfig, load_config, parse_config_file
+
+log = logging.getLogger("sluice")
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"sluice: -o expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sluice", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    dev = sub.add_parser("dev", help="single-node cluster on the embedded default")
+    dev.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    dev.add_argument("--port", type=int, default=9092, help="listen port (default 9092)")
+    dev.add_argument("--data-dir", default="./.sluice", help="data directory (default ./.sluice)")
+    dev.add_argument("--config", help="properties file with broker configs")
+    dev.add_argument(
+        "-o",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a broker config, e.g. -o produce.commit.interval.ms=100",
+    )
+    dev.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def dev_config(args: argparse.Namespace) -> BrokerConfig:
+    layers: list[dict[str, str]] = []
+    if args.config:
+        with open(args.config) as f:
+            layers.append(parse_config_file(f.read()))
+    layers.append({"host": args.host, "port": str(args.port), "data.dir": args.data_dir})
+    layers.append(_overrides(args.overrides))
+    return load_config(*layers, env=os.environ)
+
+
+async def run_dev(config: BrokerConfig) -> None:
+    from broker.node import Broker
+    from storage.local_store import LocalObjectStore
+    from storage.sqlite_catalog import SqliteCatalog
+    from storage.sqlite_coordinator import SqliteCoordinator
+
+    os.makedirs(config.data_dir, exist_ok=True)
+    broker = Broker(
+        config,
+        LocalObjectStore(os.path.join(config.data_dir, "objects")),
+        SqliteCoordinator(os.path.join(config.data_dir, "coordinator.db")),
+        SqliteCatalog(os.path.join(config.data_dir, "catalog.db")),
+    )
+    await _serve(broker)
+
+
+async def _serve(broker: object) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()  # type: ignore[attr-defined]
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await broker.stop()  # type: ignore[attr-defined]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; keep running without it
+        uvloop = None
+    if args.command == "dev":
+        try:
+            config = dev_config(args)
+        except ValueError as exc:
+            print(f"sluice: {exc}", file=sys.stderr)
+            return 2
+        runner = uvloop.run if uvloop else asyncio.run
+        runner(run_dev(config))
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

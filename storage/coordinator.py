@@ -1,0 +1,209 @@
+"""The batch coordinator: the one place that orders data.
+
+Objects in the object store hold batches of many partitions; the coordinator is the
+index that says which byte range of which object holds which offsets of which
+partition. Every backend (SQLite embedded, PostgreSQL in production) implements
+:class:`BatchCoordinator` and passes the same contract test suite.
+
+Error codes are plain Kafka error code integers (see ``protocol.errors``) so results
+can go into responses as they are.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+# Special timestamps of ListOffsets.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionKey:
+    topic_id: UUID
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchToCommit:
+    """One validated record batch inside an uploaded object, before offsets exist."""
+
+    topic_id: UUID
+    partition: int
+    byte_offset: int  # where the batch starts inside the object
+    byte_size: int
+    record_count: int  # last_offset_delta + 1
+    max_timestamp: int  # as the producer set it (CreateTime topics)
+    timestamp_type: int  # 0 = CreateTime, 1 = LogAppendTime
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = -1
+    base_sequence: int = NO_SEQUENCE
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """Outcome of one BatchToCommit, in the order they were given."""
+
+    error: int  # 0 = NONE
+    base_offset: int = -1
+    log_append_time: int = -1  # -1 unless the batch is LogAppendTime
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FindRequest:
+    topic_id: UUID
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    object_key: str
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindResult:
+    error: int
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    batches: list[BatchLocation] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    topic_id: UUID
+    partition: int
+    timestamp: int  # LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP or a time in ms
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResult:
+    error: int
+    offset: int = -1
+    timestamp: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LogInfo:
+    error: int
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    byte_size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult:
+    error: int
+    low_watermark: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionPolicy:
+    topic_id: UUID
+    partition: int
+    retention_ms: int  # -1 = unlimited
+    retention_bytes: int  # -1 = unlimited
+
+
+@dataclass(frozen=True, slots=True)
+class FileToDelete:
+    object_key: str
+    marked_at_ms: int
+
+
+class BatchCoordinator(ABC):
+    """Orders batches of uploaded objects into partition logs.
+
+    Every method is one round trip to the backend (one transaction), whatever the
+    number of partitions involved: callers batch, implementations never loop over
+    round trips.
+    """
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Open connections, apply schema migrations."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    @abstractmethod
+    async def create_logs(self, logs: Sequence[PartitionKey]) -> None:
+        """Create empty logs (log start 0, high watermark 0); existing ones are kept."""
+
+    @abstractmethod
+    async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
+        """Forget the logs of deleted topics; their files become deleting when no live
+        batch of another log remains in them."""
+
+    @abstractmethod
+    async def commit_file(
+        self,
+        object_key: str,
+        object_size: int,
+        uploader_broker_id: int,
+        batches: Sequence[BatchToCommit],
+        now_ms: int,
+    ) -> list[CommitResult]:
+        """Register an uploaded object and assign offsets to its batches, atomically.
+
+        Per batch, in the given order: unknown log -> UNKNOWN_TOPIC_OR_PARTITION;
+        idempotence checks when ``producer_id >= 0`` (stale epoch ->
+        INVALID_PRODUCER_EPOCH, duplicate of one of the last 5 batches -> NONE with the
+        original base offset, sequence gap -> OUT_OF_ORDER_SEQUENCE_NUMBER); otherwise
+        ``base_offset = high_watermark`` and the high watermark advances by
+        ``record_count``. ``log_append_time`` is ``now_ms`` for LogAppendTime batches.
+        A file with no accepted batch is marked deleting at once.
+        """
+
+    @abstractmethod
+    async def find_batches(
+        self, requests: Sequence[FindRequest], max_total_bytes: int
+    ) -> list[FindResult]:
+        """Batches to serve a fetch, one result per request in order.
+
+        OFFSET_OUT_OF_RANGE when ``offset < log_start_offset`` or ``offset >
+        high_watermark``; batches with ``last_offset >= offset`` in offset order while
+        within the partition's ``max_bytes`` and the overall ``max_total_bytes``, except
+        that the first batch of the whole answer is always included so a consumer can
+        make progress past a batch larger than its limits.
+        """
+
+    @abstractmethod
+    async def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResult]:
+        """Earliest, latest, max-timestamp or first offset with timestamp >= the given one."""
+
+    @abstractmethod
+    async def log_info(self, logs: Sequence[PartitionKey]) -> list[LogInfo]:
+        """Log start offset, high watermark and size of each log."""
+
+    @abstractmethod
+    async def delete_records(
+        self, requests: Sequence[tuple[PartitionKey, int]], now_ms: int
+    ) -> list[DeleteRecordsResult]:
+        """Move log start offsets forward (offset -1 means the high watermark)."""
+
+    @abstractmethod
+    async def enforce_retention(
+        self, policies: Sequence[RetentionPolicy], now_ms: int
+    ) -> list[LogInfo]:
+        """Drop whole batches older than retention.ms / beyond retention.bytes."""
+
+    @abstractmethod
+    async def files_to_delete(self, marked_before_ms: int, limit: int) -> list[FileToDelete]:
+        """Files marked deleting before the given time (the grace period is the caller's)."""
+
+    @abstractmethod
+    async def forget_files(self, object_keys: Sequence[str]) -> None:
+        """Remove rows of files whose objects have been deleted from the store."""

@@ -1,0 +1,136 @@
+"""Object store on a local directory (the embedded default, and tests).
+
+Atomicity comes from write-to-temp + rename in the same directory: a reader sees the
+whole object at its key or nothing. Durability needs both the file's and the
+directory's fsync, otherwise a power loss can forget the rename (or the file's data)
+after put() has returned and the coordinator has committed offsets pointing at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from storage.object_store import Chunks, ObjectNotFound, ObjectStore
+
+# writev takes at most IOV_MAX buffers per call.
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+_TMP_MARK = ".tmp-"
+
+
+class LocalObjectStore(ObjectStore):
+    def __init__(self, root: str) -> None:
+        self._root = Path(root).resolve()
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._root.mkdir, parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        # Keys come from our own naming, but a key must never escape the root.
+        if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"invalid object key: {key!r}")
+        if _TMP_MARK in parts[-1]:
+            raise ValueError(f"object key may not contain {_TMP_MARK!r}: {key!r}")
+        return self._root.joinpath(*parts)
+
+    async def put(self, key: str, chunks: Chunks) -> None:
+        path = self._path(key)
+        await asyncio.to_thread(self._put, path, chunks)
+
+    async def get_range(self, key: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError(f"bad range {offset}+{length}")
+        path = self._path(key)
+        return await asyncio.to_thread(_read_range, path, key, offset, length)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        paths = [self._path(k) for k in keys]
+        await asyncio.to_thread(_unlink_all, paths)
+
+    def _put(self, path: Path, chunks: Chunks) -> None:
+        self._make_dirs(path.parent)
+        tmp = path.with_name(f".{path.name}{_TMP_MARK}{uuid.uuid4().hex}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                _write_all(fd, chunks)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+
+    def _make_dirs(self, directory: Path) -> None:
+        """mkdir -p that also fsyncs each parent whose entries it changed."""
+        missing = []
+        d = directory
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+            except FileExistsError:
+                continue  # a concurrent put made it
+            _fsync_dir(d.parent)
+
+
+def _write_all(fd: int, chunks: Chunks) -> None:
+    """writev the chunks without joining them, coping with short writes."""
+    views = [memoryview(c).cast("B") for c in chunks]
+    views = [v for v in views if len(v)]
+    i = 0
+    while i < len(views):
+        written = os.writev(fd, views[i : i + _IOV_MAX])
+        # Skip the buffers written whole, trim the one written in part.
+        while written and i < len(views):
+            n = len(views[i])
+            if written >= n:
+                written -= n
+                i += 1
+            else:
+                views[i] = views[i][written:]
+                written = 0
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_range(path: Path, key: str, offset: int, length: int) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise ObjectNotFound(key) from None
+    try:
+        data = os.pread(fd, length, offset)
+        if len(data) == length or not data:
+            return data
+        # pread may return less than asked before EOF (huge reads); gather the rest.
+        parts = [data]
+        got = len(data)
+        while got < length:
+            more = os.pread(fd, length - got, offset + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    for p in paths:
+        p.unlink(missing_ok=True)

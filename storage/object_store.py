@@ -1,0 +1,38 @@
+"""Where the bytes live: an object store with whole-object writes and ranged reads."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+# A write is given as a sequence of buffers (slices of request frames) so that no
+# joined copy of a flush is ever made in Python.
+Chunks = Sequence[bytes | memoryview]
+
+
+class ObjectStoreError(Exception):
+    """The store could not complete an operation; the caller decides whether to retry."""
+
+
+class ObjectNotFound(ObjectStoreError):
+    pass
+
+
+class ObjectStore(ABC):
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+    @abstractmethod
+    async def put(self, key: str, chunks: Chunks) -> None:
+        """Store an object atomically: after return it is durable and whole, or absent."""
+
+    @abstractmethod
+    async def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of an object (shorter at its end)."""
+
+    @abstractmethod
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """Delete objects; missing ones are not an error."""

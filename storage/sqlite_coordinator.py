@@ -1,0 +1,753 @@
+"""Embedded batch coordinator on SQLite.
+
+sqlite3 calls block, so every database call runs on ONE dedicated worker thread that
+owns the only connection (:class:`SqliteThread`). Serialising on one thread also means
+no two transactions of this process ever contend for the write lock; ``BEGIN
+IMMEDIATE`` still matters for other processes (jobs reading or merging the same file).
+
+Each public method is one transaction, mirroring the PostgreSQL backend where each is
+one round trip. Inside a transaction, per-partition point statements are fine: they
+are cheap in-process calls on prepared statements from sqlite3's statement cache, not
+network round trips.
+
+UUIDs are stored as 16-byte blobs everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from storage.coordinator import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    BatchCoordinator,
+    BatchLocation,
+    BatchToCommit,
+    CommitResult,
+    DeleteRecordsResult,
+    FileToDelete,
+    FindRequest,
+    FindResult,
+    ListOffsetsRequest,
+    ListOffsetsResult,
+    LogInfo,
+    PartitionKey,
+    RetentionPolicy,
+)
+
+T = TypeVar("T")
+
+NONE = int(ErrorCode.none)
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+OFFSET_OUT_OF_RANGE = int(ErrorCode.offset_out_of_range)
+INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
+OUT_OF_ORDER_SEQUENCE_NUMBER = int(ErrorCode.out_of_order_sequence_number)
+
+# Kafka keeps this many batches per producer and partition to recognise retries.
+PRODUCER_BATCHES_RETAINED = 5
+INT32_MAX = 2**31 - 1
+# ListOffsets "earliest local" (KIP-405): everything is "local" here.
+EARLIEST_LOCAL_TIMESTAMP = -4
+LOG_APPEND_TIME = 1
+
+# The timestamp a batch is searched and retained by: LogAppendTime batches carry the
+# broker's time, CreateTime ones the producer's max timestamp.
+_TS = "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE max_timestamp END"
+
+
+# --------------------------------------------------------------------------- threading
+
+
+class SqliteThread:
+    """One worker thread owning one sqlite3 connection.
+
+    The connection is opened lazily on the worker thread (sqlite3 objects must stay on
+    the thread that made them), in autocommit mode so transactions are explicit, WAL
+    so readers in other processes never block the writer, and ``synchronous=FULL``
+    because an acknowledged produce must survive power loss.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        component: str,
+        migrations: Sequence[Sequence[str]],
+        thread_name: str,
+    ) -> None:
+        self._path = path
+        self._component = component
+        self._migrations = migrations
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise RuntimeError("sqlite connection is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, fn, args)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close_conn)
+        self._closed = True
+        self._executor.shutdown(wait=False)
+
+    def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        conn = self._conn if self._conn is not None else self._open()
+        return fn(conn, *args)
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self._path, isolation_level=None, timeout=30.0, cached_statements=256
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        migrate(conn, self._component, self._migrations)
+        self._conn = conn
+        return conn
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def migrate(conn: sqlite3.Connection, component: str, migrations: Sequence[Sequence[str]]) -> None:
+    """Apply the migrations past the stored version, all in one transaction.
+
+    ``schema_version`` is keyed by component so the catalog and the coordinator can
+    share one database file if a deployment wants that.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            " component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+        )
+        row = conn.execute(
+            "SELECT version FROM schema_version WHERE component = ?", (component,)
+        ).fetchone()
+        current = row[0] if row else 0
+        if current > len(migrations):
+            raise RuntimeError(
+                f"{component} schema version {current} is newer than this code ({len(migrations)})"
+            )
+        for statements in migrations[current:]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_version (component, version) VALUES (?, ?)"
+            " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+            (component, len(migrations)),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def run_transaction(conn: sqlite3.Connection, write: bool, fn: Callable[..., T], *args: Any) -> T:
+    # Read-only methods use a deferred BEGIN: a consistent snapshot without taking the
+    # write lock from other processes.
+    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        result = fn(conn.cursor(), *args)
+        conn.execute("COMMIT")
+        return result
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+# --------------------------------------------------------------------------- schema
+
+MIGRATIONS: list[list[str]] = [
+    # 1: initial schema (the shape of Inkless's control plane, DESIGN §4).
+    [
+        """CREATE TABLE logs (
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            log_start_offset INTEGER NOT NULL DEFAULT 0,
+            high_watermark INTEGER NOT NULL DEFAULT 0,
+            byte_size INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (topic_id, partition)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE files (
+            file_id INTEGER PRIMARY KEY,
+            object_key TEXT NOT NULL UNIQUE,
+            size INTEGER NOT NULL,
+            uploader_broker_id INTEGER NOT NULL,
+            committed_at INTEGER NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('uploaded', 'deleting')),
+            reason TEXT NOT NULL CHECK (reason IN ('produce', 'merge')),
+            marked_at INTEGER
+        )""",
+        # Only deleting files are ever listed by time; a partial index stays tiny.
+        "CREATE INDEX files_deleting ON files (marked_at) WHERE state = 'deleting'",
+        # Clustered by (partition, last_offset): a fetch is one contiguous range scan.
+        # last_offset rather than base_offset because fetches ask "last_offset >= x".
+        """CREATE TABLE batches (
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            base_offset INTEGER NOT NULL,
+            last_offset INTEGER NOT NULL,
+            file_id INTEGER NOT NULL REFERENCES files (file_id),
+            byte_offset INTEGER NOT NULL,
+            byte_size INTEGER NOT NULL,
+            timestamp_type INTEGER NOT NULL,
+            max_timestamp INTEGER NOT NULL,
+            log_append_time INTEGER NOT NULL,
+            PRIMARY KEY (topic_id, partition, last_offset)
+        ) WITHOUT ROWID""",
+        # To find files left without batches after deletions.
+        "CREATE INDEX batches_by_file ON batches (file_id)",
+        # One row per retained batch (at most 5) of a producer in a partition.
+        """CREATE TABLE producer_state (
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            producer_id INTEGER NOT NULL,
+            base_offset INTEGER NOT NULL,
+            producer_epoch INTEGER NOT NULL,
+            base_sequence INTEGER NOT NULL,
+            last_sequence INTEGER NOT NULL,
+            last_offset INTEGER NOT NULL,
+            log_append_time INTEGER NOT NULL,
+            PRIMARY KEY (topic_id, partition, producer_id, base_offset)
+        ) WITHOUT ROWID""",
+    ],
+]
+
+
+# --------------------------------------------------------------------------- idempotence
+
+
+def _increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's DefaultRecordBatch.incrementSequence: sequences wrap at 2^31-1 to 0."""
+    if sequence > INT32_MAX - increment:
+        return sequence + increment
+    return sequence + increment
+
+
+class _ProducerState:
+    """The retained batches of one producer in one partition (oldest first)."""
+
+    __slots__ = ("dirty", "entries", "epoch")
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        # (base_sequence, last_sequence, base_offset, last_offset, log_append_time)
+        self.entries: deque[tuple[int, int, int, int, int]] = deque(
+            maxlen=PRODUCER_BATCHES_RETAINED
+        )
+        self.dirty = False
+
+
+# --------------------------------------------------------------------------- SQL
+
+_SELECT_LOG = (
+    "SELECT log_start_offset, high_watermark, byte_size FROM logs"
+    " WHERE topic_id = ? AND partition = ?"
+)
+_UPDATE_LOG_APPEND = (
+    "UPDATE logs SET high_watermark = ?, byte_size = ? WHERE topic_id = ? AND partition = ?"
+)
+_UPDATE_LOG_START = (
+    "UPDATE logs SET log_start_offset = ?, byte_size = byte_size - ?"
+    " WHERE topic_id = ? AND partition = ?"
+)
+_INSERT_FILE = (
+    "INSERT INTO files (object_key, size, uploader_broker_id, committed_at, state, reason)"
+    " VALUES (?, ?, ?, ?, 'uploaded', 'produce')"
+)
+_INSERT_BATCH = (
+    "INSERT INTO batches (topic_id, partition, base_offset, last_offset, file_id,"
+    " byte_offset, byte_size, timestamp_type, max_timestamp, log_append_time)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_SELECT_PRODUCER = (
+    "SELECT producer_epoch, base_sequence, last_sequence, base_offset, last_offset,"
+    " log_append_time FROM producer_state"
+    " WHERE topic_id = ? AND partition = ? AND producer_id = ? ORDER BY base_offset"
+)
+_DELETE_PRODUCER = (
+    "DELETE FROM producer_state WHERE topic_id = ? AND partition = ? AND producer_id = ?"
+)
+_INSERT_PRODUCER = (
+    "INSERT INTO producer_state (topic_id, partition, producer_id, base_offset,"
+    " producer_epoch, base_sequence, last_sequence, last_offset, log_append_time)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_FIND = (
+    "SELECT f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset"
+    " FROM batches b JOIN files f ON f.file_id = b.file_id"
+    " WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ?"
+    " ORDER BY b.last_offset LIMIT ?"
+)
+_DELETE_BELOW = (
+    "DELETE FROM batches WHERE topic_id = ? AND partition = ? AND last_offset < ?"
+    " RETURNING file_id, byte_size"
+)
+_MARK_IF_EMPTY = (
+    "UPDATE files SET state = 'deleting', marked_at = ?"
+    " WHERE file_id = ? AND state = 'uploaded'"
+    " AND NOT EXISTS (SELECT 1 FROM batches WHERE batches.file_id = files.file_id)"
+)
+_MAX_TIMESTAMP = (
+    f"SELECT last_offset, {_TS} AS ts FROM batches"
+    " WHERE topic_id = ? AND partition = ? ORDER BY ts DESC, last_offset ASC LIMIT 1"
+)
+_BY_TIMESTAMP = (
+    f"SELECT base_offset, {_TS} AS ts FROM batches"
+    f" WHERE topic_id = ? AND partition = ? AND {_TS} >= ? ORDER BY last_offset LIMIT 1"
+)
+_RETENTION_SCAN = (
+    f"SELECT base_offset, byte_size, {_TS} FROM batches"
+    " WHERE topic_id = ? AND partition = ? ORDER BY last_offset"
+)
+
+_Log = tuple[int, int, int]  # log_start_offset, high_watermark, byte_size
+
+
+def _mark_files_if_empty(cur: sqlite3.Cursor, file_ids: set[int], now_ms: int) -> None:
+    if file_ids:
+        cur.executemany(_MARK_IF_EMPTY, [(now_ms, fid) for fid in file_ids])
+
+
+# --------------------------------------------------------------------------- coordinator
+
+
+class SqliteCoordinator(BatchCoordinator):
+    """BatchCoordinator on one SQLite file (the embedded, single-node default)."""
+
+    def __init__(self, path: str, max_batches_per_partition: int = 5000) -> None:
+        self._db = SqliteThread(path, "coordinator", MIGRATIONS, "sluice-coordinator")
+        # A safety bound on one partition's share of a fetch answer: with tiny batches a
+        # large max_bytes could otherwise list hundreds of thousands of locations. The
+        # consumer simply fetches again from where the answer ended.
+        self._max_batches = max_batches_per_partition
+
+    async def start(self) -> None:
+        # Opening the connection applies migrations.
+        await self._db.run(lambda conn: None)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._db.run(run_transaction, True, fn, *args)
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._db.run(run_transaction, False, fn, *args)
+
+    # ---------------------------------------------------------------- logs
+
+    async def create_logs(self, logs: Sequence[PartitionKey]) -> None:
+        rows = [(k.topic_id.bytes, k.partition) for k in logs]
+        await self._write(_create_logs, rows)
+
+    async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
+        await self._write(_delete_logs, [t.bytes for t in topic_ids], now_ms)
+
+    async def log_info(self, logs: Sequence[PartitionKey]) -> list[LogInfo]:
+        return await self._read(_log_info, logs)
+
+    # ---------------------------------------------------------------- produce / fetch
+
+    async def commit_file(
+        self,
+        object_key: str,
+        object_size: int,
+        uploader_broker_id: int,
+        batches: Sequence[BatchToCommit],
+        now_ms: int,
+    ) -> list[CommitResult]:
+        return await self._write(
+            _commit_file, object_key, object_size, uploader_broker_id, batches, now_ms
+        )
+
+    async def find_batches(
+        self, requests: Sequence[FindRequest], max_total_bytes: int
+    ) -> list[FindResult]:
+        return await self._read(_find_batches, requests, max_total_bytes, self._max_batches)
+
+    async def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResult]:
+        return await self._read(_list_offsets, requests)
+
+    # ---------------------------------------------------------------- deletion
+
+    async def delete_records(
+        self, requests: Sequence[tuple[PartitionKey, int]], now_ms: int
+    ) -> list[DeleteRecordsResult]:
+        return await self._write(_delete_records, requests, now_ms)
+
+    async def enforce_retention(
+        self, policies: Sequence[RetentionPolicy], now_ms: int
+    ) -> list[LogInfo]:
+        return await self._write(_enforce_retention, policies, now_ms)
+
+    async def files_to_delete(self, marked_before_ms: int, limit: int) -> list[FileToDelete]:
+        return await self._read(_files_to_delete, marked_before_ms, limit)
+
+    async def forget_files(self, object_keys: Sequence[str]) -> None:
+        await self._write(_forget_files, [(k,) for k in object_keys])
+
+
+# The transaction bodies below run on the worker thread, inside run_transaction.
+
+
+def _create_logs(cur: sqlite3.Cursor, rows: list[tuple[bytes, int]]) -> None:
+    cur.executemany("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", rows)
+
+
+def _delete_logs(cur: sqlite3.Cursor, topic_ids: list[bytes], now_ms: int) -> None:
+    file_ids: set[int] = set()
+    for tid in topic_ids:
+        rows = cur.execute("DELETE FROM batches WHERE topic_id = ? RETURNING file_id", (tid,))
+        file_ids.update(r[0] for r in rows)
+    params = [(tid,) for tid in topic_ids]
+    cur.executemany("DELETE FROM logs WHERE topic_id = ?", params)
+    cur.executemany("DELETE FROM producer_state WHERE topic_id = ?", params)
+    _mark_files_if_empty(cur, file_ids, now_ms)
+
+
+def _log_info(cur: sqlite3.Cursor, logs: Sequence[PartitionKey]) -> list[LogInfo]:
+    out = []
+    for k in logs:
+        row = cur.execute(_SELECT_LOG, (k.topic_id.bytes, k.partition)).fetchone()
+        if row is None:
+            out.append(LogInfo(UNKNOWN_TOPIC_OR_PARTITION))
+        else:
+            out.append(LogInfo(NONE, row[0], row[1], row[2]))
+    return out
+
+
+def _commit_file(
+    cur: sqlite3.Cursor,
+    object_key: str,
+    object_size: int,
+    uploader_broker_id: int,
+    batches: Sequence[BatchToCommit],
+    now_ms: int,
+) -> list[CommitResult]:
+    cur.execute(_INSERT_FILE, (object_key, object_size, uploader_broker_id, now_ms))
+    file_id = cur.lastrowid
+
+    tids: dict[UUID, bytes] = {}
+    # Logs and producer states are read once, updated in memory as batches are taken
+    # (so duplicates within this very call are recognised), and written back at the end.
+    logs: dict[tuple[bytes, int], list[int] | None] = {}
+    producers: dict[tuple[bytes, int, int], _ProducerState | None] = {}
+    results: list[CommitResult] = []
+    batch_rows: list[tuple[Any, ...]] = []
+
+    for b in batches:
+        tid = tids.get(b.topic_id)
+        if tid is None:
+            tid = tids[b.topic_id] = b.topic_id.bytes
+        log_key = (tid, b.partition)
+        if log_key in logs:
+            log = logs[log_key]
+        else:
+            row = cur.execute(_SELECT_LOG, log_key).fetchone()
+            log = logs[log_key] = list(row) if row is not None else None
+        if log is None:
+            results.append(CommitResult(UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+
+        state: _ProducerState | None = None
+        last_sequence = -1
+        if b.producer_id >= 0:
+            pkey = (tid, b.partition, b.producer_id)
+            if pkey in producers:
+                state = producers[pkey]
+            else:
+                state = producers[pkey] = _load_producer(cur, pkey)
+            last_sequence = _increment_sequence(b.base_sequence, b.record_count - 1)
+            if state is not None:
+                verdict = _check_sequence(state, b, last_sequence)
+                if verdict is not None:
+                    results.append(verdict if verdict.error else _with_start(verdict, log[0]))
+                    continue
+            if state is None or b.producer_epoch != state.epoch:
+                # First batch seen from this producer, or an accepted epoch bump.
+                state = producers[pkey] = _ProducerState(b.producer_epoch)
+
+        base_offset = log[1]
+        last_offset = base_offset + b.record_count - 1
+        append_time = now_ms if b.timestamp_type == LOG_APPEND_TIME else -1
+        log[1] = last_offset + 1
+        log[2] += b.byte_size
+        batch_rows.append(
+            (
+                tid,
+                b.partition,
+                base_offset,
+                last_offset,
+                file_id,
+                b.byte_offset,
+                b.byte_size,
+                b.timestamp_type,
+                b.max_timestamp,
+                append_time,
+            )
+        )
+        if state is not None:
+            state.entries.append(
+                (b.base_sequence, last_sequence, base_offset, last_offset, append_time)
+            )
+            state.dirty = True
+        results.append(CommitResult(NONE, base_offset, append_time, log[0]))
+
+    if batch_rows:
+        cur.executemany(_INSERT_BATCH, batch_rows)
+        # Only logs that took batches changed (unknown logs are None in ``logs``).
+        updates = []
+        for k in {(r[0], r[1]) for r in batch_rows}:
+            log = logs[k]
+            assert log is not None
+            updates.append((log[1], log[2], k[0], k[1]))
+        cur.executemany(_UPDATE_LOG_APPEND, updates)
+        _store_producers(cur, producers)
+    else:
+        cur.execute(
+            "UPDATE files SET state = 'deleting', marked_at = ? WHERE file_id = ?",
+            (now_ms, file_id),
+        )
+    return results
+
+
+def _with_start(result: CommitResult, log_start_offset: int) -> CommitResult:
+    return CommitResult(result.error, result.base_offset, result.log_append_time, log_start_offset)
+
+
+def _load_producer(cur: sqlite3.Cursor, pkey: tuple[bytes, int, int]) -> _ProducerState | None:
+    rows = cur.execute(_SELECT_PRODUCER, pkey).fetchall()
+    if not rows:
+        return None
+    state = _ProducerState(rows[-1][0])
+    state.entries.extend(r[1:] for r in rows)
+    return state
+
+
+def _check_sequence(
+    state: _ProducerState, b: BatchToCommit, last_sequence: int
+) -> CommitResult | None:
+    """Kafka's ProducerStateManager checks; None means "append it".
+
+    A duplicate is answered as success (error NONE) with the original offset; the
+    caller fills in the log start offset.
+    """
+    if b.producer_epoch < state.epoch:
+        return CommitResult(INVALID_PRODUCER_EPOCH)
+    if b.producer_epoch > state.epoch:
+        # A bumped epoch restarts sequences at 0.
+        return None if b.base_sequence == 0 else CommitResult(OUT_OF_ORDER_SEQUENCE_NUMBER)
+    for base_seq, last_seq, base_offset, _last_offset, append_time in state.entries:
+        if base_seq == b.base_sequence and last_seq == last_sequence:
+            return CommitResult(NONE, base_offset, append_time)
+    if state.entries and b.base_sequence != _increment_sequence(state.entries[-1][1], 1):
+        return CommitResult(OUT_OF_ORDER_SEQUENCE_NUMBER)
+    return None
+
+
+def _store_producers(
+    cur: sqlite3.Cursor, producers: dict[tuple[bytes, int, int], _ProducerState | None]
+) -> None:
+    dirty = [(k, s) for k, s in producers.items() if s is not None and s.dirty]
+    if not dirty:
+        return
+    # Rewrite each touched producer's (at most 5) rows: simpler than diffing, and the
+    # epoch bump case needs the old rows gone anyway.
+    cur.executemany(_DELETE_PRODUCER, [k for k, _ in dirty])
+    cur.executemany(
+        _INSERT_PRODUCER,
+        [(*k, e[2], s.epoch, e[0], e[1], e[3], e[4]) for k, s in dirty for e in s.entries],
+    )
+
+
+def _find_batches(
+    cur: sqlite3.Cursor,
+    requests: Sequence[FindRequest],
+    max_total_bytes: int,
+    max_batches: int,
+) -> list[FindResult]:
+    out: list[FindResult] = []
+    total = 0
+    answer_empty = True  # Kafka's minOneMessage: the answer's first batch always goes
+    for req in requests:
+        tid = req.topic_id.bytes
+        log = cur.execute(_SELECT_LOG, (tid, req.partition)).fetchone()
+        if log is None:
+            out.append(FindResult(UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        start, hwm = log[0], log[1]
+        if req.offset < start or req.offset > hwm:
+            out.append(FindResult(OFFSET_OUT_OF_RANGE, start, hwm))
+            continue
+        if req.offset == hwm or (total >= max_total_bytes and not answer_empty):
+            out.append(FindResult(NONE, start, hwm))
+            continue
+        found: list[BatchLocation] = []
+        part = 0
+        # Like Kafka's ReplicaManager, each partition may use what is left of the total
+        # budget, so a later partition can still take batches smaller than the one
+        # that did not fit.
+        for key, byte_offset, size, base, last in cur.execute(
+            _FIND, (tid, req.partition, req.offset, max_batches)
+        ):
+            if not answer_empty and (part + size > req.max_bytes or total + size > max_total_bytes):
+                break
+            found.append(BatchLocation(key, byte_offset, size, base, last))
+            part += size
+            total += size
+            answer_empty = False
+        out.append(FindResult(NONE, start, hwm, found))
+    return out
+
+
+def _list_offsets(
+    cur: sqlite3.Cursor, requests: Sequence[ListOffsetsRequest]
+) -> list[ListOffsetsResult]:
+    out: list[ListOffsetsResult] = []
+    for req in requests:
+        tid = req.topic_id.bytes
+        log = cur.execute(_SELECT_LOG, (tid, req.partition)).fetchone()
+        if log is None:
+            out.append(ListOffsetsResult(UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        ts = req.timestamp
+        if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            out.append(ListOffsetsResult(NONE, log[0], -1))
+        elif ts == LATEST_TIMESTAMP:
+            out.append(ListOffsetsResult(NONE, log[1], -1))
+        elif ts == MAX_TIMESTAMP:
+            row = cur.execute(_MAX_TIMESTAMP, (tid, req.partition)).fetchone()
+            out.append(ListOffsetsResult(NONE, *row) if row else ListOffsetsResult(NONE))
+        else:
+            # Other negative values search like a time, as Kafka does for codes it does
+            # not know: every batch qualifies, so the first live one is found.
+            row = cur.execute(_BY_TIMESTAMP, (tid, req.partition, ts)).fetchone()
+            if row is None:
+                out.append(ListOffsetsResult(NONE))
+            else:
+                out.append(ListOffsetsResult(NONE, max(row[0], log[0]), row[1]))
+    return out
+
+
+def _move_log_start(
+    cur: sqlite3.Cursor, tid: bytes, partition: int, new_start: int, file_ids: set[int]
+) -> int:
+    """Set the log start and drop batches wholly below it; returns bytes freed."""
+    freed = 0
+    for file_id, size in cur.execute(_DELETE_BELOW, (tid, partition, new_start)).fetchall():
+        file_ids.add(file_id)
+        freed += size
+    cur.execute(_UPDATE_LOG_START, (new_start, freed, tid, partition))
+    return freed
+
+
+def _delete_records(
+    cur: sqlite3.Cursor, requests: Sequence[tuple[PartitionKey, int]], now_ms: int
+) -> list[DeleteRecordsResult]:
+    out: list[DeleteRecordsResult] = []
+    file_ids: set[int] = set()
+    for key, offset in requests:
+        tid = key.topic_id.bytes
+        log = cur.execute(_SELECT_LOG, (tid, key.partition)).fetchone()
+        if log is None:
+            out.append(DeleteRecordsResult(UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        start, hwm, _size = log
+        target = hwm if offset == -1 else offset
+        if target < 0 or target > hwm:
+            out.append(DeleteRecordsResult(OFFSET_OUT_OF_RANGE, start))
+            continue
+        if target <= start:
+            out.append(DeleteRecordsResult(NONE, start))
+            continue
+        _move_log_start(cur, tid, key.partition, target, file_ids)
+        out.append(DeleteRecordsResult(NONE, target))
+    _mark_files_if_empty(cur, file_ids, now_ms)
+    return out
+
+
+def _enforce_retention(
+    cur: sqlite3.Cursor, policies: Sequence[RetentionPolicy], now_ms: int
+) -> list[LogInfo]:
+    out: list[LogInfo] = []
+    file_ids: set[int] = set()
+    for policy in policies:
+        tid = policy.topic_id.bytes
+        log = cur.execute(_SELECT_LOG, (tid, policy.partition)).fetchone()
+        if log is None:
+            out.append(LogInfo(UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        start, hwm, size = log
+        new_start = _retention_start(cur, tid, policy, hwm, size, now_ms)
+        if new_start is not None and new_start > start:
+            size -= _move_log_start(cur, tid, policy.partition, new_start, file_ids)
+            start = new_start
+        out.append(LogInfo(NONE, start, hwm, size))
+    _mark_files_if_empty(cur, file_ids, now_ms)
+    return out
+
+
+def _retention_start(
+    cur: sqlite3.Cursor, tid: bytes, policy: RetentionPolicy, hwm: int, size: int, now_ms: int
+) -> int | None:
+    """The log start offset after retention, or None when nothing is to be dropped.
+
+    Both rules drop a prefix of whole batches, so the result is the longer prefix:
+    walk from the oldest batch while either rule says drop; the first batch both keep
+    becomes the new start (the high watermark when every batch went).
+    """
+    by_bytes = policy.retention_bytes >= 0 and size > policy.retention_bytes
+    by_time = policy.retention_ms >= 0
+    if not (by_time or by_bytes):
+        return None
+    cutoff = now_ms - policy.retention_ms
+    remaining = size
+    dropped = False
+    # A cursor of its own: the scan stops early and is closed, the caller's goes on.
+    rows = cur.connection.execute(_RETENTION_SCAN, (tid, policy.partition))
+    try:
+        for base_offset, batch_size, ts in rows:
+            # retention.ms only ever drops a prefix: it stops at the first recent batch.
+            by_time = by_time and ts < cutoff
+            # Kafka: drop the oldest while size - segment size >= retention.bytes.
+            by_bytes = by_bytes and remaining - batch_size >= policy.retention_bytes
+            if not (by_time or by_bytes):
+                return base_offset if dropped else None
+            remaining -= batch_size
+            dropped = True
+    finally:
+        rows.close()
+    return hwm if dropped else None
+
+
+def _files_to_delete(cur: sqlite3.Cursor, marked_before_ms: int, limit: int) -> list[FileToDelete]:
+    rows = cur.execute(
+        "SELECT object_key, marked_at FROM files WHERE state = 'deleting' AND marked_at < ?"
+        " ORDER BY marked_at, file_id LIMIT ?",
+        (marked_before_ms, limit),
+    )
+    return [FileToDelete(key, marked) for key, marked in rows]
+
+
+def _forget_files(cur: sqlite3.Cursor, keys: list[tuple[str]]) -> None:
+    # Only deleting files: forgetting a file that still holds live batches would leave
+    # batches pointing nowhere.
+    cur.executemany("DELETE FROM files WHERE object_key = ? AND state = 'deleting'", keys)

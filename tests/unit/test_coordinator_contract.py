@@ -1,0 +1,705 @@
+"""Contract of BatchCoordinator: every backend must pass this suite unchanged.
+
+The ``coordinator`` / ``coordinator_factory`` fixtures (conftest.py) run each test once
+per backend. Tests talk only through the BatchCoordinator interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from uuid import UUID
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from storage.coordinator import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    BatchCoordinator,
+    BatchToCommit,
+    CommitResult,
+    FindRequest,
+    FindResult,
+    ListOffsetsRequest,
+    ListOffsetsResult,
+    LogInfo,
+    PartitionKey,
+    RetentionPolicy,
+)
+
+from .conftest import CoordinatorFactory
+
+NONE = int(ErrorCode.none)
+UNKNOWN = int(ErrorCode.unknown_topic_or_partition)
+OUT_OF_RANGE = int(ErrorCode.offset_out_of_range)
+BAD_EPOCH = int(ErrorCode.invalid_producer_epoch)
+OUT_OF_ORDER = int(ErrorCode.out_of_order_sequence_number)
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+NOW = 1_700_000_000_000
+BIG = 1 << 62
+
+T1 = UUID("00000000-0000-0000-0000-000000000001")
+T2 = UUID("00000000-0000-0000-0000-000000000002")
+_keys = itertools.count()
+
+
+def batch(
+    topic: UUID = T1,
+    partition: int = 0,
+    count: int = 1,
+    size: int = 100,
+    byte_offset: int = 0,
+    ts: int = 1000,
+    ts_type: int = CREATE_TIME,
+    pid: int = -1,
+    epoch: int = -1,
+    seq: int = -1,
+) -> BatchToCommit:
+    return BatchToCommit(
+        topic_id=topic,
+        partition=partition,
+        byte_offset=byte_offset,
+        byte_size=size,
+        record_count=count,
+        max_timestamp=ts,
+        timestamp_type=ts_type,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+
+
+def key() -> str:
+    return f"objects/{next(_keys):06d}"
+
+
+async def commit(
+    c: BatchCoordinator, *batches: BatchToCommit, now: int = NOW, object_key: str | None = None
+) -> list[CommitResult]:
+    return await c.commit_file(object_key or key(), 1000, 7, batches, now)
+
+
+async def setup_logs(c: BatchCoordinator, *keys: tuple[UUID, int]) -> None:
+    await c.create_logs([PartitionKey(t, p) for t, p in keys])
+
+
+async def info(c: BatchCoordinator, topic: UUID = T1, partition: int = 0) -> LogInfo:
+    return (await c.log_info([PartitionKey(topic, partition)]))[0]
+
+
+async def find(
+    c: BatchCoordinator, offset: int, topic: UUID = T1, partition: int = 0, max_bytes: int = BIG
+) -> FindResult:
+    return (await c.find_batches([FindRequest(topic, partition, offset, max_bytes)], BIG))[0]
+
+
+async def list_offset(
+    c: BatchCoordinator, timestamp: int, topic: UUID = T1, partition: int = 0
+) -> ListOffsetsResult:
+    return (await c.list_offsets([ListOffsetsRequest(topic, partition, timestamp)]))[0]
+
+
+async def deleting_keys(c: BatchCoordinator) -> set[str]:
+    return {f.object_key for f in await c.files_to_delete(BIG, 10_000)}
+
+
+def base_offsets(results: list[CommitResult]) -> list[int]:
+    return [r.base_offset for r in results]
+
+
+# --------------------------------------------------------------------------- logs
+
+
+async def test_new_logs_are_empty_and_create_keeps_existing(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    await commit(coordinator, batch(count=3, size=50))
+    await setup_logs(coordinator, (T1, 0), (T1, 1), (T2, 0))  # again: existing kept
+    got = await coordinator.log_info(
+        [PartitionKey(T1, 0), PartitionKey(T1, 1), PartitionKey(T2, 0), PartitionKey(T2, 9)]
+    )
+    assert got == [
+        LogInfo(NONE, 0, 3, 50),
+        LogInfo(NONE, 0, 0, 0),
+        LogInfo(NONE, 0, 0, 0),
+        LogInfo(UNKNOWN),
+    ]
+
+
+# --------------------------------------------------------------------------- commit_file
+
+
+async def test_offsets_are_contiguous_across_partitions_and_files(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1), (T2, 0))
+    first = await commit(
+        coordinator,
+        batch(T1, 0, count=3),
+        batch(T1, 1, count=2),
+        batch(T1, 0, count=4),
+        batch(T2, 0, count=1),
+    )
+    assert [r.error for r in first] == [NONE] * 4
+    assert base_offsets(first) == [0, 0, 3, 0]
+    second = await commit(coordinator, batch(T1, 1, count=5), batch(T1, 0, count=1))
+    assert base_offsets(second) == [2, 7]
+    assert (await info(coordinator, T1, 0)).high_watermark == 8
+    assert (await info(coordinator, T1, 1)).high_watermark == 7
+    assert (await info(coordinator, T2, 0)).high_watermark == 1
+
+
+async def test_results_are_in_input_order_with_unknown_partitions(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    results = await commit(
+        coordinator,
+        batch(T1, 1, count=2),
+        batch(T2, 0),  # topic unknown
+        batch(T1, 0, count=1),
+        batch(T1, 5),  # partition unknown
+        batch(T1, 1, count=1),
+    )
+    assert [r.error for r in results] == [NONE, UNKNOWN, NONE, UNKNOWN, NONE]
+    assert [r.base_offset for r in results] == [0, -1, 0, -1, 2]
+    assert (await info(coordinator, T1, 1)).high_watermark == 3
+
+
+async def test_commit_records_size_log_append_time_and_log_start(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=10, size=100))
+    await coordinator.delete_records([(PartitionKey(T1, 0), 4)], NOW)
+    results = await commit(
+        coordinator,
+        batch(count=1, size=30, ts=5, ts_type=CREATE_TIME),
+        batch(count=1, size=20, ts=5, ts_type=LOG_APPEND_TIME),
+        now=NOW + 1,
+    )
+    assert results == [
+        CommitResult(NONE, 10, -1, 4),
+        CommitResult(NONE, 11, NOW + 1, 4),
+    ]
+    assert await info(coordinator) == LogInfo(NONE, 4, 12, 150)
+
+
+async def test_file_without_accepted_batch_is_marked_deleting_at_once(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(), object_key="kept")
+    results = await commit(coordinator, batch(T2, 0), object_key="rejected", now=NOW + 5)
+    assert results == [CommitResult(UNKNOWN)]
+    deleting = await coordinator.files_to_delete(NOW + 6, 10)
+    assert [(f.object_key, f.marked_at_ms) for f in deleting] == [("rejected", NOW + 5)]
+
+
+async def test_commit_file_is_atomic(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=2), object_key="same")
+    with pytest.raises(Exception):  # noqa: B017 - any backend error; what matters is the state
+        await commit(coordinator, batch(count=5), object_key="same")
+    assert await info(coordinator) == LogInfo(NONE, 0, 2, 100)
+    assert (await commit(coordinator, batch()))[0].base_offset == 2
+
+
+async def test_concurrent_commits_never_share_offsets(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    results = await asyncio.gather(
+        *(commit(coordinator, batch(count=3), batch(count=2)) for _ in range(20))
+    )
+    bases = sorted(r.base_offset for rs in results for r in rs)
+    # Batches of 3 and 2 records tile [0, 100) with no gap and no overlap.
+    covered = []
+    for rs in results:
+        covered += list(range(rs[0].base_offset, rs[0].base_offset + 3))
+        covered += list(range(rs[1].base_offset, rs[1].base_offset + 2))
+    assert sorted(covered) == list(range(100))
+    assert len(bases) == 40
+    assert (await info(coordinator)).high_watermark == 100
+
+
+# --------------------------------------------------------------------------- idempotence
+
+PID = 1000
+
+
+async def test_duplicate_returns_original_offset_and_appends_nothing(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=2))  # offsets 0-1 from another producer
+    first = await commit(
+        coordinator, batch(count=3, pid=PID, epoch=0, seq=0, ts_type=LOG_APPEND_TIME), now=NOW
+    )
+    assert first == [CommitResult(NONE, 2, NOW, 0)]
+    retry = await commit(
+        coordinator,
+        batch(count=3, pid=PID, epoch=0, seq=0, ts_type=LOG_APPEND_TIME),
+        object_key="retry",
+        now=NOW + 99,
+    )
+    # The original offset and append time: the producer must see the same answer.
+    assert retry == [CommitResult(NONE, 2, NOW, 0)]
+    assert await info(coordinator) == LogInfo(NONE, 0, 5, 200)
+    assert [b.base_offset for b in (await find(coordinator, 0)).batches] == [0, 2]
+    assert "retry" in await deleting_keys(coordinator)
+
+
+async def test_sequence_gap_is_out_of_order(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=3, pid=PID, epoch=0, seq=0))
+    results = await commit(
+        coordinator,
+        batch(count=1, pid=PID, epoch=0, seq=4),  # expected 3
+        batch(count=1, pid=PID, epoch=0, seq=3),
+        batch(count=1, pid=PID, epoch=0, seq=3),  # a retry of the one just accepted
+    )
+    assert [r.error for r in results] == [OUT_OF_ORDER, NONE, NONE]
+    # The third is a duplicate of the second (same range) -> the second's offset.
+    assert results[1].base_offset == results[2].base_offset == 3
+    assert (await info(coordinator)).high_watermark == 4
+
+
+async def test_stale_epoch_is_fenced(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(pid=PID, epoch=3, seq=0))
+    results = await commit(coordinator, batch(pid=PID, epoch=2, seq=1))
+    assert [r.error for r in results] == [BAD_EPOCH]
+    assert (await info(coordinator)).high_watermark == 1
+
+
+async def test_epoch_bump_restarts_sequences_at_zero(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=5, pid=PID, epoch=0, seq=0))
+    rejected = await commit(coordinator, batch(pid=PID, epoch=1, seq=5))
+    assert [r.error for r in rejected] == [OUT_OF_ORDER]
+    accepted = await commit(coordinator, batch(count=2, pid=PID, epoch=1, seq=0))
+    assert accepted[0].error == NONE and accepted[0].base_offset == 5
+    after = await commit(
+        coordinator,
+        batch(pid=PID, epoch=0, seq=5),  # the old epoch is now fenced
+        batch(pid=PID, epoch=1, seq=2),  # continues the new epoch
+        batch(count=5, pid=PID, epoch=1, seq=0),  # not a duplicate: seq 0-4, stored 0-1
+    )
+    assert [r.error for r in after] == [BAD_EPOCH, NONE, OUT_OF_ORDER]
+    assert (await info(coordinator)).high_watermark == 8
+
+
+async def test_duplicate_within_one_commit(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    results = await commit(
+        coordinator,
+        batch(count=2, pid=PID, epoch=0, seq=0),
+        batch(count=2, pid=PID, epoch=0, seq=2),
+        batch(count=2, pid=PID, epoch=0, seq=0),
+        batch(count=2, pid=PID, epoch=0, seq=6),
+    )
+    assert [(r.error, r.base_offset) for r in results] == [
+        (NONE, 0),
+        (NONE, 2),
+        (NONE, 0),
+        (OUT_OF_ORDER, -1),
+    ]
+    assert await info(coordinator) == LogInfo(NONE, 0, 4, 200)
+
+
+async def test_sequence_wraps_around_after_int32_max(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    top = 2**31 - 1
+    results = await commit(
+        coordinator,
+        batch(count=2, pid=PID, epoch=0, seq=top - 1),  # sequences top-1, top
+        batch(count=3, pid=PID, epoch=0, seq=0),  # wraps: 0, 1, 2
+        batch(count=2, pid=PID, epoch=0, seq=top - 1),  # duplicate of the first
+    )
+    assert [(r.error, r.base_offset) for r in results] == [(NONE, 0), (NONE, 2), (NONE, 0)]
+    # A batch whose own range wraps: top-1, top, 0 -> the next must be 1.
+    other = PID + 1
+    results = await commit(
+        coordinator,
+        batch(count=3, pid=other, epoch=0, seq=top - 1),
+        batch(count=1, pid=other, epoch=0, seq=top + 1),  # no such sequence
+        batch(count=1, pid=other, epoch=0, seq=1),
+        batch(count=3, pid=other, epoch=0, seq=top - 1),  # duplicate of the wrapping batch
+    )
+    assert [(r.error, r.base_offset) for r in results] == [
+        (NONE, 5),
+        (OUT_OF_ORDER, -1),
+        (NONE, 8),
+        (NONE, 5),
+    ]
+
+
+async def test_only_the_last_five_batches_are_recognised(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, *(batch(pid=PID, epoch=0, seq=s) for s in range(6)))
+    # seq 0 fell out of the retained five: not a duplicate, and out of sequence.
+    oldest = await commit(coordinator, batch(pid=PID, epoch=0, seq=0))
+    assert oldest[0].error == OUT_OF_ORDER
+    # seq 1..5 are still known.
+    retained = await commit(coordinator, *(batch(pid=PID, epoch=0, seq=s) for s in range(1, 6)))
+    assert [(r.error, r.base_offset) for r in retained] == [(NONE, s) for s in range(1, 6)]
+    assert (await info(coordinator)).high_watermark == 6
+
+
+async def test_unknown_producer_may_start_at_any_sequence(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    results = await commit(
+        coordinator,
+        batch(T1, 0, pid=PID, epoch=4, seq=42),
+        batch(T1, 1, pid=PID, epoch=4, seq=7),  # state is per partition
+        batch(T1, 0, pid=PID + 1, epoch=0, seq=9),  # and per producer
+        batch(T1, 0, pid=PID, epoch=4, seq=43),
+    )
+    assert [(r.error, r.base_offset) for r in results] == [
+        (NONE, 0),
+        (NONE, 0),
+        (NONE, 1),
+        (NONE, 2),
+    ]
+
+
+async def test_rejected_batches_do_not_change_producer_state(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(pid=PID, epoch=2, seq=0))
+    await commit(
+        coordinator,
+        batch(pid=PID, epoch=3, seq=4),  # rejected bump must not move the epoch
+        batch(pid=PID, epoch=2, seq=9),  # rejected gap must not move the sequence
+    )
+    results = await commit(coordinator, batch(pid=PID, epoch=2, seq=1))
+    assert [(r.error, r.base_offset) for r in results] == [(NONE, 1)]
+
+
+# --------------------------------------------------------------------------- find_batches
+
+
+async def filled(coordinator: BatchCoordinator) -> None:
+    """T1/0: five 100-byte batches of 2 records (offsets 0..9) in two files;
+    T1/1: three 100-byte batches of 1 record; T2/0: one 1000-byte batch."""
+    await setup_logs(coordinator, (T1, 0), (T1, 1), (T2, 0))
+    await commit(
+        coordinator,
+        batch(T1, 0, count=2, byte_offset=0),
+        batch(T1, 1, count=1, byte_offset=100),
+        batch(T1, 0, count=2, byte_offset=200),
+        object_key="f1",
+    )
+    await commit(
+        coordinator,
+        batch(T1, 0, count=2, byte_offset=0),
+        batch(T1, 0, count=2, byte_offset=100),
+        batch(T1, 0, count=2, byte_offset=200),
+        batch(T1, 1, count=1, byte_offset=300),
+        batch(T1, 1, count=1, byte_offset=400),
+        batch(T2, 0, count=1, size=1000, byte_offset=500),
+        object_key="f2",
+    )
+
+
+async def test_find_batches_returns_locations_in_offset_order(
+    coordinator: BatchCoordinator,
+) -> None:
+    await filled(coordinator)
+    result = await find(coordinator, 3)  # inside the second batch (2-3)
+    assert result.error == NONE
+    assert (result.log_start_offset, result.high_watermark) == (0, 10)
+    got = [
+        (b.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset)
+        for b in result.batches
+    ]
+    assert got == [
+        ("f1", 200, 100, 2, 3),
+        ("f2", 0, 100, 4, 5),
+        ("f2", 100, 100, 6, 7),
+        ("f2", 200, 100, 8, 9),
+    ]
+
+
+async def test_find_batches_partition_budget(coordinator: BatchCoordinator) -> None:
+    await filled(coordinator)
+    results = await coordinator.find_batches(
+        [FindRequest(T1, 0, 0, 250), FindRequest(T1, 1, 0, 200)], BIG
+    )
+    assert [b.base_offset for b in results[0].batches] == [0, 2]
+    assert [b.base_offset for b in results[1].batches] == [0, 1]
+
+
+async def test_find_batches_total_budget(coordinator: BatchCoordinator) -> None:
+    await filled(coordinator)
+    results = await coordinator.find_batches(
+        [FindRequest(T1, 0, 0, BIG), FindRequest(T1, 1, 0, BIG), FindRequest(T2, 0, 0, BIG)],
+        400,
+    )
+    assert [b.base_offset for b in results[0].batches] == [0, 2, 4, 6]
+    # The total is used up: later partitions answer NONE with their offsets, no batches.
+    assert results[1] == FindResult(NONE, 0, 3, [])
+    assert results[2] == FindResult(NONE, 0, 1, [])
+
+
+async def test_find_batches_later_partitions_use_what_is_left_of_the_total(
+    coordinator: BatchCoordinator,
+) -> None:
+    await filled(coordinator)
+    results = await coordinator.find_batches(
+        [FindRequest(T1, 0, 0, 200), FindRequest(T2, 0, 0, BIG), FindRequest(T1, 1, 0, BIG)],
+        450,
+    )
+    assert [b.base_offset for b in results[0].batches] == [0, 2]
+    assert results[1].batches == []  # 1000 bytes do not fit in the 250 left
+    assert [b.base_offset for b in results[2].batches] == [0, 1]
+
+
+async def test_find_batches_first_batch_of_the_answer_is_always_included(
+    coordinator: BatchCoordinator,
+) -> None:
+    await filled(coordinator)
+    results = await coordinator.find_batches(
+        [
+            FindRequest(T1, 0, 10, 1),  # at the high watermark: nothing, not "first"
+            FindRequest(T2, 0, 0, 1),  # 1000 bytes > both limits, yet included
+            FindRequest(T1, 1, 0, BIG),
+        ],
+        10,
+    )
+    assert results[0] == FindResult(NONE, 0, 10, [])
+    assert [b.byte_size for b in results[1].batches] == [1000]
+    assert results[2] == FindResult(NONE, 0, 3, [])
+
+
+async def test_find_batches_out_of_range_and_at_high_watermark(
+    coordinator: BatchCoordinator,
+) -> None:
+    await filled(coordinator)
+    await coordinator.delete_records([(PartitionKey(T1, 0), 4)], NOW)
+    results = await coordinator.find_batches(
+        [
+            FindRequest(T1, 0, 3, BIG),
+            FindRequest(T1, 0, 11, BIG),
+            FindRequest(T1, 0, 10, BIG),
+            FindRequest(T1, 9, 0, BIG),
+            FindRequest(T1, 0, 4, BIG),
+        ],
+        BIG,
+    )
+    assert results[0] == FindResult(OUT_OF_RANGE, 4, 10, [])
+    assert results[1] == FindResult(OUT_OF_RANGE, 4, 10, [])
+    assert results[2] == FindResult(NONE, 4, 10, [])
+    assert results[3].error == UNKNOWN and results[3].batches == []
+    assert [b.base_offset for b in results[4].batches] == [4, 6, 8]
+
+
+# --------------------------------------------------------------------------- list_offsets
+
+
+async def test_list_offsets_earliest_latest(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=5), batch(count=5))
+    await coordinator.delete_records([(PartitionKey(T1, 0), 3)], NOW)
+    results = await coordinator.list_offsets(
+        [
+            ListOffsetsRequest(T1, 0, EARLIEST_TIMESTAMP),
+            ListOffsetsRequest(T1, 0, LATEST_TIMESTAMP),
+            ListOffsetsRequest(T2, 0, LATEST_TIMESTAMP),
+        ]
+    )
+    assert results == [
+        ListOffsetsResult(NONE, 3, -1),
+        ListOffsetsResult(NONE, 10, -1),
+        ListOffsetsResult(UNKNOWN),
+    ]
+
+
+async def test_list_offsets_max_timestamp(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    assert await list_offset(coordinator, MAX_TIMESTAMP) == ListOffsetsResult(NONE, -1, -1)
+    await commit(
+        coordinator,
+        batch(count=2, ts=500),
+        batch(count=3, ts=900),  # offsets 2-4: the first with the greatest
+        batch(count=1, ts=100),
+        batch(count=2, ts=900),  # a tie: the earlier wins
+        batch(T1, 1, count=2, ts=10**12),
+        batch(T1, 1, count=2, ts=5, ts_type=LOG_APPEND_TIME),  # appended at NOW: greater
+    )
+    assert await list_offset(coordinator, MAX_TIMESTAMP) == ListOffsetsResult(NONE, 4, 900)
+    assert await list_offset(coordinator, MAX_TIMESTAMP, T1, 1) == ListOffsetsResult(NONE, 3, NOW)
+
+
+async def test_list_offsets_by_timestamp(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(
+        coordinator,
+        batch(count=4, ts=100),  # 0-3
+        batch(count=4, ts=300),  # 4-7
+        batch(count=4, ts=200),  # 8-11
+        batch(count=4, ts=5, ts_type=LOG_APPEND_TIME),  # 12-15 at NOW
+    )
+    await coordinator.delete_records([(PartitionKey(T1, 0), 2)], NOW)
+    cases = {
+        0: ListOffsetsResult(NONE, 2, 100),  # first batch, clamped to the log start
+        150: ListOffsetsResult(NONE, 4, 300),
+        300: ListOffsetsResult(NONE, 4, 300),
+        301: ListOffsetsResult(NONE, 12, NOW),  # by its append time, not its 5
+        NOW + 1: ListOffsetsResult(NONE, -1, -1),
+    }
+    for ts, expected in cases.items():
+        assert await list_offset(coordinator, ts) == expected, ts
+
+
+# --------------------------------------------------------------------------- deletion
+
+
+async def test_delete_records(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=5, size=10), object_key="a")  # 0-4
+    await commit(coordinator, batch(count=5, size=20), batch(count=5, size=30), object_key="b")
+    results = await coordinator.delete_records(
+        [
+            (PartitionKey(T1, 0), 7),
+            (PartitionKey(T1, 0), 3),  # backwards: no-op
+            (PartitionKey(T1, 0), 16),  # beyond the high watermark
+            (PartitionKey(T2, 0), 1),
+        ],
+        NOW,
+    )
+    assert [(r.error, r.low_watermark) for r in results] == [
+        (NONE, 7),
+        (NONE, 7),
+        (OUT_OF_RANGE, 7),
+        (UNKNOWN, -1),
+    ]
+    # The batch 5-9 straddles the new start and stays; only file "a" is now empty.
+    assert await info(coordinator) == LogInfo(NONE, 7, 15, 50)
+    assert await deleting_keys(coordinator) == {"a"}
+    assert [b.base_offset for b in (await find(coordinator, 7)).batches] == [5, 10]
+
+    results = await coordinator.delete_records([(PartitionKey(T1, 0), -1)], NOW + 1)
+    assert [(r.error, r.low_watermark) for r in results] == [(NONE, 15)]
+    assert await info(coordinator) == LogInfo(NONE, 15, 15, 0)
+    assert await deleting_keys(coordinator) == {"a", "b"}
+
+
+async def test_retention_by_time_drops_only_an_old_prefix(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    await commit(
+        coordinator,
+        batch(count=2, size=10, ts=NOW - 5000),
+        batch(count=2, size=10, ts=NOW - 4000),
+        batch(count=2, size=10, ts=NOW - 100),
+        batch(count=2, size=10, ts=NOW - 9000),  # old, but after a recent one: kept
+        batch(T1, 1, count=3, size=10, ts=1, ts_type=LOG_APPEND_TIME),
+        object_key="f",
+        now=NOW - 50,
+    )
+    results = await coordinator.enforce_retention(
+        [
+            RetentionPolicy(T1, 0, 1000, -1),
+            RetentionPolicy(T1, 1, 1000, -1),  # appended 50 ms ago: kept despite ts=1
+            RetentionPolicy(T2, 0, 1000, -1),
+        ],
+        NOW,
+    )
+    assert results == [LogInfo(NONE, 4, 8, 20), LogInfo(NONE, 0, 3, 10), LogInfo(UNKNOWN)]
+    # Later everything is old: the log start reaches the high watermark, no further.
+    results = await coordinator.enforce_retention(
+        [RetentionPolicy(T1, 0, 1000, -1), RetentionPolicy(T1, 1, 1000, -1)], NOW + 10_000
+    )
+    assert results == [LogInfo(NONE, 8, 8, 0), LogInfo(NONE, 3, 3, 0)]
+    assert await deleting_keys(coordinator) == {"f"}
+
+
+async def test_retention_by_bytes_follows_kafka(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, *(batch(count=1, size=100) for _ in range(5)))  # 500 bytes
+    unlimited = await coordinator.enforce_retention([RetentionPolicy(T1, 0, -1, -1)], NOW)
+    assert unlimited == [LogInfo(NONE, 0, 5, 500)]
+    # Kafka drops the oldest while size - its size >= retention.bytes: 500-100 >= 250,
+    # 400-100 >= 250, then 300-100 < 250 stops.
+    results = await coordinator.enforce_retention([RetentionPolicy(T1, 0, -1, 250)], NOW)
+    assert results == [LogInfo(NONE, 2, 5, 300)]
+    exact = await coordinator.enforce_retention([RetentionPolicy(T1, 0, -1, 200)], NOW)
+    assert exact == [LogInfo(NONE, 3, 5, 200)]
+    assert [b.base_offset for b in (await find(coordinator, 3)).batches] == [3, 4]
+
+
+async def test_retention_by_time_and_bytes_takes_the_longer_prefix(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    old, new = NOW - 5000, NOW
+    await commit(
+        coordinator,
+        *(batch(T1, 0, size=100, ts=ts) for ts in (old, new, old, new)),
+        *(batch(T1, 1, size=100, ts=ts) for ts in (old, old, new)),
+    )
+    results = await coordinator.enforce_retention(
+        [RetentionPolicy(T1, 0, 1000, 150), RetentionPolicy(T1, 1, 1000, 150)], NOW
+    )
+    assert results == [
+        LogInfo(NONE, 2, 4, 200),  # time drops one batch, bytes two
+        LogInfo(NONE, 2, 3, 100),  # bytes drop one batch, time two
+    ]
+
+
+async def test_delete_logs(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1), (T2, 0))
+    await commit(coordinator, batch(T1, 0, pid=PID, epoch=0, seq=0), batch(T1, 1), object_key="t1")
+    await commit(coordinator, batch(T1, 0), batch(T2, 0), object_key="shared")
+    await coordinator.delete_logs([T1], NOW + 3)
+    got = await coordinator.log_info(
+        [PartitionKey(T1, 0), PartitionKey(T1, 1), PartitionKey(T2, 0)]
+    )
+    assert [r.error for r in got] == [UNKNOWN, UNKNOWN, NONE]
+    deleting = await coordinator.files_to_delete(BIG, 10)
+    assert [(f.object_key, f.marked_at_ms) for f in deleting] == [("t1", NOW + 3)]
+    # A topic re-created under the same id starts afresh, producer state included.
+    await setup_logs(coordinator, (T1, 0))
+    assert await info(coordinator) == LogInfo(NONE, 0, 0, 0)
+    results = await commit(coordinator, batch(T1, 0, pid=PID, epoch=0, seq=7))
+    assert [(r.error, r.base_offset) for r in results] == [(NONE, 0)]
+
+
+async def test_files_to_delete_and_forget_files(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    for i, now in enumerate([NOW + 30, NOW + 10, NOW + 20]):
+        await commit(coordinator, batch(T2, 0), object_key=f"empty-{i}", now=now)
+    await commit(coordinator, batch(), object_key="live")
+    listed = await coordinator.files_to_delete(NOW + 25, 10)
+    assert [(f.object_key, f.marked_at_ms) for f in listed] == [
+        ("empty-1", NOW + 10),
+        ("empty-2", NOW + 20),
+    ]
+    assert [f.object_key for f in await coordinator.files_to_delete(BIG, 1)] == ["empty-1"]
+    await coordinator.forget_files(["empty-1", "live", "never-existed"])
+    assert await deleting_keys(coordinator) == {"empty-0", "empty-2"}
+    # A file that still holds live batches is never forgotten.
+    assert [b.object_key for b in (await find(coordinator, 0)).batches] == ["live"]
+
+
+async def test_state_survives_close_and_reopen(coordinator_factory: CoordinatorFactory) -> None:
+    first = await coordinator_factory.open()
+    await setup_logs(first, (T1, 0))
+    await commit(first, batch(count=4, size=70, pid=PID, epoch=1, seq=0), object_key="f")
+    await commit(first, batch(T2, 0), object_key="gone", now=NOW + 1)
+    await first.close()
+
+    second = await coordinator_factory.open()
+    assert await info(second) == LogInfo(NONE, 0, 4, 70)
+    assert [b.object_key for b in (await find(second, 0)).batches] == ["f"]
+    assert await deleting_keys(second) == {"gone"}
+    # Producer state persisted too: the retry is a duplicate, the next is in sequence.
+    results = await commit(
+        second,
+        batch(count=4, pid=PID, epoch=1, seq=0),
+        batch(count=1, pid=PID, epoch=1, seq=4),
+    )
+    assert [(r.error, r.base_offset) for r in results] == [(NONE, 0), (NONE, 4)]
