@@ -64,14 +64,23 @@ class Broker:
         self.data_dir = workdir / "data"
         self.log_path = workdir / "broker.log"
         cmd = [
-            *sluice_command(), "dev", "--host", "127.0.0.1", "--port", str(self.port),
-            "--data-dir", str(self.data_dir),
+            *sluice_command(),
+            "dev",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
         ]
         for k, v in options.items():
             cmd += ["-o", f"{k}={v}"]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         deadline = time.monotonic() + 20
@@ -84,7 +93,9 @@ class Broker:
             except OSError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise SystemExit(f"broker not listening after 20 s:\n{self.log_tail()}")
+                    raise SystemExit(
+                        f"broker not listening after 20 s:\n{self.log_tail()}"
+                    ) from None
                 time.sleep(0.05)
 
     @property
@@ -229,8 +240,9 @@ def percentile(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[idx]
 
 
-def produce_run(broker: Broker, topic: str, mib: int, batch_size: int, budget_s: float
-                ) -> tuple[int, float, list[float], list[str], bool]:
+def produce_run(
+    broker: Broker, topic: str, mib: int, batch_size: int, budget_s: float
+) -> tuple[int, float, list[float], list[str], bool]:
     n = mib * MiB // RECORD_SIZE
     payload = os.urandom(RECORD_SIZE)
     producer = Producer(
@@ -358,13 +370,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.run", description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=int, default=256, help="MiB produced per run (default 256)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per figure; medians printed")
-    ap.add_argument("--batch-sizes", default="16384,1048576",
-                    help="comma-separated producer batch.size values (default 16 KiB and 1 MiB)")
+    ap.add_argument(
+        "--batch-sizes",
+        default="16384,1048576",
+        help="comma-separated producer batch.size values (default 16 KiB and 1 MiB)",
+    )
     ap.add_argument("--quick", action="store_true", help="~20 s: 16 MiB, 1 repeat")
-    ap.add_argument("--budget", type=float, default=None,
-                    help="seconds per produce or consume phase before cutting a run short")
-    ap.add_argument("-o", dest="options", action="append", default=[], metavar="KEY=VALUE",
-                    help="broker config override passed to `sluice dev -o`")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds per produce or consume phase before cutting a run short",
+    )
+    ap.add_argument(
+        "-o",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="broker config override passed to `sluice dev -o`",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (broker log, data)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -376,12 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     options = dict(kv.split("=", 1) for kv in args.options)
 
     with workdir(args.keep) as wd:
-        print(f"sluice bench: {args.mib} MiB of {RECORD_SIZE} B records x {args.repeats} runs, "
-              f"{PARTITIONS} partitions, acks=all, linger.ms=5, {os.cpu_count()} cores")
+        print(
+            f"sluice bench: {args.mib} MiB of {RECORD_SIZE} B records x {args.repeats} runs, "
+            f"{PARTITIONS} partitions, acks=all, linger.ms=5, {os.cpu_count()} cores"
+        )
         print("machine baselines:")
         loop_mib_s = timed("loopback TCP", loopback_tcp_mib_s, args.repeats)
-        fsync_mib_s = timed("fsync'd 8 MiB object writes", lambda: fsync_write_mib_s(wd),
-                            args.repeats)
+        fsync_mib_s = timed(
+            "fsync'd 8 MiB object writes", lambda: fsync_write_mib_s(wd), args.repeats
+        )
 
         broker = Broker(wd, options)
         try:
@@ -394,23 +422,36 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"  ! {e}")
                 rin = med([r.in_mib_s for r in runs])
                 rout = med([r.out_mib_s for r in runs])
-                print(f"batch.size={bs // 1024} KiB"
-                      + ("  (runs cut short by --budget)" if any(r.truncated for r in runs)
-                         else ""))
-                print(f"  produced per run                   "
-                      f"{med([r.produced_mib for r in runs]):>9.1f} MiB")
-                print(f"  produce throughput (in)            {rin:>9.1f} MiB/s   "
-                      f"= {rin / loop_mib_s:.1%} of loopback, {rin / fsync_mib_s:.1%} of fsync")
-                print(f"  consume throughput (out)           {rout:>9.1f} MiB/s   "
-                      f"= {rout / loop_mib_s:.1%} of loopback")
-                print(f"  produce latency p50 / p99          "
-                      f"{med([r.p50_ms for r in runs]):>9.1f} / "
-                      f"{med([r.p99_ms for r in runs]):.1f} ms")
-                print(f"  broker CPU per MiB (in+out)        "
-                      f"{med([r.cpu_s_per_mib for r in runs]) * 1000:>9.1f} ms")
-                print(f"    produce / consume                "
-                      f"{med([r.produce_cpu_s / r.produced_mib for r in runs]) * 1000:>9.1f} / "
-                      f"{med([r.consume_cpu_s / r.produced_mib for r in runs]) * 1000:.1f} ms")
+                print(
+                    f"batch.size={bs // 1024} KiB"
+                    + ("  (runs cut short by --budget)" if any(r.truncated for r in runs) else "")
+                )
+                print(
+                    f"  produced per run                   "
+                    f"{med([r.produced_mib for r in runs]):>9.1f} MiB"
+                )
+                print(
+                    f"  produce throughput (in)            {rin:>9.1f} MiB/s   "
+                    f"= {rin / loop_mib_s:.1%} of loopback, {rin / fsync_mib_s:.1%} of fsync"
+                )
+                print(
+                    f"  consume throughput (out)           {rout:>9.1f} MiB/s   "
+                    f"= {rout / loop_mib_s:.1%} of loopback"
+                )
+                print(
+                    f"  produce latency p50 / p99          "
+                    f"{med([r.p50_ms for r in runs]):>9.1f} / "
+                    f"{med([r.p99_ms for r in runs]):.1f} ms"
+                )
+                print(
+                    f"  broker CPU per MiB (in+out)        "
+                    f"{med([r.cpu_s_per_mib for r in runs]) * 1000:>9.1f} ms"
+                )
+                print(
+                    f"    produce / consume                "
+                    f"{med([r.produce_cpu_s / r.produced_mib for r in runs]) * 1000:>9.1f} / "
+                    f"{med([r.consume_cpu_s / r.produced_mib for r in runs]) * 1000:.1f} ms"
+                )
             print(f"broker peak RSS                      {broker.peak_rss_mib():>9.1f} MiB")
         finally:
             broker.stop()

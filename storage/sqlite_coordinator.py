@@ -237,7 +237,7 @@ MIGRATIONS: list[list[str]] = [
 def _increment_sequence(sequence: int, increment: int) -> int:
     """Kafka's DefaultRecordBatch.incrementSequence: sequences wrap at 2^31-1 to 0."""
     if sequence > INT32_MAX - increment:
-        return sequence + increment
+        return increment - (INT32_MAX - sequence) - 1
     return sequence + increment
 
 
