@@ -51,17 +51,16 @@ class BlockCache:
         bs = self.block_size
         first, last = offset // bs, (offset + length - 1) // bs
         blocks = self._cached_prefix(key, first, last)
-        next_index = first + len(blocks)
-        if next_index == last and not (blocks and len(blocks[-1]) < bs):
-            blocks.append(await self._block(key, last))
-        elif next_index < last and not (blocks and len(blocks[-1]) < bs):
+        ended = bool(blocks) and len(blocks[-1]) < bs
+        missing = range(first + len(blocks), last + 1) if not ended else range(0)
+        if len(missing) == 1:
+            blocks.append(await self._block(key, missing[0]))
+        elif missing:
             # Load the rest of a spanning read concurrently, not one block after another.
-            blocks += await asyncio.gather(
-                *(self._block(key, i) for i in range(next_index, last + 1))
-            )
+            blocks += await asyncio.gather(*(self._block(key, i) for i in missing))
         views: list[memoryview] = []
         end = offset + length
-        for index, block in zip(range(first, last + 1), blocks, strict=True):
+        for index, block in enumerate(blocks, first):
             block_start = index * bs
             lo = max(offset - block_start, 0)
             hi = min(end - block_start, len(block))

@@ -47,7 +47,9 @@ class BatchToCommit:
     base_sequence: int = NO_SEQUENCE
 
 
-@dataclass(frozen=True, slots=True)
+# Result types are built in bulk on the produce and fetch paths; plain slots
+# dataclasses cost a quarter of frozen ones to create.
+@dataclass(slots=True)
 class CommitResult:
     """Outcome of one BatchToCommit, in the order they were given."""
 
@@ -65,7 +67,7 @@ class FindRequest:
     max_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BatchLocation:
     object_key: str
     byte_offset: int
@@ -74,7 +76,7 @@ class BatchLocation:
     last_offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FindResult:
     error: int
     log_start_offset: int = -1
@@ -89,14 +91,14 @@ class ListOffsetsRequest:
     timestamp: int  # LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, MAX_TIMESTAMP or a time in ms
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ListOffsetsResult:
     error: int
     offset: int = -1
     timestamp: int = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LogInfo:
     error: int
     log_start_offset: int = -1
@@ -104,7 +106,7 @@ class LogInfo:
     byte_size: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeleteRecordsResult:
     error: int
     low_watermark: int = -1

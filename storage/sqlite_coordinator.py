@@ -244,7 +244,7 @@ def _increment_sequence(sequence: int, increment: int) -> int:
 class _ProducerState:
     """The retained batches of one producer in one partition (oldest first)."""
 
-    __slots__ = ("dirty", "entries", "epoch")
+    __slots__ = ("appended", "entries", "epoch")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
@@ -252,7 +252,7 @@ class _ProducerState:
         self.entries: deque[tuple[int, int, int, int, int]] = deque(
             maxlen=PRODUCER_BATCHES_RETAINED
         )
-        self.dirty = False
+        self.appended = 0  # entries added by the current commit (not yet stored)
 
 
 # --------------------------------------------------------------------------- SQL
@@ -282,8 +282,9 @@ _SELECT_PRODUCER = (
     " log_append_time FROM producer_state"
     " WHERE topic_id = ? AND partition = ? AND producer_id = ? ORDER BY base_offset"
 )
-_DELETE_PRODUCER = (
-    "DELETE FROM producer_state WHERE topic_id = ? AND partition = ? AND producer_id = ?"
+_TRIM_PRODUCER = (
+    "DELETE FROM producer_state"
+    " WHERE topic_id = ? AND partition = ? AND producer_id = ? AND base_offset < ?"
 )
 _INSERT_PRODUCER = (
     "INSERT INTO producer_state (topic_id, partition, producer_id, base_offset,"
@@ -508,7 +509,7 @@ def _commit_file(
             state.entries.append(
                 (b.base_sequence, last_sequence, base_offset, last_offset, append_time)
             )
-            state.dirty = True
+            state.appended += 1
         results.append(CommitResult(NONE, base_offset, append_time, log[0]))
 
     if batch_rows:
@@ -566,16 +567,19 @@ def _check_sequence(
 def _store_producers(
     cur: sqlite3.Cursor, producers: dict[tuple[bytes, int, int], _ProducerState | None]
 ) -> None:
-    dirty = [(k, s) for k, s in producers.items() if s is not None and s.dirty]
-    if not dirty:
-        return
-    # Rewrite each touched producer's (at most 5) rows: simpler than diffing, and the
-    # epoch bump case needs the old rows gone anyway.
-    cur.executemany(_DELETE_PRODUCER, [k for k, _ in dirty])
-    cur.executemany(
-        _INSERT_PRODUCER,
-        [(*k, e[2], s.epoch, e[0], e[1], e[3], e[4]) for k, s in dirty for e in s.entries],
-    )
+    inserts = []
+    trims = []
+    for k, s in producers.items():
+        if s is None or not s.appended:
+            continue
+        # Store only the new entries still retained, then drop every older row: those
+        # that fell out of the five, and all rows of a previous epoch (their offsets
+        # are lower than any batch of the new epoch).
+        for e in list(s.entries)[-s.appended :]:
+            inserts.append((*k, e[2], s.epoch, e[0], e[1], e[3], e[4]))
+        trims.append((*k, s.entries[0][2]))
+    cur.executemany(_INSERT_PRODUCER, inserts)
+    cur.executemany(_TRIM_PRODUCER, trims)
 
 
 def _find_batches(
@@ -673,7 +677,7 @@ def _delete_records(
         start, hwm, _size = log
         target = hwm if offset == -1 else offset
         if target < 0 or target > hwm:
-            out.append(DeleteRecordsResult(OFFSET_OUT_OF_RANGE, start))
+            out.append(DeleteRecordsResult(OFFSET_OUT_OF_RANGE))  # Kafka: low watermark -1
             continue
         if target <= start:
             out.append(DeleteRecordsResult(NONE, start))

@@ -574,7 +574,7 @@ async def test_delete_records(coordinator: BatchCoordinator) -> None:
     assert [(r.error, r.low_watermark) for r in results] == [
         (NONE, 7),
         (NONE, 7),
-        (OUT_OF_RANGE, 7),
+        (OUT_OF_RANGE, -1),
         (UNKNOWN, -1),
     ]
     # The batch 5-9 straddles the new start and stays; only file "a" is now empty.

@@ -101,7 +101,7 @@ def test_header_v2_and_body_decode() -> None:
 def test_header_v1_with_null_client_id() -> None:
     schema = load_request_schema(3, 4)
     body = schema(topics=None, allow_auto_topic_creation=True)
-    header, offset = parse_request_header(memoryview(_request(3, 4, body, client_id=None)))
+    header, _offset = parse_request_header(memoryview(_request(3, 4, body, client_id=None)))
     assert header.client_id is None and header.api_version == 4
 
 
@@ -150,7 +150,7 @@ def test_garbage_body_is_malformed() -> None:
     header = _request(3, 12, schema(topics=None, allow_auto_topic_creation=True,
                                      include_topic_authorized_operations=False))
     raw = memoryview(header[:14] + b"\xff\xff\xff\xff\xff\xff")
-    parsed, offset = parse_request_header(raw)
+    _parsed, offset = parse_request_header(raw)
     with pytest.raises(MalformedRequest):
         decode_body(schema, raw, offset)
 
