@@ -86,7 +86,8 @@ def parse_batches(data: bytes | memoryview, max_batch_bytes: int) -> list[BatchH
             if total - pos > MAGIC_OFFSET and view[pos + MAGIC_OFFSET] < 2:
                 raise InvalidRecords(
                     ErrorCode.unsupported_for_message_format,
-                    f"message format magic {view[pos + MAGIC_OFFSET]} is not supported; use magic 2",
+                    f"message format magic {view[pos + MAGIC_OFFSET]} is not supported; "
+                    "use magic 2",
                 )
             raise InvalidRecords(ErrorCode.corrupt_message, "truncated record batch header")
         (
@@ -124,7 +125,8 @@ def parse_batches(data: bytes | memoryview, max_batch_bytes: int) -> list[BatchH
         if last_offset_delta < 0 or records_count != last_offset_delta + 1:
             raise InvalidRecords(
                 ErrorCode.corrupt_message,
-                f"record count {records_count} does not match last offset delta {last_offset_delta}",
+                f"record count {records_count} does not match "
+                f"last offset delta {last_offset_delta}",
             )
         headers.append(
             BatchHeader(

@@ -18,12 +18,13 @@ if TYPE_CHECKING:
 
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_DEFAULT = 5
+MANUAL_ASSIGNMENTS = "Manual partition assignments are not supported: placement is managed"
 
 
 def _replication_error(broker: Broker, factor: int, assignments: Any) -> str | None:
     # Diskless topics have a managed replication factor: -1 or 1 mean "managed".
     if assignments:
-        return "Manual partition assignments are not supported: placement is managed"
+        return MANUAL_ASSIGNMENTS
     if factor not in (-1, 1):
         return (
             f"Replication factor {factor} is not supported: the object store replicates "
@@ -127,7 +128,7 @@ async def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -
         if item.assignments:
             entry.update(
                 error_code=int(ErrorCode.invalid_request),
-                error_message="Manual partition assignments are not supported: placement is managed",
+                error_message=MANUAL_ASSIGNMENTS,
             )
             continue
         try:
