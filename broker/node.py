@@ -64,7 +64,7 @@ class Broker:
             self.watch.notify,
         )
         self.fetcher = Fetcher(coordinator, self.cache)
-        self.producer_ids = ProducerIdAllocator(os.path.join(config.data_dir, "producer-ids"))
+        self.producer_ids = ProducerIdAllocator(coordinator)
         self.cluster_id = ""
         self._server: KafkaServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -99,7 +99,6 @@ class Broker:
         await self.coordinator.start()
         await self.catalog.start()
         await self.topics.load()
-        self.producer_ids.load()
         self._server = KafkaServer(
             build_api_table(self),
             self.config.host,

@@ -1,43 +1,30 @@
-"""Producer ids for InitProducerId, unique across restarts.
+"""Producer ids for InitProducerId, unique across restarts and across brokers.
 
-Ids are handed out from blocks; the end of the current block is made durable
-before any id of it is used, so a restart continues after the block and never
-reuses an id. (Across several brokers the block must come from shared storage:
-that moves to the coordinator/controller when brokers share a store.)
+Ids come from blocks the batch coordinator reserves durably, so a restarted broker or
+another broker on the same coordinator never hands out an id twice.
 """
 
 from __future__ import annotations
 
-import os
+import asyncio
+
+from storage.coordinator import BatchCoordinator
 
 BLOCK_SIZE = 1000
 
 
 class ProducerIdAllocator:
-    def __init__(self, path: str) -> None:
-        self._path = path
+    def __init__(self, coordinator: BatchCoordinator) -> None:
+        self._coordinator = coordinator
         self._next = 0
         self._block_end = 0
+        self._lock = asyncio.Lock()
 
-    def load(self) -> None:
-        try:
-            with open(self._path) as f:
-                self._next = self._block_end = int(f.read().strip() or 0)
-        except FileNotFoundError:
-            self._next = self._block_end = 0
-
-    def allocate(self) -> int:
-        if self._next >= self._block_end:
-            self._reserve(self._next + BLOCK_SIZE)
-        pid = self._next
-        self._next += 1
-        return pid
-
-    def _reserve(self, end: int) -> None:
-        tmp = self._path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(str(end))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
-        self._block_end = end
+    async def allocate(self) -> int:
+        async with self._lock:
+            if self._next >= self._block_end:
+                self._next = await self._coordinator.allocate_producer_ids(BLOCK_SIZE)
+                self._block_end = self._next + BLOCK_SIZE
+            pid = self._next
+            self._next += 1
+            return pid

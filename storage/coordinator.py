@@ -25,6 +25,19 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
 
+class CoordinatorUnavailable(Exception):
+    """The backend could not complete an operation (connection lost, timeout).
+
+    Retriable for clients. ``outcome_unknown`` is True when a write may have been
+    committed even though no answer arrived (the connection dropped after COMMIT was
+    sent): its effects must then neither be acknowledged nor undone.
+    """
+
+    def __init__(self, message: str, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionKey:
     topic_id: UUID
@@ -205,6 +218,11 @@ class BatchCoordinator(ABC):
     @abstractmethod
     async def files_to_delete(self, marked_before_ms: int, limit: int) -> list[FileToDelete]:
         """Files marked deleting before the given time (the grace period is the caller's)."""
+
+    @abstractmethod
+    async def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` consecutive producer ids unique across all brokers sharing
+        this coordinator, durably; returns the first."""
 
     @abstractmethod
     async def forget_files(self, object_keys: Sequence[str]) -> None:

@@ -228,6 +228,11 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (topic_id, partition, producer_id, base_offset)
         ) WITHOUT ROWID""",
     ],
+    # 2: producer id blocks handed to brokers (InitProducerId).
+    [
+        "CREATE TABLE producer_id_blocks (id INTEGER PRIMARY KEY CHECK (id = 1), next_id INTEGER)",
+        "INSERT INTO producer_id_blocks (id, next_id) VALUES (1, 0)",
+    ],
 ]
 
 
@@ -404,6 +409,9 @@ class SqliteCoordinator(BatchCoordinator):
 
     async def forget_files(self, object_keys: Sequence[str]) -> None:
         await self._write(_forget_files, [(k,) for k in object_keys])
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        return await self._write(_allocate_producer_ids, count)
 
 
 # The transaction bodies below run on the worker thread, inside run_transaction.
@@ -755,3 +763,11 @@ def _forget_files(cur: sqlite3.Cursor, keys: list[tuple[str]]) -> None:
     # Only deleting files: forgetting a file that still holds live batches would leave
     # batches pointing nowhere.
     cur.executemany("DELETE FROM files WHERE object_key = ? AND state = 'deleting'", keys)
+
+
+def _allocate_producer_ids(cur: sqlite3.Cursor, count: int) -> int:
+    (first,) = cur.execute(
+        "UPDATE producer_id_blocks SET next_id = next_id + ? WHERE id = 1 RETURNING next_id - ?",
+        (count, count),
+    ).fetchone()
+    return int(first)

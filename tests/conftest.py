@@ -18,3 +18,7 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+
+
+# Real servers for integration tests (PostgreSQL, S3), shared by every test directory.
+pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.s3"]

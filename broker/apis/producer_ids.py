@@ -33,5 +33,5 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch + 1}
         )
     return ctx.respond(
-        {"error_code": 0, "producer_id": broker.producer_ids.allocate(), "producer_epoch": 0}
+        {"error_code": 0, "producer_id": await broker.producer_ids.allocate(), "producer_epoch": 0}
     )

@@ -703,3 +703,17 @@ async def test_state_survives_close_and_reopen(coordinator_factory: CoordinatorF
         batch(count=1, pid=PID, epoch=1, seq=4),
     )
     assert [(r.error, r.base_offset) for r in results] == [(NONE, 0), (NONE, 4)]
+
+
+async def test_producer_id_blocks_are_disjoint_and_durable(
+    coordinator_factory: CoordinatorFactory,
+) -> None:
+    first_coordinator = await coordinator_factory.open()
+    first = await first_coordinator.allocate_producer_ids(1000)
+    second = await first_coordinator.allocate_producer_ids(10)
+    assert second >= first + 1000
+    await first_coordinator.close()
+    # Another coordinator on the same storage (a restarted or second broker).
+    other = await coordinator_factory.open()
+    third = await other.allocate_producer_ids(5)
+    assert third >= second + 10
