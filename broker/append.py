@@ -22,8 +22,13 @@ from kio.schema.errors import ErrorCode
 
 from protocol.records import BatchHeader, stamp_log_append_time
 from storage.block_cache import BlockCache
-from storage.coordinator import BatchCoordinator, BatchToCommit, CommitResult
-from storage.object_store import ObjectStore
+from storage.coordinator import (
+    BatchCoordinator,
+    BatchToCommit,
+    CommitResult,
+    CoordinatorUnavailable,
+)
+from storage.object_store import ObjectStore, ObjectStoreError
 
 from .metrics import METRICS
 
@@ -39,6 +44,12 @@ class PartitionAppend:
     records: memoryview
     batches: list[BatchHeader]
     log_append_time: bool
+
+
+class FlushFailed(Exception):
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +135,9 @@ class Appender:
     ) -> None:
         try:
             results = await self._write(buffer, previous)
+        except FlushFailed as exc:
+            log.warning("flush of %d bytes failed: %s", buffer.size, exc)
+            results = [PartitionResult(int(exc.error))] * len(buffer.appends)
         except Exception:
             log.exception("flush of %d bytes failed", buffer.size)
             results = [PartitionResult(int(ErrorCode.kafka_storage_error))] * len(buffer.appends)
@@ -167,18 +181,44 @@ class Appender:
                 position += batch.size
         key = uuid.uuid4().hex
         started = time.perf_counter()
-        await self._store.put(key, chunks)
+        try:
+            await self._store.put(key, chunks)
+        except ObjectStoreError as exc:
+            # Nothing was acknowledged; producers retry (the error is retriable).
+            raise FlushFailed(ErrorCode.kafka_storage_error, f"upload failed: {exc}") from exc
+        finally:
+            if previous is not None:
+                await previous  # commits stay in flush order, failed or not
         METRICS.upload_seconds.observe(time.perf_counter() - started)
         self._cache.put_object(key, chunks)
-        if previous is not None:
-            await previous  # commits stay in flush order
         started = time.perf_counter()
-        committed = await self._coordinator.commit_file(
-            key, position, self._node_id, to_commit, now_ms
-        )
+        try:
+            committed = await self._coordinator.commit_file(
+                key, position, self._node_id, to_commit, now_ms
+            )
+        except CoordinatorUnavailable as exc:
+            await self._discard_uncommitted(key, exc)
+            error = (
+                ErrorCode.request_timed_out
+                if exc.outcome_unknown
+                else ErrorCode.kafka_storage_error
+            )
+            raise FlushFailed(error, f"commit failed: {exc}") from exc
         METRICS.commit_seconds.observe(time.perf_counter() - started)
         METRICS.produced_bytes.inc(position)
         return self._per_partition(buffer.appends, committed)
+
+    async def _discard_uncommitted(self, key: str, exc: CoordinatorUnavailable) -> None:
+        """Delete an object whose commit certainly did not happen. When the outcome is
+        unknown the object may be referenced, so it stays (an orphan at worst)."""
+        self._cache.invalidate(key)
+        if exc.outcome_unknown:
+            log.warning("commit outcome of %s unknown; keeping the object", key)
+            return
+        try:
+            await self._store.delete_many([key])
+        except ObjectStoreError:
+            log.warning("could not delete uncommitted object %s; it is left orphaned", key)
 
     def _per_partition(
         self, appends: list[PartitionAppend], committed: list[CommitResult]

@@ -4,17 +4,22 @@ with patched record bytes straight from the cache."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from storage.coordinator import FindRequest, FindResult
+from protocol.codec import RecordChunks
+from storage.coordinator import CoordinatorUnavailable, FindRequest, FindResult
+from storage.object_store import ObjectStoreError
 
 from ..fetch import LEADER_EPOCH
 
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
+
+log = logging.getLogger(__name__)
 
 TOPIC_IDS_VERSION = 13
 
@@ -68,19 +73,16 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def _fetch(
+async def _collect(
     broker: Broker,
-    ctx: RequestContext,
     slots: list[_Slot],
     finds: list[FindRequest],
     max_bytes: int,
     min_bytes: int,
     max_wait: float,
-    by_id: bool,
-) -> Any:
+) -> tuple[list[FindResult], list[RecordChunks | None]]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
-    results: list[FindResult] = []
     while True:
         results = await broker.fetcher.find(finds, max_bytes) if finds else []
         available = sum(b.byte_size for r in results for b in r.batches)
@@ -92,9 +94,27 @@ async def _fetch(
             or any(s.error for s in slots)
             or not finds
         ):
-            break
+            return results, await broker.fetcher.read(results)
         await broker.watch.wait([(f.topic_id, f.partition, f.offset) for f in finds], remaining)
-    records = await broker.fetcher.read(results)
+
+
+async def _fetch(
+    broker: Broker,
+    ctx: RequestContext,
+    slots: list[_Slot],
+    finds: list[FindRequest],
+    max_bytes: int,
+    min_bytes: int,
+    max_wait: float,
+    by_id: bool,
+) -> Any:
+    try:
+        results, records = await _collect(broker, slots, finds, max_bytes, min_bytes, max_wait)
+    except (CoordinatorUnavailable, ObjectStoreError) as exc:
+        # Retriable for consumers: they back off and fetch again.
+        log.warning("fetch failed: %s", exc)
+        results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
+        records = [None] * len(finds)
     topics: dict[Any, list[dict[str, Any]]] = {}
     for slot in slots:
         entry: dict[str, Any] = {
