@@ -8,7 +8,7 @@ underscores, upper case), then ``-o key=value`` on the command line.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 MiB = 1024 * 1024
@@ -31,17 +31,48 @@ class BrokerConfig:
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
     message_max_bytes: int = 1048588  # Kafka's default max.message.bytes
+    # Storage backends. Embedded default: a directory and SQLite under data.dir.
+    object_store: str = "local"  # local | s3
+    coordinator: str = "sqlite"  # sqlite | postgresql
+    coordinator_dsn: str = ""  # postgresql://user:pass@host:port/db
+    s3_endpoint: str = ""
+    s3_region: str = "us-east-1"
+    s3_bucket: str = "sluice"
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_path_style: bool = True
+    s3_key_prefix: str = ""
+    # Static broker list "id@host:port[:rack],..." until the controller exists. Empty:
+    # this broker alone.
+    cluster_brokers: str = ""
+    # With several brokers, commits of the others are only seen by asking the
+    # coordinator: long polls re-check this often, and topics are re-read this often.
+    remote_poll_interval_ms: int = 100
+    metadata_refresh_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
     file_delete_delay_ms: int = 60_000
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.host
 
+    def static_brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """Parse ``cluster.brokers``: ``id@host:port[:rack]`` entries, comma separated."""
+        out = []
+        for entry in filter(None, (e.strip() for e in self.cluster_brokers.split(","))):
+            try:
+                node, address = entry.split("@", 1)
+                host, port, *rack = address.split(":")
+                out.append((int(node), host, int(port), rack[0] if rack else None))
+            except ValueError:
+                raise ValueError(
+                    f"cluster.brokers entry {entry!r}: expected id@host:port[:rack]"
+                ) from None
+        return out
+
 
 # Kafka config name -> BrokerConfig attribute.
-_KEYS = {f.name.replace("_", "."): f.name for f in fields(BrokerConfig) if f.name != "extra"}
+_KEYS = {f.name.replace("_", "."): f.name for f in fields(BrokerConfig)}
 _KEYS["broker.id"] = "node_id"
 _KEYS["node.id"] = "node_id"
 _KEYS["broker.rack"] = "rack"
@@ -70,17 +101,15 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
             if var in env:
                 merged[key] = env[var]
     values: dict[str, Any] = {}
-    extra: dict[str, str] = {}
     for key, raw in merged.items():
         name = _KEYS.get(key)
         if name is None:
-            extra[key] = raw
-            continue
+            raise ValueError(f"unknown config {key!r}")
         try:
             values[name] = _coerce(name, raw)
         except ValueError as exc:
             raise ValueError(f"config {key}: {exc}") from None
-    return BrokerConfig(**values, extra=extra)
+    return BrokerConfig(**values)
 
 
 def parse_config_file(text: str) -> dict[str, str]:

@@ -68,6 +68,7 @@ class Broker:
         self.cluster_id = ""
         self._server: KafkaServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._endpoints: list[BrokerEndpoint] = []
 
     @property
     def port(self) -> int:
@@ -106,6 +107,9 @@ class Broker:
             self.config.socket_request_max_bytes,
         )
         await self._server.start()
+        self._endpoints = self._make_endpoints()
+        if self.multi_broker:
+            self._tasks.append(asyncio.create_task(self._metadata_refresh_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._cleaner_loop()))
         log.info(
@@ -129,6 +133,33 @@ class Broker:
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()
+
+    def _make_endpoints(self) -> list[BrokerEndpoint]:
+        me = BrokerEndpoint(
+            self.config.node_id, self.config.advertised, self.port, self.config.rack
+        )
+        static = self.config.static_brokers()
+        if not static:
+            return [me]
+        endpoints = [BrokerEndpoint(*entry) for entry in static]
+        if me.node_id not in {e.node_id for e in endpoints}:
+            raise ValueError(f"cluster.brokers does not list this broker (node.id {me.node_id})")
+        return endpoints
+
+    @property
+    def remote_poll_seconds(self) -> float | None:
+        """How long a long poll may wait before asking the coordinator again: other
+        brokers' commits do not wake local waiters."""
+        return self.config.remote_poll_interval_ms / 1000 if self.multi_broker else None
+
+    async def _metadata_refresh_loop(self) -> None:
+        interval = self.config.metadata_refresh_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.topics.load()
+            except Exception:
+                log.exception("refreshing topics failed")
 
     async def enforce_retention(self) -> None:
         policies = [

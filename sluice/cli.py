@@ -46,33 +46,51 @@ def _parser() -> argparse.ArgumentParser:
         help="set a broker config, e.g. -o produce.commit.interval.ms=100",
     )
     dev.add_argument("--log-level", default="INFO")
+
+    broker = sub.add_parser(
+        "broker", help="one broker of a cluster (storage and peers from the config)"
+    )
+    broker.add_argument("--config", required=True, help="properties file with broker configs")
+    broker.add_argument(
+        "-o",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a broker config on top of the file and SLUICE_* variables",
+    )
+    broker.add_argument("--log-level", default="INFO")
     return parser
 
 
-def dev_config(args: argparse.Namespace) -> BrokerConfig:
+def broker_config(args: argparse.Namespace) -> BrokerConfig:
     layers: list[dict[str, str]] = []
     if args.config:
         with open(args.config) as f:
             layers.append(parse_config_file(f.read()))
-    layers.append({"host": args.host, "port": str(args.port), "data.dir": args.data_dir})
+    if args.command == "dev":
+        # The embedded default, whatever the file says about storage.
+        layers.append(
+            {
+                "host": args.host,
+                "port": str(args.port),
+                "data.dir": args.data_dir,
+                "object.store": "local",
+                "coordinator": "sqlite",
+            }
+        )
     layers.append(_overrides(args.overrides))
     return load_config(*layers, env=os.environ)
 
 
-async def run_dev(config: BrokerConfig) -> None:
+async def run_broker(config: BrokerConfig) -> None:
     from broker.node import Broker
-    from storage.local_store import LocalObjectStore
-    from storage.sqlite_catalog import SqliteCatalog
-    from storage.sqlite_coordinator import SqliteCoordinator
+
+    from .backends import coordinator_and_catalog, object_store
 
     os.makedirs(config.data_dir, exist_ok=True)
-    broker = Broker(
-        config,
-        LocalObjectStore(os.path.join(config.data_dir, "objects")),
-        SqliteCoordinator(os.path.join(config.data_dir, "coordinator.db")),
-        SqliteCatalog(os.path.join(config.data_dir, "catalog.db")),
-    )
-    await _serve(broker)
+    coordinator, catalog = coordinator_and_catalog(config)
+    await _serve(Broker(config, object_store(config), coordinator, catalog))
 
 
 async def _serve(broker: object) -> None:
@@ -99,14 +117,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; keep running without it
         uvloop = None
-    if args.command == "dev":
+    if args.command in ("dev", "broker"):
         try:
-            config = dev_config(args)
-        except ValueError as exc:
+            config = broker_config(args)
+            config.static_brokers()  # fail early on a malformed list
+        except (OSError, ValueError) as exc:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2
         runner = uvloop.run if uvloop else asyncio.run
-        runner(run_dev(config))
+        runner(run_broker(config))
         return 0
     return 2
 

@@ -23,6 +23,8 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+# Never shown: a DSN carries the database password.
+SENSITIVE_BROKER_KEYS = frozenset({"s3.secret.key", "coordinator.dsn"})
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 _TOPIC_TYPES = {
@@ -62,24 +64,23 @@ def _topic_configs(broker: Broker, name: str, keys: Any, with_docs: bool) -> lis
 def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
     out = []
     for f in fields(config):
-        if f.name == "extra":
-            continue
         key = f.name.replace("_", ".")
         if keys is not None and key not in keys:
             continue
         value = getattr(config, f.name)
+        sensitive = key in SENSITIVE_BROKER_KEYS
+        if sensitive or value is None:
+            shown = None
+        else:
+            shown = str(value).lower() if isinstance(value, bool) else str(value)
         out.append(
             {
                 "name": key,
-                "value": None
-                if value is None
-                else str(value).lower()
-                if isinstance(value, bool)
-                else str(value),
+                "value": shown,
                 "read_only": True,
                 "is_default": value == f.default,
                 "config_source": SOURCE_STATIC_BROKER,
-                "is_sensitive": False,
+                "is_sensitive": sensitive,
                 "synonyms": [],
                 "config_type": TYPE_STRING,
             }

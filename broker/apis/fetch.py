@@ -95,7 +95,11 @@ async def _collect(
             or not finds
         ):
             return results, await broker.fetcher.read(results)
-        await broker.watch.wait([(f.topic_id, f.partition, f.offset) for f in finds], remaining)
+        poll = broker.remote_poll_seconds
+        await broker.watch.wait(
+            [(f.topic_id, f.partition, f.offset) for f in finds],
+            remaining if poll is None else min(remaining, poll),
+        )
 
 
 async def _fetch(

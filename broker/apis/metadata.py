@@ -72,6 +72,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 )
                 continue
             topic = broker.topics.get(name)
+            if topic is None and broker.multi_broker:
+                await broker.topics.load()  # it may have been created through another broker
+                topic = broker.topics.get(name)
             if topic is None and allow_auto and broker.config.auto_create_topics_enable:
                 topic, error = await auto_create(broker, name)
                 if topic is None:

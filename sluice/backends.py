@@ -1,0 +1,58 @@
+"""Builds the storage backends a broker config names.
+
+Embedded default: a directory and SQLite files under ``data.dir``. Production:
+S3/MinIO (``object.store=s3``) and PostgreSQL (``coordinator=postgresql``), shared by
+every broker of the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+
+from broker.config import BrokerConfig
+from storage.catalog import TopicCatalog
+from storage.coordinator import BatchCoordinator
+from storage.object_store import ObjectStore
+
+
+def object_store(config: BrokerConfig) -> ObjectStore:
+    if config.object_store == "local":
+        from storage.local_store import LocalObjectStore
+
+        return LocalObjectStore(os.path.join(config.data_dir, "objects"))
+    if config.object_store == "s3":
+        from storage.s3_store import S3Config, S3ObjectStore
+
+        if not config.s3_endpoint and not config.s3_bucket:
+            raise ValueError("object.store=s3 needs s3.bucket (and s3.endpoint for MinIO)")
+        return S3ObjectStore(
+            S3Config(
+                endpoint_url=config.s3_endpoint or None,
+                region=config.s3_region,
+                bucket=config.s3_bucket,
+                access_key=config.s3_access_key or None,
+                secret_key=config.s3_secret_key or None,
+                path_style=config.s3_path_style,
+                key_prefix=config.s3_key_prefix,
+            )
+        )
+    raise ValueError(f"object.store must be local or s3, not {config.object_store!r}")
+
+
+def coordinator_and_catalog(config: BrokerConfig) -> tuple[BatchCoordinator, TopicCatalog]:
+    if config.coordinator == "sqlite":
+        from storage.sqlite_catalog import SqliteCatalog
+        from storage.sqlite_coordinator import SqliteCoordinator
+
+        return (
+            SqliteCoordinator(os.path.join(config.data_dir, "coordinator.db")),
+            SqliteCatalog(os.path.join(config.data_dir, "catalog.db")),
+        )
+    if config.coordinator == "postgresql":
+        from storage.postgres_catalog import PostgresCatalog
+        from storage.postgres_coordinator import PostgresCoordinator
+
+        if not config.coordinator_dsn:
+            raise ValueError("coordinator=postgresql needs coordinator.dsn")
+        return PostgresCoordinator(config.coordinator_dsn), PostgresCatalog(config.coordinator_dsn)
+    raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")
