@@ -77,9 +77,11 @@ class Broker:
 
     def endpoints(self) -> list[BrokerEndpoint]:
         """Brokers listed in Metadata. The seam the controller issue replaces."""
-        return [
-            BrokerEndpoint(self.config.node_id, self.config.advertised, self.port, self.config.rack)
-        ]
+        return self._endpoints
+
+    @property
+    def multi_broker(self) -> bool:
+        return len(self._endpoints) > 1
 
     def leader_for(self, topic: Topic, partition: int) -> int:
         """The broker clients should send a partition's produce and fetch to. Any
@@ -122,6 +124,11 @@ class Broker:
         )
 
     async def stop(self) -> None:
+        # Order matters: stop admitting requests, flush what was admitted so every
+        # producer waiting on it is answered, then disconnect and close storage.
+        if self._server is not None:
+            self._server.stop_accepting()
+        await self.appender.close()
         if self._server is not None:
             await self._server.close()
         for task in self._tasks:
@@ -129,7 +136,6 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self.appender.close()
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()

@@ -68,8 +68,10 @@ class _Answer:
 
 
 class KafkaConnection(asyncio.Protocol):
-    def __init__(self, apis: ApiTable, max_frame: int) -> None:
+    def __init__(self, apis: ApiTable, max_frame: int, registry: set[KafkaConnection]) -> None:
         self._apis = apis
+        self._registry = registry
+        self._draining = False
         self._decoder = FrameDecoder(max_frame)
         self._transport: asyncio.Transport | None = None
         self._peer: tuple[str, int] = ("?", 0)
@@ -91,6 +93,7 @@ class KafkaConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._registry.add(self)
         self._worker = asyncio.create_task(self._run())
 
     def data_received(self, data: bytes) -> None:
@@ -105,6 +108,7 @@ class KafkaConnection(asyncio.Protocol):
             self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._registry.discard(self)
         self._closed = True
         self._wakeup.set()
         for answer in self._answers:
@@ -119,11 +123,30 @@ class KafkaConnection(asyncio.Protocol):
         self._writing_paused = False
         self._update_reading()
 
+    # -- shutdown ---------------------------------------------------------
+    def drain(self) -> None:
+        """Stop taking requests; those already admitted are still answered."""
+        self._draining = True
+        self._inbox.clear()
+        self._update_reading()
+
+    @property
+    def idle(self) -> bool:
+        return not self._answers
+
+    def close(self) -> None:
+        if self._transport is not None and not self._closed:
+            self._transport.close()
+
     # -- internals --------------------------------------------------------
     def _update_reading(self) -> None:
         if self._transport is None or self._closed:
             return
-        busy = self._writing_paused or len(self._answers) + len(self._inbox) >= MAX_PENDING
+        busy = (
+            self._draining
+            or self._writing_paused
+            or len(self._answers) + len(self._inbox) >= MAX_PENDING
+        )
         if busy and not self._reading_paused:
             self._transport.pause_reading()
             self._reading_paused = True
@@ -186,7 +209,10 @@ class KafkaConnection(asyncio.Protocol):
         except Exception:
             log.exception("%s handler failed", api.name)
             METRICS.request_errors.labels(api.name).inc()
-            result = error_response(response_type, ErrorCode.unknown_server_error)
+            result = _error_or_none(response_type, ErrorCode.unknown_server_error)
+            if result is None:
+                self._abort("internal", f"{api.name} handler failed")
+                return
         if result is None:
             return  # acks=0 produce: Kafka sends nothing back
         if isinstance(result, asyncio.Future):
@@ -212,17 +238,32 @@ class KafkaConnection(asyncio.Protocol):
                 continue
             future = answer.future
             if future.cancelled():
-                response = error_response(answer.response_type, ErrorCode.request_timed_out)
-            elif future.exception() is not None:
+                # Only shutdown cancels answers. Closing without an answer makes the
+                # client retry, where an empty error answer would be malformed for it.
+                self._abort("shutdown", "answer cancelled")
+                return
+            if future.exception() is not None:
                 log.error("%s failed", answer.api_name, exc_info=future.exception())
                 METRICS.request_errors.labels(answer.api_name).inc()
-                response = error_response(answer.response_type, ErrorCode.unknown_server_error)
+                response = _error_or_none(answer.response_type, ErrorCode.unknown_server_error)
+                if response is None:
+                    self._abort("internal", f"{answer.api_name} failed")
+                    return
             else:
                 response = future.result()
             if response is None:
                 continue
             transport.writelines(encode_response(answer.correlation_id, response))
         self._update_reading()
+
+
+def _error_or_none(response_type: type, error: ErrorCode) -> Any:
+    """A whole-request error answer, if the API has a top-level error code. Others
+    (Produce, ...) answer per partition, and an answer without the partitions asked
+    about is malformed to clients: the connection is closed instead."""
+    if "error_code" not in response_type.__dataclass_fields__:
+        return None
+    return error_response(response_type, error)
 
 
 class KafkaServer:
@@ -232,6 +273,7 @@ class KafkaServer:
         self._port = port
         self._max_frame = max_frame
         self._server: asyncio.base_events.Server | None = None
+        self._connections: set[KafkaConnection] = set()
 
     @property
     def port(self) -> int:
@@ -241,14 +283,25 @@ class KafkaServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self._apis, self._max_frame),
+            lambda: KafkaConnection(self._apis, self._max_frame, self._connections),
             self._host,
             self._port,
             reuse_address=True,
             backlog=1024,
         )
 
-    async def close(self) -> None:
+    def stop_accepting(self) -> None:
+        """Stop listening and stop reading requests; admitted ones still complete."""
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+        for connection in list(self._connections):
+            connection.drain()
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) for admitted requests to be answered, then disconnect."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(not c.idle for c in self._connections) and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for connection in list(self._connections):
+            connection.close()

@@ -114,12 +114,16 @@ def confluent_admin(bootstrap: str) -> AdminClient:
 def confluent_create_topic(
     bootstrap: str, topic: str, partitions: int = 1, config: dict[str, str] | None = None
 ) -> None:
-    futures = confluent_admin(bootstrap).create_topics(
+    # The AdminClient must outlive the future: librdkafka fails pending requests with
+    # _DESTROY when the handle is garbage collected.
+    admin = confluent_admin(bootstrap)
+    futures = admin.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
         operation_timeout=15,
         request_timeout=15,
     )
     futures[topic].result(timeout=20)
+    del admin
 
 
 def confluent_consumer(bootstrap: str, **extra: object) -> Consumer:

@@ -45,7 +45,8 @@ async def produce(bootstrap: str, topic: str, msgs: list[Msg], **conf: object) -
             for m in msgs
         ]
         await producer.flush()
-        return [(await f).offset for f in futures]
+        # With acks=0 there is no answer, so aiokafka resolves each send to None.
+        return [-1 if (md := await f) is None else md.offset for f in futures]
     finally:
         await producer.stop()
 

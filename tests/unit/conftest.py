@@ -4,7 +4,11 @@ The coordinator contract suite runs once per backend in ``COORDINATOR_BACKENDS``
 backend is an async context manager that prepares empty storage (a temp SQLite file; a
 fresh database for PostgreSQL) and yields a zero-argument constructor; every
 coordinator it constructs must see the same data, which is how persistence across a
-close/reopen is tested.
+close/reopen is tested. The catalog tests run the same way over ``CATALOG_BACKENDS``.
+
+A backend is built by a plain (sync) fixture from the test's ``request``: PostgreSQL
+takes its session server from it then, outside the event loop, and SQLite-only runs
+never start one.
 """
 
 from __future__ import annotations
@@ -12,24 +16,56 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from storage.catalog import TopicCatalog
 from storage.coordinator import BatchCoordinator
+from storage.postgres_catalog import PostgresCatalog
+from storage.postgres_coordinator import PostgresCoordinator
+from storage.sqlite_catalog import SqliteCatalog
 from storage.sqlite_coordinator import SqliteCoordinator
 
 MakeCoordinator = Callable[[], BatchCoordinator]
+# (request, tmp_path) -> async context manager yielding a zero-argument constructor
+Backend = Callable[[pytest.FixtureRequest, Path], AbstractAsyncContextManager[Callable[[], Any]]]
 
 
-@asynccontextmanager
-async def sqlite_backend(tmp_path: Path) -> AsyncIterator[MakeCoordinator]:
-    path = str(tmp_path / "coordinator.db")
-    yield lambda: SqliteCoordinator(path)
+def sqlite(cls: Callable[[str], Any]) -> Backend:
+    @asynccontextmanager
+    async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+        path = str(tmp_path / "sluice.db")
+        yield lambda: cls(path)
+
+    return backend
 
 
-# name -> backend; add "postgresql" here when that backend exists.
-COORDINATOR_BACKENDS: dict[str, Callable[[Path], AbstractAsyncContextManager[MakeCoordinator]]] = {
-    "sqlite": sqlite_backend,
+def postgresql(cls: Callable[[str], Any]) -> Backend:
+    def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AbstractAsyncContextManager[Any]:
+        server = request.getfixturevalue("postgres_server")
+
+        @asynccontextmanager
+        async def database() -> AsyncIterator[Any]:
+            dsn = await server.new_database()
+            try:
+                yield lambda: cls(dsn)
+            finally:
+                await server.drop_database(dsn)
+
+        return database()
+
+    return backend
+
+
+# name -> backend
+COORDINATOR_BACKENDS: dict[str, Backend] = {
+    "sqlite": sqlite(SqliteCoordinator),
+    "postgresql": postgresql(PostgresCoordinator),
+}
+CATALOG_BACKENDS: dict[str, Backend] = {
+    "sqlite": sqlite(SqliteCatalog),
+    "postgresql": postgresql(PostgresCatalog),
 }
 
 
@@ -52,10 +88,17 @@ class CoordinatorFactory:
 
 
 @pytest.fixture(params=sorted(COORDINATOR_BACKENDS))
-async def coordinator_factory(
+def coordinator_backend(
     request: pytest.FixtureRequest, tmp_path: Path
+) -> AbstractAsyncContextManager[MakeCoordinator]:
+    return COORDINATOR_BACKENDS[request.param](request, tmp_path)
+
+
+@pytest.fixture
+async def coordinator_factory(
+    coordinator_backend: AbstractAsyncContextManager[MakeCoordinator],
 ) -> AsyncIterator[CoordinatorFactory]:
-    async with COORDINATOR_BACKENDS[request.param](tmp_path) as make:
+    async with coordinator_backend as make:
         factory = CoordinatorFactory(make)
         try:
             yield factory
@@ -66,3 +109,23 @@ async def coordinator_factory(
 @pytest.fixture
 async def coordinator(coordinator_factory: CoordinatorFactory) -> BatchCoordinator:
     return await coordinator_factory.open()
+
+
+@pytest.fixture(params=sorted(CATALOG_BACKENDS))
+def catalog_backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AbstractAsyncContextManager[Callable[[], TopicCatalog]]:
+    return CATALOG_BACKENDS[request.param](request, tmp_path)
+
+
+@pytest.fixture
+async def catalog(
+    catalog_backend: AbstractAsyncContextManager[Callable[[], TopicCatalog]],
+) -> AsyncIterator[TopicCatalog]:
+    async with catalog_backend as make:
+        c = make()
+        await c.start()
+        try:
+            yield c
+        finally:
+            await c.close()

@@ -1,39 +1,32 @@
-"""SqliteCatalog: topic metadata until the Raft controller takes over."""
+"""TopicCatalog: topic metadata until the Raft controller takes over.
+
+The ``catalog`` fixture (conftest.py) runs each test once per backend."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
 
-from storage.catalog import Topic, TopicExists, TopicNotFound
+from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
 from storage.coordinator import PartitionKey
 from storage.sqlite_catalog import SqliteCatalog
 from storage.sqlite_coordinator import SqliteCoordinator
-
-
-@pytest.fixture
-async def catalog(tmp_path: Path) -> AsyncIterator[SqliteCatalog]:
-    c = SqliteCatalog(str(tmp_path / "catalog.db"))
-    await c.start()
-    yield c
-    await c.close()
 
 
 def topic(name: str, partitions: int = 3, **configs: str) -> Topic:
     return Topic(name, uuid4(), partitions, configs)
 
 
-async def test_create_and_list(catalog: SqliteCatalog) -> None:
+async def test_create_and_list(catalog: TopicCatalog) -> None:
     b, a = topic("b", 1), topic("a", 4, **{"retention.ms": "1000"})
     await catalog.create_topic(b)
     await catalog.create_topic(a)
     assert await catalog.list_topics() == [a, b]
 
 
-async def test_create_existing_name_raises(catalog: SqliteCatalog) -> None:
+async def test_create_existing_name_raises(catalog: TopicCatalog) -> None:
     first = topic("t")
     await catalog.create_topic(first)
     with pytest.raises(TopicExists):
@@ -41,7 +34,7 @@ async def test_create_existing_name_raises(catalog: SqliteCatalog) -> None:
     assert await catalog.list_topics() == [first]
 
 
-async def test_delete_returns_the_topic(catalog: SqliteCatalog) -> None:
+async def test_delete_returns_the_topic(catalog: TopicCatalog) -> None:
     t = topic("t", 2, **{"cleanup.policy": "delete"})
     await catalog.create_topic(t)
     assert await catalog.delete_topic("t") == t
@@ -51,7 +44,7 @@ async def test_delete_returns_the_topic(catalog: SqliteCatalog) -> None:
     await catalog.create_topic(topic("t"))  # the name is free again
 
 
-async def test_set_partitions_grows_only(catalog: SqliteCatalog) -> None:
+async def test_set_partitions_grows_only(catalog: TopicCatalog) -> None:
     t = topic("t", 3)
     await catalog.create_topic(t)
     grown = await catalog.set_partitions("t", 5)
@@ -63,7 +56,7 @@ async def test_set_partitions_grows_only(catalog: SqliteCatalog) -> None:
     assert [x.partitions for x in await catalog.list_topics()] == [5]
 
 
-async def test_set_configs_sets_and_removes(catalog: SqliteCatalog) -> None:
+async def test_set_configs_sets_and_removes(catalog: TopicCatalog) -> None:
     await catalog.create_topic(topic("t", **{"retention.ms": "1", "segment.bytes": "2"}))
     updated = await catalog.set_configs(
         "t", {"retention.ms": "99", "segment.bytes": None, "max.message.bytes": "7", "x": None}

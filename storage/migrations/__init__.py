@@ -1,0 +1,1 @@
+"""Versioned database schema migrations, one directory per backend."""

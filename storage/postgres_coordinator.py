@@ -1,0 +1,292 @@
+"""Batch coordinator on PostgreSQL (production; the reference backend).
+
+Every method is ONE round trip: one statement, or one call of a PL/pgSQL function of
+the schema (storage/migrations/postgres/) that takes the whole request as arrays and
+loops next to the data. Several brokers share one database; the functions lock
+partition rows in one global order so their concurrent commits never deadlock.
+Semantics are the SQLite backend's, held to by the shared contract suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from storage.coordinator import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    BatchCoordinator,
+    BatchLocation,
+    BatchToCommit,
+    CommitResult,
+    DeleteRecordsResult,
+    FileToDelete,
+    FindRequest,
+    FindResult,
+    ListOffsetsRequest,
+    ListOffsetsResult,
+    LogInfo,
+    PartitionKey,
+    RetentionPolicy,
+)
+from storage.postgres_pool import PostgresPool
+
+NONE = int(ErrorCode.none)
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+# ListOffsets "earliest local" (KIP-405): everything is "local" here.
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+_COMMIT = (
+    "SELECT * FROM sluice_commit_file($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+)
+_FIND = "SELECT * FROM sluice_find_batches($1, $2, $3, $4, $5, $6)"
+_CREATE_LOGS = (
+    "INSERT INTO logs (topic_id, partition)"
+    " SELECT DISTINCT k.topic_id, k.part"
+    " FROM unnest($1::uuid[], $2::integer[]) AS k(topic_id, part)"
+    # Sorted: two brokers creating overlapping logs wait on each other in one order.
+    " ORDER BY 1, 2"
+    " ON CONFLICT DO NOTHING"
+)
+_DELETE_LOGS = "SELECT sluice_delete_logs($1, $2)"
+_LOG_INFO = (
+    "SELECT l.log_start_offset, l.high_watermark, l.byte_size"
+    " FROM unnest($1::uuid[], $2::integer[]) WITH ORDINALITY AS k(topic_id, part, i)"
+    " LEFT JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.part"
+    " ORDER BY k.i"
+)
+_TS = "CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.max_timestamp END"
+# The lateral lookups are gated by the request's kind, so each request costs only the
+# index scan it needs. One statement: one snapshot for all partitions.
+_LIST_OFFSETS = (
+    "SELECT l.log_start_offset, l.high_watermark, m.last_offset, m.ts, t.base_offset, t.ts"
+    " FROM unnest($1::uuid[], $2::integer[], $3::bigint[])"
+    "  WITH ORDINALITY AS k(topic_id, part, ts, i)"
+    " LEFT JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.part"
+    " LEFT JOIN LATERAL ("
+    f"  SELECT b.last_offset, {_TS} AS ts FROM batches b"
+    f"  WHERE k.ts = {MAX_TIMESTAMP} AND b.topic_id = k.topic_id AND b.partition = k.part"
+    "   ORDER BY ts DESC, b.last_offset LIMIT 1) m ON true"
+    " LEFT JOIN LATERAL ("
+    f"  SELECT b.base_offset, {_TS} AS ts FROM batches b"
+    f"  WHERE k.ts NOT IN ({LATEST_TIMESTAMP}, {EARLIEST_TIMESTAMP}, {MAX_TIMESTAMP},"
+    f"   {EARLIEST_LOCAL_TIMESTAMP})"
+    f"   AND b.topic_id = k.topic_id AND b.partition = k.part AND {_TS} >= k.ts"
+    "   ORDER BY b.last_offset LIMIT 1) t ON true"
+    " ORDER BY k.i"
+)
+_DELETE_RECORDS = "SELECT * FROM sluice_delete_records($1, $2, $3, $4)"
+_ENFORCE_RETENTION = "SELECT * FROM sluice_enforce_retention($1, $2, $3, $4, $5)"
+_FILES_TO_DELETE = (
+    "SELECT object_key, marked_at FROM files WHERE state = 'deleting' AND marked_at < $1"
+    " ORDER BY marked_at, file_id LIMIT $2"
+)
+# Only deleting files: forgetting a file that still holds live batches would leave
+# batches pointing nowhere. Rows are locked in file_id order, like everywhere else.
+_FORGET_FILES = (
+    "DELETE FROM files WHERE file_id IN ("
+    " SELECT file_id FROM files WHERE object_key = ANY($1::text[]) AND state = 'deleting'"
+    " ORDER BY file_id FOR UPDATE)"
+)
+_ALLOCATE_PRODUCER_IDS = (
+    "UPDATE producer_id_blocks SET next_id = next_id + $1 WHERE id = 1 RETURNING next_id - $1"
+)
+
+
+def _keys(logs: Sequence[PartitionKey]) -> tuple[list[UUID], list[int]]:
+    return [k.topic_id for k in logs], [k.partition for k in logs]
+
+
+class PostgresCoordinator(BatchCoordinator):
+    """BatchCoordinator on PostgreSQL via asyncpg.
+
+    ``dsn`` is a postgresql:// URL (this coordinator then owns its pool) or a started
+    or unstarted :class:`PostgresPool` shared with e.g. the catalog (its creator
+    closes it). ``start()`` applies pending schema migrations.
+    """
+
+    def __init__(
+        self,
+        dsn: str | PostgresPool,
+        *,
+        min_pool: int = 1,
+        max_pool: int = 10,
+        command_timeout: float = 15.0,
+        connect_timeout: float = 5.0,
+        max_batches_per_partition: int = 5000,
+    ) -> None:
+        if isinstance(dsn, PostgresPool):
+            self._pool = dsn
+            self._owns_pool = False
+        else:
+            self._pool = PostgresPool(
+                dsn,
+                min_size=min_pool,
+                max_size=max_pool,
+                command_timeout=command_timeout,
+                connect_timeout=connect_timeout,
+            )
+            self._owns_pool = True
+        # A safety bound on one partition's share of a fetch answer, as in SQLite.
+        self._max_batches = max_batches_per_partition
+
+    @property
+    def pool(self) -> PostgresPool:
+        return self._pool
+
+    async def start(self) -> None:
+        await self._pool.start()
+        await self._pool.migrate()
+
+    async def close(self) -> None:
+        if self._owns_pool:
+            await self._pool.close()
+
+    # ---------------------------------------------------------------- logs
+
+    async def create_logs(self, logs: Sequence[PartitionKey]) -> None:
+        await self._pool.fetch(_CREATE_LOGS, *_keys(logs), write=True)
+
+    async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
+        await self._pool.fetch(_DELETE_LOGS, list(topic_ids), now_ms, write=True)
+
+    async def log_info(self, logs: Sequence[PartitionKey]) -> list[LogInfo]:
+        rows = await self._pool.fetch(_LOG_INFO, *_keys(logs), write=False)
+        return [
+            LogInfo(UNKNOWN_TOPIC_OR_PARTITION) if r[1] is None else LogInfo(NONE, r[0], r[1], r[2])
+            for r in rows
+        ]
+
+    # ---------------------------------------------------------------- produce / fetch
+
+    async def commit_file(
+        self,
+        object_key: str,
+        object_size: int,
+        uploader_broker_id: int,
+        batches: Sequence[BatchToCommit],
+        now_ms: int,
+    ) -> list[CommitResult]:
+        rows = await self._pool.fetch(
+            _COMMIT,
+            object_key,
+            object_size,
+            uploader_broker_id,
+            now_ms,
+            [b.topic_id for b in batches],
+            [b.partition for b in batches],
+            [b.byte_offset for b in batches],
+            [b.byte_size for b in batches],
+            [b.record_count for b in batches],
+            [b.max_timestamp for b in batches],
+            [b.timestamp_type for b in batches],
+            [b.producer_id for b in batches],
+            [b.producer_epoch for b in batches],
+            [b.base_sequence for b in batches],
+            write=True,
+        )
+        # A set-returning function's rows come in the order it returned them: input order.
+        if len(rows) != len(batches):
+            raise RuntimeError(f"sluice_commit_file answered {len(rows)} of {len(batches)}")
+        return [CommitResult(r[1], r[2], r[3], r[4]) for r in rows]
+
+    async def find_batches(
+        self, requests: Sequence[FindRequest], max_total_bytes: int
+    ) -> list[FindResult]:
+        rows = await self._pool.fetch(
+            _FIND,
+            [r.topic_id for r in requests],
+            [r.partition for r in requests],
+            [r.offset for r in requests],
+            [r.max_bytes for r in requests],
+            max_total_bytes,
+            self._max_batches,
+            write=False,
+        )
+        results: list[FindResult] = []
+        # Rows come grouped by request, in request order: a result opens at its
+        # request's first row; further rows of the same request add batches.
+        for i, error, start, hwm, key, byte_offset, size, base, last in rows:
+            if len(results) < i:
+                results.append(FindResult(error, start, hwm))
+            if key is not None:
+                results[-1].batches.append(BatchLocation(key, byte_offset, size, base, last))
+        if len(results) != len(requests):
+            raise RuntimeError(f"sluice_find_batches answered {len(results)} of {len(requests)}")
+        return results
+
+    async def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResult]:
+        rows = await self._pool.fetch(
+            _LIST_OFFSETS,
+            [r.topic_id for r in requests],
+            [r.partition for r in requests],
+            [r.timestamp for r in requests],
+            write=False,
+        )
+        out: list[ListOffsetsResult] = []
+        for req, (start, hwm, max_offset, max_ts, ts_offset, ts_ts) in zip(
+            requests, rows, strict=True
+        ):
+            ts = req.timestamp
+            if hwm is None:
+                out.append(ListOffsetsResult(UNKNOWN_TOPIC_OR_PARTITION))
+            elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                out.append(ListOffsetsResult(NONE, start, -1))
+            elif ts == LATEST_TIMESTAMP:
+                out.append(ListOffsetsResult(NONE, hwm, -1))
+            elif ts == MAX_TIMESTAMP:
+                if max_offset is None:
+                    out.append(ListOffsetsResult(NONE))
+                else:
+                    out.append(ListOffsetsResult(NONE, max_offset, max_ts))
+            elif ts_offset is None:
+                # Other negative values search like a time, as Kafka does for codes it
+                # does not know: every batch qualifies, so the first live one is found.
+                out.append(ListOffsetsResult(NONE))
+            else:
+                out.append(ListOffsetsResult(NONE, max(ts_offset, start), ts_ts))
+        return out
+
+    # ---------------------------------------------------------------- deletion
+
+    async def delete_records(
+        self, requests: Sequence[tuple[PartitionKey, int]], now_ms: int
+    ) -> list[DeleteRecordsResult]:
+        rows = await self._pool.fetch(
+            _DELETE_RECORDS,
+            [k.topic_id for k, _ in requests],
+            [k.partition for k, _ in requests],
+            [offset for _, offset in requests],
+            now_ms,
+            write=True,
+        )
+        return [DeleteRecordsResult(r[1], r[2]) for r in rows]
+
+    async def enforce_retention(
+        self, policies: Sequence[RetentionPolicy], now_ms: int
+    ) -> list[LogInfo]:
+        rows = await self._pool.fetch(
+            _ENFORCE_RETENTION,
+            [p.topic_id for p in policies],
+            [p.partition for p in policies],
+            [p.retention_ms for p in policies],
+            [p.retention_bytes for p in policies],
+            now_ms,
+            write=True,
+        )
+        return [LogInfo(r[1], r[2], r[3], r[4]) for r in rows]
+
+    async def files_to_delete(self, marked_before_ms: int, limit: int) -> list[FileToDelete]:
+        rows = await self._pool.fetch(_FILES_TO_DELETE, marked_before_ms, limit, write=False)
+        return [FileToDelete(key, marked) for key, marked in rows]
+
+    async def forget_files(self, object_keys: Sequence[str]) -> None:
+        await self._pool.fetch(_FORGET_FILES, list(object_keys), write=True)
+
+    async def allocate_producer_ids(self, count: int) -> int:
+        row = await self._pool.fetchrow(_ALLOCATE_PRODUCER_IDS, count, write=True)
+        assert row is not None, "producer_id_blocks has its row from the first migration"
+        return int(row[0])

@@ -1,0 +1,274 @@
+"""One asyncpg pool shared by the PostgreSQL coordinator and catalog.
+
+It owns three things the backends must not each get subtly different:
+
+* error mapping: connection refused or lost, pool acquire timeout, command timeout and
+  server shutdown become :class:`CoordinatorUnavailable`, with ``outcome_unknown`` set
+  when a write had been sent (it may have committed); everything else propagates as is;
+* schema migrations: the versioned ``storage/migrations/postgres/NNNN_name.sql`` files,
+  applied under a transaction-scoped advisory lock so brokers starting together apply
+  each exactly once;
+* round-trip accounting: every statement goes through :meth:`PostgresPool.fetch`, which
+  counts it and calls :attr:`PostgresPool.on_query` (tests assert one round trip per
+  operation with it).
+
+asyncpg pools reconnect per connection: a connection found closed at acquire is
+replaced, so the pool recovers by itself when PostgreSQL comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import asyncpg
+
+from storage.coordinator import CoordinatorUnavailable
+
+log = logging.getLogger(__name__)
+
+# pg_advisory_xact_lock key serialising migrations ("sluice" in ASCII). Advisory locks
+# are per database, so several Sluice databases on one server do not contend.
+MIGRATION_LOCK_KEY = 0x736C75696365
+MIGRATIONS_PACKAGE = "storage.migrations.postgres"
+_MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+# SQLSTATEs that mean "the server is not there for us right now": class 08 connection
+# exceptions, class 53 insufficient resources (too many connections, disk full),
+# admin/crash shutdown, cannot connect now (starting up), query cancelled (timeouts).
+_UNAVAILABLE_CLASSES = ("08", "53")
+_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "57014"})
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations() -> list[Migration]:
+    """The packaged migrations, in version order."""
+    found = []
+    for entry in resources.files(MIGRATIONS_PACKAGE).iterdir():
+        match = _MIGRATION_FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"PostgreSQL migrations must be numbered 1..n, found {versions}")
+    return found
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says PostgreSQL is unreachable or gone, rather than that the
+    statement was wrong."""
+    if isinstance(exc, OSError | TimeoutError | asyncpg.PostgresConnectionError):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = exc.sqlstate or ""
+        return state.startswith(_UNAVAILABLE_CLASSES) or state in _UNAVAILABLE_STATES
+    return False
+
+
+def _closed(conn: Any) -> bool:
+    try:
+        return bool(conn.is_closed())
+    except asyncpg.InterfaceError:
+        # A pool proxy whose connection closed is detached from it at once.
+        return True
+
+
+def _terminate(conn: Any) -> None:
+    if not _closed(conn):
+        conn.terminate()
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Pool reset hook: nothing to reset.
+
+    asyncpg's default reset runs ``SELECT pg_advisory_unlock_all(); CLOSE ALL; ...``
+    at every release: one more round trip per operation. We never leave session state
+    behind (no LISTEN, no SET, only transaction-scoped advisory locks), and asyncpg
+    still rolls back a transaction left open before calling this.
+    """
+
+
+class PostgresPool:
+    """An asyncpg pool with Sluice's error mapping, migrations and accounting.
+
+    ``start()`` is idempotent, so the coordinator and the catalog can both call it on
+    a shared pool; whoever constructed the pool closes it.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        command_timeout: float = 15.0,
+        connect_timeout: float = 5.0,
+        acquire_timeout: float | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.min_size = min_size
+        self.max_size = max_size
+        self.command_timeout = command_timeout
+        self.connect_timeout = connect_timeout
+        # Waiting for a free connection (or a new one) no longer than a statement may take.
+        self.acquire_timeout = command_timeout if acquire_timeout is None else acquire_timeout
+        self._pool: asyncpg.Pool | None = None
+        self.queries = 0
+        # Called with the SQL of every statement sent (tests count round trips with it).
+        self.on_query: Callable[[str], None] | None = None
+
+    async def start(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=self.min_size,
+                max_size=self.max_size,
+                command_timeout=self.command_timeout,
+                timeout=self.connect_timeout,
+                reset=_keep_session,
+                server_settings={
+                    "application_name": "sluice",
+                    # The functions rely on READ COMMITTED: a statement after a lock
+                    # wait must see what the lock holder committed.
+                    "default_transaction_isolation": "read committed",
+                },
+            )
+        except Exception as e:
+            if is_unavailable(e):
+                raise CoordinatorUnavailable(f"cannot connect to PostgreSQL: {e!r}") from e
+            raise
+        if self._pool is None:
+            self._pool = pool
+        else:  # started concurrently by another user of this pool
+            await pool.close()
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    def _require(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("PostgresPool is not started")
+        return self._pool
+
+    # ---------------------------------------------------------------- statements
+
+    async def fetch(self, sql: str, *args: Any, write: bool) -> list[asyncpg.Record]:
+        """Run one statement (one round trip) and return its rows.
+
+        ``write`` says whether the statement changes anything: if the connection dies
+        or the command times out after it was sent, the write may have committed, so
+        the CoordinatorUnavailable raised says ``outcome_unknown``.
+        """
+        pool = self._require()
+        try:
+            conn = await pool.acquire(timeout=self.acquire_timeout)
+        except Exception as e:
+            # Nothing was sent: no pooled connection was free in time, or a new one
+            # could not be opened.
+            if is_unavailable(e):
+                raise CoordinatorUnavailable(f"PostgreSQL unavailable: {e!r}") from e
+            raise
+        try:
+            self.queries += 1
+            if self.on_query is not None:
+                self.on_query(sql)
+            return await conn.fetch(sql, *args)
+        except Exception as e:
+            if isinstance(e, asyncpg.InterfaceError) and _closed(conn):
+                # asyncpg noticed the dead connection before sending anything.
+                raise CoordinatorUnavailable(f"PostgreSQL connection lost: {e!r}") from e
+            if is_unavailable(e) or isinstance(e, asyncpg.InternalClientError):
+                if not isinstance(e, TimeoutError):
+                    # The server said FATAL (shutdown, terminated) or the socket broke:
+                    # drop the connection, the pool opens a new one at the next acquire.
+                    # InternalClientError is the same death seen late: a FATAL that
+                    # reached an idle pooled connection just before its EOF leaves its
+                    # protocol mid-error, and the next statement on it fails so. (A
+                    # timed-out statement is cancelled by asyncpg instead, which keeps
+                    # the connection usable.)
+                    _terminate(conn)
+                raise CoordinatorUnavailable(
+                    f"PostgreSQL failed during a statement: {e!r}", outcome_unknown=write
+                ) from e
+            raise
+        finally:
+            try:
+                await pool.release(conn)
+            except Exception:
+                # asyncpg terminates a connection it cannot release cleanly; the
+                # statement's own outcome (result or exception) is what matters here.
+                log.warning("releasing a PostgreSQL connection failed", exc_info=True)
+
+    async def fetchrow(self, sql: str, *args: Any, write: bool) -> asyncpg.Record | None:
+        rows = await self.fetch(sql, *args, write=write)
+        return rows[0] if rows else None
+
+    # ---------------------------------------------------------------- migrations
+
+    async def migrate(self, migrations: Sequence[Migration] | None = None) -> list[int]:
+        """Apply the migrations not applied yet, in one transaction; returns the
+        versions this call applied. Safe to run from many brokers at once."""
+        if migrations is None:
+            migrations = load_migrations()
+        pool = self._require()
+        try:
+            async with pool.acquire(timeout=self.acquire_timeout) as conn:
+                return await _migrate(conn, migrations, max(self.command_timeout, 60.0))
+        except Exception as e:
+            if is_unavailable(e):
+                # DDL is transactional: an interrupted migration rolled back or committed
+                # whole; the next start finds out which.
+                raise CoordinatorUnavailable(f"migrating PostgreSQL failed: {e!r}") from e
+            raise
+
+
+async def _migrate(
+    conn: asyncpg.Connection, migrations: Sequence[Migration], timeout: float
+) -> list[int]:
+    applied_now: list[int] = []
+    async with conn.transaction():
+        # Taken before even looking: concurrent CREATE TABLE IF NOT EXISTS can fail.
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY, timeout=timeout)
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY,"
+            " name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())",
+            timeout=timeout,
+        )
+        applied = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        known = {m.version for m in migrations}
+        if applied - known:
+            raise RuntimeError(
+                f"PostgreSQL schema has migrations {sorted(applied - known)} that this code "
+                "does not know: it is newer than this broker"
+            )
+        for m in migrations:
+            if m.version in applied:
+                continue
+            await conn.execute(m.sql, timeout=timeout)
+            await conn.execute(
+                "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                m.version,
+                m.name,
+                timeout=timeout,
+            )
+            applied_now.append(m.version)
+    if applied_now:
+        log.info("applied PostgreSQL migrations %s", applied_now)
+    return applied_now
