@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from storage.coordinator import ListOffsetsRequest
+from protocol.record_scan import first_at_or_after, max_timestamp_record
+from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest
 
 from ..fetch import LEADER_EPOCH
 from ._common import group_by_topic, resolve_partition
@@ -41,10 +42,37 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 )
                 waiting.append(entry)
     if lookups:
-        for entry, result in zip(
-            waiting, await broker.coordinator.list_offsets(lookups), strict=True
-        ):
+        results = await broker.coordinator.list_offsets(lookups)
+        for entry, lookup, result in zip(waiting, lookups, results, strict=True):
             entry.update(error_code=result.error, offset=result.offset, timestamp=result.timestamp)
-            if not result.error and result.offset >= 0:
-                entry["leader_epoch"] = LEADER_EPOCH
+            if result.error or result.offset < 0:
+                continue
+            entry["leader_epoch"] = LEADER_EPOCH
+            if lookup.timestamp >= 0 or lookup.timestamp == MAX_TIMESTAMP:
+                await _to_record(broker, lookup, entry)
     return ctx.respond({"throttle_time": 0, "topics": group_by_topic(entries)})
+
+
+async def _to_record(broker: Broker, lookup: ListOffsetsRequest, entry: dict[str, Any]) -> None:
+    """Narrow a batch-level answer down to the record, reading that one batch.
+
+    The coordinator indexes batches only; Kafka answers with the exact record, and
+    consumers resetting by time rely on that.
+    """
+    (found,) = await broker.fetcher.find(
+        [FindRequest(lookup.topic_id, lookup.partition, entry["offset"], 1)], 1
+    )
+    if found.error or not found.batches:
+        return
+    batch = found.batches[0]
+    views = await broker.cache.read(batch.object_key, batch.byte_offset, batch.byte_size)
+    data = b"".join(views)
+    if lookup.timestamp == MAX_TIMESTAMP:
+        hit = max_timestamp_record(data)
+    else:
+        hit = first_at_or_after(data, lookup.timestamp)
+    if hit is not None:
+        delta, timestamp = hit
+        entry.update(
+            offset=max(batch.base_offset + delta, found.log_start_offset), timestamp=timestamp
+        )
