@@ -226,10 +226,12 @@ class RunResult:
 
 def create_topic(bootstrap: str) -> str:
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    fut = AdminClient({"bootstrap.servers": bootstrap}).create_topics(
-        [NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)]
-    )[name]
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    fut = admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])[
+        name
+    ]
     fut.result(30)
+    del admin
     return name
 
 
