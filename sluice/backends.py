@@ -51,8 +51,11 @@ def coordinator_and_catalog(config: BrokerConfig) -> tuple[BatchCoordinator, Top
     if config.coordinator == "postgresql":
         from storage.postgres_catalog import PostgresCatalog
         from storage.postgres_coordinator import PostgresCoordinator
+        from storage.postgres_pool import PostgresPool
 
         if not config.coordinator_dsn:
             raise ValueError("coordinator=postgresql needs coordinator.dsn")
-        return PostgresCoordinator(config.coordinator_dsn), PostgresCatalog(config.coordinator_dsn)
+        # One pool for both: it is reference-counted and applies migrations once.
+        pool = PostgresPool(config.coordinator_dsn)
+        return PostgresCoordinator(pool), PostgresCatalog(pool)
     raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")

@@ -1,7 +1,7 @@
 """Topic catalog on PostgreSQL, in the coordinator's database (table ``topics``).
 
 Same contract as :class:`storage.sqlite_catalog.SqliteCatalog`; every method is one
-statement. It can share a :class:`PostgresPool` with the coordinator.
+statement. Give it the coordinator's :class:`PostgresPool` to share connections.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class PostgresCatalog(TopicCatalog):
         connect_timeout: float = 5.0,
     ) -> None:
         if isinstance(dsn, PostgresPool):
-            self._pool, self._owns_pool = dsn, False
+            self._pool = dsn
         else:
             self._pool = PostgresPool(
                 dsn,
@@ -41,14 +41,17 @@ class PostgresCatalog(TopicCatalog):
                 command_timeout=command_timeout,
                 connect_timeout=connect_timeout,
             )
-            self._owns_pool = True
+        self._started = False
 
     async def start(self) -> None:
         await self._pool.start()
+        self._started = True
         await self._pool.migrate()
 
     async def close(self) -> None:
-        if self._owns_pool:
+        # Our hold on the pool (shared or not): the last user closes its connections.
+        if self._started:
+            self._started = False
             await self._pool.close()
 
     async def list_topics(self) -> list[Topic]:

@@ -103,9 +103,9 @@ def _keys(logs: Sequence[PartitionKey]) -> tuple[list[UUID], list[int]]:
 class PostgresCoordinator(BatchCoordinator):
     """BatchCoordinator on PostgreSQL via asyncpg.
 
-    ``dsn`` is a postgresql:// URL (this coordinator then owns its pool) or a started
-    or unstarted :class:`PostgresPool` shared with e.g. the catalog (its creator
-    closes it). ``start()`` applies pending schema migrations.
+    ``dsn`` is a postgresql:// URL (the coordinator makes its own pool; the pool
+    options apply) or a :class:`PostgresPool` shared with e.g. the catalog (its own
+    options apply). ``start()`` applies pending schema migrations.
     """
 
     def __init__(
@@ -120,7 +120,6 @@ class PostgresCoordinator(BatchCoordinator):
     ) -> None:
         if isinstance(dsn, PostgresPool):
             self._pool = dsn
-            self._owns_pool = False
         else:
             self._pool = PostgresPool(
                 dsn,
@@ -129,7 +128,7 @@ class PostgresCoordinator(BatchCoordinator):
                 command_timeout=command_timeout,
                 connect_timeout=connect_timeout,
             )
-            self._owns_pool = True
+        self._started = False
         # A safety bound on one partition's share of a fetch answer, as in SQLite.
         self._max_batches = max_batches_per_partition
 
@@ -139,10 +138,13 @@ class PostgresCoordinator(BatchCoordinator):
 
     async def start(self) -> None:
         await self._pool.start()
+        self._started = True
         await self._pool.migrate()
 
     async def close(self) -> None:
-        if self._owns_pool:
+        # Our hold on the pool (shared or not): the last user closes its connections.
+        if self._started:
+            self._started = False
             await self._pool.close()
 
     # ---------------------------------------------------------------- logs

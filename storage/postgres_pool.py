@@ -18,6 +18,7 @@ replaced, so the pool recovers by itself when PostgreSQL comes back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -102,8 +103,9 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 class PostgresPool:
     """An asyncpg pool with Sluice's error mapping, migrations and accounting.
 
-    ``start()`` is idempotent, so the coordinator and the catalog can both call it on
-    a shared pool; whoever constructed the pool closes it.
+    ``start()`` and ``close()`` are counted: each user (the coordinator, the catalog,
+    a test) starts it once and closes it once, and the connections close with the
+    last user. So one pool can be handed to both backends of a broker.
     """
 
     def __init__(
@@ -124,15 +126,22 @@ class PostgresPool:
         # Waiting for a free connection (or a new one) no longer than a statement may take.
         self.acquire_timeout = command_timeout if acquire_timeout is None else acquire_timeout
         self._pool: asyncpg.Pool | None = None
+        self._users = 0
+        self._start_lock = asyncio.Lock()
+        self._migrated = False
         self.queries = 0
         # Called with the SQL of every statement sent (tests count round trips with it).
         self.on_query: Callable[[str], None] | None = None
 
     async def start(self) -> None:
-        if self._pool is not None:
-            return
+        async with self._start_lock:
+            if self._pool is None:
+                self._pool = await self._create()
+            self._users += 1
+
+    async def _create(self) -> asyncpg.Pool:
         try:
-            pool = await asyncpg.create_pool(
+            return await asyncpg.create_pool(
                 self.dsn,
                 min_size=self.min_size,
                 max_size=self.max_size,
@@ -150,14 +159,14 @@ class PostgresPool:
             if is_unavailable(e):
                 raise CoordinatorUnavailable(f"cannot connect to PostgreSQL: {e!r}") from e
             raise
-        if self._pool is None:
-            self._pool = pool
-        else:  # started concurrently by another user of this pool
-            await pool.close()
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
+        """Release one user's hold; the last one closes the connections."""
+        if self._users == 0:
+            return
+        self._users -= 1
+        if self._users == 0 and self._pool is not None:
+            pool, self._pool = self._pool, None
             await pool.close()
 
     def _require(self) -> asyncpg.Pool:
@@ -222,19 +231,24 @@ class PostgresPool:
 
     async def migrate(self, migrations: Sequence[Migration] | None = None) -> list[int]:
         """Apply the migrations not applied yet, in one transaction; returns the
-        versions this call applied. Safe to run from many brokers at once."""
+        versions this call applied. Safe to run from many brokers at once; a pool
+        that has migrated once (for the coordinator) skips it (for the catalog)."""
+        if self._migrated:
+            return []
         if migrations is None:
             migrations = load_migrations()
         pool = self._require()
         try:
             async with pool.acquire(timeout=self.acquire_timeout) as conn:
-                return await _migrate(conn, migrations, max(self.command_timeout, 60.0))
+                applied = await _migrate(conn, migrations, max(self.command_timeout, 60.0))
         except Exception as e:
             if is_unavailable(e):
                 # DDL is transactional: an interrupted migration rolled back or committed
                 # whole; the next start finds out which.
                 raise CoordinatorUnavailable(f"migrating PostgreSQL failed: {e!r}") from e
             raise
+        self._migrated = True
+        return applied
 
 
 async def _migrate(

@@ -17,6 +17,7 @@ import contextlib
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -84,6 +85,13 @@ class LocalPostgres:
         self.bindir = find_bindir()
         self._process: subprocess.Popen[bytes] | None = None
         self._run_as = OS_USER if os.geteuid() == 0 else None
+        if self._run_as is not None:
+            try:
+                pwd.getpwnam(self._run_as)
+            except KeyError:
+                raise PostgresLaunchError(
+                    f"running as root, PostgreSQL needs an OS user {self._run_as!r} to run as"
+                ) from None
 
     # ---------------------------------------------------------------- addresses
 
@@ -99,11 +107,19 @@ class LocalPostgres:
     def log_path(self) -> Path:
         return self.directory / "postgres.log"
 
+    @property
+    def password_path(self) -> Path:
+        return self.directory / "password"
+
     def dsn_for(self, database: str) -> str:
         if self.port is None:
             raise PostgresLaunchError("not started")
-        # trust authentication on 127.0.0.1 only; no TLS on loopback.
-        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{quote(database)}?sslmode=disable"
+        password = self.password_path.read_text().strip()
+        # No TLS on loopback.
+        return (
+            f"postgresql://{SUPERUSER}:{password}@127.0.0.1:{self.port}/{quote(database)}"
+            "?sslmode=disable"
+        )
 
     @property
     def dsn(self) -> str:
@@ -169,6 +185,12 @@ class LocalPostgres:
         )
 
     def _initdb(self) -> None:
+        # A password even on loopback: with trust, any local user would be a database
+        # superuser, and a superuser can run programs as the server's OS user.
+        self.password_path.write_text(secrets.token_urlsafe(24) + "\n")
+        self.password_path.chmod(0o600)
+        if self._run_as is not None:
+            _chown_tree(self.directory, self._run_as)
         out = self._run(
             [
                 str(self.bindir / "initdb"),
@@ -176,8 +198,8 @@ class LocalPostgres:
                 str(self.data_dir),
                 "--username",
                 SUPERUSER,
-                # Only 127.0.0.1 and our own socket directory can reach it.
-                "--auth=trust",
+                f"--pwfile={self.password_path}",
+                "--auth=scram-sha-256",
                 "--encoding=UTF8",
                 "--locale=C",
             ]

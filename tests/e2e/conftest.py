@@ -13,10 +13,19 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+# kafka-python 3.0 loads its protocol schemas with deprecated importlib.resources calls, ~200
+# warnings per run that would bury real ones. Import it once here, quietly: pytest's own
+# filterwarnings ini is applied before this conftest loads, so adding a filter line is too late.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import kafka
+    import kafka.admin  # noqa: F401
 
 # Short commit interval: produce latency is bounded by it, and the suite produces a lot of tiny
 # batches; at the default (hundreds of ms) the suite would spend most of its time waiting.
@@ -273,13 +282,6 @@ def broker_factory(tmp_path: Path) -> Iterator[BrokerFactory]:
         yield factory
     finally:
         factory.stop_all()
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # kafka-python 3.0 loads its schemas with deprecated importlib.resources calls, 109 times
-    # per import; the noise would bury real warnings in every run's summary.
-    config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
-    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
 
 
 @pytest.hookimpl(hookwrapper=True)

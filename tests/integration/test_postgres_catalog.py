@@ -17,16 +17,20 @@ from storage.postgres_pool import PostgresPool
 async def test_catalog_and_coordinator_share_a_pool_and_survive_reopen(postgres_dsn: str) -> None:
     t = Topic("t", uuid4(), 2, {"retention.bytes": "10"})
     pool = PostgresPool(postgres_dsn, max_size=2)
+    await pool.start()  # the test's own hold
     catalog, coordinator = PostgresCatalog(pool), PostgresCoordinator(pool)
     await catalog.start()
     await coordinator.start()
     await catalog.create_topic(t)
     await coordinator.create_logs([PartitionKey(t.topic_id, 0)])
-    # Closing users of a borrowed pool leaves it to its owner.
     await catalog.close()
     await coordinator.close()
+    # Starts and closes are counted: the pool stays open for the holder left...
     assert await pool.fetch("SELECT 1", write=False)
     await pool.close()
+    # ...and closes with it.
+    with pytest.raises(RuntimeError, match="not started"):
+        await pool.fetch("SELECT 1", write=False)
 
     reopened = PostgresCatalog(postgres_dsn)
     await reopened.start()

@@ -29,6 +29,7 @@ from storage.coordinator import (
     CoordinatorUnavailable,
     FindRequest,
     PartitionKey,
+    RetentionPolicy,
 )
 from storage.postgres_coordinator import PostgresCoordinator
 from storage.postgres_pool import PostgresPool, load_migrations
@@ -131,6 +132,55 @@ async def test_concurrent_brokers_never_deadlock_and_offsets_stay_contiguous(
             await c.close()
 
 
+async def test_commits_deletions_and_retention_from_several_brokers_never_deadlock(
+    postgres_dsn: str,
+) -> None:
+    # Deleters lock logs rows and then the files they empty; committers lock logs rows.
+    # Both in one global order each, whatever order the requests name them in.
+    topics = [uuid4(), uuid4()]
+    logs = [PartitionKey(t, p) for t in topics for p in range(3)]
+    brokers = [await opened(postgres_dsn, max_pool=2) for _ in range(4)]
+    await brokers[0].create_logs(logs)
+    spans: dict[PartitionKey, list[tuple[int, int]]] = {k: [] for k in logs}
+
+    async def committer(n: int, c: PostgresCoordinator) -> None:
+        rng = random.Random(n)
+        for _ in range(30):
+            order = rng.sample(logs, 4)
+            results = await c.commit_file(
+                key(f"c{n}"), 400, n, [batch(k.topic_id, k.partition, 2) for k in order], NOW
+            )
+            for k, r in zip(order, results, strict=True):
+                assert r.error == 0
+                spans[k].append((r.base_offset, r.base_offset + 1))
+
+    async def deleter(c: PostgresCoordinator) -> None:
+        rng = random.Random(99)
+        for i in range(30):
+            order = rng.sample(logs, 4)
+            if i % 2:
+                results = await c.delete_records([(k, -1) for k in order], NOW)
+                assert all(r.error == 0 for r in results)
+            else:
+                policies = [RetentionPolicy(k.topic_id, k.partition, -1, 0) for k in order]
+                assert all(r.error == 0 for r in await c.enforce_retention(policies, NOW))
+
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(
+                *(committer(n, c) for n, c in enumerate(brokers[:3])), deleter(brokers[3])
+            ),
+            60,
+        )
+        for k, info in zip(logs, await brokers[0].log_info(logs), strict=True):
+            covered = sorted(spans[k])
+            assert [base for base, _ in covered] == list(range(0, 2 * len(covered), 2))
+            assert info.high_watermark == 2 * len(covered)
+    finally:
+        for c in brokers:
+            await c.close()
+
+
 async def test_files_emptied_concurrently_from_two_partitions_are_marked(
     postgres_dsn: str,
 ) -> None:
@@ -224,7 +274,7 @@ async def test_pool_acquire_timeout_is_unavailable_and_nothing_was_sent(
         await busy
         assert (await c.log_info([PartitionKey(topic, 0)]))[0].high_watermark == 0
     finally:
-        await pool.close()
+        await c.close()
 
 
 async def test_command_timeout_during_commit_is_unavailable_with_unknown_outcome(
@@ -483,5 +533,5 @@ async def test_every_operation_is_one_round_trip(postgres_dsn: str) -> None:
         assert [r.error for r in results] == [0] * 100
         assert proxy.round_trips == 1
     finally:
-        await pool.close()
+        await c.close()
         await proxy.close()
