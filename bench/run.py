@@ -40,6 +40,7 @@ MiB = 1024 * 1024
 RECORD_SIZE = 1024
 PARTITIONS = 6
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+QUEUE_KIB = 32 * 1024
 
 
 # ---------------------------------------------------------------- broker process
@@ -204,6 +205,7 @@ class RunResult:
     produced_mib: float
     produce_s: float
     consume_s: float
+    first_record_ms: float
     p50_ms: float
     p99_ms: float
     produce_cpu_s: float
@@ -255,8 +257,12 @@ def produce_run(
             "acks": "all",
             # 1 MiB batches plus framing must fit the client's own request limit.
             "message.max.bytes": 2 * MiB,
+            # A bounded client buffer, the Java producer's 32 MiB buffer.memory default. With
+            # librdkafka's own default (1 GiB) the whole run is queued at once, so "latency"
+            # would mostly measure time spent in the local queue and --budget could not stop
+            # a slow run (enqueueing never blocks).
             "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 512 * 1024,
+            "queue.buffering.max.kbytes": QUEUE_KIB,
         }
     )
     sent_at = [0.0] * n
@@ -298,7 +304,14 @@ def produce_run(
     return produced, elapsed, sorted(latencies), errors, truncated
 
 
-def consume_run(broker: Broker, topic: str, expected: int, budget_s: float) -> tuple[int, float]:
+def consume_run(
+    broker: Broker, topic: str, expected: int, budget_s: float
+) -> tuple[int, float, float]:
+    """Returns (records, seconds from first record to last, seconds until the first record).
+
+    The rate is timed from the first record: the consumer's start-up (metadata, connection,
+    first fetch) is a fixed cost that would otherwise dominate small --quick runs.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -311,12 +324,20 @@ def consume_run(broker: Broker, topic: str, expected: int, budget_s: float) -> t
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         got = 0
         start = time.perf_counter()
+        first: float | None = None
         deadline = start + budget_s
         while got < expected and time.perf_counter() < deadline:
             for m in consumer.consume(num_messages=10_000, timeout=0.5):
                 if m.error() is None:
+                    if first is None:
+                        first = time.perf_counter()
                     got += 1
-        return got, time.perf_counter() - start
+        end = time.perf_counter()
+        if first is None:
+            return 0, float("inf"), float("inf")
+        # One record's worth of time is not a rate; fall back to the whole span.
+        span = end - first if end - first > 0.001 else end - start
+        return got, span, first - start
     finally:
         consumer.close()
 
@@ -329,14 +350,15 @@ def one_run(broker: Broker, mib: int, batch_size: int, budget_s: float) -> RunRe
     )
     cpu1 = broker.cpu_seconds()
     delivered = len(lat)
-    got, consume_s = consume_run(broker, topic, delivered, budget_s)
+    got, consume_s, first_record_s = consume_run(broker, topic, delivered, budget_s)
     cpu2 = broker.cpu_seconds()
     if got < delivered:
         errors.append(f"consumed {got}/{delivered} records within {budget_s:.0f}s")
     return RunResult(
         produced_mib=delivered * RECORD_SIZE / MiB,
         produce_s=produce_s,
-        consume_s=consume_s if got else float("inf"),
+        consume_s=consume_s,
+        first_record_ms=first_record_s * 1000,
         p50_ms=percentile(lat, 0.50) * 1000,
         p99_ms=percentile(lat, 0.99) * 1000,
         produce_cpu_s=cpu1 - cpu0,
@@ -398,14 +420,15 @@ def main(argv: list[str] | None = None) -> int:
         args.mib, args.repeats = 16, 1
     # Cap each phase so a slow broker cannot blow the ~3 minute budget; a capped run is
     # reported as such and its rates use what was actually moved.
-    budget = args.budget or (6.0 if args.quick else 20.0)
+    budget = args.budget or (5.0 if args.quick else 12.0)
     batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x]
     options = dict(kv.split("=", 1) for kv in args.options)
 
     with workdir(args.keep) as wd:
         print(
             f"sluice bench: {args.mib} MiB of {RECORD_SIZE} B records x {args.repeats} runs, "
-            f"{PARTITIONS} partitions, acks=all, linger.ms=5, {os.cpu_count()} cores"
+            f"{PARTITIONS} partitions, acks=all, linger.ms=5, "
+            f"client buffer {QUEUE_KIB // 1024} MiB, {os.cpu_count()} cores"
         )
         print("machine baselines:")
         loop_mib_s = timed("loopback TCP", loopback_tcp_mib_s, args.repeats)
@@ -439,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  consume throughput (out)           {rout:>9.1f} MiB/s   "
                     f"= {rout / loop_mib_s:.1%} of loopback"
+                )
+                print(
+                    f"  consumer time to first record      "
+                    f"{med([r.first_record_ms for r in runs]):>9.1f} ms"
                 )
                 print(
                     f"  produce latency p50 / p99          "
