@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from protocol.build import error_response
+from protocol.build import build, error_response
 from protocol.codec import (
     API_VERSIONS_KEY,
     MalformedRequest,
@@ -50,8 +50,6 @@ class RequestContext:
     client_port: int
 
     def respond(self, data: dict[str, Any]) -> Any:
-        from protocol.build import build
-
         return build(self.response_type, data)
 
 

@@ -23,6 +23,8 @@ NO_SEQUENCE = -1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+# "Earliest local" (KIP-405): with no tiering, every offset is local.
+EARLIEST_LOCAL_TIMESTAMP = -4
 
 
 class CoordinatorUnavailable(Exception):

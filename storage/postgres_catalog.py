@@ -13,7 +13,7 @@ from uuid import UUID
 import asyncpg
 
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
-from storage.postgres_pool import PostgresPool
+from storage.postgres_pool import PoolUser, PostgresPool
 
 _COLUMNS = "name, topic_id, partitions, configs"
 
@@ -23,7 +23,7 @@ def _topic(row: asyncpg.Record) -> Topic:
     return Topic(row[0], UUID(bytes=row[1].bytes), row[2], json.loads(row[3]))
 
 
-class PostgresCatalog(TopicCatalog):
+class PostgresCatalog(PoolUser, TopicCatalog):
     def __init__(
         self,
         dsn: str | PostgresPool,
@@ -31,28 +31,13 @@ class PostgresCatalog(TopicCatalog):
         command_timeout: float = 15.0,
         connect_timeout: float = 5.0,
     ) -> None:
-        if isinstance(dsn, PostgresPool):
-            self._pool = dsn
-        else:
-            self._pool = PostgresPool(
-                dsn,
-                min_size=1,
-                max_size=2,  # topic changes are rare and small
-                command_timeout=command_timeout,
-                connect_timeout=connect_timeout,
-            )
-        self._started = False
-
-    async def start(self) -> None:
-        await self._pool.start()
-        self._started = True
-        await self._pool.migrate()
-
-    async def close(self) -> None:
-        # Our hold on the pool (shared or not): the last user closes its connections.
-        if self._started:
-            self._started = False
-            await self._pool.close()
+        super().__init__(
+            dsn,
+            min_size=1,
+            max_size=2,  # topic changes are rare and small
+            command_timeout=command_timeout,
+            connect_timeout=connect_timeout,
+        )
 
     async def list_topics(self) -> list[Topic]:
         rows = await self._pool.fetch(f"SELECT {_COLUMNS} FROM topics ORDER BY name", write=False)

@@ -15,6 +15,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from storage.coordinator import (
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
@@ -32,12 +33,10 @@ from storage.coordinator import (
     PartitionKey,
     RetentionPolicy,
 )
-from storage.postgres_pool import PostgresPool
+from storage.postgres_pool import PoolUser, PostgresPool
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
-# ListOffsets "earliest local" (KIP-405): everything is "local" here.
-EARLIEST_LOCAL_TIMESTAMP = -4
 
 _COMMIT = (
     "SELECT * FROM sluice_commit_file($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
@@ -100,7 +99,7 @@ def _keys(logs: Sequence[PartitionKey]) -> tuple[list[UUID], list[int]]:
     return [k.topic_id for k in logs], [k.partition for k in logs]
 
 
-class PostgresCoordinator(BatchCoordinator):
+class PostgresCoordinator(PoolUser, BatchCoordinator):
     """BatchCoordinator on PostgreSQL via asyncpg.
 
     ``dsn`` is a postgresql:// URL (the coordinator makes its own pool; the pool
@@ -118,34 +117,19 @@ class PostgresCoordinator(BatchCoordinator):
         connect_timeout: float = 5.0,
         max_batches_per_partition: int = 5000,
     ) -> None:
-        if isinstance(dsn, PostgresPool):
-            self._pool = dsn
-        else:
-            self._pool = PostgresPool(
-                dsn,
-                min_size=min_pool,
-                max_size=max_pool,
-                command_timeout=command_timeout,
-                connect_timeout=connect_timeout,
-            )
-        self._started = False
+        super().__init__(
+            dsn,
+            min_size=min_pool,
+            max_size=max_pool,
+            command_timeout=command_timeout,
+            connect_timeout=connect_timeout,
+        )
         # A safety bound on one partition's share of a fetch answer, as in SQLite.
         self._max_batches = max_batches_per_partition
 
     @property
     def pool(self) -> PostgresPool:
         return self._pool
-
-    async def start(self) -> None:
-        await self._pool.start()
-        self._started = True
-        await self._pool.migrate()
-
-    async def close(self) -> None:
-        # Our hold on the pool (shared or not): the last user closes its connections.
-        if self._started:
-            self._started = False
-            await self._pool.close()
 
     # ---------------------------------------------------------------- logs
 

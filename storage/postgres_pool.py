@@ -286,3 +286,25 @@ async def _migrate(
     if applied_now:
         log.info("applied PostgreSQL migrations %s", applied_now)
     return applied_now
+
+
+class PoolUser:
+    """One hold on a PostgresPool, which may be shared (coordinator and catalog).
+
+    ``start()`` takes the hold and applies migrations; ``close()`` gives it back, and
+    the pool's connections close with the last hold.
+    """
+
+    def __init__(self, pool: str | PostgresPool, **pool_options: Any) -> None:
+        self._pool = pool if isinstance(pool, PostgresPool) else PostgresPool(pool, **pool_options)
+        self._started = False
+
+    async def start(self) -> None:
+        await self._pool.start()
+        self._started = True
+        await self._pool.migrate()
+
+    async def close(self) -> None:
+        if self._started:
+            self._started = False
+            await self._pool.close()

@@ -26,6 +26,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from storage.coordinator import (
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
@@ -55,8 +56,6 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = int(ErrorCode.out_of_order_sequence_number)
 # Kafka keeps this many batches per producer and partition to recognise retries.
 PRODUCER_BATCHES_RETAINED = 5
 INT32_MAX = 2**31 - 1
-# ListOffsets "earliest local" (KIP-405): everything is "local" here.
-EARLIEST_LOCAL_TIMESTAMP = -4
 LOG_APPEND_TIME = 1
 
 # The timestamp a batch is searched and retained by: LogAppendTime batches carry the
