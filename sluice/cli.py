@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from broker.config import BrokerConfig, load_config, parse_config_file
 
+from .cluster import DEFAULT_RACKS
+
 log = logging.getLogger("sluice")
 
 
@@ -60,7 +62,67 @@ def _parser() -> argparse.ArgumentParser:
         help="set a broker config on top of the file and SLUICE_* variables",
     )
     broker.add_argument("--log-level", default="INFO")
+
+    cluster = sub.add_parser(
+        "cluster", help="a local multi-AZ cluster: PostgreSQL, SeaweedFS and N brokers"
+    )
+    cluster_sub = cluster.add_subparsers(dest="action", required=True)
+    up = cluster_sub.add_parser("up", help="start it and leave it running")
+    up.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    up.add_argument(
+        "--racks",
+        default=",".join(DEFAULT_RACKS),
+        help="racks (availability zones) assigned to brokers in turn (default az-a,az-b,az-c)",
+    )
+    up.add_argument(
+        "-o",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker config every broker gets",
+    )
+    for action in (
+        up,
+        cluster_sub.add_parser("down", help="stop what `up` started"),
+        cluster_sub.add_parser("status", help="which of its processes run"),
+    ):
+        action.add_argument(
+            "--dir",
+            default="./.sluice-cluster",
+            help="where everything lives (default ./.sluice-cluster)",
+        )
+        action.add_argument("--log-level", default="INFO")
     return parser
+
+
+def run_cluster(args: argparse.Namespace) -> int:
+    from . import cluster
+
+    try:
+        if args.action == "up":
+            racks = [r.strip() for r in args.racks.split(",") if r.strip()]
+            local = cluster.LocalCluster(args.dir, args.brokers, racks, _overrides(args.overrides))
+            if os.path.exists(os.path.join(args.dir, cluster.STATE_FILE)):
+                print(f"sluice: a cluster is already up in {args.dir}", file=sys.stderr)
+                return 2
+            local.up()
+            state = local.detach()
+            for b in state["brokers"]:
+                print(f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}")
+            print(f"bootstrap.servers={state['bootstrap']}")
+            return 0
+        if args.action == "down":
+            stopped = cluster.down_detached(args.dir)
+            print("stopped: " + (", ".join(stopped) or "nothing was running"))
+            return 0
+        running = cluster.status(args.dir)
+        for name, pid, alive in running:
+            print(f"{name} pid {pid} {'running' if alive else 'not running'}")
+        return 0 if all(alive for _, _, alive in running) else 1
+    except cluster.ClusterError as exc:
+        print(f"sluice: {exc}", file=sys.stderr)
+        return 2
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
@@ -127,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner = uvloop.run if uvloop else asyncio.run
         runner(run_broker(config))
         return 0
+    if args.command == "cluster":
+        return run_cluster(args)
     return 2
 
 

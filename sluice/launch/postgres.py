@@ -170,6 +170,14 @@ class LocalPostgres:
         self.stop()
         self.start()
 
+    def detach(self) -> int:
+        """Leave the server running after this process exits (``sluice cluster up``); returns
+        its pid. Stop it later by pid: SIGINT is a fast shutdown."""
+        if self._process is None:
+            raise PostgresLaunchError("not running")
+        pid, self._process = self._process.pid, None
+        return pid
+
     def __enter__(self) -> LocalPostgres:
         self.start()
         return self

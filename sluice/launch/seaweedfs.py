@@ -143,6 +143,27 @@ class LocalSeaweedFS:
         self.stop()
         self.start()
 
+    def detach(self) -> int:
+        """Leave weed running after this process exits (``sluice cluster up``); returns its
+        pid. Stop it later by pid (see sluice.cluster), then :meth:`remove_sockets`."""
+        if self._proc is None:
+            raise SeaweedFSError("not running")
+        atexit.unregister(self._terminate)
+        pid = self._proc.pid
+        self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return pid
+
+    def create_bucket(self, name: str) -> None:
+        """Create ``name`` unless it exists (dev clusters; production buckets are provisioned)."""
+        client = self._probe_client()
+        try:
+            client.head_bucket(Bucket=name)
+        except Exception:
+            client.create_bucket(Bucket=name)
+
     def __enter__(self) -> LocalSeaweedFS:
         self.start()
         return self
@@ -315,9 +336,9 @@ class LocalSeaweedFS:
         if self._log is not None:
             self._log.close()
             self._log = None
-        self._remove_sockets()
+        self.remove_sockets()
 
-    def _remove_sockets(self) -> None:
+    def remove_sockets(self) -> None:
         # weed leaves unix sockets named after the port (e.g. /tmp/seaweedfs-s3-8333.sock);
         # a stale one breaks the next weed on that port. Only our ports: other weed
         # processes on this machine may own the rest.

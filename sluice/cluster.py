@@ -1,0 +1,297 @@
+"""A local multi-AZ cluster under one directory: PostgreSQL, SeaweedFS and N brokers.
+
+``sluice cluster up`` starts the machine's PostgreSQL installation, ``weed mini`` (SeaweedFS,
+S3-compatible) and N ``sluice broker`` processes on free ports, one rack per broker in turn,
+with every config, data directory and log under ``--dir``; it leaves them running and writes
+``cluster.json`` so that ``sluice cluster down`` can stop them. Tests and benchmarks use
+:class:`LocalCluster` directly, as a context manager.
+
+Layout of the directory::
+
+    cluster.json            pids, ports, bootstrap (written by `up`, removed by `down`)
+    postgres/               LocalPostgres (data/, run/, postgres.log)
+    seaweedfs/              LocalSeaweedFS (data/, s3.json, weed.log)
+    broker-<id>/            broker.properties, data/, broker.log
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .launch.postgres import LocalPostgres
+from .launch.process import (
+    SluiceProcess,
+    free_port,
+    pid_alive,
+    process_start_time,
+    stop_pid,
+)
+from .launch.seaweedfs import LocalSeaweedFS
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RACKS = ("az-a", "az-b", "az-c")
+BUCKET = "sluice"
+STATE_FILE = "cluster.json"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+class BrokerProcess(SluiceProcess):
+    """One ``sluice broker --config broker.properties`` of a local cluster."""
+
+    def __init__(self, workdir: Path, node_id: int, port: int, rack: str | None) -> None:
+        self.workdir = workdir
+        self.node_id = node_id
+        self.rack = rack
+        self.config_path = workdir / "broker.properties"
+        self.data_dir = workdir / "data"
+        super().__init__(
+            ["broker", "--config", str(self.config_path)], workdir / "broker.log", port
+        )
+
+    def write_config(self, settings: Mapping[str, str]) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        lines = [f"{key}={value}" for key, value in settings.items()]
+        # 0600: it holds the S3 secret and the database password.
+        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("# written by sluice cluster up\n" + "\n".join(lines) + "\n")
+
+
+@dataclass(frozen=True)
+class ExternalS3:
+    """An S3 endpoint the cluster uses instead of starting SeaweedFS."""
+
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    region: str = "us-east-1"
+    bucket: str = BUCKET
+
+
+class LocalCluster:
+    """PostgreSQL + SeaweedFS + ``brokers`` broker processes under ``root``.
+
+    ``broker_options`` are broker configs every broker gets (e.g. a short commit interval);
+    ``postgres_dsn`` / ``s3`` point at existing servers instead of starting local ones.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        brokers: int = 3,
+        racks: Sequence[str] = DEFAULT_RACKS,
+        broker_options: Mapping[str, str] | None = None,
+        *,
+        postgres_dsn: str | None = None,
+        s3: ExternalS3 | None = None,
+    ) -> None:
+        if brokers < 1:
+            raise ClusterError("a cluster needs at least one broker")
+        self.root = Path(root).absolute()
+        self.broker_options = dict(broker_options or {})
+        self.postgres: LocalPostgres | None = None
+        self.seaweed: LocalSeaweedFS | None = None
+        self._postgres_dsn = postgres_dsn
+        self._s3 = s3
+        racks = list(racks) or [""]
+        self.brokers = [
+            BrokerProcess(
+                self.root / f"broker-{node_id}", node_id, free_port(), racks[i % len(racks)] or None
+            )
+            for i, node_id in enumerate(range(1, brokers + 1))
+        ]
+
+    # ---------------------------------------------------------------- addresses
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def dsn(self) -> str:
+        if self._postgres_dsn:
+            return self._postgres_dsn
+        if self.postgres is None:
+            raise ClusterError("PostgreSQL is not started")
+        return self.postgres.dsn
+
+    @property
+    def s3(self) -> ExternalS3:
+        if self._s3 is not None:
+            return self._s3
+        if self.seaweed is None:
+            raise ClusterError("SeaweedFS is not started")
+        return ExternalS3(
+            self.seaweed.endpoint_url,
+            self.seaweed.access_key,
+            self.seaweed.secret_key,
+            self.seaweed.region,
+        )
+
+    def broker(self, node_id: int) -> BrokerProcess:
+        for b in self.brokers:
+            if b.node_id == node_id:
+                return b
+        raise KeyError(node_id)
+
+    def broker_settings(self, b: BrokerProcess) -> dict[str, str]:
+        """The config file of one broker: shared storage, its own port, rack and data dir."""
+        s3 = self.s3
+        settings = {
+            "node.id": str(b.node_id),
+            "host": b.host,
+            "port": str(b.port),
+            "data.dir": str(b.data_dir),
+            "object.store": "s3",
+            "s3.endpoint": s3.endpoint_url,
+            "s3.region": s3.region,
+            "s3.bucket": s3.bucket,
+            "s3.access.key": s3.access_key,
+            "s3.secret.key": s3.secret_key,
+            "coordinator": "postgresql",
+            "coordinator.dsn": self.dsn,
+            "cluster.brokers": ",".join(
+                f"{o.node_id}@{o.host}:{o.port}" + (f":{o.rack}" if o.rack else "")
+                for o in self.brokers
+            ),
+        }
+        if b.rack:
+            settings["broker.rack"] = b.rack
+        settings.update(self.broker_options)
+        return settings
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def up(self) -> None:
+        """Start everything and wait until every broker accepts connections."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            if self._postgres_dsn is None:
+                self.postgres = LocalPostgres(self.root / "postgres")
+                self.postgres.start()
+            if self._s3 is None:
+                self.seaweed = LocalSeaweedFS(self.root / "seaweedfs")
+                self.seaweed.start()
+                self.seaweed.create_bucket(BUCKET)
+            for b in self.brokers:
+                b.write_config(self.broker_settings(b))
+                b.start(wait=False)  # in parallel: each takes a second or two to import
+            for b in self.brokers:
+                b.wait_ready()
+        except BaseException:
+            self.down()
+            raise
+        log.info("cluster up: %s", self.bootstrap)
+
+    def down(self) -> None:
+        """Stop brokers first (they flush what producers were promised), then storage."""
+        errors = []
+        for b in self.brokers:
+            try:
+                b.stop()
+            except Exception as exc:
+                errors.append(f"broker {b.node_id}: {exc}")
+        if self.seaweed is not None:
+            self.seaweed.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+        if errors:
+            raise ClusterError("; ".join(errors))
+
+    def __enter__(self) -> LocalCluster:
+        self.up()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.down()
+
+    # ---------------------------------------------------------------- detached (CLI)
+
+    def detach(self) -> dict[str, Any]:
+        """Leave every process running after this one exits; write and return the state
+        ``sluice cluster down`` needs to stop them."""
+        processes = []
+        for b in self.brokers:
+            processes.append(_entry(f"broker-{b.node_id}", b.pid, signal.SIGTERM))
+            b.proc = None
+        state: dict[str, Any] = {"bootstrap": self.bootstrap, "brokers": [], "processes": []}
+        state["brokers"] = [
+            {"node_id": b.node_id, "port": b.port, "rack": b.rack, "log": str(b.log_path)}
+            for b in self.brokers
+        ]
+        # Storage stops after the brokers: they flush on SIGTERM.
+        if self.seaweed is not None:
+            state["seaweedfs"] = {
+                "endpoint": self.seaweed.endpoint_url,
+                "ports": self.seaweed.ports,
+            }
+            processes.append(_entry("seaweedfs", self.seaweed.detach(), signal.SIGTERM))
+        if self.postgres is not None:
+            state["postgres"] = {"port": self.postgres.port}
+            processes.append(_entry("postgres", self.postgres.detach(), signal.SIGINT))
+        state["processes"] = processes
+        path = self.root / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        os.replace(tmp, path)
+        return state
+
+
+def _entry(name: str, pid: int, stop_signal: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "pid": pid,
+        "start_time": process_start_time(pid),
+        "stop_signal": int(stop_signal),
+    }
+
+
+def read_state(root: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(root).absolute() / STATE_FILE
+    try:
+        return dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise ClusterError(f"no cluster is up in {path.parent} (no {STATE_FILE})") from None
+
+
+def status(root: str | os.PathLike[str]) -> list[tuple[str, int, bool]]:
+    """(name, pid, running) of every process ``up`` left running."""
+    return [
+        (p["name"], p["pid"], pid_alive(p["pid"], p["start_time"]))
+        for p in read_state(root)["processes"]
+    ]
+
+
+def down_detached(root: str | os.PathLike[str]) -> list[str]:
+    """Stop what ``sluice cluster up`` left running in ``root``, in order; returns the
+    names of the processes that were still running."""
+    root = Path(root).absolute()
+    state = read_state(root)
+    stopped = []
+    for p in state["processes"]:
+        steps = ((p["stop_signal"], 15.0), (signal.SIGQUIT, 5.0), (signal.SIGKILL, 5.0))
+        if stop_pid(p["pid"], steps, p["start_time"]):
+            stopped.append(p["name"])
+    if "seaweedfs" in state:
+        weed = LocalSeaweedFS(root / "seaweedfs")
+        weed.ports = dict(state["seaweedfs"]["ports"])
+        weed.remove_sockets()
+    (root / STATE_FILE).unlink()
+    return stopped
