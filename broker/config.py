@@ -43,11 +43,16 @@ class BrokerConfig:
     s3_path_style: bool = True
     s3_key_prefix: str = ""
     # Static broker list "id@host:port[:rack],..." until the controller exists. Empty:
-    # this broker alone.
+    # brokers register themselves in the coordinator database and heartbeat there.
     cluster_brokers: str = ""
-    # With several brokers, commits of the others are only seen by asking the
-    # coordinator: long polls re-check this often, and topics are re-read this often.
+    # With several brokers, long polls learn of the others' commits from the coordinator's
+    # notifications (PostgreSQL LISTEN) or, without them, by asking again this often.
+    # Topics are re-read from the catalog every metadata.refresh.interval.ms.
     remote_poll_interval_ms: int = 100
+    # Liveness when brokers register in the coordinator database (no cluster.brokers):
+    # Kafka's names and defaults for broker heartbeats.
+    broker_heartbeat_interval_ms: int = 2000
+    broker_session_timeout_ms: int = 9000
     metadata_refresh_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
     file_delete_delay_ms: int = 60_000

@@ -37,6 +37,18 @@ class CommitWatch:
                 if end_offset > offset and not future.done():
                     future.set_result(None)
 
+    def wake(self, keys: Sequence[tuple[UUID, int]] | None) -> None:
+        """Wake the waiters of these partitions (all of them for None) whatever their
+        offset: another broker's commit, seen without its offsets; they look again."""
+        if keys is None:
+            waiter_lists = list(self._waiters.values())
+        else:
+            waiter_lists = [w for k in keys if (w := self._waiters.get(k))]
+        for waiters in waiter_lists:
+            for future, _offset in waiters:
+                if not future.done():
+                    future.set_result(None)
+
     async def wait(self, interests: Sequence[tuple[UUID, int, int]], timeout: float) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         entries = []

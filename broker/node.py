@@ -10,29 +10,26 @@ import os
 import random
 import time
 import uuid
-from dataclasses import dataclass
 
 from storage.block_cache import BlockCache
 from storage.catalog import Topic, TopicCatalog
-from storage.coordinator import BatchCoordinator, RetentionPolicy
+from storage.coordinator import BatchCoordinator, PartitionKey, RetentionPolicy
 from storage.object_store import ObjectStore
 
 from .append import Appender
 from .config import BrokerConfig
 from .fetch import CommitWatch, Fetcher
+from .membership import (
+    BrokerEndpoint,
+    Membership,
+    RegistryMembership,
+    StaticMembership,
+)
 from .producer_ids import ProducerIdAllocator
 from .server import KafkaServer
 from .topics import TopicRegistry
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None
 
 
 def now_ms() -> int:
@@ -68,7 +65,9 @@ class Broker:
         self.cluster_id = ""
         self._server: KafkaServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._endpoints: list[BrokerEndpoint] = []
+        self._membership: Membership | None = None
+        # True while the coordinator delivers other brokers' commits as notifications.
+        self._notified = False
 
     @property
     def port(self) -> int:
@@ -76,12 +75,13 @@ class Broker:
         return self._server.port
 
     def endpoints(self) -> list[BrokerEndpoint]:
-        """Brokers listed in Metadata. The seam the controller issue replaces."""
-        return self._endpoints
+        """Live brokers, listed in Metadata. The seam the controller issue replaces."""
+        assert self._membership is not None, "not started"
+        return self._membership.live()
 
     @property
     def multi_broker(self) -> bool:
-        return len(self._endpoints) > 1
+        return len(self.endpoints()) > 1
 
     def leader_for(self, topic: Topic, partition: int) -> int:
         """The broker clients should send a partition's produce and fetch to. Any
@@ -97,10 +97,10 @@ class Broker:
         from .apis import build_api_table
 
         os.makedirs(self.config.data_dir, exist_ok=True)
-        self.cluster_id = _cluster_id(self.config.data_dir)
         await self.store.start()
         await self.coordinator.start()
         await self.catalog.start()
+        self.cluster_id = await self.coordinator.cluster_id(_proposed_cluster_id(self.config))
         await self.topics.load()
         self._server = KafkaServer(
             build_api_table(self),
@@ -109,9 +109,10 @@ class Broker:
             self.config.socket_request_max_bytes,
         )
         await self._server.start()
-        self._endpoints = self._make_endpoints()
-        if self.multi_broker:
-            self._tasks.append(asyncio.create_task(self._metadata_refresh_loop()))
+        self._membership = self._make_membership()
+        await self._membership.start()
+        self._tasks.append(asyncio.create_task(self._metadata_refresh_loop()))
+        self._tasks.append(asyncio.create_task(self._watch_logs()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._cleaner_loop()))
         log.info(
@@ -136,27 +137,49 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._membership is not None:
+            await self._membership.stop()
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()
 
-    def _make_endpoints(self) -> list[BrokerEndpoint]:
+    def _make_membership(self) -> Membership:
         me = BrokerEndpoint(
             self.config.node_id, self.config.advertised, self.port, self.config.rack
         )
         static = self.config.static_brokers()
         if not static:
-            return [me]
+            return RegistryMembership(
+                self.coordinator,
+                me,
+                self.config.broker_heartbeat_interval_ms,
+                self.config.broker_session_timeout_ms,
+            )
         endpoints = [BrokerEndpoint(*entry) for entry in static]
         if me.node_id not in {e.node_id for e in endpoints}:
             raise ValueError(f"cluster.brokers does not list this broker (node.id {me.node_id})")
-        return endpoints
+        return StaticMembership(endpoints)
 
     @property
     def remote_poll_seconds(self) -> float | None:
         """How long a long poll may wait before asking the coordinator again: other
-        brokers' commits do not wake local waiters."""
-        return self.config.remote_poll_interval_ms / 1000 if self.multi_broker else None
+        brokers' commits wake local waiters only through the coordinator's notifications,
+        and those are best effort (a safety re-check stays)."""
+        if not self.multi_broker:
+            return None
+        if self._notified:
+            return max(self.config.remote_poll_interval_ms / 1000, 1.0)
+        return self.config.remote_poll_interval_ms / 1000
+
+    async def _watch_logs(self) -> None:
+        def changed(keys: list[PartitionKey] | None) -> None:
+            self._notified = True
+            self.watch.wake(None if keys is None else [(k.topic_id, k.partition) for k in keys])
+
+        try:
+            await self.coordinator.watch_logs(changed)
+        finally:
+            self._notified = False
 
     async def _metadata_refresh_loop(self) -> None:
         interval = self.config.metadata_refresh_interval_ms / 1000
@@ -212,19 +235,12 @@ class Broker:
                 log.exception("deleting files marked for deletion failed")
 
 
-def _cluster_id(data_dir: str) -> str:
-    """A stable cluster id kept in the data dir (Kafka's 22-character base64 form)."""
-    path = os.path.join(data_dir, "cluster.id")
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except FileNotFoundError:
-        pass
-    value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(value)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return value
+def _proposed_cluster_id(config: BrokerConfig) -> str:
+    """The id this broker proposes if the cluster has none yet: the one a data dir from
+    before the coordinator kept ids, or a new one (Kafka's 22-character base64 form)."""
+    with (
+        contextlib.suppress(FileNotFoundError),
+        open(os.path.join(config.data_dir, "cluster.id")) as f,
+    ):
+        return f.read().strip()
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

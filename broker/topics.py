@@ -6,9 +6,11 @@ first and the index follows.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from uuid import UUID
 
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
@@ -20,6 +22,7 @@ from .config import BrokerConfig
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
+MISS_RELOAD_S = 0.2
 
 
 class InvalidTopic(ValueError):
@@ -51,11 +54,36 @@ class TopicRegistry:
         self._config = config
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[UUID, Topic] = {}
+        self._loaded_at = -MISS_RELOAD_S
+        self._loading: asyncio.Future[None] | None = None
 
     async def load(self) -> None:
         topics = await self._catalog.list_topics()
         self._by_name = {t.name: t for t in topics}
         self._by_id = {t.topic_id: t for t in topics}
+        self._loaded_at = time.monotonic()
+
+    async def ensure(self, wanted: Iterable[tuple[str | UUID, int | None]]) -> None:
+        """Re-read the catalog if a request names a topic (by name or id) or a partition
+        (None: any) this broker does not know: another broker may have made it since the
+        last periodic refresh. Misses re-read at most every MISS_RELOAD_S and concurrent
+        misses share one read, so clients asking for a topic that does not exist cannot
+        turn into a catalog scan per request."""
+        if all(self._knows(key, partition) for key, partition in wanted):
+            return
+        if self._loading is None:
+            if time.monotonic() - self._loaded_at < MISS_RELOAD_S:
+                return
+            self._loading = asyncio.ensure_future(self.load())
+            self._loading.add_done_callback(self._loaded)
+        await asyncio.shield(self._loading)
+
+    def _knows(self, key: str | UUID, partition: int | None) -> bool:
+        topic = self._by_id.get(key) if isinstance(key, UUID) else self._by_name.get(key)
+        return topic is not None and (partition is None or 0 <= partition < topic.partitions)
+
+    def _loaded(self, future: asyncio.Future[None]) -> None:
+        self._loading = None
 
     def get(self, name: str) -> Topic | None:
         return self._by_name.get(name)
@@ -113,6 +141,7 @@ class TopicRegistry:
         return topic
 
     async def add_partitions(self, name: str, count: int, validate_only: bool = False) -> Topic:
+        await self.ensure([(name, None)])
         topic = self._by_name.get(name)
         if topic is None:
             raise TopicNotFound(name)
@@ -135,6 +164,7 @@ class TopicRegistry:
     async def alter_configs(
         self, name: str, changes: Mapping[str, str | None], validate_only: bool = False
     ) -> Topic:
+        await self.ensure([(name, None)])
         topic = self._by_name.get(name)
         if topic is None:
             raise TopicNotFound(name)

@@ -162,10 +162,7 @@ class LocalCluster:
             "s3.secret.key": s3.secret_key,
             "coordinator": "postgresql",
             "coordinator.dsn": self.dsn,
-            "cluster.brokers": ",".join(
-                f"{o.node_id}@{o.host}:{o.port}" + (f":{o.rack}" if o.rack else "")
-                for o in self.brokers
-            ),
+            # No cluster.brokers: brokers find each other through the database.
         }
         if b.rack:
             settings["broker.rack"] = b.rack

@@ -12,7 +12,7 @@ can go into responses as they are.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -136,6 +136,21 @@ class RetentionPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A broker as the others find it: address, rack, and which process (incarnation)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+    incarnation: UUID
+
+
+# Called with the partitions whose logs changed on another broker, or None for "any".
+LogsChanged = Callable[[list[PartitionKey] | None], None]
+
+
+@dataclass(frozen=True, slots=True)
 class FileToDelete:
     object_key: str
     marked_at_ms: int
@@ -229,3 +244,27 @@ class BatchCoordinator(ABC):
     @abstractmethod
     async def forget_files(self, object_keys: Sequence[str]) -> None:
         """Remove rows of files whose objects have been deleted from the store."""
+
+    # ------------------------------------------------------------ cluster (many brokers)
+
+    @abstractmethod
+    async def cluster_id(self, proposed: str) -> str:
+        """The cluster's id: ``proposed`` if none is stored yet, else the stored one."""
+
+    @abstractmethod
+    async def broker_heartbeat(
+        self, me: BrokerRegistration, session_timeout_ms: int, starting: bool
+    ) -> list[BrokerRegistration]:
+        """Record that ``me`` is alive and return every broker seen within the session
+        timeout, by node id. When ``starting``, a node id still held by another live
+        incarnation is not taken over: the answer shows that incarnation instead."""
+
+    @abstractmethod
+    async def broker_leave(self, me: BrokerRegistration) -> None:
+        """Forget ``me`` at once (a clean shutdown), if still its incarnation."""
+
+    async def watch_logs(self, on_change: LogsChanged) -> None:
+        """Run until cancelled, calling ``on_change`` when another process's commit or log
+        start move changes logs. Backends without notifications return at once and the
+        broker polls instead."""
+        return

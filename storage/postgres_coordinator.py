@@ -22,6 +22,7 @@ from storage.coordinator import (
     BatchCoordinator,
     BatchLocation,
     BatchToCommit,
+    BrokerRegistration,
     CommitResult,
     DeleteRecordsResult,
     FileToDelete,
@@ -30,6 +31,7 @@ from storage.coordinator import (
     ListOffsetsRequest,
     ListOffsetsResult,
     LogInfo,
+    LogsChanged,
     PartitionKey,
     RetentionPolicy,
 )
@@ -93,6 +95,12 @@ _FORGET_FILES = (
 _ALLOCATE_PRODUCER_IDS = (
     "UPDATE producer_id_blocks SET next_id = next_id + $1 WHERE id = 1 RETURNING next_id - $1"
 )
+
+
+_CLUSTER_ID = "SELECT sluice_cluster_id($1)"
+_HEARTBEAT = "SELECT * FROM sluice_broker_heartbeat($1, $2, $3, $4, $5, $6, $7)"
+_LEAVE = "DELETE FROM broker_heartbeats WHERE node_id = $1 AND incarnation = $2"
+LOGS_CHANNEL = "sluice_logs"
 
 
 def _keys(logs: Sequence[PartitionKey]) -> tuple[list[UUID], list[int]]:
@@ -276,3 +284,42 @@ class PostgresCoordinator(PoolUser, BatchCoordinator):
         row = await self._pool.fetchrow(_ALLOCATE_PRODUCER_IDS, count, write=True)
         assert row is not None, "producer_id_blocks has its row from the first migration"
         return int(row[0])
+
+    # ---------------------------------------------------------------- cluster
+
+    async def cluster_id(self, proposed: str) -> str:
+        row = await self._pool.fetchrow(_CLUSTER_ID, proposed, write=True)
+        assert row is not None
+        return str(row[0])
+
+    async def broker_heartbeat(
+        self, me: BrokerRegistration, session_timeout_ms: int, starting: bool
+    ) -> list[BrokerRegistration]:
+        rows = await self._pool.fetch(
+            _HEARTBEAT,
+            me.node_id,
+            me.host,
+            me.port,
+            me.rack,
+            me.incarnation,
+            session_timeout_ms,
+            starting,
+            write=True,
+        )
+        return [BrokerRegistration(*row) for row in rows]
+
+    async def broker_leave(self, me: BrokerRegistration) -> None:
+        await self._pool.fetch(_LEAVE, me.node_id, me.incarnation, write=True)
+
+    async def watch_logs(self, on_change: LogsChanged) -> None:
+        def on_payload(payload: str) -> None:
+            if not payload:
+                on_change(None)
+                return
+            keys = []
+            for line in payload.split("\n"):
+                topic_id, _, partition = line.partition(":")
+                keys.append(PartitionKey(UUID(topic_id), int(partition)))
+            on_change(keys)
+
+        await self._pool.listen(LOGS_CHANNEL, on_payload, lambda: on_change(None))

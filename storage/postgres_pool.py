@@ -19,6 +19,7 @@ replaced, so the pool recovers by itself when PostgreSQL comes back.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -227,6 +228,40 @@ class PostgresPool:
         rows = await self.fetch(sql, *args, write=write)
         return rows[0] if rows else None
 
+    # ---------------------------------------------------------------- notifications
+
+    async def listen(
+        self,
+        channel: str,
+        on_payload: Callable[[str], None],
+        on_gap: Callable[[], None],
+        retry_s: float = 1.0,
+    ) -> None:
+        """Call ``on_payload`` for each NOTIFY on ``channel`` until cancelled.
+
+        LISTEN needs a connection of its own (outside the pool: a pooled one would be
+        reset and handed out). Whenever it is (re)established ``on_gap`` runs, since
+        notifications sent while it was down are lost for good.
+        """
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout)
+                lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                conn.add_termination_listener(functools.partial(_resolve, lost))
+                await conn.add_listener(channel, lambda _c, _pid, _ch, payload: on_payload(payload))
+                on_gap()
+                await lost
+                log.warning("PostgreSQL LISTEN connection lost; reconnecting")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("PostgreSQL LISTEN %s failed: %r; retrying", channel, e)
+            finally:
+                if conn is not None and not conn.is_closed():
+                    conn.terminate()
+            await asyncio.sleep(retry_s)
+
     # ---------------------------------------------------------------- migrations
 
     async def migrate(self, migrations: Sequence[Migration] | None = None) -> list[int]:
@@ -308,3 +343,8 @@ class PoolUser:
         if self._started:
             self._started = False
             await self._pool.close()
+
+
+def _resolve(future: asyncio.Future[None], *_args: object) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from storage.coordinator import (
     BatchCoordinator,
     BatchLocation,
     BatchToCommit,
+    BrokerRegistration,
     CommitResult,
     DeleteRecordsResult,
     FileToDelete,
@@ -232,6 +234,18 @@ MIGRATIONS: list[list[str]] = [
         "CREATE TABLE producer_id_blocks (id INTEGER PRIMARY KEY CHECK (id = 1), next_id INTEGER)",
         "INSERT INTO producer_id_blocks (id, next_id) VALUES (1, 0)",
     ],
+    # 3: cluster id and broker liveness (as storage/migrations/postgres/0002_cluster.sql).
+    [
+        "CREATE TABLE cluster_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        """CREATE TABLE broker_heartbeats (
+            node_id INTEGER PRIMARY KEY,
+            host TEXT NOT NULL,
+            port INTEGER NOT NULL,
+            rack TEXT,
+            incarnation BLOB NOT NULL,
+            last_seen INTEGER NOT NULL
+        )""",
+    ],
 ]
 
 
@@ -411,6 +425,20 @@ class SqliteCoordinator(BatchCoordinator):
 
     async def allocate_producer_ids(self, count: int) -> int:
         return await self._write(_allocate_producer_ids, count)
+
+    # ---------------------------------------------------------------- cluster
+
+    async def cluster_id(self, proposed: str) -> str:
+        return await self._write(_cluster_id, proposed)
+
+    async def broker_heartbeat(
+        self, me: BrokerRegistration, session_timeout_ms: int, starting: bool
+    ) -> list[BrokerRegistration]:
+        now = int(time.time() * 1000)
+        return await self._write(_broker_heartbeat, me, now, now - session_timeout_ms, starting)
+
+    async def broker_leave(self, me: BrokerRegistration) -> None:
+        await self._write(_broker_leave, me.node_id, me.incarnation.bytes)
 
 
 # The transaction bodies below run on the worker thread, inside run_transaction.
@@ -770,3 +798,37 @@ def _allocate_producer_ids(cur: sqlite3.Cursor, count: int) -> int:
         (count, count),
     ).fetchone()
     return int(first)
+
+
+def _cluster_id(cur: sqlite3.Cursor, proposed: str) -> str:
+    cur.execute(
+        "INSERT OR IGNORE INTO cluster_meta (key, value) VALUES ('cluster.id', ?)", (proposed,)
+    )
+    (value,) = cur.execute("SELECT value FROM cluster_meta WHERE key = 'cluster.id'").fetchone()
+    return str(value)
+
+
+def _broker_heartbeat(
+    cur: sqlite3.Cursor, me: BrokerRegistration, now: int, live_after: int, starting: bool
+) -> list[BrokerRegistration]:
+    cur.execute(
+        "INSERT INTO broker_heartbeats (node_id, host, port, rack, incarnation, last_seen)"
+        " VALUES (?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (node_id) DO UPDATE SET host = excluded.host, port = excluded.port,"
+        " rack = excluded.rack, incarnation = excluded.incarnation, last_seen = excluded.last_seen"
+        " WHERE NOT ? OR incarnation = excluded.incarnation OR last_seen <= ?",
+        (me.node_id, me.host, me.port, me.rack, me.incarnation.bytes, now, starting, live_after),
+    )
+    rows = cur.execute(
+        "SELECT node_id, host, port, rack, incarnation FROM broker_heartbeats"
+        " WHERE last_seen > ? ORDER BY node_id",
+        (live_after,),
+    )
+    return [BrokerRegistration(n, h, p, r, UUID(bytes=i)) for n, h, p, r, i in rows]
+
+
+def _broker_leave(cur: sqlite3.Cursor, node_id: int, incarnation: bytes) -> None:
+    cur.execute(
+        "DELETE FROM broker_heartbeats WHERE node_id = ? AND incarnation = ?",
+        (node_id, incarnation),
+    )

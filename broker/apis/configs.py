@@ -91,6 +91,9 @@ def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
 async def describe_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     with_docs = getattr(request, "include_documentation", False)
     results = []
+    await broker.topics.ensure(
+        (r.resource_name, None) for r in request.resources if r.resource_type == RESOURCE_TOPIC
+    )
     for res in request.resources:
         entry: dict[str, Any] = {
             "error_code": 0,
@@ -145,6 +148,9 @@ def _apply(current: dict[str, str], name: str, op: int, value: str | None) -> st
 
 async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     responses = []
+    await broker.topics.ensure(
+        (r.resource_name, None) for r in request.resources if r.resource_type == RESOURCE_TOPIC
+    )
     for res in request.resources:
         entry: dict[str, Any] = {
             "error_code": 0,

@@ -40,6 +40,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
     slots: list[_Slot] = []
     finds: list[FindRequest] = []
+    await broker.topics.ensure(
+        (t.topic_id if by_id else t.topic, part.partition)
+        for t in request.topics
+        for part in t.partitions
+    )
     for fetch_topic in request.topics:
         if by_id:
             key = fetch_topic.topic_id

@@ -21,6 +21,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
     lookups: list[ListOffsetsRequest] = []
     waiting: list[dict[str, Any]] = []
+    await broker.topics.ensure(
+        (t.name, p.partition_index) for t in request.topics for p in t.partitions
+    )
     for topic_req in request.topics:
         for part in topic_req.partitions:
             entry: dict[str, Any] = {

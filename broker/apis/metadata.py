@@ -60,6 +60,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         entries = []
+        # Topics another broker created since this one last read the catalog.
+        await broker.topics.ensure(
+            (item.name if item.name is not None else getattr(item, "topic_id", None), None)
+            for item in requested
+        )
         for item in requested:
             name = item.name
             topic_id = getattr(item, "topic_id", None)
@@ -72,9 +77,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 )
                 continue
             topic = broker.topics.get(name)
-            if topic is None and broker.multi_broker:
-                await broker.topics.load()  # it may have been created through another broker
-                topic = broker.topics.get(name)
             if topic is None and allow_auto and broker.config.auto_create_topics_enable:
                 topic, error = await auto_create(broker, name)
                 if topic is None:
@@ -106,5 +108,7 @@ async def auto_create(broker: Broker, name: str) -> tuple[Topic | None, ErrorCod
     except InvalidTopic:
         return None, ErrorCode.invalid_topic_exception
     except TopicExists:
-        # Created concurrently by another request: use it.
-        return broker.topics.get(name), ErrorCode.none
+        # Created concurrently, by another request or another broker: use it.
+        await broker.topics.load()
+        topic = broker.topics.get(name)
+        return topic, ErrorCode.none if topic else ErrorCode.unknown_topic_or_partition

@@ -25,6 +25,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     # its PartitionAppend.
     slots: list[tuple[str, int, PartitionResult | int, str | None]] = []
     appends: list[PartitionAppend] = []
+    await broker.topics.ensure(
+        (td.name, part.index) for td in request.topic_data for part in td.partition_data
+    )
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = broker.topics.get(name)

@@ -18,6 +18,9 @@ async def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> A
     entries: list[tuple[str, dict[str, Any]]] = []
     asks: list[tuple[PartitionKey, int]] = []
     waiting: list[dict[str, Any]] = []
+    await broker.topics.ensure(
+        (t.name, p.partition_index) for t in request.topics for p in t.partitions
+    )
     for topic_req in request.topics:
         for part in topic_req.partitions:
             entry: dict[str, Any] = {

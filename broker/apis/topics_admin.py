@@ -102,6 +102,7 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
     else:
         wanted = [(name, None) for name in request.topic_names]
     responses = []
+    await broker.topics.ensure((name or topic_id, None) for name, topic_id in wanted)
     for name, topic_id in wanted:
         if name is None and topic_id is not None:
             topic = broker.topics.get_by_id(topic_id)

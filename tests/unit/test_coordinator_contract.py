@@ -19,6 +19,7 @@ from storage.coordinator import (
     MAX_TIMESTAMP,
     BatchCoordinator,
     BatchToCommit,
+    BrokerRegistration,
     CommitResult,
     FindRequest,
     FindResult,
@@ -717,3 +718,36 @@ async def test_producer_id_blocks_are_disjoint_and_durable(
     other = await coordinator_factory.open()
     third = await other.allocate_producer_ids(5)
     assert third >= second + 10
+
+
+async def test_cluster_id_is_the_first_proposal(coordinator_factory: CoordinatorFactory) -> None:
+    first = await coordinator_factory.open()
+    assert await first.cluster_id("abc") == "abc"
+    other = await coordinator_factory.open()
+    assert await other.cluster_id("xyz") == "abc"
+
+
+def registration(node_id: int, incarnation: int, port: int = 9092) -> BrokerRegistration:
+    return BrokerRegistration(node_id, "h", port, f"az-{node_id}", UUID(int=incarnation))
+
+
+async def test_broker_heartbeats_list_live_brokers(coordinator: BatchCoordinator) -> None:
+    one, two = registration(1, 1), registration(2, 2)
+    assert await coordinator.broker_heartbeat(one, 60_000, starting=True) == [one]
+    assert await coordinator.broker_heartbeat(two, 60_000, starting=True) == [one, two]
+    # A new incarnation of node 1 (a restart) replaces the old one once it is past its session.
+    await asyncio.sleep(0.05)
+    restarted = registration(1, 3, port=9093)
+    assert await coordinator.broker_heartbeat(restarted, 30, starting=True) == [restarted]
+    # A clean leave is seen at once; the other broker's heartbeat brings it back.
+    await coordinator.broker_leave(restarted)
+    assert await coordinator.broker_heartbeat(two, 60_000, starting=False) == [two]
+
+
+async def test_a_live_node_id_is_not_taken_over(coordinator: BatchCoordinator) -> None:
+    holder, intruder = registration(1, 1), registration(1, 2, port=9999)
+    await coordinator.broker_heartbeat(holder, 60_000, starting=True)
+    assert await coordinator.broker_heartbeat(intruder, 60_000, starting=True) == [holder]
+    # A leave by the intruder's incarnation does not remove the holder.
+    await coordinator.broker_leave(intruder)
+    assert await coordinator.broker_heartbeat(holder, 60_000, starting=False) == [holder]
