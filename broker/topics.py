@@ -7,6 +7,7 @@ first and the index follows.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 import uuid
@@ -19,10 +20,11 @@ from storage.coordinator import BatchCoordinator, PartitionKey
 from . import topic_config
 from .config import BrokerConfig
 
+log = logging.getLogger(__name__)
+
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
-MISS_RELOAD_S = 0.2
 
 
 class InvalidTopic(ValueError):
@@ -54,36 +56,44 @@ class TopicRegistry:
         self._config = config
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[UUID, Topic] = {}
-        self._loaded_at = -MISS_RELOAD_S
         self._loading: asyncio.Future[None] | None = None
+        self._loading_started = 0.0
 
     async def load(self) -> None:
         topics = await self._catalog.list_topics()
         self._by_name = {t.name: t for t in topics}
         self._by_id = {t.topic_id: t for t in topics}
-        self._loaded_at = time.monotonic()
 
     async def ensure(self, wanted: Iterable[tuple[str | UUID, int | None]]) -> None:
         """Re-read the catalog if a request names a topic (by name or id) or a partition
         (None: any) this broker does not know: another broker may have made it since the
-        last periodic refresh. Misses re-read at most every MISS_RELOAD_S and concurrent
-        misses share one read, so clients asking for a topic that does not exist cannot
-        turn into a catalog scan per request."""
+        last periodic refresh. Only a read that began after the request arrived can answer
+        it; concurrent misses share such a read, so at most one runs at a time."""
         if all(self._knows(key, partition) for key, partition in wanted):
             return
-        if self._loading is None:
-            if time.monotonic() - self._loaded_at < MISS_RELOAD_S:
+        asked_at = time.monotonic()
+        while True:
+            if self._loading is None:
+                self._loading_started = time.monotonic()
+                self._loading = asyncio.ensure_future(self.load())
+                self._loading.add_done_callback(self._loaded)
+            started = self._loading_started
+            try:
+                await asyncio.shield(self._loading)
+            except Exception as exc:
+                # The catalog is unreachable: answer from what is known (clients retry
+                # unknown topics), as the periodic refresh does.
+                log.warning("re-reading topics failed: %r", exc)
                 return
-            self._loading = asyncio.ensure_future(self.load())
-            self._loading.add_done_callback(self._loaded)
-        await asyncio.shield(self._loading)
+            if started >= asked_at:
+                return
+
+    def _loaded(self, future: asyncio.Future[None]) -> None:
+        self._loading = None
 
     def _knows(self, key: str | UUID, partition: int | None) -> bool:
         topic = self._by_id.get(key) if isinstance(key, UUID) else self._by_name.get(key)
         return topic is not None and (partition is None or 0 <= partition < topic.partitions)
-
-    def _loaded(self, future: asyncio.Future[None]) -> None:
-        self._loading = None
 
     def get(self, name: str) -> Topic | None:
         return self._by_name.get(name)

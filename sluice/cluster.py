@@ -19,13 +19,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
+import shutil
 import signal
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from .launch.postgres import OS_USER as POSTGRES_USER
 from .launch.postgres import LocalPostgres
 from .launch.process import (
     SluiceProcess,
@@ -176,7 +180,7 @@ class LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             if self._postgres_dsn is None:
-                self.postgres = LocalPostgres(self.root / "postgres")
+                self.postgres = LocalPostgres(_postgres_dir(self.root / "postgres"))
                 self.postgres.start()
             if self._s3 is None:
                 self.seaweed = LocalSeaweedFS(self.root / "seaweedfs")
@@ -206,6 +210,14 @@ class LocalCluster:
             self.postgres.stop()
         if errors:
             raise ClusterError("; ".join(errors))
+
+    def remove_data(self) -> None:
+        """Delete everything under ``root`` (and PostgreSQL's directory if it lives
+        elsewhere); for throwaway clusters, after :meth:`down`."""
+        pg = self.root / "postgres"
+        if pg.is_symlink():
+            shutil.rmtree(pg.resolve(), ignore_errors=True)
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         self.up()
@@ -249,6 +261,38 @@ class LocalCluster:
         tmp.write_text(json.dumps(state, indent=2) + "\n")
         os.replace(tmp, path)
         return state
+
+
+def _postgres_dir(wanted: Path) -> Path:
+    """Where PostgreSQL's files go. Run as root, the server runs as the ``postgres`` user,
+    which must be able to reach its directory; when ``wanted`` is under a private directory
+    (a home or pytest's temp dirs) the files go to a temp dir and ``wanted`` links there."""
+    if wanted.is_symlink():
+        return wanted.resolve()
+    if os.geteuid() != 0 or wanted.exists() or _reachable_by(wanted.parent, POSTGRES_USER):
+        return wanted
+    real = Path(tempfile.mkdtemp(prefix="sluice-cluster-pg-"))
+    os.chmod(real, 0o755)
+    wanted.symlink_to(real)
+    return real
+
+
+def _reachable_by(directory: Path, user: str) -> bool:
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return True  # LocalPostgres reports the missing user itself
+    for path in [directory, *directory.parents]:
+        st = path.stat()
+        if st.st_uid == entry.pw_uid:
+            bit = 0o100
+        elif st.st_gid == entry.pw_gid:
+            bit = 0o010
+        else:
+            bit = 0o001
+        if not st.st_mode & bit:
+            return False
+    return True
 
 
 def _entry(name: str, pid: int, stop_signal: int) -> dict[str, Any]:

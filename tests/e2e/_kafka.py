@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -437,3 +437,113 @@ def kcat_consume_json(bootstrap: str, topic: str, expected: int) -> list[Got]:
             )
         )
     return got
+
+
+# ---------------------------------------------------------------- producing through trouble
+
+
+@dataclass
+class Stream:
+    """What an idempotent producer reported while something was done to the cluster."""
+
+    total: int
+    delivered: list[tuple[int, int, int]]  # (partition, offset, sequence number)
+    errors: list[str]
+    undelivered: int
+
+
+def stream_through(
+    bootstrap: str,
+    topic: str,
+    total: int,
+    disrupt: Callable[[], None],
+    after_fraction: float = 1 / 3,
+    timeout_s: float = 120.0,
+    **conf: object,
+) -> Stream:
+    """Produce ``total`` numbered records (idempotent, acks=all), paced over ~2 s, and call
+    ``disrupt`` (in another thread) once ``after_fraction`` of them were acknowledged, so the
+    disruption cuts a live stream. Values are the sequence numbers."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.size": 8192,
+            "message.timeout.ms": int(timeout_s * 1000) - 10_000,
+            # Reconnect quickly once a broker is back, so tests are not mostly backoff.
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+            "retry.backoff.ms": 50,
+            "topic.metadata.refresh.interval.ms": 1000,
+            **conf,
+        }
+    )
+    stream = Stream(total, [], [], 0)
+    lock = threading.Lock()
+
+    def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
+        with lock:
+            if err is not None:
+                stream.errors.append(str(err))
+            else:
+                stream.delivered.append((msg.partition(), msg.offset(), int(msg.value())))
+
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def disrupt_midway() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with lock:
+                if len(stream.delivered) >= total * after_fraction:
+                    break
+            time.sleep(0.01)
+        try:
+            disrupt()
+        except BaseException as exc:  # reported in the test's thread
+            failure.append(exc)
+        done.set()
+
+    thread = threading.Thread(target=disrupt_midway, daemon=True)
+    thread.start()
+    for seq in range(total):
+        kwargs: dict[str, object] = {
+            "key": f"k{seq % 17}".encode(),
+            "value": str(seq).encode(),
+            "on_delivery": on_delivery,
+        }
+        _produce_with_backpressure(producer, topic, kwargs)
+        if seq % 50 == 0:
+            time.sleep(0.03)
+    stream.undelivered = producer.flush(timeout_s)
+    thread.join(60)
+    if failure:
+        raise failure[0]
+    assert done.is_set(), "the disruption did not happen"
+    return stream
+
+
+def assert_exactly_once(stream: Stream, got: Sequence[Got], partitions: int) -> None:
+    """Every record delivered exactly once, dense offsets, per-partition send order, and each
+    delivery report's offset naming the record stored there."""
+    assert stream.undelivered == 0, f"{stream.undelivered} records never acknowledged"
+    assert not stream.errors, f"delivery errors: {stream.errors[:10]}"
+    assert len(stream.delivered) == stream.total
+    seqs = [int(g.value or b"-1") for g in got]
+    dupes = sorted({s for s in seqs if seqs.count(s) > 1})
+    assert not dupes, f"{len(dupes)} duplicated records, e.g. {dupes[:10]}"
+    assert sorted(seqs) == list(range(stream.total)), "records lost"
+    for p in range(partitions):
+        in_part = [g for g in got if g.partition == p]
+        offs = [g.offset for g in in_part]
+        assert offs == list(range(len(offs))), f"partition {p}: offsets not dense from 0"
+        ps = [int(g.value or b"-1") for g in in_part]
+        assert ps == sorted(ps), f"partition {p}: records out of send order"
+    stored = {(g.partition, g.offset): int(g.value or b"-1") for g in got}
+    assert all(stored[(p, o)] == s for p, o, s in stream.delivered)
