@@ -56,6 +56,18 @@ class BrokerConfig:
     metadata_refresh_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
     file_delete_delay_ms: int = 60_000
+    # Objects in the store that no committed file names (an upload whose commit failed with
+    # an unknown outcome, or a crash between upload and commit) are deleted once older than
+    # the grace period, which must exceed any upload-to-commit time.
+    orphan_check_interval_ms: int = 3_600_000
+    orphan_grace_ms: int = 600_000
+    # Consumer groups (Kafka's names and defaults).
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_retention_minutes: int = 10080  # 7 days
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
 
     @property
     def advertised(self) -> str:

@@ -14,11 +14,14 @@ import uuid
 from storage.block_cache import BlockCache
 from storage.catalog import Topic, TopicCatalog
 from storage.coordinator import BatchCoordinator, PartitionKey, RetentionPolicy
+from storage.group_store import GroupStore
 from storage.object_store import ObjectStore
 
 from .append import Appender
 from .config import BrokerConfig
 from .fetch import CommitWatch, Fetcher
+from .groups.coordinator import GroupConfig
+from .groups.service import GroupService
 from .membership import (
     BrokerEndpoint,
     Membership,
@@ -43,6 +46,7 @@ class Broker:
         store: ObjectStore,
         coordinator: BatchCoordinator,
         catalog: TopicCatalog,
+        group_store: GroupStore | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -62,6 +66,17 @@ class Broker:
         )
         self.fetcher = Fetcher(coordinator, self.cache)
         self.producer_ids = ProducerIdAllocator(coordinator)
+        if group_store is None:
+            from sluice.backends import group_store as default_group_store
+
+            group_store = default_group_store(config, coordinator)
+        # Consumer groups: membership in memory, committed offsets in the group store.
+        self.groups = GroupService(
+            config.node_id,
+            lambda: self._membership.live() if self._membership is not None else [],
+            GroupConfig.from_broker(config),
+            group_store,
+        )
         self.cluster_id = ""
         self._server: KafkaServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -100,6 +115,7 @@ class Broker:
         await self.store.start()
         await self.coordinator.start()
         await self.catalog.start()
+        await self.groups.start()
         self.cluster_id = await self.coordinator.cluster_id(_proposed_cluster_id(self.config))
         await self.topics.load()
         self._server = KafkaServer(
@@ -115,6 +131,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._watch_logs()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._cleaner_loop()))
+        self._tasks.append(asyncio.create_task(self._orphan_loop()))
         log.info(
             "sluice broker %d listening on %s:%d (cluster %s, data in %s)",
             self.config.node_id,
@@ -129,6 +146,7 @@ class Broker:
         # producer waiting on it is answered, then disconnect and close storage.
         if self._server is not None:
             self._server.stop_accepting()
+        self.groups.resign_all()  # answers JoinGroup/SyncGroup waiting on a rebalance
         await self.appender.close()
         if self._server is not None:
             await self._server.close()
@@ -139,6 +157,7 @@ class Broker:
                 await task
         if self._membership is not None:
             await self._membership.stop()
+        await self.groups.close()
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()
@@ -215,6 +234,21 @@ class Broker:
         await self.coordinator.forget_files(keys)
         return len(keys)
 
+    async def delete_orphans(self) -> int:
+        """Delete objects older than the grace period that no file row names."""
+        cutoff = now_ms() - self.config.orphan_grace_ms
+        deleted = 0
+        async for page in self.store.list_objects():
+            old = [o.key for o in page if o.modified_ms < cutoff]
+            if not old:
+                continue
+            orphans = await self.coordinator.unknown_objects(old)
+            if orphans:
+                log.warning("deleting %d orphaned objects, e.g. %s", len(orphans), orphans[0])
+                await self.store.delete_many(orphans)
+                deleted += len(orphans)
+        return deleted
+
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000
         while True:
@@ -233,6 +267,15 @@ class Broker:
                 await self.delete_marked_files()
             except Exception:
                 log.exception("deleting files marked for deletion failed")
+
+    async def _orphan_loop(self) -> None:
+        interval = self.config.orphan_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
+            try:
+                await self.delete_orphans()
+            except Exception:
+                log.exception("deleting orphaned objects failed")
 
 
 def _proposed_cluster_id(config: BrokerConfig) -> str:

@@ -242,6 +242,11 @@ class BatchCoordinator(ABC):
         this coordinator, durably; returns the first."""
 
     @abstractmethod
+    async def unknown_objects(self, object_keys: Sequence[str]) -> list[str]:
+        """The keys among ``object_keys`` that no file row names: objects uploaded whose
+        commit never happened (or whose outcome was unknown and turned out a failure)."""
+
+    @abstractmethod
     async def forget_files(self, object_keys: Sequence[str]) -> None:
         """Remove rows of files whose objects have been deleted from the store."""
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from storage.object_store import Chunks, ObjectNotFound, ObjectStore
+from storage.object_store import Chunks, ObjectNotFound, ObjectStore, StoredObject
 
 # writev takes at most IOV_MAX buffers per call.
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _TMP_MARK = ".tmp-"
+LIST_PAGE = 1000
 
 
 class LocalObjectStore(ObjectStore):
@@ -50,6 +51,26 @@ class LocalObjectStore(ObjectStore):
     async def delete_many(self, keys: Sequence[str]) -> None:
         paths = [self._path(k) for k in keys]
         await asyncio.to_thread(_unlink_all, paths)
+
+    async def list_objects(self) -> AsyncIterator[list[StoredObject]]:
+        page = await asyncio.to_thread(self._list)
+        for start in range(0, len(page), LIST_PAGE):
+            yield page[start : start + LIST_PAGE]
+
+    def _list(self) -> list[StoredObject]:
+        out = []
+        for directory, _dirs, files in os.walk(self._root):
+            for name in files:
+                if _TMP_MARK in name:
+                    continue  # a write in progress (or torn by a crash): not an object
+                path = Path(directory, name)
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue
+                key = path.relative_to(self._root).as_posix()
+                out.append(StoredObject(key, st.st_size, st.st_mtime_ns // 1_000_000))
+        return out
 
     def _put(self, path: Path, chunks: Chunks) -> None:
         self._make_dirs(path.parent)

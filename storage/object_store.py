@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 # A write is given as a sequence of buffers (slices of request frames) so that no
 # joined copy of a flush is ever made in Python.
@@ -16,6 +17,13 @@ class ObjectStoreError(Exception):
 
 class ObjectNotFound(ObjectStoreError):
     pass
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    key: str
+    size: int
+    modified_ms: int
 
 
 class ObjectStore(ABC):
@@ -36,3 +44,7 @@ class ObjectStore(ABC):
     @abstractmethod
     async def delete_many(self, keys: Sequence[str]) -> None:
         """Delete objects; missing ones are not an error."""
+
+    @abstractmethod
+    def list_objects(self) -> AsyncIterator[list[StoredObject]]:
+        """Every object of this store, in pages (for the sweep of orphaned objects)."""

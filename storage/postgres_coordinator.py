@@ -97,6 +97,10 @@ _ALLOCATE_PRODUCER_IDS = (
 )
 
 
+_UNKNOWN_OBJECTS = (
+    "SELECT k FROM unnest($1::text[]) AS k"
+    " WHERE NOT EXISTS (SELECT 1 FROM files f WHERE f.object_key = k)"
+)
 _CLUSTER_ID = "SELECT sluice_cluster_id($1)"
 _HEARTBEAT = "SELECT * FROM sluice_broker_heartbeat($1, $2, $3, $4, $5, $6, $7)"
 _LEAVE = "DELETE FROM broker_heartbeats WHERE node_id = $1 AND incarnation = $2"
@@ -276,6 +280,10 @@ class PostgresCoordinator(PoolUser, BatchCoordinator):
     async def files_to_delete(self, marked_before_ms: int, limit: int) -> list[FileToDelete]:
         rows = await self._pool.fetch(_FILES_TO_DELETE, marked_before_ms, limit, write=False)
         return [FileToDelete(key, marked) for key, marked in rows]
+
+    async def unknown_objects(self, object_keys: Sequence[str]) -> list[str]:
+        rows = await self._pool.fetch(_UNKNOWN_OBJECTS, list(object_keys), write=False)
+        return [r[0] for r in rows]
 
     async def forget_files(self, object_keys: Sequence[str]) -> None:
         await self._pool.fetch(_FORGET_FILES, list(object_keys), write=True)

@@ -420,6 +420,9 @@ class SqliteCoordinator(BatchCoordinator):
     async def files_to_delete(self, marked_before_ms: int, limit: int) -> list[FileToDelete]:
         return await self._read(_files_to_delete, marked_before_ms, limit)
 
+    async def unknown_objects(self, object_keys: Sequence[str]) -> list[str]:
+        return await self._read(_unknown_objects, list(object_keys))
+
     async def forget_files(self, object_keys: Sequence[str]) -> None:
         await self._write(_forget_files, [(k,) for k in object_keys])
 
@@ -832,3 +835,13 @@ def _broker_leave(cur: sqlite3.Cursor, node_id: int, incarnation: bytes) -> None
         "DELETE FROM broker_heartbeats WHERE node_id = ? AND incarnation = ?",
         (node_id, incarnation),
     )
+
+
+def _unknown_objects(cur: sqlite3.Cursor, keys: list[str]) -> list[str]:
+    known = set()
+    for start in range(0, len(keys), 500):  # SQLite's bound-parameter limit
+        chunk = keys[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        rows = cur.execute(f"SELECT object_key FROM files WHERE object_key IN ({marks})", chunk)
+        known.update(r[0] for r in rows)
+    return [k for k in keys if k not in known]

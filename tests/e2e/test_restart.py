@@ -3,7 +3,9 @@ that keeps producing while the broker restarts under it."""
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 
 import pytest
 
@@ -19,7 +21,7 @@ from ._kafka import (
     standard_messages,
     stream_through,
 )
-from .conftest import SluiceBroker
+from .conftest import BrokerFactory, SluiceBroker
 
 pytestmark = pytest.mark.e2e
 
@@ -67,3 +69,29 @@ def test_idempotent_producer_across_restart_exactly_once(
     stream = stream_through(b.bootstrap, topic, 3000, b.restart)
     got = confluent_consume(b.bootstrap, topic, partitions=range(partitions), expected=3000)
     assert_exactly_once(stream, got, partitions)
+
+
+def test_orphaned_objects_are_swept_and_committed_ones_kept(
+    broker_factory: BrokerFactory, topic: str
+) -> None:
+    """An object no commit names (an upload whose commit failed with an unknown outcome, or a
+    crash between upload and commit) is deleted after the grace period; live data stays."""
+    b = broker_factory(**{"orphan.check.interval.ms": "300", "orphan.grace.ms": "60000"})
+    confluent_create_topic(b.bootstrap, topic)
+    msgs = standard_messages(n=50)
+    confluent_produce(b.bootstrap, topic, msgs)
+    objects = b.data_dir / "objects"
+    committed = sorted(p for p in objects.rglob("*") if p.is_file())
+    assert committed
+    # Make every object look old: only the orphan may go, committed ones are named by files.
+    orphan = objects / "orphan-from-a-failed-commit"
+    orphan.write_bytes(b"x" * 100)
+    for path in [*committed, orphan]:
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    deadline = time.monotonic() + 10
+    while orphan.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not orphan.exists(), b.log_tail()
+    assert all(p.exists() for p in committed)
+    got = confluent_consume(b.bootstrap, topic, expected=len(msgs))
+    assert_same(got, expected_single_partition(msgs))

@@ -86,6 +86,10 @@ async def test_key_prefix_is_respected(s3_server: S3Server) -> None:
             listed = await raw.list_objects_v2(Bucket=bucket)
         keys = sorted(o["Key"] for o in listed.get("Contents", []))
         assert keys == ["cluster-a/objects/k1", "cluster-a/objects/k2", "k3"]
+        # Listing shows the store's own keys only, with sizes and recent times.
+        listed_keys = [o async for page in prefixed.list_objects() for o in page]
+        assert sorted((o.key, o.size) for o in listed_keys) == [("k1", 3), ("k2", 3)]
+        assert all(abs(o.modified_ms - time.time() * 1000) < 600_000 for o in listed_keys)
 
         await prefixed.delete_many(["k1", "k3"])  # k3 is outside the prefix: untouched
         assert await plain.get_range("k3", 0, 10) == b"three"

@@ -686,6 +686,17 @@ async def test_files_to_delete_and_forget_files(coordinator: BatchCoordinator) -
     assert [b.object_key for b in (await find(coordinator, 0)).batches] == ["live"]
 
 
+async def test_unknown_objects_are_those_no_file_names(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(), object_key="live")
+    await commit(coordinator, batch(T2, 0), object_key="deleting")  # unknown log: marked at once
+    keys = ["orphan-1", "live", "deleting", "orphan-2"]
+    assert await coordinator.unknown_objects(keys) == ["orphan-1", "orphan-2"]
+    assert await coordinator.unknown_objects([]) == []
+    many = [f"k{i}" for i in range(1200)]
+    assert await coordinator.unknown_objects([*many, "live"]) == many
+
+
 async def test_state_survives_close_and_reopen(coordinator_factory: CoordinatorFactory) -> None:
     first = await coordinator_factory.open()
     await setup_logs(first, (T1, 0))

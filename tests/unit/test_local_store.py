@@ -133,3 +133,16 @@ async def test_overwrite_replaces_whole_object(store: LocalObjectStore) -> None:
 async def test_keys_cannot_escape_the_root(store: LocalObjectStore, bad: str) -> None:
     with pytest.raises(ValueError):
         await store.put(bad, [b"x"])
+
+
+async def test_list_objects_skips_writes_in_progress(
+    store: LocalObjectStore, tmp_path: Path
+) -> None:
+    await store.put("a/one", [b"1"])
+    await store.put("two", [b"22"])
+    # A temp file left by a crash mid-put is not an object.
+    (tmp_path / "objects" / ".three.tmp-abc").write_bytes(b"333")
+    os.utime(tmp_path / "objects" / "two", (1_000_000, 1_000_000))
+    listed = [o async for page in store.list_objects() for o in page]
+    assert sorted((o.key, o.size) for o in listed) == [("a/one", 1), ("two", 2)]
+    assert next(o for o in listed if o.key == "two").modified_ms == 1_000_000_000
