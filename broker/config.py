@@ -56,6 +56,8 @@ class BrokerConfig:
     metadata_refresh_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
     file_delete_delay_ms: int = 60_000
+    # HTTP for /metrics, /healthz and /readyz: -1 off, 0 any free port.
+    http_port: int = -1
     # Objects in the store that no committed file names (an upload whose commit failed with
     # an unknown outcome, or a crash between upload and commit) are deleted once older than
     # the grace period, which must exceed any upload-to-commit time.

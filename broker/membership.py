@@ -44,6 +44,10 @@ class Membership(ABC):
     def live(self) -> list[BrokerEndpoint]:
         """The live brokers by node id; always includes this one."""
 
+    def problem(self) -> str | None:
+        """Why this broker may not be part of the cluster right now, if it may not be."""
+        return None
+
 
 class StaticMembership(Membership):
     def __init__(self, brokers: list[BrokerEndpoint]) -> None:
@@ -75,6 +79,13 @@ class RegistryMembership(Membership):
         self._session_timeout_ms = session_timeout_ms
         self._live: list[BrokerEndpoint] = [me]
         self._task: asyncio.Task[None] | None = None
+        self._last_ok = 0.0  # loop time of the last heartbeat that reached the database
+
+    def problem(self) -> str | None:
+        age = asyncio.get_running_loop().time() - self._last_ok
+        if age * 1000 > self._session_timeout_ms:
+            return f"no heartbeat reached the coordinator for {age:.1f} s"
+        return None
 
     def live(self) -> list[BrokerEndpoint]:
         return self._live
@@ -127,6 +138,7 @@ class RegistryMembership(Membership):
         for row in rows:
             if row.node_id == self._me.node_id and row.incarnation != mine:
                 return row
+        self._last_ok = asyncio.get_running_loop().time()
         live = [BrokerEndpoint(r.node_id, r.host, r.port, r.rack) for r in rows]
         if self._me.node_id not in {b.node_id for b in live}:
             live = sorted([*live, self._me], key=lambda b: b.node_id)

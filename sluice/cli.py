@@ -109,7 +109,10 @@ def run_cluster(args: argparse.Namespace) -> int:
             local.up()
             state = local.detach()
             for b in state["brokers"]:
-                print(f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}")
+                print(
+                    f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}"
+                    f" (metrics http://127.0.0.1:{b['http_port']}/metrics)"
+                )
             print(f"bootstrap.servers={state['bootstrap']}")
             return 0
         if args.action == "down":

@@ -23,6 +23,8 @@ import pwd
 import shutil
 import signal
 import tempfile
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,11 +60,35 @@ class BrokerProcess(SluiceProcess):
         self.workdir = workdir
         self.node_id = node_id
         self.rack = rack
+        self.http_port = free_port()
         self.config_path = workdir / "broker.properties"
         self.data_dir = workdir / "data"
         super().__init__(
             ["broker", "--config", str(self.config_path)], workdir / "broker.log", port
         )
+
+    def http_get(self, path: str, timeout: float = 5.0) -> tuple[int, str]:
+        """(status, body) of a GET on the broker's HTTP endpoint (/metrics, /readyz, ...)."""
+        url = f"http://{self.host}:{self.http_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def metrics(self) -> dict[str, float]:
+        """Current samples, keyed like ``name{label="v",...}`` (labels sorted)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        status, text = self.http_get("/metrics")
+        if status != 200:
+            raise ClusterError(f"broker {self.node_id} /metrics answered {status}")
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return out
 
     def write_config(self, settings: Mapping[str, str]) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -158,6 +184,7 @@ class LocalCluster:
             "host": b.host,
             "port": str(b.port),
             "data.dir": str(b.data_dir),
+            "http.port": str(b.http_port),
             "object.store": "s3",
             "s3.endpoint": s3.endpoint_url,
             "s3.region": s3.region,
@@ -242,7 +269,13 @@ class LocalCluster:
             b.proc = None
         state: dict[str, Any] = {"bootstrap": self.bootstrap, "brokers": [], "processes": []}
         state["brokers"] = [
-            {"node_id": b.node_id, "port": b.port, "rack": b.rack, "log": str(b.log_path)}
+            {
+                "node_id": b.node_id,
+                "port": b.port,
+                "http_port": b.http_port,
+                "rack": b.rack,
+                "log": str(b.log_path),
+            }
             for b in self.brokers
         ]
         # Storage stops after the brokers: they flush on SIGTERM.

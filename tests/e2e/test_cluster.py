@@ -270,3 +270,14 @@ def test_cluster_state_is_in_one_directory(healthy: LocalCluster) -> None:
     # No record data on the brokers' disks: it is all in the bucket.
     for b in healthy.brokers:
         assert not [p for p in (root / f"broker-{b.node_id}" / "data").rglob("*") if p.is_file()]
+
+
+def test_metrics_and_health_endpoints(healthy: LocalCluster, topic: str) -> None:
+    confluent_create_topic(healthy.bootstrap, topic, partitions=3)
+    before = sum(b.metrics().get("sluice_produced_bytes_total", 0) for b in healthy.brokers)
+    confluent_produce(healthy.bootstrap, topic, standard_messages(n=30), partition=None)
+    after = sum(b.metrics().get("sluice_produced_bytes_total", 0) for b in healthy.brokers)
+    assert after > before
+    for b in healthy.brokers:
+        assert b.http_get("/healthz")[0] == 200
+        assert b.http_get("/readyz") == (200, "ready\n")
