@@ -1,0 +1,87 @@
+"""Leader and ISR of diskless partitions, from which brokers are alive.
+
+A diskless partition has no local data to fall behind on, so its ISR is simply its alive
+(registered, unfenced) replicas, in replica order, and any of them can lead:
+
+- the leader stays where it is while it is alive (a move bumps the leader epoch and makes
+  clients refresh metadata, so leadership moves only when it must, or for the rule below);
+- a leader that is no longer alive is replaced by the first alive replica in replica order
+  (the preferred replica first), as Kafka elects from the ISR;
+- no alive replica: leader -1 and an empty ISR (the transformer still routes clients to alive
+  brokers; the metadata just says so honestly);
+- a broker that comes back (``returning``) rejoins every ISR at once and takes back the
+  leadership of the partitions whose preferred (first) replica it is. Without that, each
+  broker restart would pile leadership onto the survivors for good, since placement is static
+  and nothing else rebalances leaders.
+
+A reassignment (see ``controller.logic``) completes as soon as every added replica is alive:
+there is no data to copy, so "caught up" means "up".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Set
+from uuid import UUID
+
+from .image import MetadataImage, PartitionState
+from .records import NO_LEADER, PartitionChange
+
+
+def desired_state(
+    p: PartitionState, alive: Set[int], returning: Set[int] = frozenset()
+) -> PartitionState:
+    """The state ``p`` should have with brokers ``alive``. Epochs are left as they are (the
+    image bumps them when the change is applied)."""
+    replicas, adding, removing = p.replicas, p.adding_replicas, p.removing_replicas
+    if (adding or removing) and all(r in alive for r in adding):
+        replicas = p.target_replicas
+        adding = removing = ()
+    isr = tuple(r for r in replicas if r in alive)
+    leader = p.leader if p.leader in isr else (isr[0] if isr else NO_LEADER)
+    preferred = replicas[0]
+    if preferred in returning and preferred in isr:
+        leader = preferred
+    return PartitionState(
+        replicas, isr, leader, p.leader_epoch, p.partition_epoch, adding, removing
+    )
+
+
+def change_to(
+    topic_id: UUID, partition: int, old: PartitionState, new: PartitionState
+) -> PartitionChange | None:
+    """The record turning ``old`` into ``new`` (None if they are equal); fields that do not
+    change are left out, ``leader`` in particular, so the leader epoch moves only with the
+    leader."""
+    changed = PartitionChange(
+        topic_id,
+        partition,
+        leader=None if new.leader == old.leader else new.leader,
+        isr=None if new.isr == old.isr else new.isr,
+        replicas=None if new.replicas == old.replicas else new.replicas,
+        adding_replicas=None if new.adding_replicas == old.adding_replicas else new.adding_replicas,
+        removing_replicas=None
+        if new.removing_replicas == old.removing_replicas
+        else new.removing_replicas,
+    )
+    if changed == PartitionChange(topic_id, partition):
+        return None
+    return changed
+
+
+def reelect(
+    image: MetadataImage, alive: Set[int], returning: Set[int] = frozenset()
+) -> list[PartitionChange]:
+    """PartitionChange records bringing every partition of ``image`` in line with ``alive``
+    (the brokers that will be alive once the caller's other records apply)."""
+    out: list[PartitionChange] = []
+    for topic, index, state in image.iter_partitions():
+        change = change_to(topic.topic_id, index, state, desired_state(state, alive, returning))
+        if change is not None:
+            out.append(change)
+    return out
+
+
+def alive_after(
+    image: MetadataImage, fenced: Iterable[int] = (), unfenced: Iterable[int] = ()
+) -> set[int]:
+    return (image.alive_brokers() - set(fenced)) | set(unfenced)

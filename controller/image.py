@@ -1,0 +1,384 @@
+"""The metadata image: cluster state built by applying metadata records in log order.
+
+Voters build it from committed entries; brokers build the same one by following the log.
+``apply`` decides nothing (see ``controller.records``), so equal record sequences give
+equal images. It checks a record against the image first and raises ``ImageError`` without
+changing anything when the record does not fit (a controller bug, or records computed on a
+stale image): the caller may stop, or log and skip — either way every node does the same.
+
+Brokers without a rack are grouped under the rack ``None``: to placement they are one rack
+(see ``controller.placement``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from uuid import UUID
+
+from .records import (
+    NO_LEADER,
+    BrokerEpochCounter,
+    FenceBroker,
+    Partition,
+    PartitionChange,
+    Record,
+    RegisterBroker,
+    RemoveTopic,
+    Topic,
+    TopicConfig,
+    UnfenceBroker,
+    UnregisterBroker,
+)
+
+DISKLESS_ENABLE = "diskless.enable"
+
+
+class ImageError(ValueError):
+    """A record that does not fit the image it is applied to."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    node_id: int
+    incarnation_id: UUID
+    broker_epoch: int
+    host: str
+    port: int
+    rack: str | None
+    fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas before the reassignment in progress (all of them if none is)."""
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas once the reassignment in progress completes."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+
+@dataclass(slots=True)
+class TopicImage:
+    name: str
+    topic_id: UUID
+    configs: dict[str, str] = field(default_factory=dict)
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+
+    @property
+    def diskless(self) -> bool:
+        # Diskless is the default: only an explicit "false" makes a classic topic.
+        return self.configs.get(DISKLESS_ENABLE, "true").lower() != "false"
+
+    def copy(self) -> TopicImage:
+        # PartitionState is immutable: copying the dicts is a full copy.
+        return TopicImage(self.name, self.topic_id, dict(self.configs), dict(self.partitions))
+
+
+def _check_partition(where: str, p: PartitionState) -> None:
+    """Structural invariants every partition keeps after every record."""
+    if not p.replicas:
+        raise ImageError(f"{where}: no replicas")
+    if len(set(p.replicas)) != len(p.replicas):
+        raise ImageError(f"{where}: duplicate replicas {p.replicas}")
+    if any(r < 0 for r in p.replicas):
+        raise ImageError(f"{where}: negative replica id in {p.replicas}")
+    if len(set(p.isr)) != len(p.isr) or not set(p.isr) <= set(p.replicas):
+        raise ImageError(f"{where}: ISR {p.isr} is not a subset of replicas {p.replicas}")
+    if p.leader != NO_LEADER and p.leader not in p.isr:
+        raise ImageError(f"{where}: leader {p.leader} not in ISR {p.isr}")
+    if not set(p.adding_replicas) <= set(p.replicas) or not set(p.removing_replicas) <= set(
+        p.replicas
+    ):
+        raise ImageError(f"{where}: adding/removing replicas not among replicas {p.replicas}")
+    if set(p.adding_replicas) & set(p.removing_replicas):
+        raise ImageError(f"{where}: a replica both added and removed")
+    if p.removing_replicas and set(p.replicas) == set(p.removing_replicas):
+        raise ImageError(f"{where}: a reassignment removing every replica")
+
+
+class MetadataImage:
+    def __init__(self) -> None:
+        self.brokers: dict[int, BrokerRegistration] = {}
+        self.topics: dict[UUID, TopicImage] = {}
+        self._names: dict[str, UUID] = {}
+        # Largest broker epoch ever handed out; new registrations get a larger one.
+        self.last_broker_epoch = 0
+
+    # --- queries (used by the controller and by brokers) ---------------------------------
+
+    def topic(self, name: str) -> TopicImage | None:
+        topic_id = self._names.get(name)
+        return None if topic_id is None else self.topics[topic_id]
+
+    def topic_by_id(self, topic_id: UUID) -> TopicImage | None:
+        return self.topics.get(topic_id)
+
+    def partition(self, topic_id: UUID, partition: int) -> PartitionState | None:
+        topic = self.topics.get(topic_id)
+        return None if topic is None else topic.partitions.get(partition)
+
+    def is_alive(self, node_id: int) -> bool:
+        """Registered and not fenced: may lead and is in the ISR of its diskless partitions."""
+        broker = self.brokers.get(node_id)
+        return broker is not None and not broker.fenced
+
+    def alive_brokers(self) -> set[int]:
+        return {b.node_id for b in self.brokers.values() if not b.fenced}
+
+    def racks(self) -> set[str | None]:
+        """Distinct racks of the registered brokers (None: brokers without a rack)."""
+        return {b.rack for b in self.brokers.values()}
+
+    def offline_replicas(self, p: PartitionState) -> list[int]:
+        """Replicas not alive (Metadata's offline_replicas; what under-replicated means here)."""
+        return [r for r in p.replicas if not self.is_alive(r)]
+
+    def iter_partitions(self) -> Iterator[tuple[TopicImage, int, PartitionState]]:
+        """Every partition, by topic name then index: equal images iterate alike, so the
+        controller's decisions do not depend on the order records happened to arrive in."""
+        for topic in sorted(self.topics.values(), key=lambda t: t.name):
+            for index in sorted(topic.partitions):
+                yield topic, index, topic.partitions[index]
+
+    # --- applying records -----------------------------------------------------------------
+
+    def apply(self, record: Record) -> None:
+        """Applies one record, or raises ImageError leaving the image unchanged."""
+        handler = _HANDLERS.get(type(record))
+        if handler is None:
+            raise ImageError(f"not a metadata record: {record!r}")
+        handler(self, record)
+
+    def apply_all(self, records: Iterable[Record]) -> None:
+        """Applies records in order, stopping at the first that does not fit (the ones
+        before it stay applied). For one Raft entry use ``apply_batch``."""
+        for record in records:
+            self.apply(record)
+
+    def apply_batch(self, records: Iterable[Record]) -> None:
+        """Applies the records of one entry all or none: if one does not fit, ImageError is
+        raised with the image as it was before the batch."""
+        saved_brokers: dict[int, BrokerRegistration | None] = {}
+        saved_topics: dict[UUID, TopicImage | None] = {}
+        saved_names: dict[str, UUID] | None = None  # copied at the first Topic/RemoveTopic
+        saved_epoch = self.last_broker_epoch
+        try:
+            for record in records:
+                node_id = getattr(record, "node_id", None)
+                if node_id is not None and node_id not in saved_brokers:
+                    saved_brokers[node_id] = self.brokers.get(node_id)
+                topic_id = getattr(record, "topic_id", None)
+                if topic_id is not None and topic_id not in saved_topics:
+                    old = self.topics.get(topic_id)
+                    saved_topics[topic_id] = None if old is None else old.copy()
+                if isinstance(record, Topic | RemoveTopic) and saved_names is None:
+                    saved_names = dict(self._names)
+                self.apply(record)
+        except ImageError:
+            for node_id, broker in saved_brokers.items():
+                if broker is None:
+                    self.brokers.pop(node_id, None)
+                else:
+                    self.brokers[node_id] = broker
+            for topic_id, topic in saved_topics.items():
+                if topic is None:
+                    self.topics.pop(topic_id, None)
+                else:
+                    self.topics[topic_id] = topic
+            if saved_names is not None:
+                self._names = saved_names
+            self.last_broker_epoch = saved_epoch
+            raise
+
+    def _register(self, r: RegisterBroker) -> None:
+        if r.node_id < 0:
+            raise ImageError(f"broker id {r.node_id} is negative")
+        self.brokers[r.node_id] = BrokerRegistration(
+            r.node_id, r.incarnation_id, r.broker_epoch, r.host, r.port, r.rack, r.fenced
+        )
+        self.last_broker_epoch = max(self.last_broker_epoch, r.broker_epoch)
+
+    def _broker(self, node_id: int, epoch: int, what: str) -> BrokerRegistration:
+        broker = self.brokers.get(node_id)
+        if broker is None:
+            raise ImageError(f"{what}: broker {node_id} is not registered")
+        if broker.broker_epoch != epoch:
+            raise ImageError(
+                f"{what}: broker {node_id} has epoch {broker.broker_epoch}, record says {epoch}"
+            )
+        return broker
+
+    def _unregister(self, r: UnregisterBroker) -> None:
+        self._broker(r.node_id, r.broker_epoch, "UnregisterBroker")
+        del self.brokers[r.node_id]
+
+    def _fence(self, r: FenceBroker) -> None:
+        broker = self._broker(r.node_id, r.broker_epoch, "FenceBroker")
+        self.brokers[r.node_id] = replace(broker, fenced=True)
+
+    def _unfence(self, r: UnfenceBroker) -> None:
+        broker = self._broker(r.node_id, r.broker_epoch, "UnfenceBroker")
+        self.brokers[r.node_id] = replace(broker, fenced=False)
+
+    def _epoch_counter(self, r: BrokerEpochCounter) -> None:
+        self.last_broker_epoch = max(self.last_broker_epoch, r.last_broker_epoch)
+
+    def _topic(self, r: Topic) -> None:
+        if r.name in self._names:
+            raise ImageError(f"Topic: name {r.name!r} already exists")
+        if r.topic_id in self.topics:
+            raise ImageError(f"Topic: id {r.topic_id} already exists")
+        self.topics[r.topic_id] = TopicImage(r.name, r.topic_id)
+        self._names[r.name] = r.topic_id
+
+    def _existing_topic(self, topic_id: UUID, what: str) -> TopicImage:
+        topic = self.topics.get(topic_id)
+        if topic is None:
+            raise ImageError(f"{what}: unknown topic id {topic_id}")
+        return topic
+
+    def _config(self, r: TopicConfig) -> None:
+        topic = self._existing_topic(r.topic_id, "TopicConfig")
+        if r.value is None:
+            topic.configs.pop(r.key, None)
+        else:
+            topic.configs[r.key] = r.value
+
+    def _partition(self, r: Partition) -> None:
+        topic = self._existing_topic(r.topic_id, "Partition")
+        if r.partition < 0 or r.partition in topic.partitions:
+            raise ImageError(f"Partition: {topic.name}-{r.partition} exists or is negative")
+        state = PartitionState(
+            r.replicas,
+            r.isr,
+            r.leader,
+            r.leader_epoch,
+            r.partition_epoch,
+            r.adding_replicas,
+            r.removing_replicas,
+        )
+        _check_partition(f"Partition {topic.name}-{r.partition}", state)
+        topic.partitions[r.partition] = state
+
+    def _partition_change(self, r: PartitionChange) -> None:
+        topic = self._existing_topic(r.topic_id, "PartitionChange")
+        old = topic.partitions.get(r.partition)
+        if old is None:
+            raise ImageError(f"PartitionChange: unknown partition {topic.name}-{r.partition}")
+        new = PartitionState(
+            replicas=old.replicas if r.replicas is None else r.replicas,
+            isr=old.isr if r.isr is None else r.isr,
+            leader=old.leader if r.leader is None else r.leader,
+            leader_epoch=old.leader_epoch + (0 if r.leader is None else 1),
+            partition_epoch=old.partition_epoch + 1,
+            adding_replicas=old.adding_replicas if r.adding_replicas is None else r.adding_replicas,
+            removing_replicas=old.removing_replicas
+            if r.removing_replicas is None
+            else r.removing_replicas,
+        )
+        _check_partition(f"PartitionChange {topic.name}-{r.partition}", new)
+        topic.partitions[r.partition] = new
+
+    def _remove_topic(self, r: RemoveTopic) -> None:
+        topic = self._existing_topic(r.topic_id, "RemoveTopic")
+        del self.topics[r.topic_id]
+        del self._names[topic.name]
+
+    # --- snapshots, copies, equality --------------------------------------------------------
+
+    def snapshot(self) -> list[Record]:
+        """Records that rebuild this image in an empty one (``from_records``), in a canonical
+        order: equal images give equal snapshots (and equal bytes with ``encode_batch``)."""
+        out: list[Record] = [BrokerEpochCounter(self.last_broker_epoch)]
+        for b in sorted(self.brokers.values(), key=lambda b: b.node_id):
+            out.append(
+                RegisterBroker(
+                    b.node_id, b.incarnation_id, b.broker_epoch, b.host, b.port, b.rack, b.fenced
+                )
+            )
+        for topic in sorted(self.topics.values(), key=lambda t: t.name):
+            out.append(Topic(topic.name, topic.topic_id))
+            out.extend(
+                TopicConfig(topic.topic_id, key, value)
+                for key, value in sorted(topic.configs.items())
+            )
+            for index in sorted(topic.partitions):
+                p = topic.partitions[index]
+                out.append(
+                    Partition(
+                        topic.topic_id,
+                        index,
+                        p.replicas,
+                        p.isr,
+                        p.leader,
+                        p.leader_epoch,
+                        p.partition_epoch,
+                        p.adding_replicas,
+                        p.removing_replicas,
+                    )
+                )
+        return out
+
+    @classmethod
+    def from_records(cls, records: Iterable[Record]) -> MetadataImage:
+        image = cls()
+        image.apply_all(records)
+        return image
+
+    def copy(self) -> MetadataImage:
+        """An independent copy, e.g. a speculative image that already holds the records the
+        active controller proposed but that are not committed yet."""
+        other = MetadataImage()
+        other.brokers = dict(self.brokers)
+        other.topics = {tid: t.copy() for tid, t in self.topics.items()}
+        other._names = dict(self._names)
+        other.last_broker_epoch = self.last_broker_epoch
+        return other
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MetadataImage):
+            return NotImplemented
+        return (
+            self.brokers == other.brokers
+            and self.topics == other.topics
+            and self.last_broker_epoch == other.last_broker_epoch
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def __repr__(self) -> str:
+        return (
+            f"MetadataImage(brokers={len(self.brokers)}, topics={len(self.topics)}, "
+            f"last_broker_epoch={self.last_broker_epoch})"
+        )
+
+
+_HANDLERS = {
+    RegisterBroker: MetadataImage._register,
+    UnregisterBroker: MetadataImage._unregister,
+    FenceBroker: MetadataImage._fence,
+    UnfenceBroker: MetadataImage._unfence,
+    BrokerEpochCounter: MetadataImage._epoch_counter,
+    Topic: MetadataImage._topic,
+    TopicConfig: MetadataImage._config,
+    Partition: MetadataImage._partition,
+    PartitionChange: MetadataImage._partition_change,
+    RemoveTopic: MetadataImage._remove_topic,
+}

@@ -1,0 +1,245 @@
+"""The active controller's decisions: requests in, metadata records to propose out.
+
+``ControllerLogic`` is pure and synchronous: no I/O, no clock (time comes in as ``now_ms``).
+Every method reads an image and returns records without changing the image; the process
+running it proposes the records of one call as one Raft entry and applies them once
+committed. Two rules for that process:
+
+- Call the logic with an image that already holds every record it proposed before (wait for
+  each commit before the next call, or keep a speculative copy, ``image.copy()``, with the
+  proposed records applied, and drop it when leadership is lost). Otherwise two quick
+  CreateTopics for one name would both succeed.
+- After winning an election, apply everything up to the new leader's own first entry before
+  serving requests (KRaft does the same): entries of older terms may commit later and the
+  decisions must take them into account.
+
+The only state kept here is soft: the last heartbeat time of each broker, which KRaft does not
+log either. A controller that takes over (``become_active``) gives every broker a fresh
+session, so a failover never fences brokers that simply talked to the old controller.
+
+Broker lifecycle, as in KRaft: a registration is fenced; the first heartbeat (without
+``want_fence``) unfences it; a broker silent for the session timeout is fenced by ``tick``;
+``want_shutdown`` fences at once (leaderships move first) and answers ``should_shut_down``.
+Every fence/unfence comes with the PartitionChange records that move leaders and ISRs (see
+``controller.election``), in the same batch: records that stop leaderships go before the
+FenceBroker, the UnfenceBroker before those that give leaderships back.
+
+Topic requests live in ``controller.topic_admin``, reassignments in
+``controller.reassignment``; ``ControllerLogic`` gathers them. Only diskless topics are
+created (the seed's managed RF): ``diskless.enable=false`` is refused with INVALID_CONFIG, as
+classic topics would need replication-lag-driven ISR changes (AlterPartition) that Sluice has
+no use for.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from .election import alive_after, reelect
+from .image import BrokerRegistration, MetadataImage
+from .reassignment import ReassignmentAdmin
+from .records import FenceBroker, Record, RegisterBroker, UnfenceBroker, UnregisterBroker
+from .requests import (
+    BrokerRegistrationRequest,
+    ErrorResult,
+    HeartbeatResult,
+    Outcome,
+    RegistrationResult,
+)
+from .topic_admin import OK, TopicAdmin
+
+
+def _accept_any(configs: Mapping[str, str | None]) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    # Kafka's broker.session.timeout.ms default.
+    session_timeout_ms: int = 9_000
+    default_partitions: int = 1
+    max_partitions: int = 10_000
+    # Registrations naming another cluster are refused (None: not checked).
+    cluster_id: str | None = None
+    # Raises ValueError (message for the client) for unknown keys or bad values; given the
+    # configs of a new topic, or the changes (None: delete) of an alter. The broker's
+    # ``broker.topic_config.validate`` fits.
+    validate_configs: Callable[[Mapping[str, str | None]], None] = _accept_any
+    # Keys APPEND/SUBTRACT apply to, and the defaults they start from when not overridden.
+    list_config_keys: frozenset[str] = frozenset({"cleanup.policy"})
+    config_defaults: Mapping[str, str] = field(default_factory=lambda: {"cleanup.policy": "delete"})
+    new_uuid: Callable[[], UUID] = uuid.uuid4
+
+
+class ControllerLogic(TopicAdmin, ReassignmentAdmin):
+    """The whole API: broker lifecycle here, topics and reassignments from the mixins."""
+
+    def __init__(self, config: ControllerConfig | None = None) -> None:
+        self.config = config or ControllerConfig()
+        # node id -> last heartbeat (or session start), in ms. Soft state, not in the log.
+        self._last_heartbeat: dict[int, int] = {}
+
+    # --- broker lifecycle ----------------------------------------------------------------
+
+    def become_active(self, image: MetadataImage, now_ms: int) -> None:
+        """This controller just became the active one: every broker gets a fresh session."""
+        self._last_heartbeat = {node_id: now_ms for node_id in image.brokers}
+
+    def _session_alive(self, broker: BrokerRegistration, now_ms: int) -> bool:
+        last = self._last_heartbeat.get(broker.node_id, now_ms)
+        return not broker.fenced and now_ms - last <= self.config.session_timeout_ms
+
+    def _fence_records(
+        self, image: MetadataImage, brokers: Sequence[BrokerRegistration]
+    ) -> list[Record]:
+        alive = alive_after(image, fenced=[b.node_id for b in brokers])
+        return [
+            *reelect(image, alive),
+            *(FenceBroker(b.node_id, b.broker_epoch) for b in brokers),
+        ]
+
+    def register_broker(
+        self, image: MetadataImage, request: BrokerRegistrationRequest, now_ms: int
+    ) -> Outcome[RegistrationResult]:
+        cfg = self.config
+        if cfg.cluster_id is not None and request.cluster_id not in (None, cfg.cluster_id):
+            return Outcome(
+                [],
+                RegistrationResult(
+                    ErrorCode.inconsistent_cluster_id,
+                    f"Broker is in cluster {request.cluster_id}, this controller's is "
+                    f"{cfg.cluster_id}",
+                ),
+            )
+        if request.node_id < 0:
+            return Outcome(
+                [], RegistrationResult(ErrorCode.invalid_request, "Broker id must be >= 0")
+            )
+        existing = image.brokers.get(request.node_id)
+        if existing is not None and existing.incarnation_id == request.incarnation_id:
+            # A retry by the same process (its answer was lost): same epoch. Changed
+            # listener or rack: the registration is amended, still with the same epoch.
+            self._last_heartbeat[request.node_id] = now_ms
+            same = (existing.host, existing.port, existing.rack) == (
+                request.host,
+                request.port,
+                request.rack,
+            )
+            records: list[Record] = []
+            if not same:
+                records.append(
+                    RegisterBroker(
+                        existing.node_id,
+                        existing.incarnation_id,
+                        existing.broker_epoch,
+                        request.host,
+                        request.port,
+                        request.rack,
+                        existing.fenced,
+                    )
+                )
+            return Outcome(records, RegistrationResult(OK, None, existing.broker_epoch))
+        if existing is not None and self._session_alive(existing, now_ms):
+            return Outcome(
+                [],
+                RegistrationResult(
+                    ErrorCode.duplicate_broker_registration,
+                    f"Another broker is registered with id {request.node_id} and its "
+                    "session has not expired",
+                ),
+            )
+        epoch = image.last_broker_epoch + 1
+        out: list[Record] = []
+        if existing is not None and not existing.fenced:
+            # The old incarnation still leads partitions: move them, as if it was fenced.
+            out += reelect(image, alive_after(image, fenced=[existing.node_id]))
+        out.append(
+            RegisterBroker(
+                request.node_id,
+                request.incarnation_id,
+                epoch,
+                request.host,
+                request.port,
+                request.rack,
+                fenced=True,
+            )
+        )
+        self._last_heartbeat[request.node_id] = now_ms
+        return Outcome(out, RegistrationResult(OK, None, epoch))
+
+    def broker_heartbeat(
+        self,
+        image: MetadataImage,
+        node_id: int,
+        broker_epoch: int,
+        now_ms: int,
+        want_fence: bool = False,
+        want_shutdown: bool = False,
+    ) -> Outcome[HeartbeatResult]:
+        """``want_fence``: the broker is not ready (e.g. has not caught up with the metadata
+        log) and must stay, or become, fenced. The answer's ``is_fenced`` is the state once
+        the records are committed."""
+        broker = image.brokers.get(node_id)
+        if broker is None:
+            return Outcome(
+                [],
+                HeartbeatResult(
+                    ErrorCode.broker_id_not_registered, f"Broker {node_id} is not registered"
+                ),
+            )
+        if broker.broker_epoch != broker_epoch:
+            return Outcome(
+                [],
+                HeartbeatResult(
+                    ErrorCode.stale_broker_epoch,
+                    f"Broker {node_id} has epoch {broker.broker_epoch}, not {broker_epoch}",
+                ),
+            )
+        self._last_heartbeat[node_id] = now_ms
+        if want_shutdown or (want_fence and not broker.fenced):
+            records = [] if broker.fenced else self._fence_records(image, [broker])
+            return Outcome(records, HeartbeatResult(OK, None, True, want_shutdown))
+        if broker.fenced and not want_fence:
+            alive = alive_after(image, unfenced=[node_id])
+            records = [
+                UnfenceBroker(node_id, broker.broker_epoch),
+                *reelect(image, alive, returning={node_id}),
+            ]
+            return Outcome(records, HeartbeatResult(OK, None, False))
+        return Outcome([], HeartbeatResult(OK, None, broker.fenced))
+
+    def tick(self, image: MetadataImage, now_ms: int) -> list[Record]:
+        """Fences the unfenced brokers whose session expired (records: leaders and ISRs
+        moved away from all of them, then their FenceBroker records)."""
+        for node_id in [n for n in self._last_heartbeat if n not in image.brokers]:
+            del self._last_heartbeat[node_id]
+        expired = []
+        for node_id in sorted(image.brokers):
+            broker = image.brokers[node_id]
+            # A broker this controller has not heard of yet starts its session now.
+            last = self._last_heartbeat.setdefault(node_id, now_ms)
+            if not broker.fenced and now_ms - last > self.config.session_timeout_ms:
+                expired.append(broker)
+        return self._fence_records(image, expired) if expired else []
+
+    def unregister_broker(self, image: MetadataImage, node_id: int) -> Outcome[ErrorResult]:
+        """Removes a broker for good (its replicas stay, offline, until reassigned)."""
+        broker = image.brokers.get(node_id)
+        if broker is None:
+            return Outcome(
+                [],
+                ErrorResult(
+                    ErrorCode.broker_id_not_registered, f"Broker {node_id} is not registered"
+                ),
+            )
+        self._last_heartbeat.pop(node_id, None)
+        records: list[Record] = []
+        if not broker.fenced:
+            records += reelect(image, alive_after(image, fenced=[node_id]))
+        records.append(UnregisterBroker(node_id, broker.broker_epoch))
+        return Outcome(records, ErrorResult(OK))

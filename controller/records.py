@@ -1,0 +1,286 @@
+"""Cluster metadata records: the entries of the Raft log (as in KRaft, the log *is* the metadata).
+
+Every record is a frozen dataclass. Records say exactly what changes; applying them
+(``controller.image.MetadataImage.apply``) never decides anything, so every voter and every
+broker following the log builds the same image. Decisions (placement, leader election,
+fencing) are made once, by the active controller, in ``controller.logic``.
+
+Encoding: JSON, never pickle (decoding must not run code). Each record is an object with a
+type tag ``"t"``, a per-type version ``"v"`` and its fields; UUIDs are strings, tuples are
+lists. Keys are sorted and separators compact so one record always encodes to the same bytes.
+A reader accepts a version up to the one it knows, ignores fields it does not know (written
+by a newer minor change) and fills fields a record lacks with their defaults. A type or
+version it does not know raises ``DecodeError``: silently skipping a record would make this
+reader's image differ from the others'.
+
+A request's records are proposed as one Raft entry (``encode_batch``) so they commit
+atomically: a topic never exists without its partitions, a broker is never fenced while it
+still leads partitions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Union
+from uuid import UUID
+
+NO_LEADER = -1
+BATCH_VERSION = 1
+
+
+class DecodeError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBroker:
+    """A broker (re-)registered. A new incarnation gets a new, larger ``broker_epoch``; the
+    heartbeats of older incarnations carry an older epoch and are refused."""
+
+    TYPE: ClassVar[str] = "RegisterBroker"
+    VERSION: ClassVar[int] = 1
+    node_id: int
+    incarnation_id: UUID
+    broker_epoch: int
+    host: str
+    port: int
+    rack: str | None = None
+    fenced: bool = True  # a new registration is fenced until its first heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBroker:
+    TYPE: ClassVar[str] = "UnregisterBroker"
+    VERSION: ClassVar[int] = 1
+    node_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBroker:
+    TYPE: ClassVar[str] = "FenceBroker"
+    VERSION: ClassVar[int] = 1
+    node_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceBroker:
+    TYPE: ClassVar[str] = "UnfenceBroker"
+    VERSION: ClassVar[int] = 1
+    node_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEpochCounter:
+    """The largest broker epoch ever handed out. Only snapshots carry it: in the log every
+    RegisterBroker advances it, but a snapshot lists only the brokers registered now, and an
+    epoch of an unregistered broker must still never be handed out again."""
+
+    TYPE: ClassVar[str] = "BrokerEpochCounter"
+    VERSION: ClassVar[int] = 1
+    last_broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    TYPE: ClassVar[str] = "Topic"
+    VERSION: ClassVar[int] = 1
+    name: str
+    topic_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """Sets (``value`` a string) or removes (``value`` None) one topic config override."""
+
+    TYPE: ClassVar[str] = "TopicConfig"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A new partition with its whole state (also how snapshots carry partitions).
+
+    ``replicas[0]`` is the preferred leader. During a reassignment ``replicas`` holds the
+    target replicas followed by the ones being removed (as KRaft does), ``adding_replicas``
+    the targets that are new and ``removing_replicas`` the ones going away."""
+
+    TYPE: ClassVar[str] = "Partition"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """Changes some fields of a partition; None means "unchanged" (``()`` clears a list and
+    ``leader=-1`` means "no leader"). Applying it bumps ``partition_epoch``; setting ``leader``
+    (even to the same value, as KRaft does) bumps ``leader_epoch``, so the controller sets it
+    only when leadership really moves."""
+
+    TYPE: ClassVar[str] = "PartitionChange"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+    partition: int
+    leader: int | None = None
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopic:
+    """Removes a topic with its configs and partitions."""
+
+    TYPE: ClassVar[str] = "RemoveTopic"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+
+
+Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
+    RegisterBroker,
+    UnregisterBroker,
+    FenceBroker,
+    UnfenceBroker,
+    BrokerEpochCounter,
+    Topic,
+    TopicConfig,
+    Partition,
+    PartitionChange,
+    RemoveTopic,
+]
+
+RECORD_TYPES: dict[str, type] = {cls.TYPE: cls for cls in typing.get_args(Record)}
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, tuple):
+        return [_to_json(v) for v in value]
+    return value
+
+
+def _from_json(hint: Any, value: Any, where: str) -> Any:
+    """Converts ``value`` to the annotated type, checking it (a corrupt or hostile entry must
+    fail here, not leave a wrongly typed field in the image)."""
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _from_json(inner, value, where)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise DecodeError(f"{where}: expected a list, got {value!r}")
+        (item, _ellipsis) = typing.get_args(hint)
+        return tuple(_from_json(item, v, where) for v in value)
+    if hint is UUID:
+        if not isinstance(value, str):
+            raise DecodeError(f"{where}: expected a UUID string, got {value!r}")
+        try:
+            return UUID(value)
+        except ValueError as exc:
+            raise DecodeError(f"{where}: bad UUID {value!r}") from exc
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise DecodeError(f"{where}: expected a boolean, got {value!r}")
+        return value
+    if hint is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise DecodeError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise DecodeError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise DecodeError(f"{where}: unsupported field type {hint!r}")  # pragma: no cover
+
+
+_HINTS: dict[type, dict[str, Any]] = {
+    cls: typing.get_type_hints(cls) for cls in RECORD_TYPES.values()
+}
+
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    out: dict[str, Any] = {"t": record.TYPE, "v": record.VERSION}
+    for f in dataclasses.fields(record):
+        out[f.name] = _to_json(getattr(record, f.name))
+    return out
+
+
+def record_from_dict(data: Any) -> Record:
+    if not isinstance(data, dict):
+        raise DecodeError(f"a record must be an object, got {data!r}")
+    tag = data.get("t")
+    cls = RECORD_TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise DecodeError(f"unknown record type {tag!r}")
+    version = data.get("v")
+    if not isinstance(version, int) or not 1 <= version <= cls.VERSION:
+        raise DecodeError(
+            f"{tag}: unsupported version {version!r} (this reader knows 1..{cls.VERSION})"
+        )
+    hints = _HINTS[cls]
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _from_json(hints[f.name], data[f.name], f"{tag}.{f.name}")
+        elif f.default is dataclasses.MISSING:
+            raise DecodeError(f"{tag}: missing field {f.name!r}")
+    return cls(**kwargs)
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _loads(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"not JSON: {exc}") from exc
+
+
+def encode(record: Record) -> bytes:
+    return _dumps(record_to_dict(record))
+
+
+def decode(data: bytes) -> Record:
+    return record_from_dict(_loads(data))
+
+
+def encode_batch(records: typing.Iterable[Record]) -> bytes:
+    """The payload of one Raft entry (or of a snapshot): records applied in order, together."""
+    return _dumps({"v": BATCH_VERSION, "records": [record_to_dict(r) for r in records]})
+
+
+def decode_batch(data: bytes) -> list[Record]:
+    obj = _loads(data)
+    if not isinstance(obj, dict) or obj.get("v") != BATCH_VERSION:
+        raise DecodeError("not a version 1 record batch")
+    items = obj.get("records")
+    if not isinstance(items, list):
+        raise DecodeError("a record batch needs a list of records")
+    return [record_from_dict(item) for item in items]

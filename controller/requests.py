@@ -1,0 +1,147 @@
+"""Requests to the controller logic and its answers, as plain data.
+
+The broker-facing adapters (Kafka APIs 62/63, CreateTopics, ...) convert kio requests into
+these and the results back; the logic itself never sees the wire format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Generic, TypeVar
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from .records import Record
+
+T = TypeVar("T")
+
+
+@dataclass
+class Outcome(Generic[T]):
+    """What a request produced: ``records`` to propose as one Raft entry (possibly none),
+    and the ``response``, true once (and only if) those records are committed."""
+
+    records: list[Record]
+    response: T
+
+
+@dataclass(frozen=True)
+class BrokerRegistrationRequest:
+    node_id: int
+    incarnation_id: UUID
+    host: str
+    port: int
+    rack: str | None = None
+    cluster_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RegistrationResult:
+    error_code: ErrorCode
+    error_message: str | None = None
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    error_code: ErrorCode
+    error_message: str | None = None
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+@dataclass(frozen=True)
+class ErrorResult:
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1  # -1: the controller's default
+    replication_factor: int = -1  # -1 or 1: managed (one replica per rack)
+    assignments: Mapping[int, Sequence[int]] | None = None  # refused: placement is managed
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreateTopicResult:
+    name: str
+    error_code: ErrorCode
+    error_message: str | None = None
+    topic_id: UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)  # the explicit overrides
+
+
+@dataclass(frozen=True)
+class DeleteTopicResult:
+    name: str | None
+    topic_id: UUID | None
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class NewPartitions:
+    name: str
+    count: int  # the new total
+    assignments: Sequence[Sequence[int]] | None = None  # refused: placement is managed
+
+
+@dataclass(frozen=True)
+class TopicResult:
+    name: str
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+class OpType(IntEnum):
+    """IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+@dataclass(frozen=True)
+class ConfigOp:
+    key: str
+    op: int
+    value: str | None = None
+
+
+@dataclass(frozen=True)
+class AlterTopicConfigs:
+    name: str
+    ops: Sequence[ConfigOp]
+
+
+@dataclass(frozen=True)
+class Reassignment:
+    topic: str
+    partition: int
+    replicas: Sequence[int] | None  # None cancels the reassignment in progress
+
+
+@dataclass(frozen=True)
+class ReassignmentResult:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class OngoingReassignment:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
