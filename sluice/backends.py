@@ -12,6 +12,7 @@ import os
 from broker.config import BrokerConfig
 from storage.catalog import TopicCatalog
 from storage.coordinator import BatchCoordinator
+from storage.group_store import GroupStore
 from storage.object_store import ObjectStore
 
 
@@ -58,4 +59,20 @@ def coordinator_and_catalog(config: BrokerConfig) -> tuple[BatchCoordinator, Top
         # One pool for both: it is reference-counted and applies migrations once.
         pool = PostgresPool(config.coordinator_dsn)
         return PostgresCoordinator(pool), PostgresCatalog(pool)
+    raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")
+
+
+def group_store(config: BrokerConfig, coordinator: BatchCoordinator) -> GroupStore:
+    """Committed group offsets, in the batch coordinator's database."""
+    if config.coordinator == "sqlite":
+        from storage.sqlite_group_store import SqliteGroupStore
+
+        return SqliteGroupStore(os.path.join(config.data_dir, "coordinator.db"))
+    if config.coordinator == "postgresql":
+        from storage.postgres_coordinator import PostgresCoordinator
+        from storage.postgres_group_store import PostgresGroupStore
+
+        if isinstance(coordinator, PostgresCoordinator):
+            return PostgresGroupStore(coordinator.pool)  # share its pool
+        return PostgresGroupStore(config.coordinator_dsn)
     raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")

@@ -115,6 +115,7 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
         try:
             topic = await broker.topics.delete(name, now_ms())
             entry["topic_id"] = topic.topic_id
+            await broker.groups.offsets.topics_deleted([topic.topic_id])
         except TopicNotFound:
             entry["error_code"] = int(ErrorCode.unknown_topic_or_partition)
             entry["error_message"] = "This server does not host this topic-partition."

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from storage.block_cache import BlockCache
-from storage.object_store import Chunks, ObjectNotFound, ObjectStore
+from storage.object_store import Chunks, ObjectNotFound, ObjectStore, StoredObject
 
 BS = 16
 
@@ -39,6 +39,9 @@ class FakeStore(ObjectStore):
     async def delete_many(self, keys: Sequence[str]) -> None:
         for k in keys:
             self.objects.pop(k, None)
+
+    async def list_objects(self) -> AsyncIterator[list[StoredObject]]:
+        yield [StoredObject(k, len(v), 0) for k, v in self.objects.items()]
 
 
 DATA = bytes(range(100))  # 6 full blocks of 16 and one of 4

@@ -1,0 +1,58 @@
+"""FindCoordinator: which broker coordinates a group (v4+: several keys at once)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+KEY_GROUP = 0
+# Transactions are not supported, but their coordinator is placed like a group's so a
+# transactional producer reaches InitProducerId, which says so clearly.
+KEY_TRANSACTION = 1
+
+
+def _coordinator(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "key": key,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+        "error_code": 0,
+        "error_message": None,
+    }
+    if key_type not in (KEY_GROUP, KEY_TRANSACTION):
+        entry.update(
+            error_code=int(ErrorCode.invalid_request),
+            error_message=f"Unsupported coordinator key type {key_type}",
+        )
+        return entry
+    chosen: Any = broker.groups.coordinator.coordinator_of(key)
+    if chosen is None:
+        entry.update(
+            error_code=int(ErrorCode.coordinator_not_available),
+            error_message="No live broker",
+        )
+        return entry
+    entry.update(node_id=chosen.node_id, host=chosen.host, port=chosen.port)
+    return entry
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    key_type = getattr(request, "key_type", KEY_GROUP)
+    if ctx.header.api_version >= 4:
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "coordinators": [
+                    _coordinator(broker, key, key_type) for key in request.coordinator_keys
+                ],
+            }
+        )
+    entry = _coordinator(broker, request.key, key_type)
+    del entry["key"]
+    return ctx.respond({"throttle_time": 0, **entry})

@@ -1,0 +1,139 @@
+"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup: the classic group protocol.
+
+The state machine is :mod:`broker.groups.coordinator`; these handlers translate
+between its results and each API version's fields. JoinGroup and SyncGroup may answer
+with a future (the rebalance is still in progress).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..groups.coordinator import LeavingMember
+from ..groups.group import JoinResult, SyncResult
+from ._deferred import answer_when_done
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+_MS = datetime.timedelta(milliseconds=1)
+
+
+def millis(value: datetime.timedelta) -> int:
+    return value // _MS
+
+
+def client_host(ctx: RequestContext) -> str:
+    # Kafka shows the client's address the way Java prints an InetAddress.
+    return "/" + ctx.client_host
+
+
+async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.header.api_version
+    session_ms = millis(request.session_timeout)
+    # v0 has no rebalance timeout: the session timeout served as both.
+    rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
+    future = broker.groups.coordinator.join_group(
+        request.group_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        ctx.header.client_id or "",
+        client_host(ctx),
+        rebalance_ms,
+        session_ms,
+        request.protocol_type,
+        [(p.name, p.metadata) for p in request.protocols],
+        require_known_member_id=version >= 4,
+    )
+
+    def respond(result: JoinResult) -> Any:
+        name = result.protocol_name
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": result.error,
+                "generation_id": result.generation_id,
+                "protocol_type": result.protocol_type,
+                # Nullable from v7 on; before, "no protocol" is the empty string.
+                "protocol_name": name if name is not None or version >= 7 else "",
+                "leader": result.leader,
+                "skip_assignment": False,
+                "member_id": result.member_id,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "metadata": m.metadata,
+                    }
+                    for m in result.members
+                ],
+            }
+        )
+
+    return answer_when_done(future, respond)
+
+
+async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    future = broker.groups.coordinator.sync_group(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        {a.member_id: a.assignment for a in request.assignments},
+    )
+
+    def respond(result: SyncResult) -> Any:
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": result.error,
+                "protocol_type": result.protocol_type,
+                "protocol_name": result.protocol_name,
+                "assignment": result.assignment,
+            }
+        )
+
+    return answer_when_done(future, respond)
+
+
+async def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    error = broker.groups.coordinator.heartbeat(
+        request.group_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        request.generation_id,
+    )
+    return ctx.respond({"throttle_time": 0, "error_code": int(error)})
+
+
+async def leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.header.api_version
+    if version >= 3:
+        leaving = [LeavingMember(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [LeavingMember(request.member_id, None)]
+    error, member_errors = broker.groups.coordinator.leave_group(request.group_id, leaving)
+    if version < 3:
+        # One member, and only the request's error code to say how it went.
+        if not error and member_errors:
+            error = member_errors[0]
+        return ctx.respond({"throttle_time": 0, "error_code": int(error)})
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": int(error),
+            "members": [
+                {
+                    "member_id": who.member_id,
+                    "group_instance_id": who.group_instance_id,
+                    "error_code": int(member_error),
+                }
+                # No member entries when the whole request failed (NOT_COORDINATOR...).
+                for who, member_error in zip(leaving, member_errors, strict=False)
+            ],
+        }
+    )

@@ -1,0 +1,228 @@
+"""OffsetCommit, OffsetFetch (v8+: several groups), OffsetDelete.
+
+Offsets are stored by topic id; these handlers resolve names (ids from v10 on) with
+the broker's topic registry. Each request is one call of the group store.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from storage.catalog import Topic
+from storage.group_store import CommittedOffset, OffsetKey
+
+from ..groups.offsets import FetchedGroup, OffsetToCommit
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+NO_OFFSET = -1
+NO_EPOCH = -1
+NO_METADATA = ""
+
+
+def _topic(broker: Broker, entry: Any, by_id: bool) -> tuple[Topic | None, ErrorCode]:
+    if by_id:
+        topic = broker.topics.get_by_id(entry.topic_id)
+        return topic, ErrorCode.unknown_topic_id
+    return broker.topics.get(entry.name), ErrorCode.unknown_topic_or_partition
+
+
+def _topic_ref(entry: Any, by_id: bool) -> dict[str, Any]:
+    return {"topic_id": entry.topic_id} if by_id else {"name": entry.name}
+
+
+# --------------------------------------------------------------------------- OffsetCommit
+
+
+async def offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    by_id = ctx.header.api_version >= 10
+    to_commit: list[OffsetToCommit] = []
+    # Per request partition: its answer entry, and its index in to_commit if valid.
+    slots: list[tuple[dict[str, Any], int | None]] = []
+    topics_out = []
+    for entry in request.topics:
+        topic, unknown = _topic(broker, entry, by_id)
+        partitions_out = []
+        for p in entry.partitions:
+            answer: dict[str, Any] = {"partition_index": p.partition_index, "error_code": 0}
+            partitions_out.append(answer)
+            if topic is None or not 0 <= p.partition_index < topic.partitions:
+                answer["error_code"] = int(
+                    unknown if topic is None else ErrorCode.unknown_topic_or_partition
+                )
+                slots.append((answer, None))
+                continue
+            slots.append((answer, len(to_commit)))
+            to_commit.append(
+                OffsetToCommit(
+                    OffsetKey(topic.topic_id, p.partition_index),
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", NO_EPOCH),
+                    p.committed_metadata,
+                )
+            )
+        topics_out.append({**_topic_ref(entry, by_id), "partitions": partitions_out})
+    if to_commit:
+        errors = await broker.groups.offsets.commit(
+            request.group_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            request.generation_id_or_member_epoch,
+            to_commit,
+        )
+        for answer, index in slots:
+            if index is not None:
+                answer["error_code"] = int(errors[index])
+    return ctx.respond({"throttle_time": 0, "topics": topics_out})
+
+
+# --------------------------------------------------------------------------- OffsetFetch
+
+
+def _partition(index: int, found: CommittedOffset | None, error: int = 0) -> dict[str, Any]:
+    if found is None:
+        return {
+            "partition_index": index,
+            "committed_offset": NO_OFFSET,
+            "committed_leader_epoch": NO_EPOCH,
+            "metadata": NO_METADATA,
+            "error_code": error,
+        }
+    return {
+        "partition_index": index,
+        "committed_offset": found.offset,
+        "committed_leader_epoch": found.leader_epoch,
+        "metadata": found.metadata,
+        "error_code": error,
+    }
+
+
+class _GroupAsk:
+    """One group of an OffsetFetch: what was asked, and how to answer it."""
+
+    def __init__(self, broker: Broker, group_id: str, topics: Any, by_id: bool) -> None:
+        self.group_id = group_id
+        self.by_id = by_id
+        self.all = topics is None
+        # (request topic entry, topic or None)
+        self.topics: list[tuple[Any, Topic | None]] = []
+        self.keys: list[OffsetKey] = []
+        for entry in topics or ():
+            topic, _ = _topic(broker, entry, by_id)
+            self.topics.append((entry, topic))
+            if topic is not None:
+                self.keys.extend(OffsetKey(topic.topic_id, p) for p in entry.partition_indexes)
+
+    def answer_topics(self, broker: Broker, fetched: FetchedGroup) -> list[dict[str, Any]]:
+        if self.all:
+            by_name: dict[str, tuple[Topic, list[CommittedOffset]]] = {}
+            for key, found in fetched.offsets.items():
+                topic = broker.topics.get_by_id(key.topic_id)
+                if topic is not None:  # else: offsets of a topic deleted a moment ago
+                    by_name.setdefault(topic.name, (topic, []))[1].append(found)
+            return [
+                {
+                    "name": topic.name,
+                    "topic_id": topic.topic_id,
+                    "partitions": [
+                        _partition(o.partition, o) for o in sorted(offs, key=lambda o: o.partition)
+                    ],
+                }
+                for _, (topic, offs) in sorted(by_name.items())
+            ]
+        out = []
+        for entry, topic in self.topics:
+            partitions = []
+            for index in entry.partition_indexes:
+                if topic is None:
+                    # By name Kafka answers "no offset"; an unknown id is an error.
+                    error = int(ErrorCode.unknown_topic_id) if self.by_id else 0
+                    partitions.append(_partition(index, None, error))
+                else:
+                    found = fetched.offsets.get(OffsetKey(topic.topic_id, index))
+                    partitions.append(_partition(index, found))
+            out.append({**_topic_ref(entry, self.by_id), "partitions": partitions})
+        return out
+
+
+async def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.header.api_version
+    by_id = version >= 10
+    if version >= 8:
+        asks = [_GroupAsk(broker, g.group_id, g.topics, by_id) for g in request.groups]
+    else:
+        asks = [_GroupAsk(broker, request.group_id, request.topics, by_id)]
+    wanted: dict[str, list[OffsetKey] | None] = {}
+    for ask in asks:  # a group asked twice (v8+) is fetched once, for both asks
+        if ask.all:
+            wanted[ask.group_id] = None
+        elif ask.group_id not in wanted:
+            wanted[ask.group_id] = list(ask.keys)
+        elif (keys := wanted[ask.group_id]) is not None:
+            keys.extend(ask.keys)
+    fetched = await broker.groups.offsets.fetch(wanted)
+
+    if version >= 8:
+        groups = []
+        for ask in asks:
+            result = fetched[ask.group_id]
+            groups.append(
+                {
+                    "group_id": ask.group_id,
+                    "error_code": int(result.error),
+                    "topics": [] if result.error else ask.answer_topics(broker, result),
+                }
+            )
+        return ctx.respond({"throttle_time": 0, "groups": groups})
+    ask = asks[0]
+    result = fetched[ask.group_id]
+    if result.error and version >= 2:
+        return ctx.respond({"throttle_time": 0, "error_code": int(result.error), "topics": []})
+    if result.error:
+        # v0-1 have no request-level error: every partition carries it.
+        topics = [
+            {
+                "name": entry.name,
+                "partitions": [
+                    _partition(i, None, int(result.error)) for i in entry.partition_indexes
+                ],
+            }
+            for entry, _ in ask.topics
+        ]
+        return ctx.respond({"topics": topics})
+    return ctx.respond(
+        {"throttle_time": 0, "error_code": 0, "topics": ask.answer_topics(broker, result)}
+    )
+
+
+# --------------------------------------------------------------------------- OffsetDelete
+
+
+async def offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    deletable: list[tuple[str, OffsetKey]] = []
+    slots: list[tuple[dict[str, Any], int | None]] = []
+    topics_out = []
+    for entry in request.topics:
+        topic = broker.topics.get(entry.name)
+        partitions_out = []
+        for p in entry.partitions:
+            answer: dict[str, Any] = {"partition_index": p.partition_index, "error_code": 0}
+            partitions_out.append(answer)
+            if topic is None or not 0 <= p.partition_index < topic.partitions:
+                answer["error_code"] = int(ErrorCode.unknown_topic_or_partition)
+                slots.append((answer, None))
+                continue
+            slots.append((answer, len(deletable)))
+            deletable.append((entry.name, OffsetKey(topic.topic_id, p.partition_index)))
+        topics_out.append({"name": entry.name, "partitions": partitions_out})
+    error, errors = await broker.groups.offsets.delete(request.group_id, deletable)
+    if error:
+        return ctx.respond({"throttle_time": 0, "error_code": int(error), "topics": []})
+    for answer, index in slots:
+        if index is not None:
+            answer["error_code"] = int(errors[index])
+    return ctx.respond({"throttle_time": 0, "error_code": 0, "topics": topics_out})

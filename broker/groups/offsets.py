@@ -1,0 +1,240 @@
+"""Committed offsets: checked against the group, kept in the :class:`GroupStore`.
+
+Every OffsetCommit and OffsetFetch request is one store call. Offsets of groups with
+nobody in them expire ``offsets.retention.minutes`` after their commit (and not before
+the group has been empty that long, when this broker saw it empty), checked by a
+background loop on each group's coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from storage.coordinator import CoordinatorUnavailable
+from storage.group_store import CommittedOffset, GroupStore, OffsetKey
+
+from .coordinator import GroupConfig, GroupCoordinator, wall_clock_ms
+from .group import CONSUMER_PROTOCOL_TYPE, GroupState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetToCommit:
+    key: OffsetKey
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+def store_error(exc: BaseException, what: str) -> ErrorCode:
+    """The Kafka error for a failed store call. An unavailable database is retriable:
+    COORDINATOR_NOT_AVAILABLE makes clients look the coordinator up again and retry."""
+    if isinstance(exc, CoordinatorUnavailable | sqlite3.OperationalError | OSError):
+        log.warning("%s failed: %s", what, exc)
+        return ErrorCode.coordinator_not_available
+    log.error("%s failed", what, exc_info=exc)
+    return ErrorCode.unknown_server_error
+
+
+@dataclass(slots=True)
+class FetchedGroup:
+    error: ErrorCode
+    offsets: dict[OffsetKey, CommittedOffset]
+
+
+class GroupOffsets:
+    def __init__(
+        self,
+        coordinator: GroupCoordinator,
+        store: GroupStore,
+        config: GroupConfig,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._coordinator = coordinator
+        self.store = store
+        self._config = config
+        self._wall_ms = wall_ms
+        self._expiry_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._expiry_task = asyncio.create_task(self._expiry_loop())
+
+    async def stop(self) -> None:
+        if self._expiry_task is not None:
+            self._expiry_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry_task
+            self._expiry_task = None
+
+    # ---------------------------------------------------------------- commit
+
+    async def commit(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Sequence[OffsetToCommit],
+    ) -> list[ErrorCode]:
+        """One error per offset, in order."""
+        error = self._coordinator.check_commit(
+            group_id, member_id, group_instance_id, generation_id
+        )
+        if error != ErrorCode.none:
+            return [error] * len(offsets)
+        now = self._wall_ms()
+        limit = self._config.offset_metadata_max_bytes
+        errors: list[ErrorCode] = []
+        rows: list[CommittedOffset] = []
+        for item in offsets:
+            metadata = item.metadata or ""
+            if len(metadata.encode("utf-8")) > limit:
+                errors.append(ErrorCode.offset_metadata_too_large)
+                continue
+            errors.append(ErrorCode.none)
+            rows.append(
+                CommittedOffset(
+                    item.key.topic_id,
+                    item.key.partition,
+                    item.offset,
+                    item.leader_epoch,
+                    metadata,
+                    now,
+                )
+            )
+        if rows:
+            try:
+                await self.store.commit_offsets(group_id, rows)
+            except Exception as exc:
+                failed = store_error(exc, f"committing offsets of group {group_id}")
+                return [failed if e == ErrorCode.none else e for e in errors]
+        return errors
+
+    # ---------------------------------------------------------------- fetch
+
+    async def fetch(
+        self, requests: Mapping[str, Sequence[OffsetKey] | None]
+    ) -> dict[str, FetchedGroup]:
+        """Committed offsets of several groups (one store call): of the given partitions,
+        or all of a group's when None."""
+        out: dict[str, FetchedGroup] = {}
+        owned: dict[str, Sequence[OffsetKey] | None] = {}
+        for group_id, keys in requests.items():
+            if self._coordinator.owns(group_id):
+                owned[group_id] = keys
+            else:
+                out[group_id] = FetchedGroup(ErrorCode.not_coordinator, {})
+        if owned:
+            try:
+                found = await self.store.fetch_offsets(owned)
+            except Exception as exc:
+                error = store_error(exc, "fetching committed offsets")
+                for group_id in owned:
+                    out[group_id] = FetchedGroup(error, {})
+            else:
+                for group_id in owned:
+                    offsets = {o.key: o for o in found.get(group_id, [])}
+                    out[group_id] = FetchedGroup(ErrorCode.none, offsets)
+        return out
+
+    # ---------------------------------------------------------------- delete
+
+    async def delete(
+        self, group_id: str, partitions: Sequence[tuple[str, OffsetKey]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """OffsetDelete: (topic name, key) pairs. Offsets of topics a live consumer group
+        subscribes to are refused with GROUP_SUBSCRIBED_TO_TOPIC."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, []
+        if not self._coordinator.owns(group_id):
+            return ErrorCode.not_coordinator, []
+        group = self._coordinator.groups.get(group_id)
+        errors: list[ErrorCode] = []
+        if group is not None and not group.is_(GroupState.EMPTY):
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                # Members of another protocol: no telling which offsets are in use.
+                return ErrorCode.non_empty_group, []
+            for topic, _key in partitions:
+                subscribed = group.is_subscribed_to(topic)
+                errors.append(ErrorCode.group_subscribed_to_topic if subscribed else ErrorCode.none)
+        else:
+            errors = [ErrorCode.none] * len(partitions)
+        try:
+            if group is None and not await self.store.groups_with_offsets([group_id]):
+                return ErrorCode.group_id_not_found, []
+            deletable = [key for (_, key), e in zip(partitions, errors, strict=True) if not e]
+            await self.store.delete_offsets(group_id, deletable)
+        except Exception as exc:
+            return store_error(exc, f"deleting offsets of group {group_id}"), []
+        return ErrorCode.none, errors
+
+    async def topics_deleted(self, topic_ids: Sequence[UUID]) -> None:
+        """DeleteTopics: every group's offsets of these topics go with them. A failure is
+        only logged: the topic is gone either way, and offsets keyed by its id can never
+        be read again (they only take room)."""
+        try:
+            await self.store.delete_topics(topic_ids)
+        except Exception:
+            log.exception("removing committed offsets of deleted topics %s failed", topic_ids)
+
+    # ---------------------------------------------------------------- expiry
+
+    async def expire(self) -> int:
+        """Expire the offsets past retention of the empty groups this broker
+        coordinates; returns how many went. Empty groups left without offsets are
+        forgotten too (joins that never completed leave such groups behind)."""
+        await self._forget_empty_groups()
+        cutoff = self._wall_ms() - self._config.offsets_retention_ms
+        candidates = await self.store.groups_committed_before(cutoff)
+        eligible = [
+            g
+            for g in candidates
+            if self._coordinator.owns(g) and self._coordinator.expirable(g, cutoff)
+        ]
+        if not eligible:
+            return 0
+        removed = await self.store.expire_offsets(eligible, cutoff)
+        still = set(await self.store.groups_with_offsets(eligible))
+        for group_id in eligible:
+            group = self._coordinator.groups.get(group_id)
+            if group_id not in still and group is not None and group.is_(GroupState.EMPTY):
+                # Nothing left of it: forget the group, as Kafka does.
+                self._coordinator.remove_group(group)
+        if removed:
+            log.info("expired %d committed offsets of %d groups", removed, len(eligible))
+        return removed
+
+    async def _forget_empty_groups(self) -> None:
+        def idle() -> list[str]:
+            return [
+                g.group_id
+                for g in self._coordinator.groups.values()
+                if g.is_(GroupState.EMPTY) and not g.pending_members
+            ]
+
+        candidates = idle()
+        if not candidates:
+            return
+        stored = set(await self.store.groups_with_offsets(candidates))
+        for group_id in set(idle()) & set(candidates) - stored:
+            self._coordinator.remove_group(self._coordinator.groups[group_id])
+
+    async def _expiry_loop(self) -> None:
+        interval = self._config.offsets_retention_check_interval_ms / 1000
+        while True:
+            # Jitter: brokers started together do not query the database together.
+            await asyncio.sleep(interval * random.uniform(0.5, 1.5))
+            try:
+                await self.expire()
+            except Exception:
+                log.exception("expiring committed offsets failed")

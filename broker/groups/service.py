@@ -1,0 +1,70 @@
+"""The group coordinator of one broker, as the broker and the API handlers see it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+
+from storage.group_store import GroupStore
+
+from .admin import GroupAdmin
+from .coordinator import GroupConfig, GroupCoordinator, Scheduler, wall_clock_ms
+from .offsets import GroupOffsets
+from .placement import HasNodeId
+
+log = logging.getLogger(__name__)
+
+# How often the live broker list is compared with the groups held here, besides at
+# every group request: a JoinGroup waiting on a group that moved away is answered
+# NOT_COORDINATOR within this time even when no other request comes.
+OWNERSHIP_CHECK_S = 1.0
+
+
+class GroupService:
+    """Membership (``coordinator``), committed offsets (``offsets``) and the admin
+    views (``admin``) of the groups this broker coordinates."""
+
+    def __init__(
+        self,
+        node_id: int,
+        live_brokers: Callable[[], Sequence[HasNodeId]],
+        config: GroupConfig,
+        store: GroupStore,
+        scheduler: Scheduler | None = None,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.store = store
+        self.coordinator = GroupCoordinator(node_id, live_brokers, config, scheduler, wall_ms)
+        self.offsets = GroupOffsets(self.coordinator, store, config, wall_ms)
+        self.admin = GroupAdmin(self.coordinator, store)
+        self._ownership_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.store.start()
+        await self.offsets.start()
+        self._ownership_task = asyncio.create_task(self._ownership_loop())
+
+    def resign_all(self) -> None:
+        """First step of shutdown: waiting JoinGroup/SyncGroup requests are answered
+        (NOT_COORDINATOR), so the connections can drain."""
+        self.coordinator.resign_all()
+
+    async def close(self) -> None:
+        if self._ownership_task is not None:
+            self._ownership_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ownership_task
+            self._ownership_task = None
+        self.coordinator.resign_all()
+        await self.offsets.stop()
+        await self.store.close()
+
+    async def _ownership_loop(self) -> None:
+        while True:
+            await asyncio.sleep(OWNERSHIP_CHECK_S)
+            try:
+                self.coordinator.check_ownership()
+            except Exception:
+                log.exception("checking which groups this broker coordinates failed")

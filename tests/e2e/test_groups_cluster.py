@@ -1,0 +1,140 @@
+"""Consumer groups on two brokers sharing PostgreSQL and S3 (SeaweedFS), started with
+`sluice.cluster.LocalCluster`.
+
+Each group has one coordinator among the live brokers. When it dies, the survivor
+takes the group over: members find it, rejoin, and go on from the committed offsets,
+which live in PostgreSQL and so also survive a restart of every broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from sluice.cluster import LocalCluster
+
+from ._groups import (
+    GROUP_BROKER_OPTIONS,
+    Members,
+    assert_resumes,
+    committed_offsets,
+    consume_and_commit,
+    create_topic,
+    partitioned,
+    produce_round_robin,
+    wait_until,
+)
+from ._kafka import unique_topic
+
+pytestmark = pytest.mark.e2e
+
+BROKER_OPTIONS = {
+    **GROUP_BROKER_OPTIONS,
+    "produce.commit.interval.ms": "20",
+    # Fast liveness: a killed broker leaves the live list (and its groups move) in ~2 s.
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "2000",
+    "metadata.refresh.interval.ms": "500",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(
+        tmp_path_factory.mktemp("groups-cluster"), 2, broker_options=BROKER_OPTIONS
+    )
+    local.up()
+    try:
+        yield local
+    finally:
+        local.down()
+        local.remove_data()
+
+
+def _brokers_seen(bootstrap: str) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return len(admin.list_topics(timeout=10).brokers)
+
+
+@pytest.fixture
+def healthy(cluster: LocalCluster) -> LocalCluster:
+    """Both brokers running and seeing each other (so they agree on coordinators)."""
+    for b in cluster.brokers:
+        b.log_mark = b.log_size()
+        if not b.alive():
+            b.start()
+    for b in cluster.brokers:
+        wait_until(lambda b=b: _brokers_seen(b.bootstrap) == 2, f"broker {b.node_id} sees both")
+    return cluster
+
+
+@pytest.fixture
+def members() -> Iterator[Members]:
+    started = Members()
+    try:
+        yield started
+    finally:
+        started.cleanup()
+
+
+def test_group_survives_the_death_of_its_coordinator(
+    healthy: LocalCluster, members: Members
+) -> None:
+    bootstrap = healthy.bootstrap
+    topic = unique_topic("failover")
+    create_topic(bootstrap, topic, 4)
+    produce_round_robin(bootstrap, topic, 4, 5, tag="before")
+    group = f"failover-{topic}"
+    one = members.start("confluent", bootstrap, group, topic, "one", commit=True)
+    two = members.start("kafka-python", bootstrap, group, topic, "two", commit=True)
+    wait_until(lambda: partitioned([one, two], 4), "two members split 4 partitions")
+
+    def values() -> set[str]:
+        return {v for m in (one, two) for _, _, v in m.records()}
+
+    wait_until(lambda: len(values()) == 20, "the first 20 records consumed")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    coordinator = admin.describe_consumer_groups([group])[group].result(timeout=20).coordinator.id
+    survivor = next(b for b in healthy.brokers if b.node_id != coordinator)
+    healthy.broker(coordinator).kill()
+
+    # Produced through the survivor: the members keep consuming, now coordinated there.
+    produce_round_robin(survivor.bootstrap, topic, 4, 5, tag="after")
+    expected = {f"{tag}{p}-{i}" for tag in ("before", "after") for p in range(4) for i in range(5)}
+    wait_until(lambda: values() == expected, "every record after the failover", 40)
+    wait_until(lambda: partitioned([one, two], 4), "the group formed again", 20)
+    survivor_admin = AdminClient({"bootstrap.servers": survivor.bootstrap})
+    moved = survivor_admin.describe_consumer_groups([group])[group].result(timeout=20)
+    assert moved.coordinator.id == survivor.node_id
+    # The commits made through either coordinator are all there.
+    wait_until(
+        lambda: (
+            committed_offsets(survivor.bootstrap, group, topic, 4) == dict.fromkeys(range(4), 10)
+        ),
+        "committed offsets at the end of every partition",
+        20,
+    )
+
+
+def test_committed_offsets_survive_a_restart_of_every_broker(healthy: LocalCluster) -> None:
+    bootstrap = healthy.bootstrap
+    topic = unique_topic("full-restart")
+    create_topic(bootstrap, topic, 2)
+    produce_round_robin(bootstrap, topic, 2, 10)
+    group = f"full-restart-{topic}"
+    first = consume_and_commit(bootstrap, group, topic, 7)
+    before = committed_offsets(bootstrap, group, topic, 2)
+
+    for b in healthy.brokers:
+        b.stop()
+    for b in healthy.brokers:
+        b.start()
+    for b in healthy.brokers:
+        wait_until(lambda b=b: _brokers_seen(b.bootstrap) == 2, f"broker {b.node_id} back")
+
+    assert committed_offsets(bootstrap, group, topic, 2) == before
+    second = consume_and_commit(bootstrap, group, topic, 13)
+    assert_resumes(first, second)
+    assert sorted(first + second) == [(p, o) for p in range(2) for o in range(10)]
