@@ -66,6 +66,9 @@ class NewTopic:
     replication_factor: int = -1  # -1 or 1: managed (one replica per rack)
     assignments: Mapping[int, Sequence[int]] | None = None  # refused: placement is managed
     configs: Mapping[str, str | None] = field(default_factory=dict)
+    # Set by a broker that created the topic's logs in the batch coordinator before asking:
+    # the topic then has logs from the moment it exists. None: the controller picks one.
+    topic_id: UUID | None = None
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,10 @@ class TopicAdmin:
                 fail(t, ErrorCode.invalid_replication_factor, f"Unable to place replicas: {exc}")
                 continue
             taken[_collision_key(t.name)] = t.name
-            topic_id = cfg.new_uuid()
+            topic_id = t.topic_id or cfg.new_uuid()
+            if image.topic_by_id(topic_id) is not None:
+                fail(t, ErrorCode.invalid_request, f"Topic id {topic_id} is taken.")
+                continue
             configs = {k: v for k, v in sorted(t.configs.items()) if v is not None}
             records.append(Topic(t.name, topic_id))
             records.extend(TopicConfig(topic_id, k, v) for k, v in configs.items())

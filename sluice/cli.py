@@ -63,6 +63,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     broker.add_argument("--log-level", default="INFO")
 
+    controller = sub.add_parser(
+        "controller", help="one voter of the Raft controller quorum (cluster metadata)"
+    )
+    controller.add_argument("--config", help="properties file with controller configs")
+    controller.add_argument(
+        "-o",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a controller config on top of the file and SLUICE_* variables",
+    )
+    controller.add_argument("--log-level", default="INFO")
+
     cluster = sub.add_parser(
         "cluster", help="a local multi-AZ cluster: PostgreSQL, SeaweedFS and N brokers"
     )
@@ -93,6 +107,11 @@ def _parser() -> argparse.ArgumentParser:
             help="where everything lives (default ./.sluice-cluster)",
         )
         action.add_argument("--log-level", default="INFO")
+
+    # PySpark jobs (jobs/); pyspark itself is imported only when a job runs.
+    from jobs.cli import add_parser as add_jobs_parser
+
+    add_jobs_parser(sub)
     return parser
 
 
@@ -158,6 +177,12 @@ async def run_broker(config: BrokerConfig) -> None:
     await _serve(Broker(config, object_store(config), coordinator, catalog))
 
 
+async def run_controller(settings: object) -> None:
+    from controller.service import ControllerService
+
+    await _serve(ControllerService(settings))  # type: ignore[arg-type]
+
+
 async def _serve(broker: object) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -192,8 +217,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         runner = uvloop.run if uvloop else asyncio.run
         runner(run_broker(config))
         return 0
+    if args.command == "controller":
+        from controller.config import load_settings
+
+        try:
+            layers = []
+            if args.config:
+                with open(args.config) as f:
+                    layers.append(parse_config_file(f.read()))
+            layers.append(_overrides(args.overrides))
+            settings = load_settings(*layers, env=os.environ)
+        except (OSError, ValueError) as exc:
+            print(f"sluice: {exc}", file=sys.stderr)
+            return 2
+        runner = uvloop.run if uvloop else asyncio.run
+        runner(run_controller(settings))
+        return 0
     if args.command == "cluster":
         return run_cluster(args)
+    if args.command == "jobs":
+        from jobs.cli import run as run_jobs
+
+        return run_jobs(args)
     return 2
 
 

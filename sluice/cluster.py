@@ -16,10 +16,12 @@ Layout of the directory::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import tempfile
@@ -91,12 +93,44 @@ class BrokerProcess(SluiceProcess):
         return out
 
     def write_config(self, settings: Mapping[str, str]) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        lines = [f"{key}={value}" for key, value in settings.items()]
-        # 0600: it holds the S3 secret and the database password.
-        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write("# written by sluice cluster up\n" + "\n".join(lines) + "\n")
+        _write_properties(self.workdir, self.config_path, settings)
+
+
+def _write_properties(workdir: Path, path: Path, settings: Mapping[str, str]) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    lines = [f"{key}={value}" for key, value in settings.items()]
+    # 0600: it holds the S3 secret, the database password and the controller secret.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("# written by sluice cluster up\n" + "\n".join(lines) + "\n")
+
+
+class ControllerProcess(SluiceProcess):
+    """One ``sluice controller --config controller.properties`` (a Raft voter)."""
+
+    def __init__(self, workdir: Path, node_id: int) -> None:
+        self.workdir = workdir
+        self.node_id = node_id
+        self.raft_port = free_port()
+        self.config_path = workdir / "controller.properties"
+        self.data_dir = workdir / "data"
+        # Ready when the HTTP API answers; that is the port SluiceProcess waits for.
+        super().__init__(
+            ["controller", "--config", str(self.config_path)],
+            workdir / "controller.log",
+            free_port(),
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def status(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + "/v1/status", timeout=2) as response:
+            return dict(json.load(response))
+
+    def write_config(self, settings: Mapping[str, str]) -> None:
+        _write_properties(self.workdir, self.config_path, settings)
 
 
 @dataclass(frozen=True)
@@ -126,15 +160,24 @@ class LocalCluster:
         *,
         postgres_dsn: str | None = None,
         s3: ExternalS3 | None = None,
+        controllers: int = 0,
+        controller_options: Mapping[str, str] | None = None,
     ) -> None:
-        if brokers < 1:
-            raise ClusterError("a cluster needs at least one broker")
+        if brokers < 0:
+            raise ClusterError("the number of brokers cannot be negative")
         self.root = Path(root).absolute()
         self.broker_options = dict(broker_options or {})
         self.postgres: LocalPostgres | None = None
         self.seaweed: LocalSeaweedFS | None = None
         self._postgres_dsn = postgres_dsn
         self._s3 = s3
+        if controllers not in (0, 1, 3, 5):
+            raise ClusterError("a controller quorum has 1, 3 or 5 voters (0: none)")
+        self.controller_options = dict(controller_options or {})
+        self.secret = secrets.token_urlsafe(16)
+        self.controllers = [
+            ControllerProcess(self.root / f"controller-{i}", i) for i in range(1, controllers + 1)
+        ]
         racks = list(racks) or [""]
         self.brokers = [
             BrokerProcess(
@@ -193,12 +236,40 @@ class LocalCluster:
             "s3.secret.key": s3.secret_key,
             "coordinator": "postgresql",
             "coordinator.dsn": self.dsn,
-            # No cluster.brokers: brokers find each other through the database.
+            # No cluster.brokers: brokers find each other through the controllers (if any)
+            # or the database.
         }
+        if self.controllers:
+            settings["controller.quorum.bootstrap.servers"] = ",".join(
+                f"{c.host}:{c.port}" for c in self.controllers
+            )
+            settings["controller.secret"] = self.secret
         if b.rack:
             settings["broker.rack"] = b.rack
         settings.update(self.broker_options)
         return settings
+
+    def controller_settings(self, c: ControllerProcess) -> dict[str, str]:
+        settings = {
+            "node.id": str(c.node_id),
+            "controller.quorum.voters": ",".join(
+                f"{o.node_id}@{o.host}:{o.raft_port}" for o in self.controllers
+            ),
+            "host": c.host,
+            "http.port": str(c.port),
+            "data.dir": str(c.data_dir),
+            "controller.secret": self.secret,
+        }
+        settings.update(self.controller_options)
+        return settings
+
+    def active_controller(self) -> ControllerProcess | None:
+        for c in self.controllers:
+            if c.alive():
+                with contextlib.suppress(OSError, ValueError):
+                    if c.status().get("role") == "leader":
+                        return c
+        return None
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -206,13 +277,18 @@ class LocalCluster:
         """Start everything and wait until every broker accepts connections."""
         self.root.mkdir(parents=True, exist_ok=True)
         try:
-            if self._postgres_dsn is None:
+            if self._postgres_dsn is None and self.brokers:
                 self.postgres = LocalPostgres(_postgres_dir(self.root / "postgres"))
                 self.postgres.start()
-            if self._s3 is None:
+            if self._s3 is None and self.brokers:
                 self.seaweed = LocalSeaweedFS(self.root / "seaweedfs")
                 self.seaweed.start()
                 self.seaweed.create_bucket(BUCKET)
+            for c in self.controllers:
+                c.write_config(self.controller_settings(c))
+                c.start(wait=False)
+            for c in self.controllers:
+                c.wait_ready()
             for b in self.brokers:
                 b.write_config(self.broker_settings(b))
                 b.start(wait=False)  # in parallel: each takes a second or two to import
@@ -231,6 +307,11 @@ class LocalCluster:
                 b.stop()
             except Exception as exc:
                 errors.append(f"broker {b.node_id}: {exc}")
+        for c in self.controllers:
+            try:
+                c.stop()
+            except Exception as exc:
+                errors.append(f"controller {c.node_id}: {exc}")
         if self.seaweed is not None:
             self.seaweed.stop()
         if self.postgres is not None:
@@ -277,6 +358,13 @@ class LocalCluster:
                 "log": str(b.log_path),
             }
             for b in self.brokers
+        ]
+        for c in self.controllers:
+            processes.append(_entry(f"controller-{c.node_id}", c.pid, signal.SIGTERM))
+            c.proc = None
+        state["controllers"] = [
+            {"node_id": c.node_id, "http_port": c.port, "raft_port": c.raft_port}
+            for c in self.controllers
         ]
         # Storage stops after the brokers: they flush on SIGTERM.
         if self.seaweed is not None:

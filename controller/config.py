@@ -1,0 +1,83 @@
+"""Configuration of a controller process (``sluice controller --config FILE``).
+
+Same rules as the broker's (broker/config.py): Kafka-style keys, a properties file, then
+``SLUICE_<KEY>`` environment variables, then ``-o key=value``. Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from .service import ControllerSettings
+
+DEFAULTS: dict[str, str] = {
+    "node.id": "1",
+    # id@host:port of every voter's Raft listener, this controller's own included.
+    "controller.quorum.voters": "1@127.0.0.1:9093",
+    "host": "127.0.0.1",  # where the HTTP API (brokers, metrics, health) listens
+    "http.port": "9094",
+    "data.dir": "./.sluice-controller",
+    "controller.secret": "",  # shared with brokers and the other voters
+    "broker.session.timeout.ms": "9000",
+    "num.partitions": "1",
+    "cluster.id": "",
+    "controller.election.ticks": "10",  # x 50 ms: election timeout 0.5-1 s
+    "controller.fsync": "true",
+}
+
+
+def parse_voters(text: str) -> dict[int, tuple[str, int]]:
+    voters = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        try:
+            node, address = entry.split("@", 1)
+            host, port = address.rsplit(":", 1)
+            voters[int(node)] = (host, int(port))
+        except ValueError:
+            raise ValueError(
+                f"controller.quorum.voters entry {entry!r}: expected id@host:port"
+            ) from None
+    if len(voters) not in (1, 3, 5):
+        raise ValueError("controller.quorum.voters must list 1, 3 or 5 voters")
+    return voters
+
+
+def load_settings(
+    *layers: Mapping[str, str], env: Mapping[str, str] | None = None
+) -> ControllerSettings:
+    merged = dict(DEFAULTS)
+    for layer in layers:
+        for key, value in layer.items():
+            if key not in DEFAULTS:
+                raise ValueError(f"unknown config {key!r}")
+            merged[key] = value
+    for key in DEFAULTS:
+        var = "SLUICE_" + key.replace(".", "_").upper()
+        if env and var in env:
+            merged[key] = env[var]
+    try:
+        node_id = int(merged["node.id"])
+        voters = parse_voters(merged["controller.quorum.voters"])
+        if node_id not in voters:
+            raise ValueError(f"controller.quorum.voters does not list node.id {node_id}")
+        fsync = merged["controller.fsync"].lower()
+        if fsync not in ("true", "false"):
+            raise ValueError("controller.fsync must be true or false")
+        return ControllerSettings(
+            node_id=node_id,
+            voters=voters,
+            host=merged["host"],
+            http_port=int(merged["http.port"]),
+            data_dir=Path(merged["data.dir"]),
+            secret=merged["controller.secret"],
+            session_timeout_ms=int(merged["broker.session.timeout.ms"]),
+            default_partitions=int(merged["num.partitions"]),
+            cluster_id=merged["cluster.id"] or None,
+            raft_options={
+                "election_ticks": int(merged["controller.election.ticks"]),
+                "fsync": fsync == "true",
+            },
+        )
+    except ValueError as exc:
+        raise ValueError(f"controller config: {exc}") from None

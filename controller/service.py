@@ -1,0 +1,405 @@
+"""The controller process: a Raft node over the metadata log, the controller logic, and the HTTP
+API brokers talk to (documented in controller/wire.py).
+
+Writes run one at a time under a lock on the active controller: decide from the image, propose
+the records as one Raft entry, and answer once that entry is committed and applied here — so
+each decision sees everything decided before it (controller/logic.py, rule 1). After winning an
+election the controller first waits for a read-index barrier (everything committed before its
+term is applied) and gives every broker a fresh session (rule 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+from controller import metrics as image_metrics
+from controller.logic import ControllerConfig, ControllerLogic
+from controller.raft.messages import CommitUnknown, NotLeader
+from controller.raft.node import NodeConfig, NodeStopped, RaftNode
+from controller.records import encode_batch
+from controller.requests import (
+    AlterTopicConfigs,
+    BrokerRegistrationRequest,
+    NewPartitions,
+    NewTopic,
+    Outcome,
+    Reassignment,
+)
+from controller.state import MetadataStateMachine
+from controller.wire import from_json, to_json
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.2
+PROPOSE_TIMEOUT_S = 10.0
+SECRET_HEADER = "X-Sluice-Secret"
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    node_id: int
+    voters: dict[int, tuple[str, int]]  # Raft addresses of all voters (self included)
+    host: str
+    http_port: int
+    data_dir: Path
+    secret: str = ""
+    session_timeout_ms: int = 9_000
+    default_partitions: int = 1
+    cluster_id: str | None = None
+    raft_options: dict[str, Any] = field(default_factory=dict)
+
+
+class NotActive(Exception):
+    pass
+
+
+class ControllerService:
+    def __init__(self, settings: ControllerSettings) -> None:
+        self.settings = settings
+        self.state = MetadataStateMachine()
+        self.node = RaftNode(
+            NodeConfig(
+                node_id=settings.node_id,
+                voters=settings.voters,
+                data_dir=settings.data_dir / "raft",
+                secret=settings.secret.encode() or b"sluice",
+                **settings.raft_options,
+            ),
+            self.state,
+        )
+        from broker.topic_config import validate
+
+        # Topic configs are validated by the broker's rules, the one place they live.
+        config = ControllerConfig(
+            session_timeout_ms=settings.session_timeout_ms,
+            default_partitions=settings.default_partitions,
+            cluster_id=settings.cluster_id,
+            validate_configs=validate,
+        )
+        self.logic = ControllerLogic(config)
+        self._lock = asyncio.Lock()
+        self._active_term = -1  # the term in which this controller became active
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self.http_port = settings.http_port
+        self.registry = CollectorRegistry()
+        self._init_metrics()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        await self.node.start()
+        app = web.Application(middlewares=[self._auth])
+        routes = [
+            web.get("/v1/metadata", self._metadata),
+            web.get("/v1/status", self._status),
+            web.get("/metrics", self._metrics),
+            web.get("/healthz", self._healthz),
+            web.get("/readyz", self._readyz),
+            web.post("/v1/brokers/register", self._register),
+            web.post("/v1/brokers/heartbeat", self._heartbeat),
+            web.post("/v1/brokers/unregister", self._unregister),
+            web.post("/v1/topics/create", self._create_topics),
+            web.post("/v1/topics/delete", self._delete_topics),
+            web.post("/v1/topics/partitions", self._create_partitions),
+            web.post("/v1/topics/configs", self._alter_configs),
+            web.post("/v1/reassignments", self._alter_reassignments),
+            web.get("/v1/reassignments", self._list_reassignments),
+        ]
+        app.add_routes(routes)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.host, self.settings.http_port)
+        await site.start()
+        server = site._server
+        if server is not None and server.sockets:  # type: ignore[attr-defined]
+            self.http_port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self._tasks.append(asyncio.create_task(self._tick_loop()))
+        log.info(
+            "sluice controller %d: raft on %s, api on http://%s:%d",
+            self.settings.node_id,
+            self.node.address,
+            self.settings.host,
+            self.http_port,
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.node.stop()
+
+    # ---------------------------------------------------------------- writes
+
+    async def _ensure_active(self) -> None:
+        """Raise NotActive unless this controller leads and has caught up with its term."""
+        if not self.node.is_leader:
+            raise NotActive()
+        term = self.node.term
+        if self._active_term != term:
+            try:
+                index = await self.node.read_index(timeout=PROPOSE_TIMEOUT_S)
+                await self.node.wait_applied(index, timeout=PROPOSE_TIMEOUT_S)
+            except (NotLeader, TimeoutError, NodeStopped) as exc:
+                raise NotActive() from exc
+            self.logic.become_active(self.state.image, _now_ms())
+            self._active_term = term
+            log.info("controller %d is active in term %d", self.settings.node_id, term)
+
+    async def _write(self, decide: Callable[[], Outcome[Any]]) -> tuple[Any, int]:
+        async with self._lock:
+            await self._ensure_active()
+            outcome = decide()
+            index = self.state.applied
+            if outcome.records:
+                try:
+                    index = await self.node.propose(
+                        encode_batch(outcome.records), timeout=PROPOSE_TIMEOUT_S
+                    )
+                except (NotLeader, NodeStopped) as exc:
+                    raise NotActive() from exc
+            return outcome.response, index
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            self._update_metrics()
+            if not self.node.is_leader:
+                continue
+            try:
+                await self._write(
+                    lambda: Outcome(self.logic.tick(self.state.image, _now_ms()), None)
+                )
+            except (NotActive, TimeoutError, CommitUnknown):
+                pass
+            except Exception:
+                log.exception("controller tick failed")
+
+    # ---------------------------------------------------------------- http plumbing
+
+    @web.middleware
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        secret = self.settings.secret
+        public = request.path in ("/metrics", "/healthz", "/readyz", "/v1/status")
+        if secret and not public:
+            given = request.headers.get(SECRET_HEADER, "")
+            if not hmac.compare_digest(given.encode(), secret.encode()):
+                return web.json_response({"error": "bad secret"}, status=401)
+        try:
+            return await handler(request)
+        except NotActive:
+            return web.json_response(
+                {"error": "not_leader", "leader": self.node.leader_id, "leader_url": None},
+                status=421,
+            )
+        except (TimeoutError, CommitUnknown) as exc:
+            return web.json_response({"error": f"outcome unknown: {exc!r}"}, status=503)
+
+    async def _answer(self, request: web.Request, decide: Callable[[Any], Outcome[Any]]) -> Any:
+        body = await request.json()
+        response, index = await self._write(lambda: decide(body))
+        out = to_json(response)
+        if isinstance(out, list):
+            out = {"results": out}
+        out["applied"] = index
+        return web.json_response(out)
+
+    # ---------------------------------------------------------------- endpoints
+
+    async def _metadata(self, request: web.Request) -> web.Response:
+        after = int(request.query.get("after", "0"))
+        wait_ms = min(int(request.query.get("wait_ms", "0")), 30_000)
+        if wait_ms > 0:
+            await self.state.wait_past(after, wait_ms / 1000)
+        snapshot, entries = self.state.read(after)
+        applied = entries[-1][0] if entries else self.state.applied
+        return web.json_response(
+            {
+                "applied": applied,
+                "leader": self.node.leader_id,
+                "snapshot": to_json(snapshot) if snapshot is not None else None,
+                "snapshot_index": self.state.applied if snapshot is not None else None,
+                "entries": [{"index": i, "data": to_json(d)} for i, d in entries],
+            }
+        )
+
+    async def _status(self, _request: web.Request) -> web.Response:
+        return web.json_response({**self.node.status(), "http_port": self.http_port})
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        if self.node.leader_id is None:
+            return web.Response(status=503, text="not ready: no known leader\n")
+        return web.Response(text="ready\n")
+
+    async def _register(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: self.logic.register_broker(
+                self.state.image, from_json(BrokerRegistrationRequest, b), _now_ms()
+            ),
+        )
+
+    async def _heartbeat(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: self.logic.broker_heartbeat(
+                self.state.image,
+                int(b["node_id"]),
+                int(b["broker_epoch"]),
+                _now_ms(),
+                want_fence=bool(b.get("want_fence", False)),
+                want_shutdown=bool(b.get("want_shutdown", False)),
+            ),
+        )
+
+    async def _unregister(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request, lambda b: self.logic.unregister_broker(self.state.image, int(b["node_id"]))
+        )
+
+    async def _create_topics(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: self.logic.create_topics(
+                self.state.image,
+                [from_json(NewTopic, t) for t in b["topics"]],
+                bool(b.get("validate_only", False)),
+            ),
+        )
+
+    async def _delete_topics(self, request: web.Request) -> web.Response:
+        def keys(b: Any) -> list[str | UUID]:
+            out: list[str | UUID] = []
+            for t in b["topics"]:
+                try:
+                    out.append(UUID(t))
+                except ValueError:
+                    out.append(t)
+            return out
+
+        return await self._answer(
+            request, lambda b: self.logic.delete_topics(self.state.image, keys(b))
+        )
+
+    async def _create_partitions(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: self.logic.create_partitions(
+                self.state.image,
+                [from_json(NewPartitions, t) for t in b["topics"]],
+                bool(b.get("validate_only", False)),
+            ),
+        )
+
+    async def _alter_configs(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: self.logic.alter_configs(
+                self.state.image,
+                [from_json(AlterTopicConfigs, t) for t in b["topics"]],
+                bool(b.get("validate_only", False)),
+            ),
+        )
+
+    async def _alter_reassignments(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: self.logic.alter_partition_reassignments(
+                self.state.image, [from_json(Reassignment, r) for r in b["reassignments"]]
+            ),
+        )
+
+    async def _list_reassignments(self, _request: web.Request) -> web.Response:
+        async with self._lock:
+            await self._ensure_active()
+            ongoing = self.logic.list_partition_reassignments(self.state.image)
+        return web.json_response({"results": to_json(ongoing), "applied": self.state.applied})
+
+    # ---------------------------------------------------------------- metrics
+
+    def _init_metrics(self) -> None:
+        r = self.registry
+        self._g_term = Gauge("sluice_controller_raft_term", "Current Raft term", registry=r)
+        self._g_commit = Gauge(
+            "sluice_controller_raft_commit_index", "Raft commit index", registry=r
+        )
+        self._g_lag = Gauge(
+            "sluice_controller_apply_lag", "Committed entries not applied yet", registry=r
+        )
+        self._g_leader_changes = Gauge(
+            "sluice_controller_leader_changes", "Leader changes seen by this node", registry=r
+        )
+        self._g_active = Gauge(
+            "sluice_controller_active", "1 on the active controller, else 0", registry=r
+        )
+        self._g_rf = Gauge(
+            "sluice_controller_diskless_effective_rf",
+            "Replication factor of a diskless topic",
+            ["topic"],
+            registry=r,
+        )
+        self._g_rack_aware = Gauge(
+            "sluice_controller_partition_rack_aware",
+            "1 if a partition's replicas span min(RF, racks) racks",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self._g_rf1 = Gauge(
+            "sluice_controller_diskless_rf1_topics", "Legacy RF=1 diskless topics", registry=r
+        )
+        self._g_urp = Gauge(
+            "sluice_controller_under_replicated_partitions",
+            "Partitions with a replica offline (informational for diskless)",
+            registry=r,
+        )
+        self._g_offline = Gauge(
+            "sluice_controller_offline_partitions", "Partitions without a leader", registry=r
+        )
+
+    def _update_metrics(self) -> None:
+        self._g_term.set(self.node.term)
+        self._g_commit.set(self.node.commit_index)
+        self._g_lag.set(max(0, self.node.commit_index - self.node.applied_index))
+        self._g_leader_changes.set(self.node.leader_changes)
+        self._g_active.set(1 if self.node.is_leader else 0)
+        m = image_metrics.collect(self.state.image)
+        self._g_rf.clear()
+        for topic, rf in m.effective_rf.items():
+            self._g_rf.labels(topic).set(rf)
+        self._g_rack_aware.clear()
+        for (topic, partition), aware in m.rack_aware.items():
+            self._g_rack_aware.labels(topic, str(partition)).set(1 if aware else 0)
+        self._g_rf1.set(m.rf1_topics_total)
+        self._g_urp.set(m.under_replicated_partitions)
+        self._g_offline.set(m.offline_partitions)
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        self._update_metrics()
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
