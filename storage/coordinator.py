@@ -156,6 +156,108 @@ class FileToDelete:
     marked_at_ms: int
 
 
+# ------------------------------------------------------------------ background jobs
+# Snapshots of whole logs and atomic swaps of batch pointers, for the jobs that rewrite
+# objects (jobs/: object merging, key compaction). Never on the produce or fetch path.
+
+# The error of a replacement whose range changed since it was planned (retention,
+# DeleteRecords, another merge or compaction got there first). Kafka has no exact
+# equivalent; CONCURRENT_TRANSACTIONS ("retry later, someone else was first") is closest.
+REPLACE_CONFLICT = 51
+INVALID_REQUEST = 42
+
+
+@dataclass(frozen=True, slots=True)
+class ListBatchesRequest:
+    """Batches of one log with ``last_offset >= start_offset`` and, unless
+    ``end_offset`` is -1, ``base_offset < end_offset``."""
+
+    topic_id: UUID
+    partition: int
+    start_offset: int = 0
+    end_offset: int = -1
+
+
+@dataclass(slots=True)
+class StoredBatch:
+    """One batch as the coordinator knows it, with the file (object) holding it."""
+
+    object_key: str
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+    timestamp_type: int
+    max_timestamp: int
+    log_append_time: int
+    object_size: int
+    reason: str  # why the object was written: 'produce' or 'merge'
+    committed_at: int
+
+    @property
+    def timestamp(self) -> int:
+        """The time the batch is retained and searched by."""
+        return self.log_append_time if self.timestamp_type == 1 else self.max_timestamp
+
+
+@dataclass(slots=True)
+class BatchListing:
+    error: int
+    log_start_offset: int = -1
+    high_watermark: int = -1
+    batches: list[StoredBatch] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplacedBatch:
+    """A batch a replacement expects to find (and remove): its offsets and object."""
+
+    base_offset: int
+    last_offset: int
+    object_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewBatch:
+    """A batch inside the rewritten object, keeping the offsets it had."""
+
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+    timestamp_type: int
+    max_timestamp: int
+    log_append_time: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReplacement:
+    """Swap every batch of one log in ``[old[0].base_offset, old[-1].last_offset]`` for
+    ``new`` (which may be fewer, smaller or none: compaction leaves offset gaps)."""
+
+    topic_id: UUID
+    partition: int
+    old: Sequence[ReplacedBatch]
+    new: Sequence[NewBatch]
+
+    def is_valid(self) -> bool:
+        """``old`` non-empty and ordered; ``new`` ordered, non-overlapping, in the range."""
+        if not self.old:
+            return False
+        first, last = self.old[0].base_offset, self.old[-1].last_offset
+        prev = first - 1
+        for b in self.old:
+            if b.base_offset <= prev or b.last_offset < b.base_offset:
+                return False
+            prev = b.last_offset
+        prev = first - 1
+        for n in self.new:
+            if n.base_offset <= prev or n.last_offset < n.base_offset or n.last_offset > last:
+                return False
+            prev = n.last_offset
+        return True
+
+
 class BatchCoordinator(ABC):
     """Orders batches of uploaded objects into partition logs.
 
@@ -273,3 +375,37 @@ class BatchCoordinator(ABC):
         start move changes logs. Backends without notifications return at once and the
         broker polls instead."""
         return
+
+    # ------------------------------------------------------------ background jobs
+
+    @abstractmethod
+    async def list_batches(self, requests: Sequence[ListBatchesRequest]) -> list[BatchListing]:
+        """Every batch in the requested ranges with its object, from ONE consistent
+        snapshot (one read transaction), in offset order per request; unknown logs get
+        UNKNOWN_TOPIC_OR_PARTITION. The planning read of the jobs in jobs/."""
+
+    @abstractmethod
+    async def replace_batches(
+        self,
+        object_key: str,
+        object_size: int,
+        replacements: Sequence[BatchReplacement],
+        now_ms: int,
+    ) -> list[int]:
+        """Register a rewritten object (reason 'merge') and swap batch pointers to it,
+        atomically, in one transaction; one error code per replacement, in order.
+
+        A replacement is applied only if the batches of its log overlapping
+        ``[old[0].base_offset, old[-1].last_offset]`` are now exactly ``old`` (same
+        offsets, same objects); otherwise REPLACE_CONFLICT and nothing of it changes (a
+        retention run, DeleteRecords or another job changed the range since it was
+        planned). UNKNOWN_TOPIC_OR_PARTITION for a deleted log; INVALID_REQUEST when
+        ``old`` is empty or ``new`` is not ordered, non-overlapping and inside the range.
+        Applied: the old batches go, the new ones point into ``object_key``, the log's
+        byte size follows, and files left without batches are marked deleting (the
+        cleaner deletes them after the grace period). Offsets, the high watermark and
+        the log start never move. A call that leaves no batch in its object (none applied,
+        or all compacted away) marks that file deleting at once. A key already registered
+        is answered REPLACE_CONFLICT for every replacement, with no change (a retry of a
+        call whose outcome was unknown).
+        """

@@ -20,7 +20,9 @@ from storage.coordinator import (
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
     BatchCoordinator,
+    BatchListing,
     BatchLocation,
+    BatchReplacement,
     BatchToCommit,
     BrokerRegistration,
     CommitResult,
@@ -28,12 +30,14 @@ from storage.coordinator import (
     FileToDelete,
     FindRequest,
     FindResult,
+    ListBatchesRequest,
     ListOffsetsRequest,
     ListOffsetsResult,
     LogInfo,
     LogsChanged,
     PartitionKey,
     RetentionPolicy,
+    StoredBatch,
 )
 from storage.postgres_pool import PoolUser, PostgresPool
 
@@ -105,6 +109,28 @@ _CLUSTER_ID = "SELECT sluice_cluster_id($1)"
 _HEARTBEAT = "SELECT * FROM sluice_broker_heartbeat($1, $2, $3, $4, $5, $6, $7)"
 _LEAVE = "DELETE FROM broker_heartbeats WHERE node_id = $1 AND incarnation = $2"
 LOGS_CHANNEL = "sluice_logs"
+# One statement, so one snapshot for every log asked about. The lateral join gives a log
+# without batches one row of NULLs, so its high watermark still comes back.
+_LIST_BATCHES = (
+    "SELECT k.i, l.log_start_offset, l.high_watermark, x.object_key, x.byte_offset,"
+    " x.byte_size, x.base_offset, x.last_offset, x.timestamp_type, x.max_timestamp,"
+    " x.log_append_time, x.size, x.reason, x.committed_at"
+    " FROM unnest($1::uuid[], $2::integer[], $3::bigint[], $4::bigint[])"
+    "  WITH ORDINALITY AS k(topic_id, part, start_offset, end_offset, i)"
+    " LEFT JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.part"
+    " LEFT JOIN LATERAL ("
+    "  SELECT f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset,"
+    "   b.timestamp_type, b.max_timestamp, b.log_append_time, f.size, f.reason, f.committed_at"
+    "  FROM batches b JOIN files f ON f.file_id = b.file_id"
+    "  WHERE l.high_watermark IS NOT NULL"
+    "   AND b.topic_id = k.topic_id AND b.partition = k.part AND b.last_offset >= k.start_offset"
+    "   AND (k.end_offset < 0 OR b.base_offset < k.end_offset)) x ON true"
+    " ORDER BY k.i, x.last_offset"
+)
+_REPLACE = (
+    "SELECT * FROM sluice_replace_batches("
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+)
 
 
 def _keys(logs: Sequence[PartitionKey]) -> tuple[list[UUID], list[int]]:
@@ -331,3 +357,66 @@ class PostgresCoordinator(PoolUser, BatchCoordinator):
             on_change(keys)
 
         await self._pool.listen(LOGS_CHANNEL, on_payload, lambda: on_change(None))
+
+    # ---------------------------------------------------------------- background jobs
+
+    async def list_batches(self, requests: Sequence[ListBatchesRequest]) -> list[BatchListing]:
+        rows = await self._pool.fetch(
+            _LIST_BATCHES,
+            [r.topic_id for r in requests],
+            [r.partition for r in requests],
+            [r.start_offset for r in requests],
+            [r.end_offset for r in requests],
+            write=False,
+        )
+        out: list[BatchListing] = []
+        for row in rows:
+            i, start, hwm, key = row[0], row[1], row[2], row[3]
+            if len(out) < i:
+                out.append(
+                    BatchListing(UNKNOWN_TOPIC_OR_PARTITION)
+                    if hwm is None
+                    else BatchListing(NONE, start, hwm)
+                )
+            if key is not None:
+                out[-1].batches.append(StoredBatch(*row[3:]))
+        if len(out) != len(requests):
+            raise RuntimeError(f"list_batches answered {len(out)} of {len(requests)}")
+        return out
+
+    async def replace_batches(
+        self,
+        object_key: str,
+        object_size: int,
+        replacements: Sequence[BatchReplacement],
+        now_ms: int,
+    ) -> list[int]:
+        old = [(i, b) for i, r in enumerate(replacements, 1) for b in r.old]
+        new = [(i, b) for i, r in enumerate(replacements, 1) for b in r.new]
+        rows = await self._pool.fetch(
+            _REPLACE,
+            object_key,
+            object_size,
+            now_ms,
+            [r.topic_id for r in replacements],
+            [r.partition for r in replacements],
+            [r.is_valid() for r in replacements],
+            [i for i, _ in old],
+            [b.base_offset for _, b in old],
+            [b.last_offset for _, b in old],
+            [b.object_key for _, b in old],
+            [i for i, _ in new],
+            [b.byte_offset for _, b in new],
+            [b.byte_size for _, b in new],
+            [b.base_offset for _, b in new],
+            [b.last_offset for _, b in new],
+            [b.timestamp_type for _, b in new],
+            [b.max_timestamp for _, b in new],
+            [b.log_append_time for _, b in new],
+            write=True,
+        )
+        if len(rows) != len(replacements):
+            raise RuntimeError(
+                f"sluice_replace_batches answered {len(rows)} of {len(replacements)}"
+            )
+        return [r[1] for r in rows]

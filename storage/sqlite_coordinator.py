@@ -29,10 +29,14 @@ from kio.schema.errors import ErrorCode
 from storage.coordinator import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    INVALID_REQUEST,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
+    REPLACE_CONFLICT,
     BatchCoordinator,
+    BatchListing,
     BatchLocation,
+    BatchReplacement,
     BatchToCommit,
     BrokerRegistration,
     CommitResult,
@@ -40,11 +44,13 @@ from storage.coordinator import (
     FileToDelete,
     FindRequest,
     FindResult,
+    ListBatchesRequest,
     ListOffsetsRequest,
     ListOffsetsResult,
     LogInfo,
     PartitionKey,
     RetentionPolicy,
+    StoredBatch,
 )
 
 T = TypeVar("T")
@@ -442,6 +448,20 @@ class SqliteCoordinator(BatchCoordinator):
 
     async def broker_leave(self, me: BrokerRegistration) -> None:
         await self._write(_broker_leave, me.node_id, me.incarnation.bytes)
+
+    # ---------------------------------------------------------------- background jobs
+
+    async def list_batches(self, requests: Sequence[ListBatchesRequest]) -> list[BatchListing]:
+        return await self._read(_list_batches, requests)
+
+    async def replace_batches(
+        self,
+        object_key: str,
+        object_size: int,
+        replacements: Sequence[BatchReplacement],
+        now_ms: int,
+    ) -> list[int]:
+        return await self._write(_replace_batches, object_key, object_size, replacements, now_ms)
 
 
 # The transaction bodies below run on the worker thread, inside run_transaction.
@@ -845,3 +865,115 @@ def _unknown_objects(cur: sqlite3.Cursor, keys: list[str]) -> list[str]:
         rows = cur.execute(f"SELECT object_key FROM files WHERE object_key IN ({marks})", chunk)
         known.update(r[0] for r in rows)
     return [k for k in keys if k not in known]
+
+
+# --------------------------------------------------------------------------- jobs
+
+_LIST_BATCHES = (
+    "SELECT f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset,"
+    " b.timestamp_type, b.max_timestamp, b.log_append_time, f.size, f.reason, f.committed_at"
+    " FROM batches b JOIN files f ON f.file_id = b.file_id"
+    " WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset >= ?"
+    " AND (? < 0 OR b.base_offset < ?) ORDER BY b.last_offset"
+)
+# The batches whose last offset falls in a range (a PRIMARY KEY range scan), and the one
+# batch after it, which must not reach back into the range.
+_IN_RANGE = (
+    "SELECT b.base_offset, b.last_offset, f.object_key, b.file_id, b.byte_size"
+    " FROM batches b JOIN files f ON f.file_id = b.file_id"
+    " WHERE b.topic_id = ? AND b.partition = ? AND b.last_offset BETWEEN ? AND ?"
+    " ORDER BY b.last_offset"
+)
+_NEXT_BASE = (
+    "SELECT base_offset FROM batches WHERE topic_id = ? AND partition = ? AND last_offset > ?"
+    " ORDER BY last_offset LIMIT 1"
+)
+_DELETE_BATCH = "DELETE FROM batches WHERE topic_id = ? AND partition = ? AND last_offset = ?"
+_UPDATE_LOG_SIZE = "UPDATE logs SET byte_size = byte_size + ? WHERE topic_id = ? AND partition = ?"
+
+
+def _list_batches(
+    cur: sqlite3.Cursor, requests: Sequence[ListBatchesRequest]
+) -> list[BatchListing]:
+    # One deferred read transaction: every request sees the same snapshot.
+    out: list[BatchListing] = []
+    for req in requests:
+        tid = req.topic_id.bytes
+        log = cur.execute(_SELECT_LOG, (tid, req.partition)).fetchone()
+        if log is None:
+            out.append(BatchListing(UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        rows = cur.execute(
+            _LIST_BATCHES, (tid, req.partition, req.start_offset, req.end_offset, req.end_offset)
+        )
+        out.append(BatchListing(NONE, log[0], log[1], [StoredBatch(*r) for r in rows]))
+    return out
+
+
+def _replace_batches(
+    cur: sqlite3.Cursor,
+    object_key: str,
+    object_size: int,
+    replacements: Sequence[BatchReplacement],
+    now_ms: int,
+) -> list[int]:
+    if cur.execute("SELECT 1 FROM files WHERE object_key = ?", (object_key,)).fetchone():
+        # A retry of a call that may have committed: never register the key twice.
+        return [REPLACE_CONFLICT] * len(replacements)
+    cur.execute(
+        "INSERT INTO files (object_key, size, uploader_broker_id, committed_at, state, reason)"
+        " VALUES (?, ?, -1, ?, 'uploaded', 'merge')",
+        (object_key, object_size, now_ms),
+    )
+    file_id = cur.lastrowid
+    emptied: set[int] = set()
+    results: list[int] = []
+    holds_batches = False
+    for r in replacements:
+        if not r.is_valid():
+            results.append(INVALID_REQUEST)
+            continue
+        tid = r.topic_id.bytes
+        if cur.execute(_SELECT_LOG, (tid, r.partition)).fetchone() is None:
+            results.append(UNKNOWN_TOPIC_OR_PARTITION)
+            continue
+        first, last = r.old[0].base_offset, r.old[-1].last_offset
+        found = cur.execute(_IN_RANGE, (tid, r.partition, first, last)).fetchall()
+        after = cur.execute(_NEXT_BASE, (tid, r.partition, last)).fetchone()
+        expected = [(b.base_offset, b.last_offset, b.object_key) for b in r.old]
+        if [f[:3] for f in found] != expected or (after is not None and after[0] <= last):
+            results.append(REPLACE_CONFLICT)
+            continue
+        cur.executemany(_DELETE_BATCH, [(tid, r.partition, f[1]) for f in found])
+        emptied.update(f[3] for f in found)
+        cur.executemany(
+            _INSERT_BATCH,
+            [
+                (
+                    tid,
+                    r.partition,
+                    n.base_offset,
+                    n.last_offset,
+                    file_id,
+                    n.byte_offset,
+                    n.byte_size,
+                    n.timestamp_type,
+                    n.max_timestamp,
+                    n.log_append_time,
+                )
+                for n in r.new
+            ],
+        )
+        delta = sum(n.byte_size for n in r.new) - sum(f[4] for f in found)
+        if delta:
+            cur.execute(_UPDATE_LOG_SIZE, (delta, tid, r.partition))
+        holds_batches = holds_batches or bool(r.new)
+        results.append(NONE)
+    _mark_files_if_empty(cur, emptied, now_ms)
+    if not holds_batches:
+        # Nothing points into the object: the cleaner may delete it after the grace period.
+        cur.execute(
+            "UPDATE files SET state = 'deleting', marked_at = ? WHERE file_id = ?",
+            (now_ms, file_id),
+        )
+    return results

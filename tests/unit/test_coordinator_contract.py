@@ -762,3 +762,222 @@ async def test_a_live_node_id_is_not_taken_over(coordinator: BatchCoordinator) -
     # A leave by the intruder's incarnation does not remove the holder.
     await coordinator.broker_leave(intruder)
     assert await coordinator.broker_heartbeat(holder, 60_000, starting=False) == [holder]
+
+
+# --------------------------------------------------------------------------- jobs: list/replace
+
+
+async def test_list_batches_is_a_snapshot_with_objects_and_times(
+    coordinator: BatchCoordinator,
+) -> None:
+    from storage.coordinator import ListBatchesRequest
+
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    await commit(
+        coordinator,
+        batch(count=2, size=10, byte_offset=0, ts=5),
+        batch(T1, 1, count=1, size=20, byte_offset=10, ts=6),
+        object_key="f1",
+        now=NOW,
+    )
+    await commit(
+        coordinator, batch(count=3, size=30, ts=7, ts_type=LOG_APPEND_TIME), object_key="f2"
+    )
+    listed = await coordinator.list_batches(
+        [
+            ListBatchesRequest(T1, 0),
+            ListBatchesRequest(T1, 0, 2, -1),
+            ListBatchesRequest(T1, 0, 0, 2),  # base_offset < 2: only the first batch
+            ListBatchesRequest(T1, 1),
+            ListBatchesRequest(T2, 0),
+        ]
+    )
+    whole = listed[0]
+    assert (whole.error, whole.log_start_offset, whole.high_watermark) == (NONE, 0, 5)
+    assert [
+        (b.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset)
+        for b in whole.batches
+    ] == [("f1", 0, 10, 0, 1), ("f2", 0, 30, 2, 4)]
+    first, second = whole.batches
+    assert (first.object_size, first.reason, first.committed_at) == (1000, "produce", NOW)
+    assert (first.timestamp_type, first.timestamp) == (CREATE_TIME, 5)
+    assert (second.timestamp_type, second.timestamp) == (LOG_APPEND_TIME, NOW)
+    assert [b.base_offset for b in listed[1].batches] == [2]
+    assert [b.base_offset for b in listed[2].batches] == [0]
+    assert [b.object_key for b in listed[3].batches] == ["f1"]
+    assert listed[4].error == UNKNOWN and listed[4].batches == []
+
+
+def _old(*specs: tuple[int, int, str]) -> list:
+    from storage.coordinator import ReplacedBatch
+
+    return [ReplacedBatch(base, last, k) for base, last, k in specs]
+
+
+def _new(*specs: tuple[int, int, int, int]) -> list:
+    from storage.coordinator import NewBatch
+
+    return [
+        NewBatch(off, size, base, last, CREATE_TIME, 1000, -1) for off, size, base, last in specs
+    ]
+
+
+async def test_replace_batches_swaps_pointers_and_frees_files(
+    coordinator: BatchCoordinator,
+) -> None:
+    from storage.coordinator import BatchReplacement
+
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    await commit(coordinator, batch(count=2, size=10), batch(T1, 1, size=5), object_key="a")
+    await commit(coordinator, batch(count=3, size=20), object_key="b")  # 2-4
+    await commit(coordinator, batch(count=1, size=30), object_key="c")  # 5
+    results = await coordinator.replace_batches(
+        "merged",
+        30,
+        [
+            BatchReplacement(
+                T1, 0, _old((0, 1, "a"), (2, 4, "b")), _new((0, 10, 0, 1), (10, 20, 2, 4))
+            )
+        ],
+        NOW + 7,
+    )
+    assert results == [NONE]
+    got = await find(coordinator, 0)
+    assert [(b.object_key, b.byte_offset, b.base_offset, b.last_offset) for b in got.batches] == [
+        ("merged", 0, 0, 1),
+        ("merged", 10, 2, 4),
+        ("c", 0, 5, 5),
+    ]
+    # Offsets and sizes unchanged; "b" is empty now, "a" still holds partition 1.
+    assert await info(coordinator) == LogInfo(NONE, 0, 6, 60)
+    deleting = await coordinator.files_to_delete(BIG, 10)
+    assert [(f.object_key, f.marked_at_ms) for f in deleting] == [("b", NOW + 7)]
+    # Reading from the middle of a merged batch still starts at that batch.
+    assert [b.base_offset for b in (await find(coordinator, 3)).batches] == [2, 5]
+    # Commits go on at the high watermark after a swap.
+    assert base_offsets(await commit(coordinator, batch(count=2))) == [6]
+
+
+async def test_replace_batches_with_gaps_keeps_offsets(coordinator: BatchCoordinator) -> None:
+    """Key compaction: fewer, smaller batches with their original offsets; none is fine."""
+    from storage.coordinator import BatchReplacement, ListBatchesRequest
+
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=4, size=40), batch(count=4, size=40), object_key="a")
+    await commit(coordinator, batch(count=4, size=40), object_key="b")  # 8-11
+    results = await coordinator.replace_batches(
+        "compacted",
+        25,
+        [BatchReplacement(T1, 0, _old((0, 3, "a"), (4, 7, "a")), _new((0, 25, 4, 7)))],
+        NOW,
+    )
+    assert results == [NONE]
+    assert await info(coordinator) == LogInfo(NONE, 0, 12, 65)
+    # Fetching at an offset inside the gap answers the next batch, which starts later.
+    assert [(b.base_offset, b.last_offset) for b in (await find(coordinator, 1)).batches] == [
+        (4, 7),
+        (8, 11),
+    ]
+    assert await deleting_keys(coordinator) == {"a"}
+    # A range compacted away entirely: no batch left, the log keeps its offsets.
+    results = await coordinator.replace_batches(
+        "empty", 0, [BatchReplacement(T1, 0, _old((8, 11, "b")), [])], NOW
+    )
+    assert results == [NONE]
+    listing = (await coordinator.list_batches([ListBatchesRequest(T1, 0)]))[0]
+    assert [(b.base_offset, b.object_key) for b in listing.batches] == [(4, "compacted")]
+    assert (listing.log_start_offset, listing.high_watermark) == (0, 12)
+    assert await info(coordinator) == LogInfo(NONE, 0, 12, 25)
+    # "empty" holds nothing: marked deleting at once, like "b".
+    assert await deleting_keys(coordinator) == {"a", "b", "empty"}
+
+
+async def test_replace_batches_conflicts_leave_everything_unchanged(
+    coordinator: BatchCoordinator,
+) -> None:
+    from storage.coordinator import INVALID_REQUEST, REPLACE_CONFLICT, BatchReplacement
+
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    await commit(coordinator, batch(count=2, size=10), batch(T1, 1, count=2), object_key="a")
+    await commit(coordinator, batch(count=2, size=10), batch(T1, 1, count=2), object_key="b")
+    await commit(coordinator, batch(count=2, size=10), object_key="c")  # 4-5
+    # Retention (here DeleteRecords) dropped batch 0-1 after the job planned.
+    await coordinator.delete_records([(PartitionKey(T1, 0), 2)], NOW)
+    results = await coordinator.replace_batches(
+        "m1",
+        40,
+        [
+            BatchReplacement(
+                T1, 0, _old((0, 1, "a"), (2, 3, "b")), _new((0, 10, 0, 1), (10, 10, 2, 3))
+            ),
+            # Not all batches of the range listed (4-5 in "c" is missing).
+            BatchReplacement(T1, 0, _old((2, 3, "b"), (4, 5, "x")), _new((20, 10, 2, 3))),
+            # The expected object is another one (someone merged first).
+            BatchReplacement(T1, 1, _old((0, 1, "zzz")), _new((30, 5, 0, 1))),
+            # Malformed: a new batch outside the range; old empty.
+            BatchReplacement(T1, 1, _old((2, 3, "b")), _new((30, 5, 2, 9))),
+            BatchReplacement(T1, 1, [], []),
+            BatchReplacement(T2, 0, _old((0, 0, "a")), []),
+        ],
+        NOW + 1,
+    )
+    assert results == [
+        REPLACE_CONFLICT,
+        REPLACE_CONFLICT,
+        REPLACE_CONFLICT,
+        INVALID_REQUEST,
+        INVALID_REQUEST,
+        UNKNOWN,
+    ]
+    assert [b.object_key for b in (await find(coordinator, 2)).batches] == ["b", "c"]
+    assert [b.object_key for b in (await find(coordinator, 0, T1, 1)).batches] == ["a", "b"]
+    # Nothing applied: the new object is deleting at once; "a" still serves partition 1.
+    assert await deleting_keys(coordinator) == {"m1"}
+    # A range whose end cuts a batch is a conflict too (the batch 2-3 reaches past 2).
+    results = await coordinator.replace_batches(
+        "m2", 5, [BatchReplacement(T1, 1, _old((0, 1, "a"), (2, 2, "b")), [])], NOW
+    )
+    assert results == [REPLACE_CONFLICT]
+
+
+async def test_replace_batches_retry_of_a_registered_key_changes_nothing(
+    coordinator: BatchCoordinator,
+) -> None:
+    from storage.coordinator import REPLACE_CONFLICT, BatchReplacement
+
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=2, size=10), object_key="a")
+    swap = [BatchReplacement(T1, 0, _old((0, 1, "a")), _new((0, 10, 0, 1)))]
+    assert await coordinator.replace_batches("m", 10, swap, NOW) == [NONE]
+    # The same call again (its first outcome was unknown): refused, nothing marked.
+    assert await coordinator.replace_batches("m", 10, swap, NOW) == [REPLACE_CONFLICT]
+    assert [b.object_key for b in (await find(coordinator, 0)).batches] == ["m"]
+    assert await deleting_keys(coordinator) == {"a"}
+    assert await info(coordinator) == LogInfo(NONE, 0, 2, 10)
+
+
+async def test_concurrent_replacements_of_one_range_apply_once(
+    coordinator_factory: CoordinatorFactory,
+) -> None:
+    from storage.coordinator import REPLACE_CONFLICT, BatchReplacement
+
+    c1 = await coordinator_factory.open()
+    c2 = await coordinator_factory.open()
+    await setup_logs(c1, (T1, 0))
+    await commit(c1, batch(count=2, size=10), object_key="a")
+    await commit(c1, batch(count=2, size=10), object_key="b")
+    old = _old((0, 1, "a"), (2, 3, "b"))
+    results = await asyncio.gather(
+        c1.replace_batches(
+            "x", 20, [BatchReplacement(T1, 0, old, _new((0, 10, 0, 1), (10, 10, 2, 3)))], NOW
+        ),
+        c2.replace_batches(
+            "y", 20, [BatchReplacement(T1, 0, old, _new((0, 10, 0, 1), (10, 10, 2, 3)))], NOW
+        ),
+        commit(c2, batch(count=1, size=10), object_key="c"),
+    )
+    assert sorted([results[0][0], results[1][0]]) == [NONE, REPLACE_CONFLICT]
+    winner = "x" if results[0] == [NONE] else "y"
+    assert [b.object_key for b in (await find(c1, 0)).batches] == [winner, winner, "c"]
+    assert await deleting_keys(c1) == {"a", "b", "y" if winner == "x" else "x"}
+    assert await info(c1) == LogInfo(NONE, 0, 5, 30)

@@ -1,0 +1,189 @@
+"""Driver-side planning: one consistent coordinator snapshot, split into tasks.
+
+A plan never holds record bytes: only where batches are (object, byte range) and which
+offsets they carry. Tasks are plain picklable values shipped to executors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from broker.config import BrokerConfig
+from storage.catalog import Topic
+from storage.coordinator import ListBatchesRequest, StoredBatch
+
+from . import runtime
+
+MiB = 1024 * 1024
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRef:
+    """One stored batch, as a task needs it."""
+
+    topic: str
+    partition: int
+    object_key: str
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+    timestamp_type: int
+    max_timestamp: int
+    log_append_time: int
+
+
+def ref(topic: str, partition: int, b: StoredBatch) -> BatchRef:
+    return BatchRef(
+        topic,
+        partition,
+        b.object_key,
+        b.byte_offset,
+        b.byte_size,
+        b.base_offset,
+        b.last_offset,
+        b.timestamp_type,
+        b.max_timestamp,
+        b.log_append_time,
+    )
+
+
+@dataclass(slots=True)
+class PartitionSnapshot:
+    topic: Topic
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    batches: list[StoredBatch]
+
+    def refs(self, batches: Iterable[StoredBatch] | None = None) -> list[BatchRef]:
+        return [ref(self.topic.name, self.partition, b) for b in (batches or self.batches)]
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which data a job looks at: topics (None: all), partitions (None: all), an offset
+    range applied to every chosen partition, and a record time range (ms, inclusive
+    start, exclusive end; None: open)."""
+
+    topics: tuple[str, ...] | None = None
+    partitions: tuple[int, ...] | None = None
+    from_offset: int = 0
+    to_offset: int = -1  # exclusive; -1: the high watermark
+    from_time: int | None = None
+    to_time: int | None = None
+
+
+async def _snapshot(config: BrokerConfig, selection: Selection) -> list[PartitionSnapshot]:
+    catalog = await runtime.catalog(config)
+    coordinator = await runtime.coordinator(config)
+    topics = sorted(await catalog.list_topics(), key=lambda t: t.name)
+    if selection.topics is not None:
+        wanted = set(selection.topics)
+        missing = wanted - {t.name for t in topics}
+        if missing:
+            raise ValueError(f"unknown topics: {', '.join(sorted(missing))}")
+        topics = [t for t in topics if t.name in wanted]
+    keys = [
+        (t, p)
+        for t in topics
+        for p in range(t.partitions)
+        if selection.partitions is None or p in selection.partitions
+    ]
+    # ONE call, one read transaction: every partition is seen at the same moment.
+    listings = await coordinator.list_batches(
+        [
+            ListBatchesRequest(t.topic_id, p, selection.from_offset, selection.to_offset)
+            for t, p in keys
+        ]
+    )
+    out = []
+    for (t, p), listing in zip(keys, listings, strict=True):
+        if listing.error:
+            continue  # deleted between the catalog read and the snapshot
+        batches = listing.batches
+        if selection.from_time is not None:
+            # A batch whose largest timestamp is before the range holds no record in it.
+            # (CreateTime records need not be ordered, so no bound for the end.)
+            batches = [b for b in batches if b.timestamp >= selection.from_time]
+        out.append(
+            PartitionSnapshot(t, p, listing.log_start_offset, listing.high_watermark, batches)
+        )
+    return out
+
+
+def snapshot(config: BrokerConfig, selection: Selection | None = None) -> list[PartitionSnapshot]:
+    return runtime.run(_snapshot(config, selection or Selection()))
+
+
+@dataclass(slots=True)
+class ReadTask:
+    """Batches one executor task reads. ``ends`` is each partition's high watermark in
+    the snapshot (the read-committed bound for transactions left open)."""
+
+    index: int
+    refs: list[BatchRef]
+    ends: dict[tuple[str, int], int] = field(default_factory=dict)
+    topic_ids: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def bytes(self) -> int:
+        return sum(r.byte_size for r in self.refs)
+
+
+def read_tasks(
+    snapshots: Sequence[PartitionSnapshot], parallelism: int, max_task_bytes: int = 64 * MiB
+) -> list[ReadTask]:
+    """Split a snapshot into read tasks grouped by object: the batches of one object are
+    read with a few coalesced ranged GETs instead of one per batch. Objects are packed
+    into tasks of at most ``max_task_bytes`` (smaller when that leaves cores idle); one
+    object larger than that is split by batches."""
+    by_object: dict[str, list[BatchRef]] = defaultdict(list)
+    ends: dict[tuple[str, int], int] = {}
+    topic_ids: dict[str, object] = {}
+    for s in snapshots:
+        ends[(s.topic.name, s.partition)] = s.high_watermark
+        topic_ids[s.topic.name] = s.topic.topic_id
+        for r in s.refs():
+            by_object[r.object_key].append(r)
+    total = sum(r.byte_size for refs in by_object.values() for r in refs)
+    # Enough tasks to keep every core busy twice over, none above the cap.
+    target = max(min(max_task_bytes, total // max(1, 2 * parallelism) + 1), 1)
+    objects = [(k, sorted(refs, key=lambda r: r.byte_offset)) for k, refs in by_object.items()]
+    groups = pack(sorted(objects, key=lambda o: o[0]), target)
+    tasks = []
+    for i, refs in enumerate(groups):
+        parts = {(r.topic, r.partition) for r in refs}
+        tasks.append(
+            ReadTask(
+                i,
+                refs,
+                {k: ends[k] for k in parts},
+                {t: topic_ids[t] for t, _ in parts},
+            )
+        )
+    return tasks
+
+
+def pack(objects: Sequence[tuple[str, list[BatchRef]]], target: int) -> list[list[BatchRef]]:
+    """Greedy packing of objects' batches into groups of about ``target`` bytes."""
+    groups: list[list[BatchRef]] = []
+    current: list[BatchRef] = []
+    size = 0
+    for _key, refs in objects:
+        for r in refs:
+            if current and size + r.byte_size > target:
+                groups.append(current)
+                current, size = [], 0
+            current.append(r)
+            size += r.byte_size
+    if current:
+        groups.append(current)
+    return groups

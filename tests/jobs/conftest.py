@@ -1,0 +1,67 @@
+"""Fixtures of the jobs tests: one Spark session (start-up costs 7-17 s, so it is shared
+by the whole session) and one cluster per module: PostgreSQL, SeaweedFS and two brokers
+started by LocalCluster, exactly as `sluice cluster up` does."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from broker.config import BrokerConfig, load_config
+from sluice.cluster import LocalCluster
+
+BROKER_OPTIONS = {
+    "produce.commit.interval.ms": "20",
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "2000",
+    "metadata.refresh.interval.ms": "500",
+    # Short grace periods so the tests see old objects deleted: merged-away objects after
+    # 1.5 s, objects of a crashed job's unfinished commit (orphans) after 4 s.
+    "file.delete.delay.ms": "1500",
+    "orphan.check.interval.ms": "1000",
+    "orphan.grace.ms": "4000",
+}
+STORAGE_KEYS = ("object.store", "s3.", "coordinator")
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    if shutil.which("java") is None:
+        pytest.skip("PySpark needs Java 17+")
+    from jobs.spark import session
+
+    s = session("local[2]", app_name="sluice-tests")
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path_factory.mktemp("jobs-cluster"), 2, broker_options=BROKER_OPTIONS)
+    local.up()
+    try:
+        yield local
+    finally:
+        from jobs import runtime
+
+        runtime.close_all()
+        local.down()
+        local.remove_data()
+
+
+def storage_settings(cluster: LocalCluster) -> dict[str, str]:
+    """What a job needs of a broker's config: where the objects and the coordinator are."""
+    settings = cluster.broker_settings(cluster.brokers[0])
+    return {k: v for k, v in settings.items() if k.startswith(STORAGE_KEYS)}
+
+
+@pytest.fixture(scope="module")
+def config(cluster: LocalCluster) -> BrokerConfig:
+    return load_config(storage_settings(cluster))
