@@ -66,7 +66,20 @@ KEYS: dict[str, ConfigKey] = {
             "cleanup.policy",
             lambda c: "delete",
             _policy,
-            "Stored but not enforced yet: compaction is not implemented, 'compact' keeps all data.",
+            "'delete' drops old batches by retention; 'compact' keeps the latest record per key "
+            "when `sluice jobs compact` runs (PySpark); both can be combined.",
+        ),
+        ConfigKey(
+            "delete.retention.ms",
+            lambda c: "86400000",
+            _is_int(0),
+            "How long compaction keeps tombstones (records with a null value).",
+        ),
+        ConfigKey(
+            "min.compaction.lag.ms",
+            lambda c: "0",
+            _is_int(0),
+            "Records younger than this are never compacted.",
         ),
         ConfigKey(
             "diskless.enable",
