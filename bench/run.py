@@ -1,405 +1,483 @@
-"""Throughput/latency benchmark of `sluice dev` with a stock client, against this machine's limits.
+"""Throughput, latency and cost of the broker with a stock client, against this machine's limits.
 
-    .venv/bin/python -m bench.run            # 256 MiB per run, ~3 min
-    .venv/bin/python -m bench.run --quick    # ~20 s smoke run
-    bench/run --mib 64 --batch-sizes 16384   # the wrapper script passes arguments through
+    .venv/bin/python -m bench.run            # both targets, 256 MiB per run, 3 runs, ~6 min
+    .venv/bin/python -m bench.run --quick    # ~1 min smoke run
+    bench/run --targets s3 --batch-sizes 16384 -o fetch.cache.max.bytes=67108864
 
-Starts the broker as a subprocess on a free port in a temp dir with its default configs (so the
-produce commit interval is the real one), produces 1 KiB records with confluent-kafka into a
-6-partition topic, then consumes them back. Every figure is the median of --repeats runs.
+Two targets, each measured in the same run as the machine limits it is compared with:
 
-Why the machine baselines: absolute MiB/s mean little on a shared 2-core box. Loopback TCP bounds
-what any broker can receive here, and fsync'd 8 MiB writes bound what the local-directory object
-store can persist, so produce/consume are also printed as a fraction of those, from the same run.
+``dev``  ``sluice dev`` (local directory + SQLite): produce and consume 1 KiB records with
+         confluent-kafka into a 6-partition topic, against loopback TCP and fsync'd writes.
+``s3``   one ``sluice broker`` of a :class:`sluice.cluster.LocalCluster` on SeaweedFS
+         (``weed mini``) and PostgreSQL. Per run: produce flat out (throughput, CPU, RSS),
+         raw PUTs to the same store of the size the broker's objects had with as many in
+         flight as the broker had, single Fetches of the tail just produced (cache hits),
+         consume it all back (CPU per MiB fetched), then produce at half that rate for
+         latency. Upload, commit_file and find_batches times come from the broker's own
+         histograms (/metrics), per phase. The issue's targets are judged on the medians.
+
+Every figure is the median of --repeats runs; machines are shared and noisy.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import shutil
-import signal
-import socket
-import statistics
-import struct
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from broker.config import BrokerConfig, load_config
 
-MiB = 1024 * 1024
-RECORD_SIZE = 1024
-PARTITIONS = 6
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-QUEUE_KIB = 32 * 1024
+from .limits import S3Target, fsync_write_mib_s, loopback_tcp_mib_s, raw_put, raw_put_at
+from .produce_consume import (
+    PARTITIONS,
+    RECORD_SIZE,
+    consume,
+    create_topic,
+    high_watermarks,
+    produce,
+    tail_fetch_latencies,
+)
+from .stats import MiB, ProcStats, RssSampler, Target, med, percentile, runs
+from .storage_ops import MetricsWatch, StorageOps, mean_in_flight
 
-
-# ---------------------------------------------------------------- broker process
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def sluice_command() -> list[str]:
-    script = Path(sys.executable).with_name("sluice")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from sluice.cli import main; sys.exit(main())"]
-
-
-class Broker:
-    def __init__(self, workdir: Path, options: dict[str, str]) -> None:
-        self.port = free_port()
-        self.data_dir = workdir / "data"
-        self.log_path = workdir / "broker.log"
-        cmd = [
-            *sluice_command(),
-            "dev",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--data-dir",
-            str(self.data_dir),
-        ]
-        for k, v in options.items():
-            cmd += ["-o", f"{k}={v}"]
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"broker exited ({self.proc.returncode}):\n{self.log_tail()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise SystemExit(
-                        f"broker not listening after 20 s:\n{self.log_tail()}"
-                    ) from None
-                time.sleep(0.05)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def cpu_seconds(self) -> float:
-        # utime and stime are fields 14 and 15 of /proc/PID/stat; the command name (field 2)
-        # may contain spaces, so split after its closing parenthesis.
-        stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-    def peak_rss_mib(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def log_tail(self, n: int = 4000) -> str:
-        return self.log_path.read_bytes()[-n:].decode(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
+# The Java producer's buffer.memory default: the dev target's client, as before.
+DEV_QUEUE_KIB = 32 * 1024
+# Flat out against S3 the client must not be what limits the broker: with ~0.5 s from
+# produce to answer, 32 MiB in flight would cap one producer near 64 MiB/s.
+S3_QUEUE_KIB = 128 * 1024
+LATENCY_LOAD = 0.5  # latency is measured at this fraction of the run's throughput
+# Slack the issue allows on produce p99 over commit interval + PUT p99 + commit p99.
+P99_SLACK_MS = 20.0
 
 
-# ---------------------------------------------------------------- machine baselines
-
-
-def loopback_tcp_mib_s(seconds: float = 1.0) -> float:
-    """Raw bytes over a 127.0.0.1 TCP connection, one sender thread, one receiver."""
-    with socket.socket() as lsock:
-        lsock.bind(("127.0.0.1", 0))
-        lsock.listen(1)
-        port = lsock.getsockname()[1]
-        chunk = b"\x00" * MiB
-        stop = threading.Event()
-
-        def send() -> None:
-            with socket.create_connection(("127.0.0.1", port)) as s:
-                while not stop.is_set():
-                    s.sendall(chunk)
-
-        t = threading.Thread(target=send, daemon=True)
-        t.start()
-        conn, _ = lsock.accept()
-        buf = bytearray(4 * MiB)
-        view = memoryview(buf)
-        total = 0
-        start = time.perf_counter()
-        with conn:
-            while (elapsed := time.perf_counter() - start) < seconds:
-                total += conn.recv_into(view)
-            stop.set()
-            # Drain so the sender's sendall returns and the thread ends.
-            conn.settimeout(1.0)
-            with contextlib.suppress(OSError):
-                while conn.recv_into(view):
-                    pass
-        t.join(2)
-        return total / MiB / elapsed
-
-
-def fsync_write_mib_s(directory: Path, seconds: float = 1.0, size: int = 8 * MiB) -> float:
-    """Write+fsync+rename 8 MiB objects, as a local-directory object store PUT would."""
-    d = directory / f"fsync-probe-{uuid.uuid4().hex[:6]}"
-    d.mkdir()
-    payload = os.urandom(size)
-    total = 0
-    n = 0
-    start = time.perf_counter()
-    try:
-        while (elapsed := time.perf_counter() - start) < seconds or n < 2:
-            tmp = d / f"{n}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, payload)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, d / f"{n}.obj")
-            dfd = os.open(d, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-            total += size
-            n += 1
-        return total / MiB / elapsed
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-# ---------------------------------------------------------------- produce / consume
-
-
-@dataclass
-class RunResult:
-    produced_mib: float
-    produce_s: float
-    consume_s: float
-    first_record_ms: float
-    p50_ms: float
-    p99_ms: float
-    produce_cpu_s: float
-    consume_cpu_s: float
-    truncated: bool = False
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def in_mib_s(self) -> float:
-        return self.produced_mib / self.produce_s
-
-    @property
-    def out_mib_s(self) -> float:
-        return self.produced_mib / self.consume_s
-
-    @property
-    def cpu_s_per_mib(self) -> float:
-        return (self.produce_cpu_s + self.consume_cpu_s) / self.produced_mib
-
-
-def create_topic(bootstrap: str) -> str:
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
-    fut = admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])[
-        name
-    ]
-    fut.result(30)
-    del admin
-    return name
-
-
-def percentile(sorted_vals: list[float], q: float) -> float:
-    if not sorted_vals:
-        return float("nan")
-    idx = min(len(sorted_vals) - 1, max(0, round(q * (len(sorted_vals) - 1))))
-    return sorted_vals[idx]
-
-
-def produce_run(
-    broker: Broker, topic: str, mib: int, batch_size: int, budget_s: float
-) -> tuple[int, float, list[float], list[str], bool]:
-    n = mib * MiB // RECORD_SIZE
-    payload = os.urandom(RECORD_SIZE)
-    producer = Producer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "linger.ms": 5,
-            "batch.size": batch_size,
-            "acks": "all",
-            # 1 MiB batches plus framing must fit the client's own request limit.
-            "message.max.bytes": 2 * MiB,
-            # A bounded client buffer, the Java producer's 32 MiB buffer.memory default. With
-            # librdkafka's own default (1 GiB) the whole run is queued at once, so "latency"
-            # would mostly measure time spent in the local queue and --budget could not stop
-            # a slow run (enqueueing never blocks).
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": QUEUE_KIB,
-        }
-    )
-    sent_at = [0.0] * n
-    latencies: list[float] = []
-    errors: list[str] = []
-    append = latencies.append
-    perf = time.perf_counter
-
-    def on_delivery(err, msg) -> None:  # type: ignore[no-untyped-def]
-        # The key is the record's index: the cheapest way to find its send time again.
-        if err is not None:
-            errors.append(str(err))
-            return
-        append(perf() - sent_at[struct.unpack(">I", msg.key())[0]])
-
-    start = perf()
-    deadline = start + budget_s
-    produced = 0
-    truncated = False
-    for i in range(n):
-        key = struct.pack(">I", i)
-        while True:
-            try:
-                sent_at[i] = perf()
-                producer.produce(topic, payload, key, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.005)
-        produced += 1
-        if i % 1000 == 0:
-            producer.poll(0)
-            if perf() > deadline:
-                truncated = True
-                break
-    remaining = producer.flush(120)
-    elapsed = perf() - start
-    if remaining:
-        errors.append(f"{remaining} records undelivered after flush(120)")
-    return produced, elapsed, sorted(latencies), errors, truncated
-
-
-def consume_run(
-    broker: Broker, topic: str, expected: int, budget_s: float
-) -> tuple[int, float, float]:
-    """Returns (records, seconds from first record to last, seconds until the first record).
-
-    The rate is timed from the first record: the consumer's start-up (metadata, connection,
-    first fetch) is a fixed cost that would otherwise dominate small --quick runs.
-    """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": f"bench-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        got = 0
-        start = time.perf_counter()
-        first: float | None = None
-        deadline = start + budget_s
-        while got < expected and time.perf_counter() < deadline:
-            for m in consumer.consume(num_messages=10_000, timeout=0.5):
-                if m.error() is None:
-                    if first is None:
-                        first = time.perf_counter()
-                    got += 1
-        end = time.perf_counter()
-        if first is None:
-            return 0, float("inf"), float("inf")
-        # One record's worth of time is not a rate; fall back to the whole span.
-        span = end - first if end - first > 0.001 else end - start
-        return got, span, first - start
-    finally:
-        consumer.close()
-
-
-def one_run(broker: Broker, mib: int, batch_size: int, budget_s: float) -> RunResult:
-    topic = create_topic(broker.bootstrap)
-    cpu0 = broker.cpu_seconds()
-    produced, produce_s, lat, errors, truncated = produce_run(
-        broker, topic, mib, batch_size, budget_s
-    )
-    cpu1 = broker.cpu_seconds()
-    delivered = len(lat)
-    got, consume_s, first_record_s = consume_run(broker, topic, delivered, budget_s)
-    cpu2 = broker.cpu_seconds()
-    if got < delivered:
-        errors.append(f"consumed {got}/{delivered} records within {budget_s:.0f}s")
-    return RunResult(
-        produced_mib=delivered * RECORD_SIZE / MiB,
-        produce_s=produce_s,
-        consume_s=consume_s,
-        first_record_ms=first_record_s * 1000,
-        p50_ms=percentile(lat, 0.50) * 1000,
-        p99_ms=percentile(lat, 0.99) * 1000,
-        produce_cpu_s=cpu1 - cpu0,
-        consume_cpu_s=cpu2 - cpu1,
-        truncated=truncated or produced * RECORD_SIZE < mib * MiB,
-        errors=errors,
-    )
-
-
-def med(values: list[float]) -> float:
-    return statistics.median(values)
-
-
-def timed(label: str, fn: Callable[[], float], repeats: int) -> float:
-    vals = [fn() for _ in range(repeats)]
-    print(f"  {label:<34} {med(vals):>9.1f} MiB/s  (runs: {', '.join(f'{v:.0f}' for v in vals)})")
-    return med(vals)
+def _print(line: str = "") -> None:
+    print(line, flush=True)
 
 
 @contextlib.contextmanager
 def workdir(keep: bool) -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+    d.chmod(0o755)  # PostgreSQL runs as its own user and must reach its directory
     try:
         yield d
     finally:
         if keep:
-            print(f"kept {d}")
+            _print(f"kept {d}")
         else:
             shutil.rmtree(d, ignore_errors=True)
 
 
+def timed(label: str, fn: Callable[[], float], repeats: int, unit: str = "MiB/s") -> float:
+    vals = [fn() for _ in range(repeats)]
+    _print(f"  {label:<38} {med(vals):>9.1f} {unit}  ({runs(vals)})")
+    return med(vals)
+
+
+# ---------------------------------------------------------------- dev target
+
+
+@dataclass
+class DevRun:
+    mib: float
+    produce_s: float
+    consume_s: float
+    p50_ms: float
+    p99_ms: float
+    cpu_in_s: float
+    cpu_out_s: float
+    truncated: bool
+
+
+def run_dev(args: argparse.Namespace, wd: Path, loop_mib_s: float) -> None:
+    from sluice.launch.process import SluiceProcess, free_port
+
+    _print("\n== dev: sluice dev (local directory + SQLite)")
+    fsync_mib_s = timed("fsync'd 8 MiB object writes", lambda: fsync_write_mib_s(wd), args.repeats)
+    port = free_port()
+    cmd = ["dev", "--port", str(port), "--data-dir", str(wd / "dev-data")]
+    for k, v in args.options:
+        cmd += ["-o", f"{k}={v}"]
+    broker = SluiceProcess(cmd, wd / "dev-broker.log", port)
+    broker.start()
+    try:
+        proc = ProcStats(broker.pid)
+        for bs in args.batch_sizes:
+            results: list[DevRun] = []
+            for _ in range(args.repeats):
+                topic = create_topic(broker.bootstrap)
+                c0 = proc.cpu_seconds()
+                pr = produce(broker.bootstrap, topic, args.mib, bs, args.budget, DEV_QUEUE_KIB)
+                c1 = proc.cpu_seconds()
+                got, consume_s = consume(broker.bootstrap, topic, pr.delivered, args.budget)
+                c2 = proc.cpu_seconds()
+                rate = LATENCY_LOAD * pr.mib_s
+                lr = produce(
+                    broker.bootstrap,
+                    topic,
+                    rate * args.latency_seconds,
+                    bs,
+                    args.budget,
+                    DEV_QUEUE_KIB,
+                    rate_mib_s=rate,
+                )
+                for e in (pr.errors + lr.errors)[:3]:
+                    _print(f"  ! {e}")
+                if got < pr.delivered:
+                    _print(f"  ! consumed {got}/{pr.delivered} records")
+                results.append(
+                    DevRun(
+                        pr.mib,
+                        pr.seconds,
+                        consume_s,
+                        lr.latency_ms(0.5),
+                        lr.latency_ms(0.99),
+                        c1 - c0,
+                        c2 - c1,
+                        pr.truncated,
+                    )
+                )
+            rin = [r.mib / r.produce_s for r in results]
+            rout = [r.mib / r.consume_s for r in results]
+            cut = "  (runs cut short by --budget)" if any(r.truncated for r in results) else ""
+            _print(f"batch.size={bs // 1024} KiB{cut}")
+            _print(
+                f"  produced per run                       "
+                f"{med([r.mib for r in results]):>9.1f} MiB"
+            )
+            _print(
+                f"  produce throughput                     {med(rin):>9.1f} MiB/s  "
+                f"= {med(rin) / loop_mib_s:.1%} of loopback, {med(rin) / fsync_mib_s:.1%} of "
+                f"fsync  ({runs(rin)})"
+            )
+            _print(
+                f"  consume throughput                     {med(rout):>9.1f} MiB/s  "
+                f"= {med(rout) / loop_mib_s:.1%} of loopback  ({runs(rout)})"
+            )
+            _print(
+                f"  produce latency p50 / p99 at {LATENCY_LOAD:.0%} load   "
+                f"{med([r.p50_ms for r in results]):>9.1f}"
+                f" / {med([r.p99_ms for r in results]):.1f} ms"
+            )
+            _print(
+                f"  broker CPU per MiB produced / fetched  "
+                f"{med([r.cpu_in_s / r.mib * 1000 for r in results]):>9.2f} / "
+                f"{med([r.cpu_out_s / r.mib * 1000 for r in results]):.2f} ms"
+            )
+        _print(f"  broker peak RSS                        {proc.peak_rss_mib():>9.1f} MiB")
+    finally:
+        broker.stop()
+
+
+# ---------------------------------------------------------------- s3 target
+
+
+@dataclass
+class S3Run:
+    produced_mib: float
+    produce_s: float
+    produce_mib_s: float
+    produce_ops: StorageOps
+    in_flight: float
+    raw_mib_s: float
+    raw_concurrency: float
+    cpu_in_ms: float  # per MiB produced
+    # ms of CPU per MiB produced flat out, by process: where a 2-core machine's time went
+    cpu_split: dict[str, float]
+    raw_store_cpu_ms: float  # the store's CPU per MiB of raw PUTs
+    tail_p50_ms: float
+    tail_p99_ms: float
+    tail_ops: StorageOps
+    consumed_mib: float
+    consume_mib_s: float
+    cpu_out_ms: float  # per MiB fetched
+    consume_ops: StorageOps
+    rss_max_mib: float
+    latency_rate: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+    latency_ops: StorageOps
+    latency_put_p99_ms: float
+    truncated: bool
+    errors: list[str] = field(default_factory=list)
+
+
+def run_s3(args: argparse.Namespace, wd: Path, loop_mib_s: float) -> list[Target]:
+    from sluice.cluster import LocalCluster
+
+    config = load_config(dict(args.options))
+    _print("\n== s3: sluice broker on SeaweedFS (weed mini) + PostgreSQL (LocalCluster, 1 broker)")
+    cluster = LocalCluster(wd / "cluster", brokers=1, broker_options=dict(args.options))
+    with cluster:
+        broker = cluster.brokers[0]
+        proc = ProcStats(broker.pid)
+        watch = MetricsWatch(broker.metrics)
+        s3c = cluster.s3
+        s3 = S3Target(s3c.endpoint_url, s3c.access_key, s3c.secret_key, s3c.bucket, s3c.region)
+        _print(f"  broker pid {broker.pid}, RSS at start {proc.rss_mib():.1f} MiB")
+        # The other processes of the write path, for the CPU split.
+        assert cluster.seaweed is not None and cluster.seaweed.pid is not None
+        assert cluster.postgres is not None
+        postmaster = int((cluster.postgres.data_dir / "postmaster.pid").read_text().split()[0])
+        peers = {"store": ProcStats(cluster.seaweed.pid), "coordinator": ProcStats(postmaster)}
+        # Warm-up, not measured: a fresh weed mini grows its volumes on the first writes
+        # (seconds), and the broker's S3 and PostgreSQL pools open their connections.
+        warm = create_topic(broker.bootstrap)
+        produce(broker.bootstrap, warm, 32, 1024 * 1024, args.budget, S3_QUEUE_KIB)
+        raw_put(s3, 8 * MiB, 2, 0.5, min_puts=4)
+        targets: list[Target] = []
+        for bs in args.batch_sizes:
+            results = [
+                _s3_run(
+                    args,
+                    config,
+                    broker.bootstrap,
+                    broker.host,
+                    broker.port,
+                    proc,
+                    peers,
+                    watch,
+                    s3,
+                    bs,
+                )
+                for _ in range(args.repeats)
+            ]
+            targets += _s3_report(args, config, bs, results, loop_mib_s, proc)
+        return targets
+
+
+def _s3_run(
+    args: argparse.Namespace,
+    config: BrokerConfig,
+    bootstrap: str,
+    host: str,
+    port: int,
+    proc: ProcStats,
+    peers: dict[str, ProcStats],
+    watch: MetricsWatch,
+    s3: S3Target,
+    batch_size: int,
+) -> S3Run:
+    topic = create_topic(bootstrap)
+    errors: list[str] = []
+    # 1. Flat out: throughput, CPU per MiB produced, RSS.
+    c0 = proc.cpu_seconds()
+    others0 = {name: p.tree_cpu_seconds() for name, p in peers.items()}
+    client0 = _own_cpu_seconds()
+    with watch.phase() as ph, RssSampler(proc) as rss_in:
+        pr = produce(bootstrap, topic, args.mib, batch_size, args.budget, S3_QUEUE_KIB)
+    cpu_in = proc.cpu_seconds() - c0
+    mib_in = max(pr.mib, 1e-9)
+    cpu_split = {"broker": cpu_in / mib_in * 1000}
+    for name, p in peers.items():
+        cpu_split[name] = (p.tree_cpu_seconds() - others0[name]) / mib_in * 1000
+    cpu_split["client"] = (_own_cpu_seconds() - client0) / mib_in * 1000
+    errors += pr.errors
+    assert ph.ops is not None
+    in_flight = mean_in_flight(ph.ops, pr.seconds)
+    store0 = peers["store"].tree_cpu_seconds()
+    object_bytes = ph.ops.object_bytes
+    size = int(object_bytes) if math.isfinite(object_bytes) else 8 * MiB  # no flush seen
+    raw_mib_s, raw_conc, raw_mib = raw_put_at(s3, size, in_flight, args.put_seconds)
+    raw_store_cpu = (peers["store"].tree_cpu_seconds() - store0) / max(raw_mib, 1e-9) * 1000
+    # 2. Single fetches of the tail just written: must be cache hits.
+    tail_mib = min(args.tail_mib, config.fetch_cache_max_bytes / MiB / 2, pr.mib)
+    watermarks = high_watermarks(bootstrap, topic)
+    with watch.phase() as tph:
+        tail = tail_fetch_latencies(host, port, topic, watermarks, tail_mib, args.tail_fetches)
+    # 3. Everything back from the beginning: CPU per MiB fetched (cache and store reads).
+    c0 = proc.cpu_seconds()
+    with watch.phase() as cph, RssSampler(proc) as rss_out:
+        got, consume_s = consume(bootstrap, topic, pr.delivered, args.budget)
+    cpu_out = proc.cpu_seconds() - c0
+    if got < pr.delivered:
+        errors.append(f"consumed {got}/{pr.delivered} records")
+    # 4. Latency at a load the broker sustains: flat out, latency is the client's queue.
+    rate = LATENCY_LOAD * pr.mib_s
+    with watch.phase() as lph:
+        lr = produce(
+            bootstrap,
+            topic,
+            rate * args.latency_seconds,
+            batch_size,
+            args.budget,
+            S3_QUEUE_KIB,
+            rate_mib_s=rate,
+        )
+    errors += lr.errors
+    assert tph.ops is not None and cph.ops is not None and lph.ops is not None
+    lat_bytes = lph.ops.object_bytes
+    lat_size = int(lat_bytes) if math.isfinite(lat_bytes) and lat_bytes >= 1 else MiB
+    put_p99 = raw_put(s3, lat_size, 1, args.put_seconds).p99_ms
+    for e in errors[:3]:
+        _print(f"  ! {e}")
+    consumed_mib = got * RECORD_SIZE / MiB
+    return S3Run(
+        produced_mib=pr.mib,
+        produce_s=pr.seconds,
+        produce_mib_s=pr.mib_s,
+        produce_ops=ph.ops,
+        in_flight=in_flight,
+        raw_mib_s=raw_mib_s,
+        raw_concurrency=raw_conc,
+        cpu_in_ms=cpu_in / pr.mib * 1000 if pr.mib else math.nan,
+        cpu_split=cpu_split,
+        raw_store_cpu_ms=raw_store_cpu,
+        tail_p50_ms=percentile(tail, 0.5) * 1000,
+        tail_p99_ms=percentile(tail, 0.99) * 1000,
+        tail_ops=tph.ops,
+        consumed_mib=consumed_mib,
+        consume_mib_s=consumed_mib / consume_s if consume_s else math.nan,
+        cpu_out_ms=cpu_out / consumed_mib * 1000 if consumed_mib else math.nan,
+        consume_ops=cph.ops,
+        rss_max_mib=max(rss_in.max_mib, rss_out.max_mib),
+        latency_rate=rate,
+        latency_p50_ms=lr.latency_ms(0.5),
+        latency_p99_ms=lr.latency_ms(0.99),
+        latency_ops=lph.ops,
+        latency_put_p99_ms=put_p99,
+        truncated=pr.truncated,
+        errors=errors,
+    )
+
+
+def _s3_report(
+    args: argparse.Namespace,
+    config: BrokerConfig,
+    batch_size: int,
+    rs: list[S3Run],
+    loop_mib_s: float,
+    proc: ProcStats,
+) -> list[Target]:
+    def m(get: Callable[[S3Run], float]) -> float:
+        return med([get(r) for r in rs])
+
+    def row(label: str, value: str, detail: str = "") -> None:
+        _print(f"  {label:<38} {value}" + (f"  {detail}" if detail else ""))
+
+    cut = "  (runs cut short by --budget)" if any(r.truncated for r in rs) else ""
+    _print(f"batch.size={batch_size // 1024} KiB, medians of {len(rs)} runs{cut}")
+    ratio = [r.produce_mib_s / r.raw_mib_s for r in rs]
+    row("produced per run", f"{m(lambda r: r.produced_mib):>9.1f} MiB")
+    row(
+        "produce throughput",
+        f"{m(lambda r: r.produce_mib_s):>9.1f} MiB/s",
+        f"= {med(ratio):.1%} of raw PUT, {m(lambda r: r.produce_mib_s) / loop_mib_s:.1%} of "
+        f"loopback  ({runs([r.produce_mib_s for r in rs])})",
+    )
+    row(
+        "raw PUT, same store, same objects",
+        f"{m(lambda r: r.raw_mib_s):>9.1f} MiB/s",
+        f"{m(lambda r: r.produce_ops.object_bytes) / MiB:.1f} MiB objects, "
+        f"{m(lambda r: r.raw_concurrency):.2f} in flight  ({runs([r.raw_mib_s for r in rs])})",
+    )
+    row(
+        "broker upload p50 / p99 (flat out)",
+        f"{m(lambda r: r.produce_ops.upload_p50_ms):>9.1f} / "
+        f"{m(lambda r: r.produce_ops.upload_p99_ms):.1f} ms",
+    )
+    row(
+        "commit_file p50 / p99 (flat out)",
+        f"{m(lambda r: r.produce_ops.commit_p50_ms):>9.1f} / "
+        f"{m(lambda r: r.produce_ops.commit_p99_ms):.1f} ms",
+        f"{m(lambda r: r.produce_ops.commits):.0f} commits per run",
+    )
+    row(
+        f"produce latency p50 / p99 at {LATENCY_LOAD:.0%} load",
+        f"{m(lambda r: r.latency_p50_ms):>9.1f} / {m(lambda r: r.latency_p99_ms):.1f} ms",
+        f"at {m(lambda r: r.latency_rate):.1f} MiB/s  ({runs([r.latency_p99_ms for r in rs])})",
+    )
+    row(
+        "  upload p99 / raw PUT p99 / commit p99",
+        f"{m(lambda r: r.latency_ops.upload_p99_ms):>9.1f} / "
+        f"{m(lambda r: r.latency_put_p99_ms):.1f} / "
+        f"{m(lambda r: r.latency_ops.commit_p99_ms):.1f} ms",
+        f"{m(lambda r: r.latency_ops.object_bytes) / MiB:.1f} MiB objects",
+    )
+    row(
+        "tail fetch p50 / p99 (cache hits)",
+        f"{m(lambda r: r.tail_p50_ms):>9.1f} / {m(lambda r: r.tail_p99_ms):.1f} ms",
+        f"{args.tail_fetches} single-partition fetches of <= 1 MiB  "
+        f"({runs([r.tail_p99_ms for r in rs], '{:.1f}')})",
+    )
+    row(
+        "find_batches p50 / p99 (tail, consume)",
+        f"{m(lambda r: r.tail_ops.find_p50_ms):>9.1f} / {m(lambda r: r.tail_ops.find_p99_ms):.1f}"
+        f" ms, {m(lambda r: r.consume_ops.find_p50_ms):.1f} / "
+        f"{m(lambda r: r.consume_ops.find_p99_ms):.1f} ms",
+    )
+    row(
+        "consume throughput",
+        f"{m(lambda r: r.consume_mib_s):>9.1f} MiB/s",
+        f"= {m(lambda r: r.consume_mib_s) / loop_mib_s:.1%} of loopback",
+    )
+    row(
+        "broker CPU per MiB produced / fetched",
+        f"{m(lambda r: r.cpu_in_ms):>9.2f} / {m(lambda r: r.cpu_out_ms):.2f} ms",
+        f"({runs([r.cpu_in_ms for r in rs], '{:.2f}')} / "
+        f"{runs([r.cpu_out_ms for r in rs], '{:.2f}')[6:]})",
+    )
+    split = {k: m(lambda r, k=k: r.cpu_split[k]) for k in rs[0].cpu_split}
+    row(
+        "CPU per MiB produced, by process",
+        " / ".join(f"{k} {v:.1f}" for k, v in split.items()) + " ms",
+        f"(weed on raw PUTs: {m(lambda r: r.raw_store_cpu_ms):.1f} ms)",
+    )
+    row(
+        "broker RSS, max under load / peak",
+        f"{m(lambda r: r.rss_max_mib):>9.1f} / {proc.peak_rss_mib():.1f} MiB",
+    )
+    interval = config.produce_commit_interval_ms
+    p99_limit = (
+        interval
+        + m(lambda r: r.latency_put_p99_ms)
+        + m(lambda r: r.latency_ops.commit_p99_ms)
+        + P99_SLACK_MS
+    )
+    tag = f"{batch_size // 1024} KiB"
+    return [
+        Target(f"produce / raw PUT ({tag})", med(ratio) * 100, 90.0, "%", higher_is_better=True),
+        Target(f"CPU per MiB produced ({tag})", m(lambda r: r.cpu_in_ms), 3.0, "ms"),
+        Target(f"CPU per MiB fetched ({tag})", m(lambda r: r.cpu_out_ms), 2.0, "ms"),
+        Target(
+            f"produce p99 ({tag})",
+            m(lambda r: r.latency_p99_ms),
+            p99_limit,
+            "ms",
+            note=f"{interval} interval + PUT p99 + commit p99 + {P99_SLACK_MS:.0f}",
+        ),
+        Target(f"cache-hit fetch p99 ({tag})", m(lambda r: r.tail_p99_ms), 10.0, "ms"),
+        Target(f"RSS at steady load ({tag})", m(lambda r: r.rss_max_mib), 250.0, "MiB"),
+    ]
+
+
+def _own_cpu_seconds() -> float:
+    """CPU of this process (the client: librdkafka's threads included)."""
+    t = os.times()
+    return t.user + t.system
+
+
+# ---------------------------------------------------------------- main
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.run", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib", type=int, default=256, help="MiB produced per run (default 256)")
+    ap.add_argument("--mib", type=float, default=256, help="MiB produced per run (default 256)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per figure; medians printed")
     ap.add_argument(
         "--batch-sizes",
-        default="16384,1048576",
-        help="comma-separated producer batch.size values (default 16 KiB and 1 MiB)",
+        default=None,
+        help="comma-separated producer batch.size values (default 16 KiB and 1 MiB; "
+        "--quick: 1 MiB)",
     )
-    ap.add_argument("--quick", action="store_true", help="~20 s: 16 MiB, 1 repeat")
+    ap.add_argument("--targets", default="dev,s3", help="dev, s3 or both (default dev,s3)")
+    ap.add_argument("--quick", action="store_true", help="~1 min: 64 MiB, 1 run, 1 MiB batches")
     ap.add_argument(
         "--budget",
         type=float,
@@ -412,78 +490,44 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="broker config override passed to `sluice dev -o`",
+        help="broker config override (both targets)",
     )
-    ap.add_argument("--keep", action="store_true", help="keep the temp dir (broker log, data)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, data)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.mib, args.repeats = 16, 1
-    # Cap each phase so a slow broker cannot blow the ~3 minute budget; a capped run is
+        args.mib, args.repeats = 64, 1
+    if args.batch_sizes is None:
+        args.batch_sizes = "1048576" if args.quick else "16384,1048576"
+    # Cap each phase so a slow broker cannot blow the time budget; a capped run is
     # reported as such and its rates use what was actually moved.
-    budget = args.budget or (5.0 if args.quick else 12.0)
-    batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x]
-    options = dict(kv.split("=", 1) for kv in args.options)
+    args.budget = args.budget or (8.0 if args.quick else 15.0)
+    args.batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x]
+    args.options = [tuple(kv.split("=", 1)) for kv in args.options]
+    args.put_seconds = 1.0 if args.quick else 2.0
+    args.latency_seconds = 3.0 if args.quick else 6.0
+    args.tail_mib = 32.0
+    args.tail_fetches = 40 if args.quick else 100
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    unknown = set(targets) - {"dev", "s3"}
+    if unknown:
+        ap.error(f"unknown targets {sorted(unknown)}")
 
     with workdir(args.keep) as wd:
-        print(
-            f"sluice bench: {args.mib} MiB of {RECORD_SIZE} B records x {args.repeats} runs, "
-            f"{PARTITIONS} partitions, acks=all, linger.ms=5, "
-            f"client buffer {QUEUE_KIB // 1024} MiB, {os.cpu_count()} cores"
+        _print(
+            f"sluice bench: {args.mib:g} MiB of {RECORD_SIZE} B records x {args.repeats} runs, "
+            f"{PARTITIONS} partitions, acks=all, linger.ms=5, {os.cpu_count()} cores"
         )
-        print("machine baselines:")
+        _print("machine limits:")
         loop_mib_s = timed("loopback TCP", loopback_tcp_mib_s, args.repeats)
-        fsync_mib_s = timed(
-            "fsync'd 8 MiB object writes", lambda: fsync_write_mib_s(wd), args.repeats
-        )
-
-        broker = Broker(wd, options)
-        try:
-            for bs in batch_sizes:
-                runs: list[RunResult] = []
-                for _ in range(args.repeats):
-                    r = one_run(broker, args.mib, bs, budget)
-                    runs.append(r)
-                    for e in r.errors[:3]:
-                        print(f"  ! {e}")
-                rin = med([r.in_mib_s for r in runs])
-                rout = med([r.out_mib_s for r in runs])
-                print(
-                    f"batch.size={bs // 1024} KiB"
-                    + ("  (runs cut short by --budget)" if any(r.truncated for r in runs) else "")
-                )
-                print(
-                    f"  produced per run                   "
-                    f"{med([r.produced_mib for r in runs]):>9.1f} MiB"
-                )
-                print(
-                    f"  produce throughput (in)            {rin:>9.1f} MiB/s   "
-                    f"= {rin / loop_mib_s:.1%} of loopback, {rin / fsync_mib_s:.1%} of fsync"
-                )
-                print(
-                    f"  consume throughput (out)           {rout:>9.1f} MiB/s   "
-                    f"= {rout / loop_mib_s:.1%} of loopback"
-                )
-                print(
-                    f"  consumer time to first record      "
-                    f"{med([r.first_record_ms for r in runs]):>9.1f} ms"
-                )
-                print(
-                    f"  produce latency p50 / p99          "
-                    f"{med([r.p50_ms for r in runs]):>9.1f} / "
-                    f"{med([r.p99_ms for r in runs]):.1f} ms"
-                )
-                print(
-                    f"  broker CPU per MiB (in+out)        "
-                    f"{med([r.cpu_s_per_mib for r in runs]) * 1000:>9.1f} ms"
-                )
-                print(
-                    f"    produce / consume                "
-                    f"{med([r.produce_cpu_s / r.produced_mib for r in runs]) * 1000:>9.1f} / "
-                    f"{med([r.consume_cpu_s / r.produced_mib for r in runs]) * 1000:.1f} ms"
-                )
-            print(f"broker peak RSS                      {broker.peak_rss_mib():>9.1f} MiB")
-        finally:
-            broker.stop()
+        verdicts: list[Target] = []
+        if "dev" in targets:
+            run_dev(args, wd, loop_mib_s)
+        if "s3" in targets:
+            verdicts += run_s3(args, wd, loop_mib_s)
+        if verdicts:
+            _print("\ntargets (issue 3), on the medians above:")
+            for t in verdicts:
+                _print(t.line())
     return 0
 
 

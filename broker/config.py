@@ -25,8 +25,8 @@ class BrokerConfig:
     socket_request_max_bytes: int = 100 * MiB
     produce_commit_interval_ms: int = 250
     produce_buffer_max_bytes: int = 8 * MiB
-    fetch_cache_max_bytes: int = 256 * MiB
-    fetch_cache_block_bytes: int = 4 * MiB
+    fetch_cache_max_bytes: int = 64 * MiB  # with the rest, keeps RSS under 250 MiB (bench)
+    fetch_cache_block_bytes: int = 8 * MiB  # one GET per 8 MiB flush object (bench: fetch CPU)
     fetch_max_bytes: int = 55 * MiB  # broker-side cap on one fetch answer
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
@@ -54,6 +54,11 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = 2000
     broker_session_timeout_ms: int = 9000
     metadata_refresh_interval_ms: int = 1000
+    # Controller mode: host:port of the controllers' HTTP APIs, comma separated. Set, the
+    # broker registers with the Raft controller quorum, heartbeats there and follows its
+    # metadata log (liveness, topics, leaders); empty, the modes above.
+    controller_quorum_bootstrap_servers: str = ""
+    controller_secret: str = ""  # sent as X-Sluice-Secret to the controllers
     retention_check_interval_ms: int = 300_000
     file_delete_delay_ms: int = 60_000
     # HTTP for /metrics, /healthz and /readyz: -1 off, 0 any free port.
@@ -74,6 +79,23 @@ class BrokerConfig:
     @property
     def advertised(self) -> str:
         return self.advertised_host or self.host
+
+    def controller_servers(self) -> list[str]:
+        """``controller.quorum.bootstrap.servers`` as a list of ``host:port``."""
+        out = []
+        entries = self.controller_quorum_bootstrap_servers.split(",")
+        for entry in filter(None, (e.strip() for e in entries)):
+            host, sep, port = entry.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(
+                    f"controller.quorum.bootstrap.servers entry {entry!r}: expected host:port"
+                )
+            out.append(entry)
+        return out
+
+    @property
+    def controller_mode(self) -> bool:
+        return bool(self.controller_quorum_bootstrap_servers.strip())
 
     def static_brokers(self) -> list[tuple[int, str, int, str | None]]:
         """Parse ``cluster.brokers``: ``id@host:port[:rack]`` entries, comma separated."""

@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from uuid import UUID
 
+from kio.schema.errors import ErrorCode
+
 from protocol.codec import RecordChunks
 from protocol.records import PATCHED_PREFIX_SIZE, patched_prefix
 from storage.block_cache import BlockCache
@@ -19,7 +21,18 @@ from storage.coordinator import BatchCoordinator, BatchLocation, FindRequest, Fi
 
 from .metrics import METRICS
 
-LEADER_EPOCH = 0  # one epoch until the controller issue introduces leader changes
+LEADER_EPOCH = 0  # the one epoch there is without a controller (see Broker.leader_epoch)
+
+
+def leader_epoch_error(requested: int, current: int) -> int:
+    """Kafka's check of a client's current_leader_epoch (KIP-320): -1 is "not given"; older
+    than ours FENCED_LEADER_EPOCH (the client refreshes its metadata), newer
+    UNKNOWN_LEADER_EPOCH (this broker's metadata lags: the client retries)."""
+    if requested < 0 or requested == current:
+        return 0
+    if requested < current:
+        return int(ErrorCode.fenced_leader_epoch)
+    return int(ErrorCode.unknown_leader_epoch)
 
 
 class CommitWatch:
@@ -80,9 +93,18 @@ class Fetcher:
         METRICS.find_batches_seconds.observe(time.perf_counter() - started)
         return results
 
-    async def read(self, results: Sequence[FindResult]) -> list[RecordChunks | None]:
-        """Record bytes for each result (None where it has no batches)."""
-        reads = [self._read_batch(batch) for result in results for batch in result.batches]
+    async def read(
+        self, results: Sequence[FindResult], leader_epochs: Sequence[int] | None = None
+    ) -> list[RecordChunks | None]:
+        """Record bytes for each result (None where it has no batches), with each
+        result's partition leader epoch (``leader_epochs``, default LEADER_EPOCH)
+        patched into its batches."""
+        epochs = leader_epochs or [LEADER_EPOCH] * len(results)
+        reads = [
+            self._read_batch(batch, epoch)
+            for result, epoch in zip(results, epochs, strict=True)
+            for batch in result.batches
+        ]
         pieces = await asyncio.gather(*reads)
         out: list[RecordChunks | None] = []
         pos = 0
@@ -100,10 +122,10 @@ class Fetcher:
             out.append(RecordChunks(parts, size))
         return out
 
-    async def _read_batch(self, batch: BatchLocation) -> list[bytes | memoryview]:
+    async def _read_batch(self, batch: BatchLocation, epoch: int) -> list[bytes | memoryview]:
         views = await self._cache.read(batch.object_key, batch.byte_offset, batch.byte_size)
         parts: list[bytes | memoryview] = [
-            patched_prefix(batch.base_offset, batch.byte_size, LEADER_EPOCH)
+            patched_prefix(batch.base_offset, batch.byte_size, epoch)
         ]
         skip = PATCHED_PREFIX_SIZE
         for view in views:

@@ -11,6 +11,7 @@ import random
 import time
 import uuid
 
+from controller.placement import managed_replication_factor
 from storage.block_cache import BlockCache
 from storage.catalog import Topic, TopicCatalog
 from storage.coordinator import BatchCoordinator, PartitionKey, RetentionPolicy
@@ -19,15 +20,20 @@ from storage.object_store import ObjectStore
 
 from .append import Appender
 from .config import BrokerConfig
-from .fetch import CommitWatch, Fetcher
+from .controller_catalog import ControllerCatalog
+from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
 from .groups.coordinator import GroupConfig
 from .groups.service import GroupService
+from .http_endpoint import HttpEndpoint
 from .membership import (
     BrokerEndpoint,
+    ControllerMembership,
     Membership,
     RegistryMembership,
     StaticMembership,
 )
+from .metadata_follower import BrokerStorageListener
+from .metrics import METRICS
 from .producer_ids import ProducerIdAllocator
 from .server import KafkaServer
 from .topics import TopicRegistry
@@ -52,6 +58,9 @@ class Broker:
         self.store = store
         self.coordinator = coordinator
         self.catalog = catalog
+        # Controller mode (controller.quorum.bootstrap.servers): topics, leaders and live
+        # brokers come from the metadata image this broker follows.
+        self.controller = catalog if isinstance(catalog, ControllerCatalog) else None
         self.cache = BlockCache(store, config.fetch_cache_block_bytes, config.fetch_cache_max_bytes)
         self.topics = TopicRegistry(catalog, coordinator, config)
         self.watch = CommitWatch()
@@ -81,6 +90,8 @@ class Broker:
         self._server: KafkaServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._membership: Membership | None = None
+        self._http: HttpEndpoint | None = None
+        self._stopping = False
         # True while the coordinator delivers other brokers' commits as notifications.
         self._notified = False
 
@@ -101,8 +112,29 @@ class Broker:
     def leader_for(self, topic: Topic, partition: int) -> int:
         """The broker clients should send a partition's produce and fetch to. Any
         broker can serve any partition; spreading leaders spreads the clients."""
+        if self.controller is not None:
+            state = self.controller.image.partition(topic.topic_id, partition)
+            return state.leader if state is not None else -1
         brokers = self.endpoints()
         return brokers[(topic.topic_id.int + partition) % len(brokers)].node_id
+
+    def replication_factor(self, topic: Topic) -> int:
+        """Replicas per partition: one without a controller; with one, as placed (or, for
+        a topic not created yet, what placement would give: one replica per rack)."""
+        if self.controller is None:
+            return 1
+        image = self.controller.image
+        state = image.partition(topic.topic_id, 0)
+        return len(state.replicas) if state is not None else managed_replication_factor(image)
+
+    def leader_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
+        """The partition's leader epoch: the controller's in controller mode, else the one
+        epoch there is. Metadata, the fetch checks and fetched batches all use this."""
+        if self.controller is not None:
+            state = self.controller.image.partition(topic_id, partition)
+            if state is not None:
+                return state.leader_epoch
+        return LEADER_EPOCH
 
     @property
     def controller_id(self) -> int:
@@ -117,6 +149,9 @@ class Broker:
         await self.catalog.start()
         await self.groups.start()
         self.cluster_id = await self.coordinator.cluster_id(_proposed_cluster_id(self.config))
+        if self.controller is not None:
+            # Topics come from the image: follow the metadata log before serving.
+            await self.controller.follower.start(BrokerStorageListener(self))
         await self.topics.load()
         self._server = KafkaServer(
             build_api_table(self),
@@ -127,6 +162,11 @@ class Broker:
         await self._server.start()
         self._membership = self._make_membership()
         await self._membership.start()
+        if self.config.http_port >= 0:
+            self._http = HttpEndpoint(
+                self.config.host, self.config.http_port, METRICS.registry, self.not_ready_reason
+            )
+            await self._http.start()
         self._tasks.append(asyncio.create_task(self._metadata_refresh_loop()))
         self._tasks.append(asyncio.create_task(self._watch_logs()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
@@ -144,6 +184,7 @@ class Broker:
     async def stop(self) -> None:
         # Order matters: stop admitting requests, flush what was admitted so every
         # producer waiting on it is answered, then disconnect and close storage.
+        self._stopping = True
         if self._server is not None:
             self._server.stop_accepting()
         self.groups.resign_all()  # answers JoinGroup/SyncGroup waiting on a rebalance
@@ -157,15 +198,38 @@ class Broker:
                 await task
         if self._membership is not None:
             await self._membership.stop()
+        if self._http is not None:
+            await self._http.close()
         await self.groups.close()
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()
 
+    def not_ready_reason(self) -> str | None:
+        """None when this broker should get Kafka traffic (see http_endpoint)."""
+        if self._stopping:
+            return "shutting down"
+        if self._server is None or self._membership is None:
+            return "starting"
+        return self._membership.problem()
+
+    @property
+    def http_port(self) -> int | None:
+        return self._http.port if self._http is not None else None
+
     def _make_membership(self) -> Membership:
         me = BrokerEndpoint(
             self.config.node_id, self.config.advertised, self.port, self.config.rack
         )
+        if self.controller is not None:
+            return ControllerMembership(
+                self.controller.client,
+                self.controller.follower,
+                me,
+                self.config.broker_heartbeat_interval_ms,
+                self.config.broker_session_timeout_ms,
+                self.cluster_id,
+            )
         static = self.config.static_brokers()
         if not static:
             return RegistryMembership(

@@ -11,7 +11,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from uuid import UUID
 
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
@@ -19,6 +19,8 @@ from storage.coordinator import BatchCoordinator, PartitionKey
 
 from . import topic_config
 from .config import BrokerConfig
+from .controller_catalog import ControllerCatalog
+from .controller_client import ControllerRefused, ControllerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,11 @@ class TopicRegistry:
         self._by_id: dict[UUID, Topic] = {}
         self._loading: asyncio.Future[None] | None = None
         self._loading_started = 0.0
+        # Controller mode: writes carry what only the controller decides (replication
+        # factor, assignments) and validate_only goes to it too.
+        self._controller: ControllerCatalog | None = (
+            catalog if isinstance(catalog, ControllerCatalog) else None
+        )
 
     async def load(self) -> None:
         topics = await self._catalog.list_topics()
@@ -120,8 +127,12 @@ class TopicRegistry:
         partitions: int,
         configs: Mapping[str, str],
         validate_only: bool = False,
+        replication_factor: int = -1,
+        assignments: Mapping[int, Sequence[int]] | None = None,
     ) -> Topic:
-        """Raises InvalidTopic, InvalidPartitions, InvalidConfig or TopicExists."""
+        """Raises InvalidTopic, InvalidPartitions, InvalidConfig or TopicExists (and, in
+        controller mode, ControllerRefused). ``replication_factor`` and ``assignments``
+        matter in controller mode only (elsewhere the handler refuses them first)."""
         check_name(name)
         if partitions == -1:
             partitions = self._config.num_partitions
@@ -131,6 +142,10 @@ class TopicRegistry:
         topic = Topic(
             name=name, topic_id=uuid.uuid4(), partitions=partitions, configs=dict(configs)
         )
+        if self._controller is not None:
+            return await self._create_by_controller(
+                self._controller, topic, replication_factor, assignments, validate_only
+            )
         if validate_only:
             if name in self._by_name:
                 raise TopicExists(name)
@@ -143,6 +158,38 @@ class TopicRegistry:
         self._put(topic)
         return topic
 
+    async def _create_by_controller(
+        self,
+        controller: ControllerCatalog,
+        topic: Topic,
+        replication_factor: int,
+        assignments: Mapping[int, Sequence[int]] | None,
+        validate_only: bool,
+    ) -> Topic:
+        keys = [PartitionKey(topic.topic_id, p) for p in range(topic.partitions)]
+        if not validate_only:
+            # Logs first, under the id the controller will record: a topic in the metadata
+            # log always has its logs (followers create them too, idempotently).
+            await self._coordinator.create_logs(keys)
+        try:
+            await controller.create(topic, replication_factor, assignments, validate_only)
+        except ControllerUnavailable:
+            raise  # the topic may exist: its logs stay
+        except (TopicExists, ControllerRefused):
+            if not validate_only:
+                # Refused for sure: nobody will ever use these logs. Now is 0: nothing
+                # was written to them, so no file waits for a delay.
+                await self._coordinator.delete_logs([topic.topic_id], 0)
+            raise
+        if validate_only:
+            return topic
+        # The follower loaded the image that holds the topic; fall back to ours if it lags.
+        known = self._by_id.get(topic.topic_id)
+        if known is None:
+            self._put(topic)
+            return topic
+        return known
+
     async def delete(self, name: str, now_ms: int) -> Topic:
         topic = await self._catalog.delete_topic(name)
         self._by_name.pop(topic.name, None)
@@ -150,11 +197,26 @@ class TopicRegistry:
         await self._coordinator.delete_logs([topic.topic_id], now_ms)
         return topic
 
-    async def add_partitions(self, name: str, count: int, validate_only: bool = False) -> Topic:
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        validate_only: bool = False,
+        assignments: Sequence[Sequence[int]] | None = None,
+    ) -> Topic:
         await self.ensure([(name, None)])
         topic = self._by_name.get(name)
         if topic is None:
             raise TopicNotFound(name)
+        if self._controller is not None:
+            if not validate_only and topic.partitions < count <= MAX_PARTITIONS:
+                await self._coordinator.create_logs(
+                    [PartitionKey(topic.topic_id, p) for p in range(topic.partitions, count)]
+                )
+            topic = await self._controller.set_partitions(name, count, assignments, validate_only)
+            if not validate_only:
+                self._put(topic)
+            return topic
         if count <= topic.partitions:
             raise InvalidPartitions(
                 f"Topic currently has {topic.partitions} partitions, which is higher than "
@@ -179,6 +241,11 @@ class TopicRegistry:
         if topic is None:
             raise TopicNotFound(name)
         topic_config.validate(changes)
+        if self._controller is not None:
+            topic = await self._controller.set_configs(name, changes, validate_only)
+            if not validate_only:
+                self._put(topic)
+            return topic
         if validate_only:
             return topic
         topic = await self._catalog.set_configs(name, changes)

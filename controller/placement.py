@@ -21,8 +21,9 @@ Choices:
   so successive topics fill the brokers evenly. The sharing tie-break varies the replica
   sets ((1,3,5), (2,4,6), (1,4,5), ... rather than only two sets in a 2+2+2 cluster), so the
   partitions of a failed leader fail over to several brokers, not all to one.
-- The leader (first replica) of each new partition is the chosen replica with the fewest
-  preferred leaderships (then the lowest id). The others follow ordered by how often each is
+- The leader (first replica) of each new partition is chosen first, over all brokers: the one
+  with the fewest preferred leaderships (then fewest replicas, then lowest id); the other racks
+  then get their least-loaded broker. The others follow ordered by how often each is
   already the second replica behind this leader (then rack order after the leader's rack):
   the second replica leads while the first is down, so a failed broker's leaderships go to
   several brokers. Load counts
@@ -146,11 +147,17 @@ def place_partitions(
     racks = list(groups)
     out: list[tuple[int, ...]] = []
     for _ in range(count):
-        chosen: dict[Rack, BrokerRegistration] = {}
+        # The leader first, over all brokers: choosing replicas first (fewest replicas) and
+        # the leader among them can starve a broker of leaderships for good.
+        leader = min(
+            brokers.values(),
+            key=lambda b: (b.fenced, load.leaders[b.node_id], load.replicas[b.node_id], b.node_id),
+        )
+        chosen: dict[Rack, BrokerRegistration] = {leader.rack: leader}
         for rack in racks:
-            picked = [b.node_id for b in chosen.values()]
-            chosen[rack] = _least_loaded(groups[rack], load, picked)
-        leader = min(chosen.values(), key=lambda b: (b.fenced, load.leaders[b.node_id], b.node_id))
+            if rack not in chosen:
+                picked = [b.node_id for b in chosen.values()]
+                chosen[rack] = _least_loaded(groups[rack], load, picked)
         followers = [chosen[rack].node_id for rack in _order_after(racks, leader.rack)[1:]]
         # A stable sort: rack order among equals.
         followers.sort(key=lambda node_id: load.failover[(leader.node_id, node_id)])

@@ -289,14 +289,9 @@ class ControllerService:
         )
 
     async def _delete_topics(self, request: web.Request) -> web.Response:
+        # Names under "topics", ids under "ids": a topic may be named like a UUID.
         def keys(b: Any) -> list[str | UUID]:
-            out: list[str | UUID] = []
-            for t in b["topics"]:
-                try:
-                    out.append(UUID(t))
-                except ValueError:
-                    out.append(t)
-            return out
+            return [*b.get("topics", ()), *(UUID(i) for i in b.get("ids", ()))]
 
         return await self._answer(
             request, lambda b: self.logic.delete_topics(self.state.image, keys(b))

@@ -15,7 +15,7 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   ``POST /v1/brokers/heartbeat`` {node_id, broker_epoch, want_fence, want_shutdown} →
   HeartbeatResult, ``POST /v1/brokers/unregister`` {node_id} → ErrorResult,
   ``POST /v1/topics/create`` {topics: [NewTopic], validate_only} → {results: [CreateTopicResult]},
-  ``POST /v1/topics/delete`` {topics: [name or id]} → {results: [DeleteTopicResult]},
+  ``POST /v1/topics/delete`` {topics: [name], ids: [id]} → {results: [DeleteTopicResult]},
   ``POST /v1/topics/partitions`` {topics: [NewPartitions], validate_only} → {results},
   ``POST /v1/topics/configs`` {topics: [AlterTopicConfigs], validate_only} → {results},
   ``POST /v1/reassignments`` {reassignments: [Reassignment]} → {results},

@@ -8,9 +8,8 @@ writers produce in a list and hands record data through untouched (see
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
@@ -27,8 +26,8 @@ class MalformedRequest(Exception):
     """The frame cannot be decoded; the connection that sent it is closed."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):
+    # A NamedTuple: made for every request, cheaper than a frozen dataclass.
     api_key: int
     api_version: int
     correlation_id: int
@@ -50,6 +49,16 @@ class RecordChunks:
 
     def __len__(self) -> int:
         return self.size
+
+
+class EncodedResponse:
+    """A response body already encoded (hot paths that skip kio's writer)."""
+
+    __slots__ = ("body", "flexible_header")
+
+    def __init__(self, body: bytes, flexible_header: bool) -> None:
+        self.body = body
+        self.flexible_header = flexible_header
 
 
 class _Collector(list):  # type: ignore[type-arg]
@@ -86,10 +95,18 @@ def parse_request_header(frame: memoryview) -> tuple[RequestHeader, int]:
         client_id = bytes(frame[pos : pos + client_id_len]).decode("utf-8", "replace")
         pos += client_id_len
     header = RequestHeader(api_key, api_version, correlation_id, client_id)
-    schema = request_schema(api_key, api_version)
-    if schema is not None and schema.__flexible__:
-        pos = _skip_tagged_fields(frame, pos)
+    if _flexible(api_key, api_version):
+        if pos < len(frame) and frame[pos] == 0:
+            pos += 1  # no tagged fields: what every client sends
+        else:
+            pos = _skip_tagged_fields(frame, pos)
     return header, pos
+
+
+@cache
+def _flexible(api_key: int, api_version: int) -> bool:
+    schema = request_schema(api_key, api_version)
+    return schema is not None and bool(schema.__flexible__)
 
 
 def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
@@ -130,6 +147,13 @@ _COALESCE_LIMIT = 16 * 1024
 
 def encode_response(correlation_id: int, response: Any) -> list[bytes | memoryview]:
     """The whole response frame (size prefix included) as buffers for writelines."""
+    if type(response) is EncodedResponse:
+        head = _RESPONSE_HEADER.pack(
+            len(response.body) + (5 if response.flexible_header else 4), correlation_id
+        )
+        if response.flexible_header:
+            head += b"\x00"
+        return [head + response.body]
     schema = type(response)
     collector = _Collector()
     entity_writer(schema)(collector, response)

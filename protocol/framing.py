@@ -56,3 +56,119 @@ class FrameDecoder:
                 frames.append(memoryview(data)[pos + 4 : pos + 4 + size])
             pos += 4 + size
         return frames, pos
+
+
+class FrameReader:
+    """The receive side of an ``asyncio.BufferedProtocol``: the kernel writes straight
+    into one reusable buffer per connection, and complete frames are handed out as
+    views into it.
+
+    FrameDecoder above costs up to four copies of every byte of a large request (the
+    loop's bytes object per read, the reassembly bytearray, the frame's own bytes, the
+    shift of the remainder); here there is none, and no allocation per read. The price:
+    a frame from :meth:`frames_received` is only valid until the next
+    :meth:`get_buffer` call, so the caller decodes it at once (kio's decoder copies
+    what it keeps, record data included).
+
+    The buffer grows as bytes arrive, at most doubling per step, never to the size a
+    length prefix merely claims. While a large frame is incomplete, reads stop at its
+    end, so it is completed in place and nothing has to be moved afterwards.
+    """
+
+    __slots__ = ("_buf", "_end", "_initial", "_keep", "_max_size", "_ro", "_start", "_view")
+
+    def __init__(
+        self, max_size: int, initial_size: int = 64 * 1024, keep_size: int = 8 * 1024 * 1024
+    ) -> None:
+        self._max_size = max_size
+        self._initial = initial_size
+        # A buffer grown past this for one huge frame goes back to the initial size once
+        # that frame is decoded; below it, the buffer stays as large as the largest frame.
+        self._keep = max(keep_size, initial_size)
+        self._buf = bytearray(initial_size)
+        self._view = memoryview(self._buf)
+        self._ro = self._view.toreadonly()  # frames are read-only views (kio insists)
+        self._start = 0  # first byte not yet handed out as part of a frame
+        self._end = 0  # end of the bytes received
+
+    @property
+    def capacity(self) -> int:
+        return len(self._buf)
+
+    def get_buffer(self) -> memoryview:
+        """Where the next read goes (never empty)."""
+        start, end = self._start, self._end
+        pending = end - start
+        wanted = self._head_frame_end() - start if pending >= 4 else 0
+        if wanted > self._initial:
+            # A large frame is incomplete: room up to its end and no further.
+            if start + wanted > len(self._buf):
+                if wanted <= len(self._buf):
+                    self._move_to_front()
+                else:
+                    self._grow(min(wanted, max(2 * len(self._buf), 2 * pending)))
+            limit = min(self._start + wanted, len(self._buf))
+            return self._view[self._end : limit]
+        if end == len(self._buf):
+            if start > 0:
+                self._move_to_front()
+            else:
+                self._grow(2 * len(self._buf))
+        return self._view[self._end :]
+
+    def frames_received(self, nbytes: int) -> list[memoryview]:
+        """Frames completed by ``nbytes`` new bytes. Raises FrameTooLarge for a bad
+        size prefix."""
+        self._end += nbytes
+        frames: list[memoryview] = []
+        view = self._ro
+        pos, end = self._start, self._end
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(view, pos)
+            if size < 0 or size > self._max_size:
+                raise FrameTooLarge(
+                    f"frame size {size} outside 0..{self._max_size} (socket.request.max.bytes)"
+                )
+            if end - pos - 4 < size:
+                break
+            frames.append(view[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+        if pos == end:
+            # Everything handed out: the next read starts at the beginning again.
+            self._start = self._end = 0
+        else:
+            self._start = pos
+        return frames
+
+    def release(self) -> None:
+        """Called after the frames of one read are decoded: drop an outsized buffer."""
+        if self._start == self._end and len(self._buf) > self._keep:
+            self._reset()
+
+    def _head_frame_end(self) -> int:
+        (size,) = _SIZE.unpack_from(self._view, self._start)
+        return self._start + 4 + size
+
+    def _move_to_front(self) -> None:
+        pending = self._end - self._start
+        self._buf[:pending] = self._buf[self._start : self._end]
+        self._start, self._end = 0, pending
+
+    def _grow(self, size: int) -> None:
+        # A new buffer rather than a resize: views of the old one may still be alive
+        # (a bytearray with exports cannot be resized).
+        size = max(size, self._initial)
+        pending = self._end - self._start
+        buf = bytearray(size)
+        buf[:pending] = self._view[self._start : self._end]
+        self._set(buf)
+        self._start, self._end = 0, pending
+
+    def _reset(self) -> None:
+        self._set(bytearray(self._initial))
+        self._start = self._end = 0
+
+    def _set(self, buf: bytearray) -> None:
+        self._buf = buf
+        self._view = memoryview(buf)
+        self._ro = self._view.toreadonly()

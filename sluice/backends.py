@@ -41,24 +41,41 @@ def object_store(config: BrokerConfig) -> ObjectStore:
 
 
 def coordinator_and_catalog(config: BrokerConfig) -> tuple[BatchCoordinator, TopicCatalog]:
+    if config.controller_mode:
+        # Controller mode: topics live in the controllers' metadata log, not the database.
+        from broker.controller_catalog import ControllerCatalog
+
+        return _coordinator(config), ControllerCatalog.from_config(config)
     if config.coordinator == "sqlite":
         from storage.sqlite_catalog import SqliteCatalog
-        from storage.sqlite_coordinator import SqliteCoordinator
 
         return (
-            SqliteCoordinator(os.path.join(config.data_dir, "coordinator.db")),
+            _coordinator(config),
             SqliteCatalog(os.path.join(config.data_dir, "catalog.db")),
         )
     if config.coordinator == "postgresql":
         from storage.postgres_catalog import PostgresCatalog
         from storage.postgres_coordinator import PostgresCoordinator
+
+        coordinator = _coordinator(config)
+        assert isinstance(coordinator, PostgresCoordinator)
+        # One pool for both: it is reference-counted and applies migrations once.
+        return coordinator, PostgresCatalog(coordinator.pool)
+    raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")
+
+
+def _coordinator(config: BrokerConfig) -> BatchCoordinator:
+    if config.coordinator == "sqlite":
+        from storage.sqlite_coordinator import SqliteCoordinator
+
+        return SqliteCoordinator(os.path.join(config.data_dir, "coordinator.db"))
+    if config.coordinator == "postgresql":
+        from storage.postgres_coordinator import PostgresCoordinator
         from storage.postgres_pool import PostgresPool
 
         if not config.coordinator_dsn:
             raise ValueError("coordinator=postgresql needs coordinator.dsn")
-        # One pool for both: it is reference-counted and applies migrations once.
-        pool = PostgresPool(config.coordinator_dsn)
-        return PostgresCoordinator(pool), PostgresCatalog(pool)
+        return PostgresCoordinator(PostgresPool(config.coordinator_dsn))
     raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")
 
 

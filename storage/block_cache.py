@@ -5,12 +5,18 @@ partitions). Caching aligned blocks turns those into one ranged GET per block, s
 by every consumer; concurrent misses of a block share one load (as Inkless's cache
 does). Reads return memoryview slices of the cached blocks: no copy is made here, the
 fetch path hands the views to the transport as they are.
+
+A block loaded from the store is one bytes object. A block of an object this broker
+just wrote is kept as the views of the produce requests' record data it was written
+from (:class:`_Pieces`): caching on write costs no copy either.
 """
 
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import accumulate
 
 from cachetools import LRUCache
 
@@ -19,19 +25,48 @@ from storage.object_store import Chunks, ObjectStore
 BlockKey = tuple[str, int]  # (object key, block index)
 
 
+class _Pieces:
+    """A block made of buffers laid end to end, sliced without joining them."""
+
+    __slots__ = ("_ends", "_views")
+
+    def __init__(self, views: list[memoryview]) -> None:
+        self._views = views
+        self._ends = list(accumulate(len(v) for v in views))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def slice(self, lo: int, hi: int) -> list[memoryview]:
+        """Views of bytes ``[lo, hi)`` of the block."""
+        out: list[memoryview] = []
+        i = bisect_right(self._ends, lo)
+        start = self._ends[i - 1] if i else 0
+        while start < hi and i < len(self._views):
+            view = self._views[i]
+            end = start + len(view)
+            out.append(view[max(lo - start, 0) : min(hi, end) - start])
+            start = end
+            i += 1
+        return out
+
+
+Block = bytes | _Pieces
+
+
 class BlockCache:
     def __init__(
         self,
         store: ObjectStore,
-        block_size: int = 4 * 1024 * 1024,
-        max_bytes: int = 256 * 1024 * 1024,
+        block_size: int = 8 * 1024 * 1024,
+        max_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if block_size <= 0 or max_bytes <= 0:
             raise ValueError("block_size and max_bytes must be positive")
         self._store = store
         self.block_size = block_size
         self.max_bytes = max_bytes
-        self._blocks: LRUCache[BlockKey, bytes] = LRUCache(maxsize=max_bytes, getsizeof=len)
+        self._blocks: LRUCache[BlockKey, Block] = LRUCache(maxsize=max_bytes, getsizeof=len)
         self._loading: dict[BlockKey, asyncio.Task[bytes]] = {}
         self.hits = 0  # blocks served from the cache
         self.misses = 0  # blocks loaded from the store
@@ -58,6 +93,26 @@ class BlockCache:
         elif missing:
             # Load the rest of a spanning read concurrently, not one block after another.
             blocks += await asyncio.gather(*(self._block(key, i) for i in missing))
+        return self._views(blocks, first, offset, length)
+
+    def read_cached(self, key: str, offset: int, length: int) -> list[memoryview] | None:
+        """What :meth:`read` returns, without a coroutine, when every block it needs is
+        cached; None otherwise (then call :meth:`read`). For readers of many small
+        ranges (a fetch of 16 KiB batches reads ~64 per MiB): a coroutine or task per
+        range costs more than the read itself when it is a hit."""
+        if offset < 0 or length < 0:
+            raise ValueError(f"bad range {offset}+{length}")
+        if length == 0:
+            return []
+        bs = self.block_size
+        first, last = offset // bs, (offset + length - 1) // bs
+        blocks = self._cached_prefix(key, first, last)
+        if first + len(blocks) <= last and not (blocks and len(blocks[-1]) < bs):
+            return None
+        return self._views(blocks, first, offset, length)
+
+    def _views(self, blocks: list[Block], first: int, offset: int, length: int) -> list[memoryview]:
+        bs = self.block_size
         views: list[memoryview] = []
         end = offset + length
         for index, block in enumerate(blocks, first):
@@ -65,7 +120,10 @@ class BlockCache:
             lo = max(offset - block_start, 0)
             hi = min(end - block_start, len(block))
             if hi > lo:
-                views.append(memoryview(block)[lo:hi])
+                if isinstance(block, _Pieces):
+                    views.extend(block.slice(lo, hi))
+                else:
+                    views.append(memoryview(block)[lo:hi])
             if len(block) < bs:
                 break  # the object ends in this block
         return views
@@ -80,11 +138,11 @@ class BlockCache:
         for block_key in [k for k in self._blocks if k[0] == key]:
             self._blocks.pop(block_key, None)
 
-    def _cached_prefix(self, key: str, first: int, last: int) -> list[bytes]:
+    def _cached_prefix(self, key: str, first: int, last: int) -> list[Block]:
         """The cached blocks from ``first`` on, up to the first missing one or the
         object's (short) last block: a read ending past the object's end then asks the
         store for nothing that does not exist."""
-        blocks: list[bytes] = []
+        blocks: list[Block] = []
         for index in range(first, last + 1):
             block = self._blocks.get((key, index))
             if block is None:
@@ -95,13 +153,13 @@ class BlockCache:
                 break
         return blocks
 
-    def _insert(self, block_key: BlockKey, block: bytes) -> None:
+    def _insert(self, block_key: BlockKey, block: Block) -> None:
         # LRUCache refuses a value larger than the whole cache; such a block is simply
         # not kept.
         if len(block) <= self.max_bytes:
             self._blocks[block_key] = block
 
-    async def _block(self, key: str, index: int) -> bytes:
+    async def _block(self, key: str, index: int) -> Block:
         block_key = (key, index)
         block = self._blocks.get(block_key)
         if block is not None:
@@ -133,19 +191,19 @@ class BlockCache:
             self._insert(block_key, task.result())
 
 
-def _split_blocks(chunks: Chunks, block_size: int) -> Iterable[bytes]:
-    """Cut a sequence of buffers into aligned blocks: one join per block, no more."""
+def _split_blocks(chunks: Chunks, block_size: int) -> Iterable[_Pieces]:
+    """Cut a sequence of buffers into aligned blocks of views (no copy)."""
     pending: list[memoryview] = []
     filled = 0
     for chunk in chunks:
         view = memoryview(chunk).cast("B")
         while len(view):
             take = min(block_size - filled, len(view))
-            pending.append(view[:take])
+            pending.append(view[:take] if take < len(view) else view)
             filled += take
             view = view[take:]
             if filled == block_size:
-                yield b"".join(pending)
+                yield _Pieces(pending)
                 pending, filled = [], 0
     if filled:
-        yield b"".join(pending)
+        yield _Pieces(pending)

@@ -55,6 +55,8 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (37, "CreatePartitions", 0, 3),
     (42, "DeleteGroups", 0, 2),
     (44, "IncrementalAlterConfigs", 0, 1),
+    (45, "AlterPartitionReassignments", 0, 1),
+    (46, "ListPartitionReassignments", 0, 0),
     (47, "OffsetDelete", 0, 0),
     (60, "DescribeCluster", 0, 1),
 ]
@@ -75,6 +77,7 @@ def build_api_table(broker: Broker) -> ApiTable:
         metadata,
         produce,
         producer_ids,
+        reassignments,
         records_admin,
         topics_admin,
     )
@@ -103,6 +106,8 @@ def build_api_table(broker: Broker) -> ApiTable:
         37: topics_admin.create_partitions,
         42: groups_admin.delete_groups,
         44: configs.incremental_alter_configs,
+        45: reassignments.alter_partition_reassignments,
+        46: reassignments.list_partition_reassignments,
         47: group_offsets.offset_delete,
         60: cluster.handle,
     }

@@ -11,6 +11,7 @@ from storage.catalog import TopicNotFound
 
 from .. import topic_config
 from ..config import BrokerConfig
+from ..controller_client import ControllerRefused
 from ..topic_config import InvalidConfig
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
 # Never shown: a DSN carries the database password.
-SENSITIVE_BROKER_KEYS = frozenset({"s3.secret.key", "coordinator.dsn"})
+SENSITIVE_BROKER_KEYS = frozenset({"s3.secret.key", "coordinator.dsn", "controller.secret"})
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 _TOPIC_TYPES = {
@@ -34,6 +35,8 @@ _TOPIC_TYPES = {
     "message.timestamp.type": TYPE_STRING,
     "cleanup.policy": TYPE_LIST,
     "diskless.enable": TYPE_BOOLEAN,
+    "delete.retention.ms": TYPE_LONG,
+    "min.compaction.lag.ms": TYPE_LONG,
 }
 
 
@@ -182,4 +185,6 @@ async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request
             entry.update(error_code=int(ErrorCode.invalid_config), error_message=str(exc))
         except TopicNotFound:
             entry.update(error_code=int(ErrorCode.unknown_topic_or_partition))
+        except ControllerRefused as exc:
+            entry.update(error_code=int(exc.code), error_message=exc.message)
     return ctx.respond({"throttle_time": 0, "responses": responses})

@@ -13,7 +13,7 @@ from protocol.codec import RecordChunks
 from storage.coordinator import CoordinatorUnavailable, FindRequest, FindResult
 from storage.object_store import ObjectStoreError
 
-from ..fetch import LEADER_EPOCH
+from ..fetch import leader_epoch_error
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -60,8 +60,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 error = int(missing)
             elif not 0 <= part.partition < topic.partitions:
                 error = int(ErrorCode.unknown_topic_or_partition)
-            elif getattr(part, "current_leader_epoch", -1) > LEADER_EPOCH:
-                error = int(ErrorCode.unknown_leader_epoch)
+            else:
+                error = leader_epoch_error(
+                    getattr(part, "current_leader_epoch", -1),
+                    broker.leader_epoch(topic.topic_id, part.partition),
+                )
             if error or topic is None:
                 slots.append(_Slot(key, part.partition, error, -1))
                 continue
@@ -99,7 +102,8 @@ async def _collect(
             or any(s.error for s in slots)
             or not finds
         ):
-            return results, await broker.fetcher.read(results)
+            epochs = [broker.leader_epoch(f.topic_id, f.partition) for f in finds]
+            return results, await broker.fetcher.read(results, epochs)
         poll = broker.remote_poll_seconds
         await broker.watch.wait(
             [(f.topic_id, f.partition, f.offset) for f in finds],

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from storage.coordinator import PartitionKey
 
-from ..fetch import LEADER_EPOCH
+from ..fetch import leader_epoch_error
 from ._common import group_by_topic, resolve_partition
 
 if TYPE_CHECKING:
@@ -20,7 +18,7 @@ if TYPE_CHECKING:
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
     keys: list[PartitionKey] = []
-    waiting: list[tuple[dict[str, Any], int]] = []
+    waiting: list[tuple[dict[str, Any], int, int]] = []
     await broker.topics.ensure(
         (t.topic, p.partition) for t in request.topics for p in t.partitions
     )
@@ -34,20 +32,23 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             }
             entries.append((topic_req.topic, entry))
             topic, error = resolve_partition(broker, topic_req.topic, part.partition)
-            if topic is None:
+            current = -1
+            if topic is not None:
+                current = broker.leader_epoch(topic.topic_id, part.partition)
+                error = leader_epoch_error(part.current_leader_epoch, current)
+            if error or topic is None:
                 entry["error_code"] = error
-            elif part.current_leader_epoch > LEADER_EPOCH:
-                entry["error_code"] = int(ErrorCode.unknown_leader_epoch)
             else:
                 keys.append(PartitionKey(topic.topic_id, part.partition))
-                waiting.append((entry, part.leader_epoch))
+                waiting.append((entry, part.leader_epoch, current))
     if keys:
         infos = await broker.coordinator.log_info(keys)
-        for (entry, epoch), info in zip(waiting, infos, strict=True):
+        for (entry, epoch, current), info in zip(waiting, infos, strict=True):
             if info.error:
                 entry["error_code"] = info.error
-            elif epoch <= LEADER_EPOCH:
-                # Every offset so far was written in the one epoch there is.
-                entry.update(leader_epoch=LEADER_EPOCH, end_offset=info.high_watermark)
+            elif epoch <= current:
+                # A diskless log never diverges: whichever leader wrote an offset, every
+                # epoch up to the current one ends at the high watermark.
+                entry.update(leader_epoch=epoch, end_offset=info.high_watermark)
             # A newer epoch than ours is unknown: Kafka answers -1/-1 without error.
     return ctx.respond({"throttle_time": 0, "topics": group_by_topic(entries, key="topic")})

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from protocol.record_scan import first_at_or_after, max_timestamp_record
 from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest
 
-from ..fetch import LEADER_EPOCH
+from ..fetch import leader_epoch_error
 from ._common import group_by_topic, resolve_partition
 
 if TYPE_CHECKING:
@@ -35,10 +33,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             }
             entries.append((topic_req.name, entry))
             topic, error = resolve_partition(broker, topic_req.name, part.partition_index)
-            if topic is None:
+            if topic is not None:
+                error = leader_epoch_error(
+                    getattr(part, "current_leader_epoch", -1),
+                    broker.leader_epoch(topic.topic_id, part.partition_index),
+                )
+            if error or topic is None:
                 entry["error_code"] = error
-            elif getattr(part, "current_leader_epoch", -1) > LEADER_EPOCH:
-                entry["error_code"] = int(ErrorCode.unknown_leader_epoch)
             else:
                 lookups.append(
                     ListOffsetsRequest(topic.topic_id, part.partition_index, part.timestamp)
@@ -50,7 +51,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             entry.update(error_code=result.error, offset=result.offset, timestamp=result.timestamp)
             if result.error or result.offset < 0:
                 continue
-            entry["leader_epoch"] = LEADER_EPOCH
+            entry["leader_epoch"] = broker.leader_epoch(lookup.topic_id, lookup.partition)
             if lookup.timestamp >= 0 or lookup.timestamp == MAX_TIMESTAMP:
                 await _to_record(broker, lookup, entry)
     return ctx.respond({"throttle_time": 0, "topics": group_by_topic(entries)})

@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic, TopicExists
 
-from ..fetch import LEADER_EPOCH
+from ..controller_client import ControllerRefused
 from ..topics import InvalidTopic
 
 if TYPE_CHECKING:
@@ -30,15 +30,44 @@ def topic_entry(broker: Broker, topic: Topic) -> dict[str, Any]:
 
 
 def partition_entry(broker: Broker, topic: Topic, partition: int) -> dict[str, Any]:
+    if broker.controller is not None:
+        return _controller_partition_entry(broker, topic, partition)
     leader = broker.leader_for(topic, partition)
     return {
         "error_code": 0,
         "partition_index": partition,
         "leader_id": leader,
-        "leader_epoch": LEADER_EPOCH,
+        "leader_epoch": broker.leader_epoch(topic.topic_id, partition),
         "replica_nodes": [leader],
         "isr_nodes": [leader],
         "offline_replicas": [],
+    }
+
+
+def _controller_partition_entry(broker: Broker, topic: Topic, partition: int) -> dict[str, Any]:
+    """The partition as the controller placed it: real replicas, leader, epoch and ISR."""
+    assert broker.controller is not None
+    image = broker.controller.image
+    state = image.partition(topic.topic_id, partition)
+    if state is None:  # the registry is a moment behind the image
+        return {
+            "error_code": int(ErrorCode.leader_not_available),
+            "partition_index": partition,
+            "leader_id": -1,
+            "leader_epoch": -1,
+            "replica_nodes": [],
+            "isr_nodes": [],
+            "offline_replicas": [],
+        }
+    return {
+        # No alive replica: clients wait and ask again (retriable).
+        "error_code": int(ErrorCode.leader_not_available) if state.leader < 0 else 0,
+        "partition_index": partition,
+        "leader_id": state.leader,
+        "leader_epoch": state.leader_epoch,
+        "replica_nodes": list(state.replicas),
+        "isr_nodes": list(state.isr),
+        "offline_replicas": image.offline_replicas(state),
     }
 
 
@@ -107,6 +136,8 @@ async def auto_create(broker: Broker, name: str) -> tuple[Topic | None, ErrorCod
         return await broker.topics.create(name, -1, {}), ErrorCode.none
     except InvalidTopic:
         return None, ErrorCode.invalid_topic_exception
+    except ControllerRefused as exc:
+        return None, exc.code
     except TopicExists:
         # Created concurrently, by another request or another broker: use it.
         await broker.topics.load()

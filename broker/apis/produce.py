@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import asyncio
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from protocol.records import InvalidRecords, parse_batches
+from protocol.codec import EncodedResponse
+from protocol.produce_response import PartitionAnswer, encode_produce_response
+from protocol.records import CONTROL_BIT, TRANSACTIONAL_BIT, InvalidRecords, parse_batches
+from storage.catalog import Topic
 
 from ..append import PartitionAppend, PartitionResult
 
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
+    from ..topics import TopicRegistry
 
 VALID_ACKS = (-1, 0, 1)
+_TXN_OR_CONTROL = TRANSACTIONAL_BIT | CONTROL_BIT
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -25,14 +31,26 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     # its PartitionAppend.
     slots: list[tuple[str, int, PartitionResult | int, str | None]] = []
     appends: list[PartitionAppend] = []
-    await broker.topics.ensure(
-        (td.name, part.index) for td in request.topic_data for part in td.partition_data
-    )
+    topics = broker.topics
+    # ensure() re-reads the catalog for a topic or partition this broker does not know
+    # yet; asking it only then spares every other request its coroutine and generator.
+    for topic_data in request.topic_data:
+        known = topics.get(topic_data.name)
+        if known is None or any(
+            not 0 <= part.index < known.partitions for part in topic_data.partition_data
+        ):
+            await topics.ensure(
+                (td.name, part.index) for td in request.topic_data for part in td.partition_data
+            )
+            break
+    precheck_error, precheck_message = _precheck(request, acks)
     for topic_data in request.topic_data:
         name = topic_data.name
-        topic = broker.topics.get(name)
+        topic = topics.get(name)
+        if topic is not None:
+            max_batch_bytes, log_append = _settings(topics, topic)
         for part in topic_data.partition_data:
-            error, message = _precheck(request, acks)
+            error, message = precheck_error, precheck_message
             if error is None and (topic is None or not 0 <= part.index < topic.partitions):
                 error = ErrorCode.unknown_topic_or_partition
                 message = "This server does not host this topic-partition."
@@ -40,29 +58,70 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 slots.append((name, part.index, PartitionResult(int(error)), message))
                 continue
             assert topic is not None
-            records = memoryview(part.records or b"")
+            # kio decodes records into their own bytes object. The views of it made from
+            # here on are uploaded and then cached without a copy, so they must not point
+            # into the connection's read buffer, which the next read overwrites.
+            raw = part.records or b""
+            records = memoryview(raw if isinstance(raw, bytes) else bytes(raw))
             try:
-                batches = parse_batches(
-                    records, broker.topics.int_config(topic, "max.message.bytes")
-                )
-                if any(b.is_transactional or b.is_control for b in batches):
+                batches = parse_batches(records, max_batch_bytes)
+                if any(b.attributes & _TXN_OR_CONTROL for b in batches):
                     raise InvalidRecords(
                         ErrorCode.invalid_record, "transactional batches are not supported"
                     )
             except InvalidRecords as exc:
                 slots.append((name, part.index, PartitionResult(int(exc.error)), str(exc)))
                 continue
-            log_append = broker.topics.config(topic).get("message.timestamp.type") == (
-                "LogAppendTime"
-            )
             slots.append((name, part.index, len(appends), None))
             appends.append(
                 PartitionAppend(topic.topic_id, part.index, records, batches, log_append)
             )
     committed = broker.appender.submit(appends)
-    if acks == 0:
-        return None
-    return asyncio.ensure_future(_respond(ctx, slots, committed))
+    # The answer is completed by a callback on the commit, not by a task awaiting it:
+    # one task per request was a measurable share of a small-batch producer's cost.
+    answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    version = ctx.header.api_version
+
+    def on_commit(done: asyncio.Future[list[PartitionResult]]) -> None:
+        if answer.done():
+            return  # the connection went away and cancelled it
+        if done.cancelled():
+            answer.cancel()
+        elif (exc := done.exception()) is not None:
+            answer.set_exception(exc)
+        elif acks == 0:
+            # Kafka sends nothing back, but the answer slot resolves only after the
+            # commit: the connection's pending-bytes budget keeps counting these records
+            # until then, so an acks=0 producer is held back like any other.
+            answer.set_result(None)
+        else:
+            try:
+                answer.set_result(_encode(version, slots, done.result()))
+            except Exception as encode_error:
+                answer.set_exception(encode_error)
+
+    committed.add_done_callback(on_commit)
+    return answer
+
+
+# Per topic: (the Topic object they were derived from, max.message.bytes, whether it is
+# LogAppendTime). Effective configs are dicts merged from the broker's defaults on every
+# call; a topic's configs only change with a new (frozen) Topic object, so an entry is
+# valid while its Topic is the registry's current one.
+_SETTINGS: dict[UUID, tuple[Topic, int, bool]] = {}
+_SETTINGS_MAX = 10_000
+
+
+def _settings(topics: TopicRegistry, topic: Topic) -> tuple[int, bool]:
+    cached = _SETTINGS.get(topic.topic_id)
+    if cached is not None and cached[0] is topic:
+        return cached[1], cached[2]
+    max_bytes = topics.int_config(topic, "max.message.bytes")
+    log_append = topics.config(topic).get("message.timestamp.type") == "LogAppendTime"
+    if len(_SETTINGS) >= _SETTINGS_MAX:
+        _SETTINGS.clear()  # deleted topics' entries; rebuilt on use
+    _SETTINGS[topic.topic_id] = (topic, max_bytes, log_append)
+    return max_bytes, log_append
 
 
 def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
@@ -73,30 +132,22 @@ def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
     return None, None
 
 
-async def _respond(
-    ctx: RequestContext,
+def _encode(
+    version: int,
     slots: list[tuple[str, int, PartitionResult | int, str | None]],
-    committed: asyncio.Future[list[PartitionResult]],
-) -> Any:
-    results = await committed
-    topics: dict[str, list[dict[str, Any]]] = {}
+    results: list[PartitionResult],
+) -> EncodedResponse:
+    topics: dict[str, list[PartitionAnswer]] = {}
     for name, index, slot, message in slots:
         result = results[slot] if isinstance(slot, int) else slot
         topics.setdefault(name, []).append(
-            {
-                "index": index,
-                "error_code": result.error,
-                "base_offset": result.base_offset,
-                "log_append_time": result.log_append_time,
-                "log_start_offset": result.log_start_offset,
-                "error_message": message,
-            }
+            PartitionAnswer(
+                index,
+                result.error,
+                result.base_offset,
+                result.log_append_time,
+                result.log_start_offset,
+                message,
+            )
         )
-    return ctx.respond(
-        {
-            "responses": [
-                {"name": name, "partition_responses": parts} for name, parts in topics.items()
-            ],
-            "throttle_time": 0,
-        }
-    )
+    return encode_produce_response(version, list(topics.items()))

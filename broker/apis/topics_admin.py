@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import TopicExists, TopicNotFound
 
+from ..controller_client import ControllerRefused
 from ..node import now_ms
 from ..topic_config import InvalidConfig
 from ..topics import InvalidPartitions, InvalidTopic
@@ -47,7 +48,13 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
             "configs": [],
         }
         results.append(entry)
-        reason = _replication_error(broker, item.replication_factor, item.assignments)
+        # In controller mode the controller decides about the replication factor.
+        controller_mode = broker.controller is not None
+        reason = (
+            None
+            if controller_mode
+            else _replication_error(broker, item.replication_factor, item.assignments)
+        )
         if reason is not None:
             code = (
                 ErrorCode.invalid_request
@@ -59,8 +66,17 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
         configs = {c.name: c.value for c in item.configs}
         try:
             topic = await broker.topics.create(
-                item.name, item.num_partitions, configs, validate_only=validate_only
+                item.name,
+                item.num_partitions,
+                configs,
+                validate_only=validate_only,
+                replication_factor=item.replication_factor,
+                assignments={a.partition_index: list(a.broker_ids) for a in item.assignments}
+                or None,
             )
+        except ControllerRefused as exc:
+            entry.update(error_code=int(exc.code), error_message=exc.message)
+            continue
         except TopicExists:
             entry.update(
                 error_code=int(ErrorCode.topic_already_exists),
@@ -79,7 +95,7 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
         entry.update(
             topic_id=None if validate_only else topic.topic_id,
             num_partitions=topic.partitions,
-            replication_factor=1,
+            replication_factor=broker.replication_factor(topic),
             configs=[
                 {
                     "name": name,
@@ -119,6 +135,9 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
         except TopicNotFound:
             entry["error_code"] = int(ErrorCode.unknown_topic_or_partition)
             entry["error_message"] = "This server does not host this topic-partition."
+        except ControllerRefused as exc:
+            entry["error_code"] = int(exc.code)
+            entry["error_message"] = exc.message
     return ctx.respond({"throttle_time": 0, "responses": responses})
 
 
@@ -127,14 +146,22 @@ async def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -
     for item in request.topics:
         entry: dict[str, Any] = {"name": item.name, "error_code": 0, "error_message": None}
         results.append(entry)
-        if item.assignments:
+        controller_mode = broker.controller is not None
+        if item.assignments and not controller_mode:
             entry.update(
                 error_code=int(ErrorCode.invalid_request),
                 error_message=MANUAL_ASSIGNMENTS,
             )
             continue
         try:
-            await broker.topics.add_partitions(item.name, item.count, request.validate_only)
+            await broker.topics.add_partitions(
+                item.name,
+                item.count,
+                request.validate_only,
+                [list(a.broker_ids) for a in item.assignments] if item.assignments else None,
+            )
+        except ControllerRefused as exc:
+            entry.update(error_code=int(exc.code), error_message=exc.message)
         except TopicNotFound:
             entry.update(
                 error_code=int(ErrorCode.unknown_topic_or_partition),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.placement import Load, place_partitions, plan_rf_expansion
@@ -40,6 +41,16 @@ def test_six_brokers_three_racks_rf3_one_replica_per_rack_balanced() -> None:
     for node in SIX_IN_THREE:
         assert abs(leaders[node] - n / 6) <= 1, leaders
         assert abs(replicas[node] - n * 3 / 6) <= 1, replicas
+
+
+@pytest.mark.parametrize("n", [1, 5, 6, 7, 12])
+def test_every_broker_leads_before_any_leads_twice(n: int) -> None:
+    c = Cluster()
+    c.start(SIX_IN_THREE)
+    c.create("orders", n)
+    leaders = Counter(p.leader for p in c.partitions("orders").values())
+    counts = [leaders[b] for b in SIX_IN_THREE]
+    assert max(counts) - min(counts) <= 1, leaders
 
 
 def test_balance_holds_for_partition_counts_not_divisible_and_across_topics() -> None:

@@ -1,0 +1,320 @@
+"""The broker's HTTP client to the controller quorum (the API of ``controller/wire.py``).
+
+Writes (registration, heartbeats, topic admin, reassignments) must reach the active
+controller: the client tries the last one that answered as leader first, follows the
+``421`` leader hints of the others and otherwise walks the configured controllers with a
+short, growing backoff until a deadline. Reads of the metadata log (``GET /v1/metadata``)
+may be answered by any controller: the client asks the active one when it knows it, else
+sticks to the one that last answered.
+
+Every request is bounded (``request_timeout`` per attempt, ``deadline`` overall): a broker
+must answer its own clients even when no controller is reachable, with a retriable error
+(``ControllerUnavailable`` maps to REQUEST_TIMED_OUT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from uuid import UUID
+
+import aiohttp
+from kio.schema.errors import ErrorCode
+
+from controller.requests import (
+    AlterTopicConfigs,
+    BrokerRegistrationRequest,
+    CreateTopicResult,
+    DeleteTopicResult,
+    ErrorResult,
+    HeartbeatResult,
+    NewPartitions,
+    NewTopic,
+    OngoingReassignment,
+    Reassignment,
+    ReassignmentResult,
+    RegistrationResult,
+    TopicResult,
+)
+from controller.wire import from_json, to_json
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+SECRET_HEADER = "X-Sluice-Secret"
+NOT_LEADER = 421  # HTTP "Misdirected Request": this controller is not the active one
+
+
+class ControllerRefused(Exception):
+    """The controller refused one item of a request (a Kafka error code and message)."""
+
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message
+
+
+class ControllerUnavailable(ControllerRefused):
+    """No controller answered in time: the outcome of a write is unknown. Retriable."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.request_timed_out, message)
+
+
+class ControllerRequestError(ControllerRefused):
+    """A controller rejected the HTTP request itself (4xx other than 421): a bug or a
+    configuration mismatch (wrong secret), not worth retrying."""
+
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(ErrorCode.unknown_server_error, f"controller answered {status}: {body}")
+        self.status = status
+
+
+@dataclass(frozen=True)
+class MetadataChunk:
+    """One answer of ``GET /v1/metadata``."""
+
+    applied: int
+    leader: Any
+    snapshot: bytes | None
+    snapshot_index: int
+    entries: list[tuple[int, bytes]]
+
+
+def base_url(address: str) -> str:
+    address = address.strip().rstrip("/")
+    return address if "://" in address else f"http://{address}"
+
+
+class ControllerClient:
+    def __init__(
+        self,
+        servers: Sequence[str],
+        secret: str = "",
+        request_timeout: float = 5.0,
+        deadline: float = 15.0,
+    ) -> None:
+        if not servers:
+            raise ValueError("no controller given (controller.quorum.bootstrap.servers)")
+        self._urls = [base_url(s) for s in servers]
+        self._headers = {SECRET_HEADER: secret} if secret else {}
+        self.request_timeout = request_timeout
+        self.deadline = deadline
+        self._leader: str | None = None  # the last controller that served a write
+        self._reader = 0  # index of the controller the metadata long poll sticks to
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers=self._headers)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def leader_url(self) -> str | None:
+        return self._leader
+
+    # --- transport -----------------------------------------------------------------------
+
+    async def _attempt(
+        self, method: str, url: str, body: Any, params: Mapping[str, str] | None, timeout: float
+    ) -> tuple[int, Any]:
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        async with self._session.request(
+            method,
+            url,
+            json=body,
+            params=params,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as resp:
+            text = await resp.text()
+            try:
+                data = json.loads(text) if text else None
+            except ValueError:
+                data = text
+            return resp.status, data
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        *,
+        any_controller: bool = False,
+        timeout: float | None = None,
+        deadline: float | None = None,
+    ) -> Any:
+        """The JSON answer of the active controller (or of any, for reads), retrying
+        others until ``deadline`` seconds passed; raises ControllerUnavailable then."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + (self.deadline if deadline is None else deadline)
+        per_try = self.request_timeout if timeout is None else timeout
+        backoff = 0.05
+        last_error = "no controller tried"
+        # The active controller first, reads too: it is never behind (a follower that
+        # restarts or is cut off from the quorum may be), so read-your-writes is quick.
+        next_url = self._leader
+        followed: set[str] = set()  # leader hints followed since the last backoff
+        turn = 0
+        while True:
+            if next_url is not None:
+                url, next_url = next_url, None
+            elif any_controller:
+                url = self._urls[self._reader % len(self._urls)]
+            else:
+                url = self._urls[turn % len(self._urls)]
+                turn += 1
+            try:
+                status, data = await self._attempt(
+                    method, url + path, body, params, min(per_try, max(give_up - loop.time(), 0.1))
+                )
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                last_error = f"{url}: {exc!r}"
+                status, data = -1, None
+            if 200 <= status < 300:
+                if not any_controller:
+                    self._leader = url
+                elif url != self._leader:
+                    self._reader = self._index(url)
+                return data
+            if status == NOT_LEADER:
+                last_error = f"{url} is not the active controller"
+                hint = data.get("leader_url") if isinstance(data, dict) else None
+                if self._leader == url:
+                    self._leader = None
+                if hint and base_url(hint) != url and base_url(hint) not in followed:
+                    # Follow the hint at once: that is where the write belongs.
+                    next_url = base_url(hint)
+                    followed.add(next_url)
+                    continue
+            elif 400 <= status < 500:
+                raise ControllerRequestError(status, str(data))
+            else:
+                if status >= 500:
+                    last_error = f"{url} answered {status}: {data}"
+                if self._leader == url:
+                    self._leader = None
+                elif any_controller:
+                    self._reader += 1
+            if loop.time() + backoff >= give_up:
+                raise ControllerUnavailable(f"no controller answered: {last_error}")
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+            followed.clear()
+
+    def _index(self, url: str) -> int:
+        return self._urls.index(url) if url in self._urls else self._reader
+
+    async def _write(self, path: str, body: Any) -> tuple[Any, int]:
+        data = await self.request("POST", path, body)
+        applied = data.get("applied", 0) if isinstance(data, dict) else 0
+        return data, int(applied or 0)
+
+    @staticmethod
+    def _results(cls: type[T], data: Any) -> list[T]:
+        return [from_json(cls, item) for item in data.get("results", [])]
+
+    # --- brokers -------------------------------------------------------------------------
+
+    async def register(self, request: BrokerRegistrationRequest) -> tuple[RegistrationResult, int]:
+        data, applied = await self._write("/v1/brokers/register", to_json(request))
+        return from_json(RegistrationResult, data), applied
+
+    async def heartbeat(
+        self,
+        node_id: int,
+        broker_epoch: int,
+        want_fence: bool = False,
+        want_shutdown: bool = False,
+        deadline: float | None = None,
+    ) -> tuple[HeartbeatResult, int]:
+        body = {
+            "node_id": node_id,
+            "broker_epoch": broker_epoch,
+            "want_fence": want_fence,
+            "want_shutdown": want_shutdown,
+        }
+        data = await self.request("POST", "/v1/brokers/heartbeat", body, deadline=deadline)
+        return from_json(HeartbeatResult, data), int(data.get("applied", 0) or 0)
+
+    async def unregister(self, node_id: int) -> ErrorResult:
+        data, _ = await self._write("/v1/brokers/unregister", {"node_id": node_id})
+        return from_json(ErrorResult, data)
+
+    # --- topics --------------------------------------------------------------------------
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool = False
+    ) -> tuple[list[CreateTopicResult], int]:
+        body = {"topics": to_json(list(topics)), "validate_only": validate_only}
+        data, applied = await self._write("/v1/topics/create", body)
+        return self._results(CreateTopicResult, data), applied
+
+    async def delete_topics(
+        self, topics: Sequence[str | UUID]
+    ) -> tuple[list[DeleteTopicResult], int]:
+        data, applied = await self._write("/v1/topics/delete", {"topics": to_json(list(topics))})
+        return self._results(DeleteTopicResult, data), applied
+
+    async def create_partitions(
+        self, topics: Sequence[NewPartitions], validate_only: bool = False
+    ) -> tuple[list[TopicResult], int]:
+        body = {"topics": to_json(list(topics)), "validate_only": validate_only}
+        data, applied = await self._write("/v1/topics/partitions", body)
+        return self._results(TopicResult, data), applied
+
+    async def alter_configs(
+        self, topics: Sequence[AlterTopicConfigs], validate_only: bool = False
+    ) -> tuple[list[TopicResult], int]:
+        body = {"topics": to_json(list(topics)), "validate_only": validate_only}
+        data, applied = await self._write("/v1/topics/configs", body)
+        return self._results(TopicResult, data), applied
+
+    # --- reassignments -------------------------------------------------------------------
+
+    async def alter_reassignments(
+        self, reassignments: Sequence[Reassignment]
+    ) -> tuple[list[ReassignmentResult], int]:
+        body = {"reassignments": to_json(list(reassignments))}
+        data, applied = await self._write("/v1/reassignments", body)
+        return self._results(ReassignmentResult, data), applied
+
+    async def list_reassignments(self) -> list[OngoingReassignment]:
+        data = await self.request("GET", "/v1/reassignments")
+        return self._results(OngoingReassignment, data)
+
+    # --- the metadata log ----------------------------------------------------------------
+
+    async def metadata(
+        self, after: int, wait_ms: int, deadline: float | None = None
+    ) -> MetadataChunk:
+        data = await self.request(
+            "GET",
+            "/v1/metadata",
+            params={"after": str(after), "wait_ms": str(wait_ms)},
+            any_controller=True,
+            timeout=wait_ms / 1000 + self.request_timeout,
+            deadline=deadline,
+        )
+        snapshot = data.get("snapshot")
+        applied = int(data.get("applied", 0))
+        return MetadataChunk(
+            applied=applied,
+            leader=data.get("leader"),
+            snapshot=base64.b64decode(snapshot) if snapshot else None,
+            snapshot_index=int(data.get("snapshot_index", applied) or applied),
+            entries=[
+                (int(e["index"]), base64.b64decode(e["data"])) for e in data.get("entries", [])
+            ],
+        )

@@ -1,0 +1,138 @@
+"""Six brokers in three racks behind a three-voter controller quorum, on SeaweedFS + PostgreSQL.
+
+Placement follows the design (RF = number of racks, one replica per rack, leaders balanced);
+a broker that dies is fenced after its session timeout while clients carry on through the
+others, and it is back in every ISR as soon as it returns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from sluice.cluster import LocalCluster
+
+from ._kafka import assert_exactly_once, confluent_consume, stream_through
+
+pytestmark = pytest.mark.e2e
+
+RACKS = ("az-a", "az-b", "az-c")
+SESSION_MS = 2000
+BROKER_OPTIONS = {
+    "produce.commit.interval.ms": "20",
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": str(SESSION_MS),
+    "metadata.refresh.interval.ms": "500",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster(
+        tmp_path_factory.mktemp("six"),
+        brokers=6,
+        racks=RACKS,
+        broker_options=BROKER_OPTIONS,
+        controllers=3,
+        controller_options={"broker.session.timeout.ms": str(SESSION_MS)},
+    )
+    local.up()
+    try:
+        yield local
+    finally:
+        local.down()
+        local.remove_data()
+
+
+def describe(admin: AdminClient, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, isr)."""
+    md = admin.list_topics(topic, timeout=10).topics[topic]
+    return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in md.partitions.values()}
+
+
+def wait_until(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_placement_is_rack_aware_with_balanced_leaders(cluster: LocalCluster, topic: str) -> None:
+    rack_of = {b.node_id: b.rack for b in cluster.brokers}
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, 15, "six live brokers")
+    admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(20)
+    wait_until(lambda: len(describe(admin, topic)) == 6, 10, "the topic's partitions")
+    parts = describe(admin, topic)
+    for leader, replicas, isr in parts.values():
+        assert len(replicas) == 3 and sorted(rack_of[r] for r in replicas) == sorted(RACKS)
+        assert leader in replicas and sorted(isr) == sorted(replicas)
+    assert sorted(Counter(leader for leader, _, _ in parts.values()).values()) == [1] * 6
+
+    # RF is managed: asking for 2 is refused with the reason.
+    with pytest.raises(KafkaException) as refused:
+        admin.create_topics([NewTopic(topic + "-rf2", 1, replication_factor=2)])[
+            topic + "-rf2"
+        ].result(20)
+    assert refused.value.args[0].code() == 38  # INVALID_REPLICATION_FACTOR
+    assert "rack" in refused.value.args[0].str()
+
+    # New partitions follow the same rule.
+    admin.create_partitions([NewPartitions(topic, 9)])[topic].result(20)
+    wait_until(lambda: len(describe(admin, topic)) == 9, 10, "nine partitions")
+    for leader, replicas, _ in describe(admin, topic).values():
+        assert sorted(rack_of[r] for r in replicas) == sorted(RACKS) and leader in replicas
+
+
+def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
+    cluster: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(20)
+    wait_until(lambda: len(describe(admin, topic)) == 6, 10, "the topic's partitions")
+    victim = cluster.brokers[4]
+    led_by_victim = [
+        p for p, (leader, _, _) in describe(admin, topic).items() if leader == victim.node_id
+    ]
+    assert led_by_victim, "placement gives every broker a leadership"
+
+    def kill_wait_fenced() -> None:
+        victim.kill()
+        # Fenced after the session timeout: gone from Metadata, out of every ISR, its
+        # leaderships moved to replicas that are alive.
+        wait_until(
+            lambda: all(
+                victim.node_id not in isr and leader != victim.node_id
+                for leader, _, isr in describe(admin, topic).values()
+            ),
+            SESSION_MS / 1000 + 5,
+            "the dead broker to be fenced",
+        )
+
+    stream = stream_through(cluster.bootstrap, topic, 2000, kill_wait_fenced)
+    got = confluent_consume(cluster.bootstrap, topic, partitions=range(6), expected=2000)
+    assert_exactly_once(stream, got, 6)
+
+    victim.start()
+    wait_until(
+        lambda: all(
+            victim.node_id in isr
+            for _, replicas, isr in describe(admin, topic).values()
+            if victim.node_id in replicas
+        ),
+        10,
+        "the returning broker back in the ISR",
+    )
+    # The preferred leader takes its partitions back.
+    wait_until(
+        lambda: all(describe(admin, topic)[p][0] == victim.node_id for p in led_by_victim),
+        10,
+        "preferred leadership restored",
+    )
