@@ -24,6 +24,8 @@ DEFAULTS: dict[str, str] = {
     "cluster.id": "",
     "controller.election.ticks": "10",  # x 50 ms: election timeout 0.5-1 s
     "controller.fsync": "true",
+    # Expand legacy RF=1 diskless topics to RF = rack count in the background (seed 000).
+    "controller.legacy.rf.expansion.enable": "false",
 }
 
 
@@ -62,8 +64,11 @@ def load_settings(
         if node_id not in voters:
             raise ValueError(f"controller.quorum.voters does not list node.id {node_id}")
         fsync = merged["controller.fsync"].lower()
-        if fsync not in ("true", "false"):
-            raise ValueError("controller.fsync must be true or false")
+        expand = merged["controller.legacy.rf.expansion.enable"].lower()
+        if fsync not in ("true", "false") or expand not in ("true", "false"):
+            raise ValueError(
+                "controller.fsync and controller.legacy.rf.expansion.enable are true or false"
+            )
         return ControllerSettings(
             node_id=node_id,
             voters=voters,
@@ -74,6 +79,7 @@ def load_settings(
             session_timeout_ms=int(merged["broker.session.timeout.ms"]),
             default_partitions=int(merged["num.partitions"]),
             cluster_id=merged["cluster.id"] or None,
+            expand_legacy_topics=expand == "true",
             raft_options={
                 "election_ticks": int(merged["controller.election.ticks"]),
                 "fsync": fsync == "true",

@@ -43,6 +43,7 @@ from controller.wire import from_json, to_json
 log = logging.getLogger(__name__)
 
 TICK_S = 0.2
+LEGACY_PER_TICK = 5
 PROPOSE_TIMEOUT_S = 10.0
 SECRET_HEADER = "X-Sluice-Secret"
 
@@ -58,6 +59,8 @@ class ControllerSettings:
     session_timeout_ms: int = 9_000
     default_partitions: int = 1
     cluster_id: str | None = None
+    # Seed 000's background task: expand legacy RF=1 diskless topics to one replica per rack.
+    expand_legacy_topics: bool = False
     raft_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -119,7 +122,8 @@ class ControllerService:
             web.get("/v1/reassignments", self._list_reassignments),
         ]
         app.add_routes(routes)
-        self._runner = web.AppRunner(app, access_log=None)
+        # Bounded: a stop must not wait for long polls (they are woken, see stop()).
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.host, self.settings.http_port)
         await site.start()
@@ -136,6 +140,9 @@ class ControllerService:
         )
 
     async def stop(self) -> None:
+        # Answer waiting long polls now: the HTTP server's shutdown waits for its handlers.
+        self.state.closing = True
+        self.state.wake()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -146,6 +153,28 @@ class ControllerService:
         await self.node.stop()
 
     # ---------------------------------------------------------------- writes
+
+    async def wait_active(self, timeout: float = 30.0) -> None:
+        """Wait until this controller is the active one (a single voter: at once)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                async with self._lock:
+                    await self._ensure_active()
+                return
+            except NotActive:
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+    async def fence_all(self) -> None:
+        """Fence every registered broker now, as if all their sessions had expired. For the
+        embedded controller, which starts with its only broker: any registration in the
+        log belongs to an earlier, dead process, whose session need not be waited out."""
+        await self.wait_active()
+        expired = _now_ms() + self.settings.session_timeout_ms + 1
+        await self._write(lambda: Outcome(self.logic.tick(self.state.image, expired), None))
 
     async def _ensure_active(self) -> None:
         """Raise NotActive unless this controller leads and has caught up with its term."""
@@ -186,6 +215,15 @@ class ControllerService:
                 await self._write(
                     lambda: Outcome(self.logic.tick(self.state.image, _now_ms()), None)
                 )
+                if self.settings.expand_legacy_topics:
+                    # A few topics per tick: one entry stays small, and admin requests are
+                    # not held up behind a big expansion.
+                    await self._write(
+                        lambda: Outcome(
+                            self.logic.expand_legacy_topics(self.state.image, LEGACY_PER_TICK),
+                            None,
+                        )
+                    )
             except (NotActive, TimeoutError, CommitUnknown):
                 pass
             except Exception:

@@ -31,6 +31,7 @@ class MetadataStateMachine:
         # Brokers asking for anything at or before this index need a snapshot.
         self.horizon = 0
         self._changed = asyncio.Event()
+        self.closing = False
 
     # ---------------------------------------------------------------- raft StateMachine
 
@@ -48,7 +49,7 @@ class MetadataStateMachine:
                     self.horizon = self.entries[0][0]
                 self.entries.append((entry.index, entry.data))
         self.applied = entry.index
-        self._wake()
+        self.wake()
 
     def snapshot(self) -> bytes:
         return encode_batch(self.image.snapshot())
@@ -61,7 +62,7 @@ class MetadataStateMachine:
         self.applied = snapshot.index
         self.entries.clear()
         self.horizon = snapshot.index
-        self._wake()
+        self.wake()
 
     # ---------------------------------------------------------------- followers
 
@@ -79,13 +80,13 @@ class MetadataStateMachine:
 
     async def wait_past(self, index: int, timeout: float) -> None:
         """Return once something after ``index`` was applied, or after ``timeout``."""
-        if self.applied > index:
+        if self.applied > index or self.closing:
             return
         event = self._changed
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         # A fresh event per change: waiters of the old one wake, new waiters wait anew.
         self._changed.set()
         self._changed = asyncio.Event()

@@ -167,14 +167,24 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     return load_config(*layers, env=os.environ)
 
 
-async def run_broker(config: BrokerConfig) -> None:
+async def run_broker(config: BrokerConfig, embedded_controller: bool = False) -> None:
     from broker.node import Broker
 
     from .backends import coordinator_and_catalog, object_store
 
     os.makedirs(config.data_dir, exist_ok=True)
-    coordinator, catalog = coordinator_and_catalog(config)
-    await _serve(Broker(config, object_store(config), coordinator, catalog))
+    controller = None
+    if embedded_controller:
+        from controller.embedded import EmbeddedController
+
+        controller = EmbeddedController(config)
+        config = await controller.start()
+    try:
+        coordinator, catalog = coordinator_and_catalog(config)
+        await _serve(Broker(config, object_store(config), coordinator, catalog))
+    finally:
+        if controller is not None:
+            await controller.stop()
 
 
 async def run_controller(settings: object) -> None:
@@ -215,7 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2
         runner = uvloop.run if uvloop else asyncio.run
-        runner(run_broker(config))
+        # `sluice dev` is a whole cluster in one process: its controller runs inside (unless
+        # the config points at a quorum); `sluice broker` follows the configured quorum.
+        embedded = args.command == "dev" and not config.controller_mode
+        runner(run_broker(config, embedded))
         return 0
     if args.command == "controller":
         from controller.config import load_settings

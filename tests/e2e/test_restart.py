@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
+
+from sluice.launch.process import SluiceProcess, free_port
 
 from ._kafka import (
     Msg,
@@ -16,6 +19,7 @@ from ._kafka import (
     confluent_consume,
     confluent_create_topic,
     confluent_produce,
+    confluent_topic_partitions,
     expected_single_partition,
     kafka_python_consume,
     standard_messages,
@@ -95,3 +99,37 @@ def test_orphaned_objects_are_swept_and_committed_ones_kept(
     assert all(p.exists() for p in committed)
     got = confluent_consume(b.bootstrap, topic, expected=len(msgs))
     assert_same(got, expected_single_partition(msgs))
+
+
+def test_dev_carries_topics_over_from_a_data_dir_without_controller(
+    tmp_path: Path, topic: str
+) -> None:
+    """`sluice dev` data dirs from before the embedded controller kept topics in catalog.db:
+    the first start with the controller carries them into its metadata log, data included."""
+    data_dir = tmp_path / "sluice" / "data"
+    config = tmp_path / "old.properties"
+    port = free_port()
+    config.write_text(
+        f"port={port}\ndata.dir={data_dir}\nobject.store=local\ncoordinator=sqlite\n"
+        "produce.commit.interval.ms=20\n"
+    )
+    old = SluiceProcess(["broker", "--config", str(config)], tmp_path / "old.log", port)
+    old.start()
+    try:
+        confluent_create_topic(
+            old.bootstrap, topic, partitions=2, config={"retention.ms": "3600000"}
+        )
+        msgs = standard_messages(n=40)
+        confluent_produce(old.bootstrap, topic, msgs)
+    finally:
+        old.stop()
+    new = SluiceBroker(tmp_path / "sluice", port=free_port())
+    new.start()
+    try:
+        assert confluent_topic_partitions(new.bootstrap, topic) == 2
+        got = confluent_consume(new.bootstrap, topic, partitions=[0, 1], expected=len(msgs))
+        assert_same(got, expected_single_partition(msgs))
+        new.restart()  # imported once: a restart neither loses nor duplicates it
+        assert confluent_topic_partitions(new.bootstrap, topic) == 2
+    finally:
+        new.stop()

@@ -1,0 +1,92 @@
+"""The controller process in one event loop: a single voter, its HTTP API and background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from controller.records import Partition, Topic, encode_batch
+from controller.service import SECRET_HEADER, ControllerService, ControllerSettings
+
+
+async def start(tmp_path: Path, expand: bool) -> ControllerService:
+    service = ControllerService(
+        ControllerSettings(
+            node_id=1,
+            voters={1: ("127.0.0.1", 0)},
+            host="127.0.0.1",
+            http_port=0,
+            data_dir=tmp_path,
+            secret="s",
+            expand_legacy_topics=expand,
+            raft_options={"fsync": False},
+        )
+    )
+    await service.start()
+    await service.wait_active()
+    return service
+
+
+async def post(service: ControllerService, path: str, body: dict) -> dict:
+    url = f"http://127.0.0.1:{service.http_port}{path}"
+    async with (
+        aiohttp.ClientSession(headers={SECRET_HEADER: "s"}) as session,
+        session.post(url, json=body) as response,
+    ):
+        assert response.status == 200, await response.text()
+        return dict(await response.json())
+
+
+async def three_racks_and_a_legacy_topic(service: ControllerService) -> uuid.UUID:
+    for node in (1, 2, 3):
+        registered = await post(
+            service,
+            "/v1/brokers/register",
+            {"node_id": node, "incarnation_id": str(uuid.uuid4()), "host": "h", "port": node,
+             "rack": f"az-{node}"},
+        )  # fmt: skip
+        beat = {"node_id": node, "broker_epoch": registered["broker_epoch"]}
+        assert (await post(service, "/v1/brokers/heartbeat", beat))["is_fenced"] is False
+    # A topic from before managed RF: one replica, as legacy diskless topics have.
+    topic_id = uuid.uuid4()
+    await service.node.propose(
+        encode_batch([Topic("legacy", topic_id), Partition(topic_id, 0, (2,), (2,), 2)])
+    )
+    return topic_id
+
+
+@pytest.mark.parametrize("expand", [False, True])
+async def test_legacy_rf1_topics_expand_only_when_enabled(tmp_path: Path, expand: bool) -> None:
+    service = await start(tmp_path, expand)
+    try:
+        topic_id = await three_racks_and_a_legacy_topic(service)
+        await asyncio.sleep(1.0)  # several ticks
+        partition = service.state.image.topic_by_id(topic_id).partitions[0]
+        if expand:
+            assert len(partition.replicas) == 3 and partition.replicas[0] == 2
+            assert partition.leader == 2  # clients keep their leader
+        else:
+            assert partition.replicas == (2,)
+    finally:
+        await service.stop()
+
+
+async def test_metrics_show_the_managed_replication_factor(tmp_path: Path) -> None:
+    service = await start(tmp_path, expand=False)
+    try:
+        await three_racks_and_a_legacy_topic(service)
+        created = await post(service, "/v1/topics/create", {"topics": [{"name": "orders"}]})
+        assert created["results"][0]["replication_factor"] == 3
+        url = f"http://127.0.0.1:{service.http_port}/metrics"
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            text = await response.text()
+        assert 'sluice_controller_diskless_effective_rf{topic="orders"} 3.0' in text
+        assert 'sluice_controller_diskless_effective_rf{topic="legacy"} 1.0' in text
+        assert "sluice_controller_diskless_rf1_topics 1.0" in text
+        assert "sluice_controller_active 1.0" in text
+    finally:
+        await service.stop()
