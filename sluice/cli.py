@@ -84,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     up = cluster_sub.add_parser("up", help="start it and leave it running")
     up.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
     up.add_argument(
+        "--controllers",
+        type=int,
+        default=0,
+        choices=(0, 1, 3, 5),
+        help="controller quorum size (default 0: brokers register in the database)",
+    )
+    up.add_argument(
         "--racks",
         default=",".join(DEFAULT_RACKS),
         help="racks (availability zones) assigned to brokers in turn (default az-a,az-b,az-c)",
@@ -121,12 +128,20 @@ def run_cluster(args: argparse.Namespace) -> int:
     try:
         if args.action == "up":
             racks = [r.strip() for r in args.racks.split(",") if r.strip()]
-            local = cluster.LocalCluster(args.dir, args.brokers, racks, _overrides(args.overrides))
+            local = cluster.LocalCluster(
+                args.dir,
+                args.brokers,
+                racks,
+                _overrides(args.overrides),
+                controllers=args.controllers,
+            )
             if os.path.exists(os.path.join(args.dir, cluster.STATE_FILE)):
                 print(f"sluice: a cluster is already up in {args.dir}", file=sys.stderr)
                 return 2
             local.up()
             state = local.detach()
+            for c in state["controllers"]:
+                print(f"controller {c['node_id']} http://127.0.0.1:{c['http_port']}")
             for b in state["brokers"]:
                 print(
                     f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}"
