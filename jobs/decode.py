@@ -13,11 +13,10 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import cramjam
 import crc32c
 from aiokafka.record.default_records import DefaultRecordBatch
 
-from protocol.record_scan import _decompress
+from protocol.compression import compress, decompress
 from protocol.records import (
     ATTRIBUTES_OFFSET,
     CONTROL_BIT,
@@ -181,30 +180,6 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _compress(codec: int, data: bytes) -> bytes:
-    if codec == 0:
-        return data
-    if codec == 1:
-        return bytes(cramjam.gzip.compress(data))
-    if codec == 2:
-        return _xerial_snappy(data)
-    if codec == 3:
-        return bytes(cramjam.lz4.compress(data))
-    if codec == 4:
-        return bytes(cramjam.zstd.compress(data))
-    raise CorruptBatch(f"unknown compression codec {codec}")
-
-
-def _xerial_snappy(data: bytes, block: int = 32 * 1024) -> bytes:
-    # Java clients write (and read) xerial's framing: magic, version 1, compatible 1, then
-    # length-prefixed raw snappy blocks. librdkafka reads it too.
-    out = bytearray(b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1))
-    for start in range(0, len(data), block):
-        chunk = bytes(cramjam.snappy.compress_raw(data[start : start + block]))
-        out += struct.pack(">i", len(chunk)) + chunk
-    return bytes(out)
-
-
 def filter_batch(
     data: bytes | memoryview, base_offset: int, drop: Iterable[int]
 ) -> bytes | memoryview | None:
@@ -222,14 +197,14 @@ def filter_batch(
         return data
     (count,) = _COUNT.unpack_from(data, RECORDS_COUNT_OFFSET)
     codec = attributes & 0x07
-    records = _decompress(codec, bytes(data[HEADER_SIZE:]))
+    records = decompress(codec, bytes(data[HEADER_SIZE:]))
     spans = _record_spans(records, count)
     kept = [(s, e) for s, e, delta in spans if base_offset + delta not in drop]
     if len(kept) == len(spans):
         return data
     if not kept:
         return None
-    body = _compress(codec, b"".join(records[s:e] for s, e in kept))
+    body = compress(codec, b"".join(records[s:e] for s, e in kept))
     out = bytearray(data[:HEADER_SIZE])
     out += body
     _BASE.pack_into(out, 0, base_offset)
@@ -243,7 +218,7 @@ def record_offsets(data: bytes | memoryview, base_offset: int) -> list[int]:
     """Offsets of the records in a batch (for tests and checks)."""
     (count,) = _COUNT.unpack_from(data, RECORDS_COUNT_OFFSET)
     (attributes,) = _ATTRS.unpack_from(data, ATTRIBUTES_OFFSET)
-    records = _decompress(attributes & 0x07, bytes(data[HEADER_SIZE:]))
+    records = decompress(attributes & 0x07, bytes(data[HEADER_SIZE:]))
     return [base_offset + d for _s, _e, d in _record_spans(records, count)]
 
 

@@ -9,44 +9,11 @@ from __future__ import annotations
 
 import struct
 
-import cramjam
-
+from .compression import CODEC_MASK, decompress
 from .records import HEADER_SIZE, TIMESTAMP_TYPE_BIT
 
 _FIELDS = struct.Struct(">hiqq")  # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp
 _FIELDS_OFFSET = 21
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-
-
-def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == 0:
-        return data
-    if codec == 1:
-        return bytes(cramjam.gzip.decompress(data))
-    if codec == 2:
-        return _snappy(data)
-    if codec == 3:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == 4:
-        return bytes(cramjam.zstd.decompress(data))
-    raise ValueError(f"unknown compression codec {codec}")
-
-
-def _snappy(data: bytes) -> bytes:
-    # Java clients (and librdkafka for compatibility) write xerial's framing: a
-    # 16-byte header, then blocks each prefixed by a 4-byte length.
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
-    pos = 16
-    while pos < len(data):
-        (size,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        out += cramjam.snappy.decompress_raw(data[pos : pos + size])
-        pos += size
-    return bytes(out)
-
-
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
     shift = result = 0
     while True:
@@ -64,7 +31,7 @@ def record_timestamps(batch: bytes) -> list[tuple[int, int]]:
     if attributes & TIMESTAMP_TYPE_BIT:
         # LogAppendTime: every record carries the batch's append time.
         return [(delta, max_ts) for delta in range(last_delta + 1)]
-    data = _decompress(attributes & 0x07, bytes(batch[HEADER_SIZE:]))
+    data = decompress(attributes & CODEC_MASK, bytes(batch[HEADER_SIZE:]))
     out = []
     pos = 0
     while pos < len(data):

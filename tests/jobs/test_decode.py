@@ -14,11 +14,11 @@ from jobs.decode import (
     COMMIT,
     CommittedFilter,
     CorruptBatch,
-    _compress,
     decode_batch,
     filter_batch,
     record_offsets,
 )
+from protocol.compression import compress
 from protocol.records import parse_batches
 from tests.e2e._batches import Record, encode_record
 
@@ -52,7 +52,7 @@ def make_batch(
     max_ts = log_append_time if log_append_time is not None else BASE_TS + max(deltas)
     after_crc = struct.pack(
         ">hiqqqhii", attributes, lod, BASE_TS, max_ts, producer_id, 0, 0, len(records)
-    ) + _compress(codec, payload)
+    ) + compress(codec, payload)
     # Stored batches keep the producer's baseOffset (0): the coordinator knows the real one.
     return struct.pack(">qiibI", 0, len(after_crc) + 9, -1, 2, crc32c.crc32c(after_crc)) + after_crc
 
