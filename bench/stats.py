@@ -151,9 +151,11 @@ class Target:
         op = ">=" if self.higher_is_better else "<="
         verdict = "PASS" if self.ok else "MISS"
         note = f"  ({self.note})" if self.note else ""
+        # Two decimals for small figures: 2.03 ms must not print as a passing 2.0.
+        digits = 2 if abs(self.limit) < 10 else 1
         return (
-            f"  {verdict}  {self.name:<34} {self.value:>9.1f} {self.unit:<6} "
-            f"target {op} {self.limit:.1f} {self.unit}{note}"
+            f"  {verdict}  {self.name:<34} {self.value:>9.{digits}f} {self.unit:<6} "
+            f"target {op} {self.limit:.{digits}f} {self.unit}{note}"
         )
 
 
