@@ -23,6 +23,9 @@ class BrokerConfig:
     rack: str | None = None
     data_dir: str = "./.sluice"
     socket_request_max_bytes: int = 100 * MiB
+    # Requests read from one connection but not answered yet, in bytes: past this the broker
+    # stops reading that socket (backpressure) until answers go out.
+    connection_pending_max_bytes: int = 64 * MiB
     produce_commit_interval_ms: int = 250
     produce_buffer_max_bytes: int = 8 * MiB
     fetch_cache_max_bytes: int = 64 * MiB  # with the rest, keeps RSS under 250 MiB (bench)

@@ -158,6 +158,7 @@ class Broker:
             self.config.host,
             self.config.port,
             self.config.socket_request_max_bytes,
+            pending_bytes=self.config.connection_pending_max_bytes,
         )
         await self._server.start()
         self._membership = self._make_membership()
