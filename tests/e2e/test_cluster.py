@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._direct import fetch, produce
 from ._kafka import (
@@ -37,24 +38,11 @@ from ._kafka import (
 
 pytestmark = pytest.mark.e2e
 
-BROKER_OPTIONS = {
-    "produce.commit.interval.ms": "20",
-    # Fast liveness so a killed broker leaves Metadata within two seconds.
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "2000",
-    "metadata.refresh.interval.ms": "500",
-}
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("cluster"), 3, broker_options=BROKER_OPTIONS)
-    local.up()
-    try:
-        yield local
-    finally:
-        local.down()
-        local.remove_data()
+    with running_cluster(tmp_path_factory, "cluster", 3, broker_options=FAST_LIVENESS) as c:
+        yield c
 
 
 @pytest.fixture

@@ -16,37 +16,28 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._kafka import assert_exactly_once, confluent_consume, stream_through
 
 pytestmark = pytest.mark.e2e
 
 RACKS = ("az-a", "az-b", "az-c")
-SESSION_MS = 2000
-BROKER_OPTIONS = {
-    "produce.commit.interval.ms": "20",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": str(SESSION_MS),
-    "metadata.refresh.interval.ms": "500",
-}
+SESSION_MS = int(FAST_LIVENESS["broker.session.timeout.ms"])
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("six"),
+    with running_cluster(
+        tmp_path_factory,
+        "six",
         brokers=6,
         racks=RACKS,
-        broker_options=BROKER_OPTIONS,
+        broker_options=FAST_LIVENESS,
         controllers=3,
         controller_options={"broker.session.timeout.ms": str(SESSION_MS)},
-    )
-    local.up()
-    try:
-        yield local
-    finally:
-        local.down()
-        local.remove_data()
+    ) as c:
+        yield c
 
 
 def describe(admin: AdminClient, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:

@@ -17,19 +17,15 @@ from typing import Any
 import pytest
 
 from sluice.cluster import ControllerProcess, LocalCluster
+from tests.fixtures.cluster import running_cluster
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("quorum"), brokers=0, controllers=3)
-    local.up()
-    try:
-        yield local
-    finally:
-        local.down()
-        local.remove_data()
+    with running_cluster(tmp_path_factory, "quorum", brokers=0, controllers=3) as c:
+        yield c
 
 
 def call(c: ControllerProcess, secret: str, path: str, body: Any = None) -> tuple[int, Any]:

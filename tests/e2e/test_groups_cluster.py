@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._groups import (
     GROUP_BROKER_OPTIONS,
@@ -30,27 +31,14 @@ from ._kafka import unique_topic
 
 pytestmark = pytest.mark.e2e
 
-BROKER_OPTIONS = {
-    **GROUP_BROKER_OPTIONS,
-    "produce.commit.interval.ms": "20",
-    # Fast liveness: a killed broker leaves the live list (and its groups move) in ~2 s.
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "2000",
-    "metadata.refresh.interval.ms": "500",
-}
+# A killed broker leaves the live list (and its groups move) in ~2 s.
+BROKER_OPTIONS = {**GROUP_BROKER_OPTIONS, **FAST_LIVENESS}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("groups-cluster"), 2, broker_options=BROKER_OPTIONS
-    )
-    local.up()
-    try:
-        yield local
-    finally:
-        local.down()
-        local.remove_data()
+    with running_cluster(tmp_path_factory, "groups-cluster", 2, broker_options=BROKER_OPTIONS) as c:
+        yield c
 
 
 def _brokers_seen(bootstrap: str) -> int:

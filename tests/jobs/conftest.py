@@ -12,6 +12,7 @@ import pytest
 
 from broker.config import BrokerConfig, load_config
 from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import running_cluster
 
 BROKER_OPTIONS = {
     "produce.commit.interval.ms": "20",
@@ -44,16 +45,16 @@ def spark() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("jobs-cluster"), 2, broker_options=BROKER_OPTIONS)
-    local.up()
-    try:
-        yield local
-    finally:
-        from jobs import runtime
+    from jobs import runtime
 
-        runtime.close_all()
-        local.down()
-        local.remove_data()
+    with running_cluster(
+        tmp_path_factory,
+        "jobs-cluster",
+        2,
+        broker_options=BROKER_OPTIONS,
+        before_down=runtime.close_all,
+    ) as c:
+        yield c
 
 
 def storage_settings(cluster: LocalCluster) -> dict[str, str]:
