@@ -57,6 +57,10 @@ class BrokerConfig:
     broker_heartbeat_interval_ms: int = 2000
     broker_session_timeout_ms: int = 9000
     metadata_refresh_interval_ms: int = 1000
+    # Metadata transformer: an AZ-aware client whose AZ has alive brokers but no alive
+    # replica of a diskless partition is sent to one of those brokers (hashed) instead of
+    # across AZs. false: seed 000's table to the letter (all alive replicas, cross-AZ).
+    diskless_transformer_az_local_fallback: bool = True
     # Controller mode: host:port of the controllers' HTTP APIs, comma separated. Set, the
     # broker registers with the Raft controller quorum, heartbeats there and follows its
     # metadata log (liveness, topics, leaders); empty, the modes above.

@@ -39,6 +39,33 @@ class _Metrics:
         self.fetched_bytes = Counter(
             "sluice_fetched_bytes", "Record batch bytes sent to consumers", registry=r
         )
+        # Metadata transformer (seeds 000/001): per Metadata request, whether the client
+        # named an AZ that has a live broker (hit), named one without (miss) or none.
+        self.client_az_requests = Counter(
+            "sluice_client_az_requests",
+            "Metadata requests by client AZ match: hit, miss (no broker there), unaware",
+            ["result"],
+            registry=r,
+        )
+        self.transformer_fallbacks = Counter(
+            "sluice_transformer_fallback",
+            "Diskless partitions answered by hash because every replica was offline",
+            registry=r,
+        )
+        self.transformer_routed_around = Counter(
+            "sluice_transformer_offline_replicas_routed_around",
+            "Diskless partition answers that avoided an offline replica",
+            registry=r,
+        )
+        # Cross-AZ cost: bytes in each direction by the client's AZ (from client.id, or
+        # Fetch's rack; "none" when unknown, "other" when it names no broker rack) and
+        # this broker's rack. Sum over brokers where client_az != broker_rack.
+        self.client_bytes = Counter(
+            "sluice_client_bytes",
+            "Record bytes produced/fetched by client AZ and broker rack",
+            ["direction", "client_az", "broker_rack"],
+            registry=r,
+        )
         self.bad_frames = Counter(
             "sluice_closed_connections",
             "Connections closed for malformed input",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -13,9 +14,13 @@ from protocol.codec import RecordChunks
 from storage.coordinator import CoordinatorUnavailable, FindRequest, FindResult
 from storage.object_store import ObjectStoreError
 
+from ..client_az import az_from_client_id, count_fetch
 from ..fetch import leader_epoch_error
+from ..transformer import preferred_read_replica, route_without_replicas
 
 if TYPE_CHECKING:
+    from storage.catalog import Topic
+
     from ..node import Broker
     from ..server import RequestContext
 
@@ -27,13 +32,51 @@ TOPIC_IDS_VERSION = 13
 class _Slot:
     """One requested partition: an immediate error or an index into the find list."""
 
-    __slots__ = ("error", "find_index", "partition", "topic_key")
+    __slots__ = ("error", "find_index", "partition", "preferred", "topic_key")
 
-    def __init__(self, topic_key: Any, partition: int, error: int, find_index: int) -> None:
+    def __init__(
+        self, topic_key: Any, partition: int, error: int, find_index: int, preferred: int = -1
+    ) -> None:
         self.topic_key = topic_key
         self.partition = partition
         self.error = error
         self.find_index = find_index
+        self.preferred = preferred  # KIP-392 preferred read replica, -1: none
+
+
+def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int], int] | None:
+    """For a consumer that sent its rack (Fetch v11+ ``rack_id``, i.e. ``client.rack``):
+    a function giving each partition's preferred read replica in that rack, or None when
+    there is nothing to redirect (no rack, this broker is in it, or no broker there)."""
+    if not rack or rack == broker.config.rack:
+        return None
+    alive = {b.node_id: b.rack for b in broker.endpoints()}
+    if rack not in alive.values():
+        return None
+    me = broker.config.node_id
+    controller = broker.controller
+
+    def find(topic: Topic, partition: int) -> int:
+        if controller is None:
+            chosen = route_without_replicas(topic.topic_id, partition, alive, rack, -1)
+            return chosen if chosen != me else -1
+        image = controller.image
+        topic_image = image.topic_by_id(topic.topic_id)
+        state = image.partition(topic.topic_id, partition)
+        if topic_image is None or not topic_image.diskless or state is None:
+            return -1
+        return preferred_read_replica(
+            topic.topic_id,
+            partition,
+            state.replicas,
+            state.isr,
+            state.leader,
+            alive,
+            rack,
+            me,
+        )
+
+    return find
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -45,6 +88,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         for t in request.topics
         for part in t.partitions
     )
+    rack = getattr(request, "rack_id", None) or None
+    prefer = _preferred_finder(broker, rack)
+    redirected = False
     for fetch_topic in request.topics:
         if by_id:
             key = fetch_topic.topic_id
@@ -68,6 +114,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if error or topic is None:
                 slots.append(_Slot(key, part.partition, error, -1))
                 continue
+            if prefer is not None and (preferred := prefer(topic, part.partition)) >= 0:
+                # Like Kafka: no records, only the replica to switch to (librdkafka skips
+                # records sent alongside a preferred replica anyway).
+                slots.append(_Slot(key, part.partition, 0, -1, preferred))
+                redirected = True
+                continue
             slots.append(_Slot(key, part.partition, 0, len(finds)))
             finds.append(
                 FindRequest(
@@ -76,8 +128,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             )
     max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     max_wait = request.max_wait.total_seconds()
+    # A redirect is answered at once: the consumer should not long-poll the wrong AZ.
+    min_bytes = 0 if redirected else request.min_bytes
+    az = rack or az_from_client_id(ctx.header.client_id)
     return asyncio.ensure_future(
-        _fetch(broker, ctx, slots, finds, max_bytes, request.min_bytes, max_wait, by_id)
+        _fetch(broker, ctx, slots, finds, max_bytes, min_bytes, max_wait, by_id, az)
     )
 
 
@@ -120,6 +175,7 @@ async def _fetch(
     min_bytes: int,
     max_wait: float,
     by_id: bool,
+    az: str | None = None,
 ) -> Any:
     try:
         results, records = await _collect(broker, slots, finds, max_bytes, min_bytes, max_wait)
@@ -128,6 +184,7 @@ async def _fetch(
         log.warning("fetch failed: %s", exc)
         results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
         records = [None] * len(finds)
+    count_fetch(broker, az, records)
     topics: dict[Any, list[dict[str, Any]]] = {}
     for slot in slots:
         entry: dict[str, Any] = {
@@ -137,7 +194,7 @@ async def _fetch(
             "last_stable_offset": -1,
             "log_start_offset": -1,
             "aborted_transactions": None,
-            "preferred_read_replica": -1,
+            "preferred_read_replica": slot.preferred,
             "records": b"",
         }
         if slot.find_index >= 0:

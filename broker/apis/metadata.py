@@ -8,8 +8,11 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic, TopicExists
 
+from ..client_az import client_az
 from ..controller_client import ControllerRefused
+from ..metrics import METRICS
 from ..topics import InvalidTopic
+from ..transformer import DECISIONS, Routing, route, route_without_replicas
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -18,21 +21,28 @@ if TYPE_CHECKING:
 UNKNOWN_OPERATIONS = -(2**31)
 
 
-def topic_entry(broker: Broker, topic: Topic) -> dict[str, Any]:
+def topic_entry(broker: Broker, topic: Topic, routing: Routing | None = None) -> dict[str, Any]:
     return {
         "error_code": 0,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": False,
-        "partitions": [partition_entry(broker, topic, p) for p in range(topic.partitions)],
+        "partitions": [partition_entry(broker, topic, p, routing) for p in range(topic.partitions)],
         "topic_authorized_operations": UNKNOWN_OPERATIONS,
     }
 
 
-def partition_entry(broker: Broker, topic: Topic, partition: int) -> dict[str, Any]:
+def partition_entry(
+    broker: Broker, topic: Topic, partition: int, routing: Routing | None = None
+) -> dict[str, Any]:
     if broker.controller is not None:
-        return _controller_partition_entry(broker, topic, partition)
+        return _controller_partition_entry(broker, topic, partition, routing)
     leader = broker.leader_for(topic, partition)
+    if routing is not None and routing.client_az is not None:
+        # No replica sets without a controller: any live broker of the client's AZ.
+        leader = route_without_replicas(
+            topic.topic_id, partition, routing.alive, routing.client_az, leader
+        )
     return {
         "error_code": 0,
         "partition_index": partition,
@@ -44,8 +54,11 @@ def partition_entry(broker: Broker, topic: Topic, partition: int) -> dict[str, A
     }
 
 
-def _controller_partition_entry(broker: Broker, topic: Topic, partition: int) -> dict[str, Any]:
-    """The partition as the controller placed it: real replicas, leader, epoch and ISR."""
+def _controller_partition_entry(
+    broker: Broker, topic: Topic, partition: int, routing: Routing | None = None
+) -> dict[str, Any]:
+    """The partition as the controller placed it: real replicas, leader, epoch and ISR;
+    for diskless topics, as the transformer routes this client (broker/transformer.py)."""
     assert broker.controller is not None
     image = broker.controller.image
     state = image.partition(topic.topic_id, partition)
@@ -59,6 +72,32 @@ def _controller_partition_entry(broker: Broker, topic: Topic, partition: int) ->
             "isr_nodes": [],
             "offline_replicas": [],
         }
+    topic_image = image.topic_by_id(topic.topic_id)
+    if routing is not None and topic_image is not None and topic_image.diskless:
+        r = route(
+            topic.topic_id,
+            partition,
+            state.replicas,
+            state.isr,
+            state.leader,
+            routing.alive,
+            routing.client_az,
+            routing.local_fallback,
+        )
+        if r.hash_fallback:
+            METRICS.transformer_fallbacks.inc()
+        if r.routed_around:
+            METRICS.transformer_routed_around.inc()
+            DECISIONS.note(topic.name, partition, topic.topic_id, r)
+        return {
+            "error_code": int(ErrorCode.leader_not_available) if r.leader < 0 else 0,
+            "partition_index": partition,
+            "leader_id": r.leader,
+            "leader_epoch": state.leader_epoch,
+            "replica_nodes": list(r.replicas),
+            "isr_nodes": list(r.isr),
+            "offline_replicas": list(r.offline),
+        }
     return {
         # No alive replica: clients wait and ask again (retriable).
         "error_code": int(ErrorCode.leader_not_available) if state.leader < 0 else 0,
@@ -69,6 +108,18 @@ def _controller_partition_entry(broker: Broker, topic: Topic, partition: int) ->
         "isr_nodes": list(state.isr),
         "offline_replicas": image.offline_replicas(state),
     }
+
+
+def _routing(broker: Broker, ctx: RequestContext, request: Any) -> Routing:
+    """The transformer's per-request view, and the client AZ hit/miss/unaware count."""
+    routing = Routing(
+        {b.node_id: b.rack for b in broker.endpoints()},
+        client_az(ctx.header.client_id, request),
+        broker.config.diskless_transformer_az_local_fallback,
+    )
+    result = "unaware" if routing.client_az is None else "hit" if routing.az_has_broker else "miss"
+    METRICS.client_az_requests.labels(result).inc()
+    return routing
 
 
 def _error_entry(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str, Any]:
@@ -84,8 +135,9 @@ def _error_entry(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str,
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     requested = request.topics
+    routing = _routing(broker, ctx, request)
     if requested is None or (version == 0 and not requested):
-        entries = [topic_entry(broker, t) for t in broker.topics.all()]
+        entries = [topic_entry(broker, t, routing) for t in broker.topics.all()]
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         entries = []
@@ -100,7 +152,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if name is None:
                 topic = broker.topics.get_by_id(topic_id) if topic_id else None
                 entries.append(
-                    topic_entry(broker, topic)
+                    topic_entry(broker, topic, routing)
                     if topic
                     else _error_entry(None, topic_id, ErrorCode.unknown_topic_id)
                 )
@@ -114,7 +166,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if topic is None:
                 entries.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
             else:
-                entries.append(topic_entry(broker, topic))
+                entries.append(topic_entry(broker, topic, routing))
     return ctx.respond(
         {
             "throttle_time": 0,

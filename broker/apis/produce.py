@@ -15,6 +15,7 @@ from protocol.records import CONTROL_BIT, TRANSACTIONAL_BIT, InvalidRecords, par
 from storage.catalog import Topic
 
 from ..append import PartitionAppend, PartitionResult
+from ..client_az import count_produce
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -77,6 +78,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 PartitionAppend(topic.topic_id, part.index, records, batches, log_append)
             )
     committed = broker.appender.submit(appends)
+    count_produce(broker, ctx.header.client_id, appends)
     # The answer is completed by a callback on the commit, not by a task awaiting it:
     # one task per request was a measurable share of a small-batch producer's cost.
     answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

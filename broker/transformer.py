@@ -1,0 +1,223 @@
+"""The metadata transformer: which broker(s) a client is told serve a diskless partition.
+
+Pure logic (no broker state) so every case of seed 000's filtering table is unit-tested:
+
+* alive replicas in the client's AZ -> those (AZ-local routing);
+* no alive replica there, but alive brokers there -> one of them by hash (``local_fallback``,
+  on by default; see :func:`route`);
+* else alive replicas exist -> all of them (cross-AZ fallback);
+* every replica offline -> murmur2 hash choice among alive brokers of the client's AZ,
+  else among all alive brokers.
+
+Clients without an AZ get the recorded placement with offline brokers routed around.
+Whenever one broker must be picked from several, it is ``candidates[toPositive(murmur2(
+"<topicId>-<partition>")) % len(candidates)]`` over candidates sorted by node id (seed 001),
+so every broker answers every request alike and each partition keeps one warm cache per AZ.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from uuid import UUID
+
+from protocol.murmur2 import murmur2, to_positive
+
+log = logging.getLogger("sluice.transformer")
+
+# Route.reason values.
+LOCAL = "local"  # an alive replica in the client's AZ
+AZ_HASH = "az_hash"  # no alive replica in the AZ: hashed to an alive broker there
+CROSS_AZ = "cross_az"  # no alive broker in the AZ: all alive replicas
+HASH = "hash"  # every replica offline: hashed over alive brokers
+RECORDED = "recorded"  # unaware client: the controller's placement
+NONE = "none"  # no alive broker at all
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    leader: int  # -1: nothing alive to route to
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...]  # offline replicas listed in ``replicas``
+    reason: str
+    routed_around: tuple[int, ...] = ()  # offline replicas the answer avoided
+    hash_fallback: bool = False  # seed 000's "all replicas offline" hash
+
+    @property
+    def single(self) -> bool:
+        return len(self.replicas) == 1
+
+
+def kafka_uuid(topic_id: UUID) -> str:
+    """A topic id as Kafka prints it (``Uuid.toString``): URL-safe base64, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+@lru_cache(maxsize=65536)
+def partition_hash(topic_id: UUID, partition: int) -> int:
+    """toPositive(murmur2("<topicId>-<partition>")): cached, Metadata asks per partition."""
+    return to_positive(murmur2(f"{kafka_uuid(topic_id)}-{partition}".encode()))
+
+
+def pick(candidates: Sequence[int], topic_id: UUID, partition: int) -> int:
+    ordered = sorted(candidates)
+    return ordered[partition_hash(topic_id, partition) % len(ordered)]
+
+
+def route(
+    topic_id: UUID,
+    partition: int,
+    replicas: Sequence[int],
+    isr: Sequence[int],
+    leader: int,
+    alive: Mapping[int, str | None],
+    client_az: str | None,
+    local_fallback: bool = True,
+) -> Route:
+    """Route one diskless partition. ``alive`` maps each alive broker to its rack.
+
+    ``local_fallback``: when the client's AZ has alive brokers but none is an alive replica
+    (its replica's broker died, or a legacy RF=1 topic lives elsewhere), route to one of
+    them by hash rather than across AZs: any broker serves any diskless partition, so this
+    keeps the bytes in the AZ (seed 001's premise). False follows seed 000's table to the
+    letter (all alive replicas, cross-AZ)."""
+    alive_replicas = [r for r in replicas if r in alive]
+    offline = tuple(r for r in replicas if r not in alive)
+    if client_az is None:
+        return _unaware(topic_id, partition, replicas, isr, leader, alive, alive_replicas, offline)
+    if alive_replicas:
+        local = [r for r in alive_replicas if alive[r] == client_az]
+        if local:
+            chosen = local[0] if len(local) == 1 else pick(local, topic_id, partition)
+            return Route(chosen, (chosen,), (chosen,), (), LOCAL)
+        az_brokers = [b for b, rack in alive.items() if rack == client_az]
+        if local_fallback and az_brokers:
+            chosen = pick(az_brokers, topic_id, partition)
+            return Route(chosen, (chosen,), (chosen,), (), AZ_HASH, routed_around=offline)
+        # Cross-AZ: the alive replicas, led by the recorded leader while it is alive.
+        lead = leader if leader in alive_replicas else pick(alive_replicas, topic_id, partition)
+        in_sync = tuple(r for r in alive_replicas if r in isr or r == lead)
+        return Route(lead, tuple(alive_replicas), in_sync, (), CROSS_AZ, routed_around=offline)
+    return _hash_any(topic_id, partition, alive, client_az, offline)
+
+
+def _unaware(
+    topic_id: UUID,
+    partition: int,
+    replicas: Sequence[int],
+    isr: Sequence[int],
+    leader: int,
+    alive: Mapping[int, str | None],
+    alive_replicas: list[int],
+    offline: tuple[int, ...],
+) -> Route:
+    if leader in alive:
+        return Route(leader, tuple(replicas), tuple(isr), offline, RECORDED)
+    if alive_replicas:
+        # The recorded leader is down and the controller has not moved it yet (it waits
+        # for the session timeout): lead with an alive replica meanwhile.
+        lead = pick(alive_replicas, topic_id, partition)
+        in_sync = tuple(r for r in replicas if (r in isr and r in alive) or r == lead)
+        return Route(lead, tuple(replicas), in_sync, offline, RECORDED, routed_around=offline)
+    return _hash_any(topic_id, partition, alive, None, offline)
+
+
+def _hash_any(
+    topic_id: UUID,
+    partition: int,
+    alive: Mapping[int, str | None],
+    client_az: str | None,
+    offline: tuple[int, ...],
+) -> Route:
+    if not alive:
+        return Route(-1, (), (), offline, NONE)
+    az_brokers = [b for b, rack in alive.items() if rack == client_az] if client_az else []
+    chosen = pick(az_brokers or list(alive), topic_id, partition)
+    return Route(chosen, (chosen,), (chosen,), (), HASH, routed_around=offline, hash_fallback=True)
+
+
+def route_without_replicas(
+    topic_id: UUID, partition: int, alive: Mapping[int, str | None], client_az: str, default: int
+) -> int:
+    """Modes without a controller have no replica sets (any live broker serves any
+    partition): an AZ-aware client gets a hashed broker of its AZ, else ``default``."""
+    az_brokers = [b for b, rack in alive.items() if rack == client_az]
+    return pick(az_brokers, topic_id, partition) if az_brokers else default
+
+
+class DecisionLog:
+    """Seed 000's transformer log lines, once per change of a partition's routing (not per
+    request: clients refresh metadata every few seconds)."""
+
+    MAX_ENTRIES = 100_000
+
+    def __init__(self) -> None:
+        # Decisions already logged: clients of different AZs get different brokers for
+        # one partition, so a per-partition "last decision" would flip and log each time.
+        self._seen: set[tuple[UUID, int, int, tuple[int, ...]]] = set()
+
+    def note(self, topic_name: str, partition: int, topic_id: UUID, r: Route) -> None:
+        if not r.routed_around:
+            return
+        key = (topic_id, partition, r.leader, r.routed_around)
+        if key in self._seen:
+            return
+        if len(self._seen) >= self.MAX_ENTRIES:
+            self._seen.clear()
+        self._seen.add(key)
+        offline = ", ".join(str(b) for b in r.routed_around)
+        if r.hash_fallback:
+            log.warning(
+                "[Transformer] Diskless partition '%s-%d' has ALL replicas offline, "
+                "using hash-based fallback to broker %d",
+                topic_name,
+                partition,
+                r.leader,
+            )
+        else:
+            log.info(
+                "[Transformer] Diskless partition '%s-%d' has offline replica (broker %s), "
+                "routing to alive replica (broker %d)",
+                topic_name,
+                partition,
+                offline,
+                r.leader,
+            )
+
+
+@dataclass(slots=True)
+class Routing:
+    """One Metadata request's view: alive brokers with their racks and the client's AZ,
+    computed once per request rather than per partition."""
+
+    alive: dict[int, str | None]
+    client_az: str | None
+    local_fallback: bool = True
+
+    @property
+    def az_has_broker(self) -> bool:
+        return self.client_az is not None and self.client_az in self.alive.values()
+
+
+DECISIONS = DecisionLog()
+
+
+def preferred_read_replica(
+    topic_id: UUID,
+    partition: int,
+    replicas: Sequence[int],
+    isr: Sequence[int],
+    leader: int,
+    alive: Mapping[int, str | None],
+    rack: str,
+    me: int,
+) -> int:
+    """KIP-392 for a consumer with ``client.rack`` fetching from broker ``me``: the broker
+    of its rack that Metadata would give an AZ-aware client (so both paths warm the same
+    cache), or -1 to serve here (that broker is this one, or the rack has none alive)."""
+    chosen = route(topic_id, partition, replicas, isr, leader, alive, rack).leader
+    return chosen if chosen >= 0 and chosen != me and alive.get(chosen) == rack else -1
