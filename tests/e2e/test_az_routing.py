@@ -18,18 +18,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.cluster import BrokerProcess, LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 pytestmark = pytest.mark.e2e
 
 RACKS = ("az-a", "az-b", "az-c")
-SESSION_MS = 2000
+SESSION_MS = int(FAST_LIVENESS["broker.session.timeout.ms"])
 PARTITIONS = 6
-BROKER_OPTIONS = {
-    "produce.commit.interval.ms": "20",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": str(SESSION_MS),
-    "metadata.refresh.interval.ms": "500",
-}
 # Fast metadata refreshes so clients follow a dead broker's partitions within seconds.
 LIBRDKAFKA_FAST = {"topic.metadata.refresh.interval.ms": 500, "metadata.max.age.ms": 1500}
 _SAMPLE = re.compile(
@@ -41,22 +36,18 @@ Bytes = dict[tuple[str, str, str], float]  # (direction, client_az, broker_rack)
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(
-        tmp_path_factory.mktemp("az"),
+    with running_cluster(
+        tmp_path_factory,
+        "az",
         brokers=6,
         racks=RACKS,
-        broker_options=BROKER_OPTIONS,
+        broker_options=FAST_LIVENESS,
         controllers=3,
         controller_options={"broker.session.timeout.ms": str(SESSION_MS)},
-    )
-    local.up()
-    try:
+    ) as local:
         admin = AdminClient({"bootstrap.servers": local.bootstrap})
         wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, 20, "six brokers")
         yield local
-    finally:
-        local.down()
-        local.remove_data()
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
