@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from protocol.codec import RecordChunks
-from storage.coordinator import CoordinatorUnavailable, FindRequest, FindResult
+from storage.coordinator import (
+    CoordinatorUnavailable,
+    FindRequest,
+    FindResult,
+    LogInfo,
+    PartitionKey,
+)
 from storage.object_store import ObjectStoreError
 
 from ..client_az import az_from_client_id, count_fetch
@@ -32,16 +38,23 @@ TOPIC_IDS_VERSION = 13
 class _Slot:
     """One requested partition: an immediate error or an index into the find list."""
 
-    __slots__ = ("error", "find_index", "partition", "preferred", "topic_key")
+    __slots__ = ("error", "find_index", "log", "partition", "preferred", "topic_key")
 
     def __init__(
-        self, topic_key: Any, partition: int, error: int, find_index: int, preferred: int = -1
+        self,
+        topic_key: Any,
+        partition: int,
+        error: int,
+        find_index: int,
+        preferred: int = -1,
+        log: PartitionKey | None = None,
     ) -> None:
         self.topic_key = topic_key
         self.partition = partition
         self.error = error
         self.find_index = find_index
         self.preferred = preferred  # KIP-392 preferred read replica, -1: none
+        self.log = log  # set on redirects: their offsets are answered from log_info
 
 
 def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int], int] | None:
@@ -117,7 +130,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if prefer is not None and (preferred := prefer(topic, part.partition)) >= 0:
                 # Like Kafka: no records, only the replica to switch to (librdkafka skips
                 # records sent alongside a preferred replica anyway).
-                slots.append(_Slot(key, part.partition, 0, -1, preferred))
+                log_key = PartitionKey(topic.topic_id, part.partition)
+                slots.append(_Slot(key, part.partition, 0, -1, preferred, log_key))
                 redirected = True
                 continue
             slots.append(_Slot(key, part.partition, 0, len(finds)))
@@ -185,6 +199,16 @@ async def _fetch(
         results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
         records = [None] * len(finds)
     count_fetch(broker, az, records)
+    # Redirected partitions carry no records but, as in Kafka, their offsets: one lookup for
+    # all of them (a consumer is redirected once per partition, then fetches elsewhere).
+    redirected = [slot for slot in slots if slot.log is not None]
+    infos: dict[int, LogInfo] = {}
+    if redirected:
+        try:
+            found = await broker.coordinator.log_info([s.log for s in redirected if s.log])
+            infos = {id(s): info for s, info in zip(redirected, found, strict=True)}
+        except CoordinatorUnavailable as exc:
+            log.warning("offsets of redirected partitions unavailable: %s", exc)
     topics: dict[Any, list[dict[str, Any]]] = {}
     for slot in slots:
         entry: dict[str, Any] = {
@@ -197,6 +221,12 @@ async def _fetch(
             "preferred_read_replica": slot.preferred,
             "records": b"",
         }
+        if (info := infos.get(id(slot))) is not None and not info.error:
+            entry.update(
+                high_watermark=info.high_watermark,
+                last_stable_offset=info.high_watermark,
+                log_start_offset=info.log_start_offset,
+            )
         if slot.find_index >= 0:
             result = results[slot.find_index]
             data = records[slot.find_index]
