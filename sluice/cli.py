@@ -20,6 +20,9 @@ from .cluster import DEFAULT_RACKS
 
 log = logging.getLogger("sluice")
 
+# How long a clean stop (flush, answer, deregister) may take before the process just exits.
+SHUTDOWN_TIMEOUT_S = 30.0
+
 
 def _overrides(pairs: Sequence[str]) -> dict[str, str]:
     out = {}
@@ -82,13 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     cluster_sub = cluster.add_subparsers(dest="action", required=True)
     up = cluster_sub.add_parser("up", help="start it and leave it running")
-    up.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    up.add_argument("--brokers", type=int, default=6, help="number of brokers (default 6)")
     up.add_argument(
         "--controllers",
         type=int,
-        default=0,
+        default=3,
         choices=(0, 1, 3, 5),
-        help="controller quorum size (default 0: brokers register in the database)",
+        help="controller quorum size (default 3; 0: brokers register in the database)",
     )
     up.add_argument(
         "--racks",
@@ -208,17 +211,65 @@ async def run_controller(settings: object) -> None:
     await _serve(ControllerService(settings))  # type: ignore[arg-type]
 
 
-async def _serve(broker: object) -> None:
+class StartFailed(Exception):
+    pass
+
+
+async def _serve(server: object, shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+    """Run ``server`` until SIGTERM/SIGINT, then stop it cleanly. A second signal, or a
+    shutdown taking longer than ``shutdown_timeout_s``, exits at once (status 1)."""
+    from storage.coordinator import CoordinatorUnavailable
+    from storage.object_store import ObjectStoreError
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            log.warning("second signal: exiting without finishing the shutdown")
+            logging.shutdown()
+            os._exit(1)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await broker.start()  # type: ignore[attr-defined]
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        await server.start()  # type: ignore[attr-defined]
+    except (CoordinatorUnavailable, ObjectStoreError, OSError, RuntimeError) as exc:
+        raise StartFailed(f"{type(exc).__name__}: {exc}") from exc
     try:
         await stop.wait()
     finally:
         log.info("shutting down")
-        await broker.stop()  # type: ignore[attr-defined]
+        try:
+            await asyncio.wait_for(server.stop(), shutdown_timeout_s)  # type: ignore[attr-defined]
+        except TimeoutError:
+            log.error("shutdown did not finish within %.0f s; exiting", shutdown_timeout_s)
+            logging.shutdown()
+            os._exit(1)
+
+
+def _log_as(who: str) -> None:
+    """Every log line names the process ("broker 3 az-b"): logs of a cluster get merged."""
+    formatter = logging.Formatter(f"%(asctime)s %(levelname)s [{who}] %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
+
+
+def _storage_summary(config: BrokerConfig) -> str:
+    """Where the broker looked for its storage, without secrets."""
+    from urllib.parse import urlsplit
+
+    if config.coordinator == "postgresql":
+        dsn = urlsplit(config.coordinator_dsn)
+        coordinator = f"PostgreSQL at {dsn.hostname}:{dsn.port or 5432}{dsn.path}"
+    else:
+        coordinator = f"SQLite in {config.data_dir}"
+    if config.object_store == "s3":
+        store = f"S3 bucket {config.s3_bucket!r} at {config.s3_endpoint or 'AWS'}"
+    else:
+        store = f"objects in {config.data_dir}"
+    return f"{coordinator}; {store}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -240,10 +291,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2
         runner = uvloop.run if uvloop else asyncio.run
+        _log_as(f"broker {config.node_id}" + (f" {config.rack}" if config.rack else ""))
         # `sluice dev` is a whole cluster in one process: its controller runs inside (unless
         # the config points at a quorum); `sluice broker` follows the configured quorum.
         embedded = args.command == "dev" and not config.controller_mode
-        runner(run_broker(config, embedded))
+        try:
+            runner(run_broker(config, embedded))
+        except StartFailed as exc:
+            print(f"sluice: cannot start broker {config.node_id}: {exc}", file=sys.stderr)
+            print(f"sluice: storage: {_storage_summary(config)}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "controller":
         from controller.config import load_settings
@@ -259,7 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2
         runner = uvloop.run if uvloop else asyncio.run
-        runner(run_controller(settings))
+        _log_as(f"controller {settings.node_id}")
+        try:
+            runner(run_controller(settings))
+        except StartFailed as exc:
+            print(f"sluice: cannot start controller {settings.node_id}: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "cluster":
         return run_cluster(args)

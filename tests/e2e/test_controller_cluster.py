@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
-from ._kafka import assert_exactly_once, confluent_consume, stream_through
+from ._kafka import assert_exactly_once, confluent_consume, kcat, stream_through
 
 pytestmark = pytest.mark.e2e
 
@@ -127,3 +127,51 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
         10,
         "preferred leadership restored",
     )
+
+
+def test_kcat_and_confluent_through_every_broker(cluster: LocalCluster, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(20)
+    wait_until(lambda: len(describe(admin, topic)) == 6, 10, "the topic's partitions")
+    leaders = {p: leader for p, (leader, _, _) in describe(admin, topic).items()}
+    assert set(leaders.values()) == {b.node_id for b in cluster.brokers}  # one each
+    for partition, leader in leaders.items():
+        # kcat bootstrapped on the partition's leader writes there.
+        lines = "".join(f"k{partition}:v{partition}-{i}\n" for i in range(20))
+        kcat(
+            [
+                "-b",
+                cluster.broker(leader).bootstrap,
+                "-P",
+                "-t",
+                topic,
+                "-p",
+                str(partition),
+                "-K:",
+            ],
+            stdin=lines.encode(),
+        )
+    got = confluent_consume(cluster.bootstrap, topic, partitions=range(6), expected=120)
+    by_partition = Counter(g.partition for g in got)
+    assert by_partition == {p: 20 for p in range(6)}
+    assert all(g.value == f"v{g.partition}-{g.offset}".encode() for g in got)
+
+
+def test_sigterm_under_load_loses_nothing(cluster: LocalCluster, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(20)
+    wait_until(lambda: len(describe(admin, topic)) == 6, 10, "the topic's partitions")
+    victim = cluster.brokers[2]
+    exit_codes: list[int] = []
+
+    def stop_and_restart() -> None:
+        exit_codes.append(victim.stop())  # SIGTERM: flush, answer, deregister
+        time.sleep(0.5)
+        victim.start()
+
+    stream = stream_through(cluster.bootstrap, topic, 2000, stop_and_restart)
+    assert exit_codes == [0], victim.log_tail()
+    got = confluent_consume(cluster.bootstrap, topic, partitions=range(6), expected=2000)
+    # Every acknowledged record once, and no delivery error reached the application (the
+    # client only retried).
+    assert_exactly_once(stream, got, 6)

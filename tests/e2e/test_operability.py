@@ -1,0 +1,49 @@
+"""What an operator sees: clear start errors, log lines that say which process wrote them."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sluice.launch.process import free_port, sluice_command
+
+from .conftest import SluiceBroker
+
+pytestmark = pytest.mark.e2e
+
+
+def test_unreachable_postgresql_is_named_and_the_broker_exits(tmp_path: Path) -> None:
+    closed = free_port()  # nothing listens there
+    config = tmp_path / "broker.properties"
+    config.write_text(
+        "coordinator=postgresql\n"
+        f"coordinator.dsn=postgresql://sluice:hunter2@127.0.0.1:{closed}/meta\n"
+        f"data.dir={tmp_path / 'data'}\nport={free_port()}\n"
+    )
+    done = subprocess.run(
+        [*sluice_command(), "broker", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"PostgreSQL at 127.0.0.1:{closed}/meta" in done.stderr
+    assert "cannot start broker 1" in done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
+
+
+def test_unknown_config_key_is_refused_at_start(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*sluice_command(), "dev", "--data-dir", str(tmp_path), "-o", "retention.hours=1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "unknown config 'retention.hours'" in done.stderr
+
+
+def test_log_lines_name_the_process(fresh_broker: SluiceBroker) -> None:
+    assert "[broker 1] broker.node: sluice broker 1 listening" in fresh_broker.log_tail()
