@@ -35,6 +35,7 @@ def object_store(config: BrokerConfig) -> ObjectStore:
                 secret_key=config.s3_secret_key or None,
                 path_style=config.s3_path_style,
                 key_prefix=config.s3_key_prefix,
+                verify_on_start=True,
             )
         )
     raise ValueError(f"object.store must be local or s3, not {config.object_store!r}")

@@ -79,6 +79,9 @@ class S3Config:
     op_timeout_s: float = 10.0
     max_attempts: int = 3
     create_bucket: bool = False  # dev and tests; production buckets are provisioned
+    # Brokers check at start that the bucket answers, so a wrong endpoint, bucket or
+    # credential fails the start with a clear error instead of the first produce.
+    verify_on_start: bool = False
     connect_timeout_s: float = 5.0
     backoff_base_s: float = 0.1
     backoff_max_s: float = 5.0
@@ -231,12 +234,14 @@ class S3ObjectStore(ObjectStore):
             )
         )
         self._stack = stack
-        if c.create_bucket:
-            try:
+        try:
+            if c.create_bucket:
                 await self._ensure_bucket()
-            except BaseException:
-                await self.close()
-                raise
+            elif c.verify_on_start:
+                await self._verify_bucket()
+        except BaseException:
+            await self.close()
+            raise
 
     async def close(self) -> None:
         stack, self._stack, self._client = self._stack, None, None
@@ -364,6 +369,19 @@ class S3ObjectStore(ObjectStore):
         if self._client is None:
             raise ObjectStoreError("S3 object store is not started")
         return self._client
+
+    async def _verify_bucket(self) -> None:
+        c = self.config
+
+        async def attempt() -> None:
+            await self._c().head_bucket(Bucket=c.bucket)
+
+        try:
+            await self._retrying("check bucket", c.bucket, attempt)
+        except ObjectStoreError as exc:
+            raise ObjectStoreError(
+                f"S3 bucket {c.bucket!r} at {c.endpoint_url or 'AWS'} is not usable: {exc}"
+            ) from exc
 
     async def _ensure_bucket(self) -> None:
         c = self.config

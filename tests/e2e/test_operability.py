@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,3 +48,22 @@ def test_unknown_config_key_is_refused_at_start(tmp_path: Path) -> None:
 
 def test_log_lines_name_the_process(fresh_broker: SluiceBroker) -> None:
     assert "[broker 1] broker.node: sluice broker 1 listening" in fresh_broker.log_tail()
+
+
+def test_missing_bucket_is_named_and_the_broker_exits(tmp_path: Path, s3_server: Any) -> None:
+    config = tmp_path / "broker.properties"
+    config.write_text(
+        "object.store=s3\n"
+        f"s3.endpoint={s3_server.endpoint_url}\ns3.bucket=no-such-bucket\n"
+        f"s3.access.key={s3_server.access_key}\ns3.secret.key={s3_server.secret_key}\n"
+        f"data.dir={tmp_path / 'data'}\nport={free_port()}\n"
+    )
+    done = subprocess.run(
+        [*sluice_command(), "broker", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"S3 bucket 'no-such-bucket' at {s3_server.endpoint_url} is not usable" in done.stderr
+    assert s3_server.secret_key not in done.stderr + done.stdout
