@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from storage.block_cache import BlockCache
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -73,5 +78,25 @@ class _Metrics:
             registry=r,
         )
 
+        # The fetch cache's own counts, read when scraped (the cache is storage code and
+        # knows nothing of Prometheus). Gauges of monotonic counts: rate() applies.
+        self.cache_hit_blocks = Gauge(
+            "sluice_fetch_cache_hit_blocks",
+            "Blocks served from the fetch cache since start",
+            registry=r,
+        )
+        self.cache_miss_blocks = Gauge(
+            "sluice_fetch_cache_miss_blocks",
+            "Blocks loaded from the object store since start",
+            registry=r,
+        )
+        self.cache_bytes = Gauge(
+            "sluice_fetch_cache_bytes", "Bytes held by the fetch cache", registry=r
+        )
+
+    def watch_cache(self, cache: BlockCache) -> None:
+        self.cache_hit_blocks.set_function(lambda: cache.hits)
+        self.cache_miss_blocks.set_function(lambda: cache.misses)
+        self.cache_bytes.set_function(lambda: cache.current_bytes)
 
 METRICS = _Metrics()

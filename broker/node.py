@@ -62,6 +62,7 @@ class Broker:
         # brokers come from the metadata image this broker follows.
         self.controller = catalog if isinstance(catalog, ControllerCatalog) else None
         self.cache = BlockCache(store, config.fetch_cache_block_bytes, config.fetch_cache_max_bytes)
+        METRICS.watch_cache(self.cache)
         self.topics = TopicRegistry(catalog, coordinator, config)
         self.watch = CommitWatch()
         self.appender = Appender(

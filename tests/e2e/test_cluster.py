@@ -266,6 +266,10 @@ def test_metrics_and_health_endpoints(healthy: LocalCluster, topic: str) -> None
     confluent_produce(healthy.bootstrap, topic, standard_messages(n=30), partition=None)
     after = sum(b.metrics().get("sluice_produced_bytes_total", 0) for b in healthy.brokers)
     assert after > before
+    # Fresh objects go into the fetch cache on write; a tail read is then a cache hit.
+    assert any(b.metrics().get("sluice_fetch_cache_bytes", 0) > 0 for b in healthy.brokers)
+    confluent_consume(healthy.bootstrap, topic, partitions=range(3), expected=30)
+    assert sum(b.metrics().get("sluice_fetch_cache_hit_blocks", 0) for b in healthy.brokers) > 0
     for b in healthy.brokers:
         assert b.http_get("/healthz")[0] == 200
         assert b.http_get("/readyz") == (200, "ready\n")
