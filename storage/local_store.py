@@ -14,10 +14,10 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+from storage.durable import fsync_dir, write_all
 from storage.object_store import Chunks, ObjectNotFound, ObjectStore, StoredObject
 
 # writev takes at most IOV_MAX buffers per call.
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 _TMP_MARK = ".tmp-"
 LIST_PAGE = 1000
 
@@ -78,7 +78,7 @@ class LocalObjectStore(ObjectStore):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                _write_all(fd, chunks)
+                write_all(fd, chunks)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -86,7 +86,7 @@ class LocalObjectStore(ObjectStore):
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     def _make_dirs(self, directory: Path) -> None:
         """mkdir -p that also fsyncs each parent whose entries it changed."""
@@ -100,33 +100,7 @@ class LocalObjectStore(ObjectStore):
                 d.mkdir()
             except FileExistsError:
                 continue  # a concurrent put made it
-            _fsync_dir(d.parent)
-
-
-def _write_all(fd: int, chunks: Chunks) -> None:
-    """writev the chunks without joining them, coping with short writes."""
-    views = [memoryview(c).cast("B") for c in chunks]
-    views = [v for v in views if len(v)]
-    i = 0
-    while i < len(views):
-        written = os.writev(fd, views[i : i + _IOV_MAX])
-        # Skip the buffers written whole, trim the one written in part.
-        while written and i < len(views):
-            n = len(views[i])
-            if written >= n:
-                written -= n
-                i += 1
-            else:
-                views[i] = views[i][written:]
-                written = 0
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+            fsync_dir(d.parent)
 
 
 def _read_range(path: Path, key: str, offset: int, length: int) -> bytes:

@@ -44,6 +44,7 @@ from controller.raft.messages import (
     decode_entries,
     encode_entries,
 )
+from storage.durable import fsync_dir, write_all
 
 log = logging.getLogger(__name__)
 
@@ -73,37 +74,21 @@ class StorageError(Exception):
     cluster's data, a voter set that differs from the configuration)."""
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _frame(payload: list[bytes]) -> list[bytes]:
     body = b"".join(payload)
     return [_FRAME.pack(len(body), crc32c(body)), body]
-
-
-def _write_all(fd: int, chunks: list[bytes]) -> None:
-    data = b"".join(chunks)
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
 
 
 def _atomic_write(path: Path, chunks: list[bytes]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        _write_all(fd, chunks)
+        write_all(fd, chunks)
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)  # without it a power loss may forget the rename
+    fsync_dir(path.parent)  # without it a power loss may forget the rename
 
 
 def _hard_state_record(hs: HardState) -> list[bytes]:
@@ -255,7 +240,7 @@ class DiskStorage:
             if rd.hard_state is not None:
                 chunks += _hard_state_record(rd.hard_state)
             if chunks:
-                _write_all(self._fd, chunks)
+                write_all(self._fd, chunks)
                 if rd.must_sync and self._fsync:
                     os.fdatasync(self._fd)
         self._hs = hs
