@@ -9,6 +9,7 @@ protocol.record_scan's decompression.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from protocol.records import (
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
     TRANSACTIONAL_BIT,
+    record_heads,
 )
 
 # Control record types (the key of a control record: version int16, type int16).
@@ -154,30 +156,11 @@ class CommittedFilter:
 
 def _record_spans(data: bytes, count: int) -> list[tuple[int, int, int]]:
     """(start, end, offset delta) of each record in an uncompressed records section."""
-    spans = []
-    pos = 0
-    for _ in range(count):
-        length, body = _varint(data, pos)
-        end = body + length
-        p = body + 1  # attributes
-        _ts_delta, p = _varint(data, p)
-        offset_delta, p = _varint(data, p)
-        spans.append((pos, end, offset_delta))
-        pos = end
-    if pos != len(data):
+    heads = itertools.islice(record_heads(data), count)
+    spans = [(start, end, delta) for start, end, _ts, delta in heads]
+    if len(spans) != count or (spans[-1][1] if spans else 0) != len(data):
         raise CorruptBatch("records section does not end where its records do")
     return spans
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
 
 
 def filter_batch(

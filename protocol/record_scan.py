@@ -10,19 +10,10 @@ from __future__ import annotations
 import struct
 
 from .compression import CODEC_MASK, decompress
-from .records import HEADER_SIZE, TIMESTAMP_TYPE_BIT
+from .records import HEADER_SIZE, TIMESTAMP_TYPE_BIT, record_heads
 
 _FIELDS = struct.Struct(">hiqq")  # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp
 _FIELDS_OFFSET = 21
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
 
 
 def record_timestamps(batch: bytes) -> list[tuple[int, int]]:
@@ -32,17 +23,9 @@ def record_timestamps(batch: bytes) -> list[tuple[int, int]]:
         # LogAppendTime: every record carries the batch's append time.
         return [(delta, max_ts) for delta in range(last_delta + 1)]
     data = decompress(attributes & CODEC_MASK, bytes(batch[HEADER_SIZE:]))
-    out = []
-    pos = 0
-    while pos < len(data):
-        length, pos = _varint(data, pos)
-        end = pos + length
-        pos += 1  # record attributes
-        ts_delta, pos = _varint(data, pos)
-        offset_delta, pos = _varint(data, pos)
-        out.append((offset_delta, base_ts + ts_delta))
-        pos = end
-    return out
+    return [
+        (offset_delta, base_ts + ts_delta) for _, _, ts_delta, offset_delta in record_heads(data)
+    ]
 
 
 def first_at_or_after(batch: bytes, timestamp: int) -> tuple[int, int] | None:

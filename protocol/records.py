@@ -8,6 +8,7 @@ work on the hot path). See the Kafka protocol's "Record Batch" layout.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import crc32c
@@ -172,3 +173,28 @@ def patched_prefix(base_offset: int, batch_size: int, leader_epoch: int) -> byte
 
 
 PATCHED_PREFIX_SIZE = _PREFIX.size
+
+
+def record_heads(records: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(start, end, timestamp delta, offset delta) of each record of an uncompressed records
+    section, in order. Only the rare readers inside batches use this (ListOffsets by time,
+    the compaction job); the produce and fetch paths never do."""
+    pos = 0
+    while pos < len(records):
+        length, body = _zigzag_varint(records, pos)
+        ts_delta, p = _zigzag_varint(records, body + 1)  # after the record's attributes byte
+        offset_delta, _ = _zigzag_varint(records, p)
+        end = body + length
+        yield pos, end, ts_delta, offset_delta
+        pos = end
+
+
+def _zigzag_varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
