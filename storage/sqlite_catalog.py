@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from uuid import UUID
 
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
-from storage.sqlite_coordinator import SqliteThread, run_transaction
+from storage.sqlite_coordinator import SqliteUser
 
 MIGRATIONS: list[list[str]] = [
     [
@@ -43,30 +43,24 @@ def _dump(configs: Mapping[str, str]) -> str:
     return json.dumps(dict(configs), sort_keys=True)
 
 
-class SqliteCatalog(TopicCatalog):
+class SqliteCatalog(SqliteUser, TopicCatalog):
     def __init__(self, path: str) -> None:
-        self._db = SqliteThread(path, "catalog", MIGRATIONS, "sluice-catalog")
-
-    async def start(self) -> None:
-        await self._db.run(lambda conn: None)
-
-    async def close(self) -> None:
-        await self._db.close()
+        super().__init__(path, "catalog", MIGRATIONS, "sluice-catalog")
 
     async def list_topics(self) -> list[Topic]:
-        return await self._db.run(run_transaction, False, _list_topics)
+        return await self._read(_list_topics)
 
     async def create_topic(self, topic: Topic) -> None:
-        await self._db.run(run_transaction, True, _create_topic, topic)
+        await self._write(_create_topic, topic)
 
     async def delete_topic(self, name: str) -> Topic:
-        return await self._db.run(run_transaction, True, _delete_topic, name)
+        return await self._write(_delete_topic, name)
 
     async def set_partitions(self, name: str, count: int) -> Topic:
-        return await self._db.run(run_transaction, True, _set_partitions, name, count)
+        return await self._write(_set_partitions, name, count)
 
     async def set_configs(self, name: str, configs: Mapping[str, str | None]) -> Topic:
-        return await self._db.run(run_transaction, True, _set_configs, name, dict(configs))
+        return await self._write(_set_configs, name, dict(configs))
 
 
 def _list_topics(cur: sqlite3.Cursor) -> list[Topic]:

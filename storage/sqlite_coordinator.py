@@ -131,6 +131,29 @@ class SqliteThread:
             self._conn = None
 
 
+class SqliteUser:
+    """A backend on one SqliteThread (the coordinator, the catalog, the group store): start()
+    opens the connection, which applies the component's migrations; ``_write``/``_read`` run
+    one transaction on the thread (the SQLite twin of postgres_pool.PoolUser)."""
+
+    def __init__(
+        self, path: str, component: str, migrations: Sequence[Sequence[str]], thread_name: str
+    ) -> None:
+        self._db = SqliteThread(path, component, migrations, thread_name)
+
+    async def start(self) -> None:
+        await self._db.run(lambda conn: None)
+
+    async def close(self) -> None:
+        await self._db.close()
+
+    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._db.run(run_transaction, True, fn, *args)
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._db.run(run_transaction, False, fn, *args)
+
+
 def migrate(conn: sqlite3.Connection, component: str, migrations: Sequence[Sequence[str]]) -> None:
     """Apply the migrations past the stored version, all in one transaction.
 
@@ -354,28 +377,15 @@ def _mark_files_if_empty(cur: sqlite3.Cursor, file_ids: set[int], now_ms: int) -
 # --------------------------------------------------------------------------- coordinator
 
 
-class SqliteCoordinator(BatchCoordinator):
+class SqliteCoordinator(SqliteUser, BatchCoordinator):
     """BatchCoordinator on one SQLite file (the embedded, single-node default)."""
 
     def __init__(self, path: str, max_batches_per_partition: int = 5000) -> None:
-        self._db = SqliteThread(path, "coordinator", MIGRATIONS, "sluice-coordinator")
+        super().__init__(path, "coordinator", MIGRATIONS, "sluice-coordinator")
         # A safety bound on one partition's share of a fetch answer: with tiny batches a
         # large max_bytes could otherwise list hundreds of thousands of locations. The
         # consumer simply fetches again from where the answer ended.
         self._max_batches = max_batches_per_partition
-
-    async def start(self) -> None:
-        # Opening the connection applies migrations.
-        await self._db.run(lambda conn: None)
-
-    async def close(self) -> None:
-        await self._db.close()
-
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(run_transaction, True, fn, *args)
-
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(run_transaction, False, fn, *args)
 
     # ---------------------------------------------------------------- logs
 

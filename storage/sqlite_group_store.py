@@ -10,12 +10,12 @@ timeout covers the other connection's short transactions.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
 from storage.group_store import CommittedOffset, GroupStore, OffsetKey
-from storage.sqlite_coordinator import SqliteThread, run_transaction
+from storage.sqlite_coordinator import SqliteUser
 
 T = TypeVar("T")
 
@@ -43,22 +43,9 @@ def _offset(row: tuple[Any, ...]) -> CommittedOffset:
     return CommittedOffset(UUID(bytes=row[0]), row[1], row[2], row[3], row[4], row[5])
 
 
-class SqliteGroupStore(GroupStore):
+class SqliteGroupStore(SqliteUser, GroupStore):
     def __init__(self, path: str) -> None:
-        self._db = SqliteThread(path, "groups", MIGRATIONS, "sluice-groups")
-
-    async def start(self) -> None:
-        # Opening the connection applies migrations.
-        await self._db.run(lambda conn: None)
-
-    async def close(self) -> None:
-        await self._db.close()
-
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(run_transaction, True, fn, *args)
-
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(run_transaction, False, fn, *args)
+        super().__init__(path, "groups", MIGRATIONS, "sluice-groups")
 
     async def commit_offsets(self, group_id: str, offsets: Sequence[CommittedOffset]) -> None:
         rows = [
