@@ -20,6 +20,19 @@ log = logging.getLogger(__name__)
 ReadinessCheck = Callable[[], str | None]
 
 
+async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``app`` on host:port (0: a free port); returns the runner and the bound port.
+    The shutdown wait is bounded: a stop must not hang on open requests (long polls)."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    server = site._server  # aiohttp keeps the bound socket here; port 0 needs it
+    if server is not None and server.sockets:  # type: ignore[attr-defined]
+        port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+    return runner, port
+
+
 class HttpEndpoint:
     def __init__(
         self, host: str, port: int, registry: CollectorRegistry, readiness: ReadinessCheck
@@ -36,13 +49,7 @@ class HttpEndpoint:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
-        server = site._server  # aiohttp keeps the bound socket here; port 0 needs it
-        if server is not None and server.sockets:  # type: ignore[attr-defined]
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        self._runner, self.port = await serve(app, self._host, self._port)
         log.info("metrics and health on http://%s:%d", self._host, self.port)
 
     async def close(self) -> None:

@@ -24,6 +24,7 @@ from uuid import UUID
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
+from broker.http_endpoint import serve
 from controller import metrics as image_metrics
 from controller.logic import ControllerConfig, ControllerLogic
 from controller.raft.messages import CommitUnknown, NotLeader
@@ -122,14 +123,8 @@ class ControllerService:
             web.get("/v1/reassignments", self._list_reassignments),
         ]
         app.add_routes(routes)
-        # Bounded: a stop must not wait for long polls (they are woken, see stop()).
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.host, self.settings.http_port)
-        await site.start()
-        server = site._server
-        if server is not None and server.sockets:  # type: ignore[attr-defined]
-            self.http_port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
+        # Long polls are woken at stop() and the runner's shutdown wait is bounded.
+        self._runner, self.http_port = await serve(app, self.settings.host, self.settings.http_port)
         self._tasks.append(asyncio.create_task(self._tick_loop()))
         log.info(
             "sluice controller %d: raft on %s, api on http://%s:%d",
