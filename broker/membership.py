@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from controller.requests import BrokerRegistrationRequest
 from storage.coordinator import BatchCoordinator, BrokerRegistration, CoordinatorUnavailable
 
+from .background import cancel_and_wait
 from .controller_client import ControllerClient, ControllerRefused
 from .metadata_follower import MetadataFollower
 
@@ -128,11 +129,8 @@ class RegistryMembership(Membership):
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         # Leaving at once lets the others route around this broker without waiting
         # for the session timeout.
         with contextlib.suppress(CoordinatorUnavailable):
@@ -212,11 +210,8 @@ class ControllerMembership(Membership):
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
         if self.broker_epoch < 0:
             return
         try:

@@ -28,6 +28,7 @@ from controller.image import ImageError, MetadataImage
 from controller.records import DecodeError, decode_batch
 from storage.coordinator import PartitionKey
 
+from .background import cancel_and_wait
 from .controller_client import ControllerClient, ControllerRefused, MetadataChunk
 
 if TYPE_CHECKING:
@@ -99,11 +100,8 @@ class MetadataFollower:
         self._task = asyncio.create_task(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait([self._task])
+        self._task = None
 
     async def wait_for(self, index: int, timeout: float) -> bool:
         """Waits until the image includes ``index`` (read-your-writes); False on timeout."""

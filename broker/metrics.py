@@ -99,4 +99,5 @@ class _Metrics:
         self.cache_miss_blocks.set_function(lambda: cache.misses)
         self.cache_bytes.set_function(lambda: cache.current_bytes)
 
+
 METRICS = _Metrics()

@@ -19,6 +19,7 @@ from storage.group_store import GroupStore
 from storage.object_store import ObjectStore
 
 from .append import Appender
+from .background import cancel_and_wait
 from .config import BrokerConfig
 from .controller_catalog import ControllerCatalog
 from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
@@ -193,11 +194,7 @@ class Broker:
         await self.appender.close()
         if self._server is not None:
             await self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         if self._membership is not None:
             await self._membership.stop()
         if self._http is not None:

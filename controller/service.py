@@ -11,7 +11,6 @@ term is applied) and gives every broker a fresh session (rule 2).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import time
@@ -24,6 +23,7 @@ from uuid import UUID
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
+from broker.background import cancel_and_wait
 from broker.http_endpoint import serve
 from controller import metrics as image_metrics
 from controller.logic import ControllerConfig, ControllerLogic
@@ -138,11 +138,7 @@ class ControllerService:
         # Answer waiting long polls now: the HTTP server's shutdown waits for its handlers.
         self.state.closing = True
         self.state.wake()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         if self._runner is not None:
             await self._runner.cleanup()
         await self.node.stop()

@@ -19,9 +19,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
     keys: list[PartitionKey] = []
     waiting: list[tuple[dict[str, Any], int, int]] = []
-    await broker.topics.ensure(
-        (t.topic, p.partition) for t in request.topics for p in t.partitions
-    )
+    await broker.topics.ensure((t.topic, p.partition) for t in request.topics for p in t.partitions)
     for topic_req in request.topics:
         for part in topic_req.partitions:
             entry: dict[str, Any] = {

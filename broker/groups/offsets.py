@@ -9,7 +9,6 @@ background loop on each group's coordinator.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import sqlite3
@@ -22,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from storage.coordinator import CoordinatorUnavailable
 from storage.group_store import CommittedOffset, GroupStore, OffsetKey
 
+from ..background import cancel_and_wait
 from .coordinator import GroupConfig, GroupCoordinator, wall_clock_ms
 from .group import CONSUMER_PROTOCOL_TYPE, GroupState
 
@@ -70,11 +70,8 @@ class GroupOffsets:
         self._expiry_task = asyncio.create_task(self._expiry_loop())
 
     async def stop(self) -> None:
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry_task
-            self._expiry_task = None
+        await cancel_and_wait([self._expiry_task])
+        self._expiry_task = None
 
     # ---------------------------------------------------------------- commit
 

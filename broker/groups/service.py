@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
 from storage.group_store import GroupStore
 
+from ..background import cancel_and_wait
 from .admin import GroupAdmin
 from .coordinator import GroupConfig, GroupCoordinator, Scheduler, wall_clock_ms
 from .offsets import GroupOffsets
@@ -52,11 +52,8 @@ class GroupService:
         self.coordinator.resign_all()
 
     async def close(self) -> None:
-        if self._ownership_task is not None:
-            self._ownership_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ownership_task
-            self._ownership_task = None
+        await cancel_and_wait([self._ownership_task])
+        self._ownership_task = None
         self.coordinator.resign_all()
         await self.offsets.stop()
         await self.store.close()
