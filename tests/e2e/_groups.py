@@ -177,16 +177,6 @@ class Members:
             member.cleanup()
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> float:
-    """Poll ``predicate``; returns the seconds it took."""
-    start = time.monotonic()
-    while not predicate():
-        if time.monotonic() - start > timeout:
-            raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
-        time.sleep(0.05)
-    return time.monotonic() - start
-
-
 def partitioned(members: Iterable[MemberProcess], partitions: int) -> bool:
     """Every partition owned by exactly one of ``members``, each owning at least one."""
     owned = [m.assignment for m in members]

@@ -547,3 +547,13 @@ def assert_exactly_once(stream: Stream, got: Sequence[Got], partitions: int) -> 
         assert ps == sorted(ps), f"partition {p}: records out of send order"
     stored = {(g.partition, g.offset): int(g.value or b"-1") for g in got}
     assert all(stored[(p, o)] == s for p, o, s in stream.delivered)
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> float:
+    """Poll ``predicate``; returns the seconds it took, fails the test after ``timeout``."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
+        time.sleep(0.05)
+    return time.monotonic() - start

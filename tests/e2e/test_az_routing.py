@@ -11,7 +11,7 @@ import asyncio
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -19,6 +19,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.cluster import BrokerProcess, LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+
+from ._kafka import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -46,17 +48,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         controller_options={"broker.session.timeout.ms": str(SESSION_MS)},
     ) as local:
         admin = AdminClient({"bootstrap.servers": local.bootstrap})
-        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, 20, "six brokers")
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, "six brokers", 20)
         yield local
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def client_bytes(cluster: LocalCluster) -> Bytes:
@@ -89,8 +82,8 @@ def create_topic(cluster: LocalCluster, name: str) -> None:
     admin.create_topics([NewTopic(name, num_partitions=PARTITIONS)])[name].result(20)
     wait_until(
         lambda: len(admin.list_topics(name, timeout=10).topics[name].partitions) == PARTITIONS,
-        10,
         "the topic's partitions",
+        10,
     )
 
 
@@ -226,8 +219,8 @@ def _kill_and_wait_fenced(cluster: LocalCluster, victims: list[BrokerProcess]) -
     dead = {v.node_id for v in victims}
     wait_until(
         lambda: not dead & set(admin.list_topics(timeout=10).brokers),
-        SESSION_MS / 1000 + 8,
         "the dead brokers to be fenced",
+        SESSION_MS / 1000 + 8,
     )
 
 
@@ -263,7 +256,7 @@ def test_dead_broker_partitions_move_to_the_other_broker_of_its_az(
 def test_az_without_brokers_falls_back_across_azs(cluster: LocalCluster, topic: str) -> None:
     create_topic(cluster, topic)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, 20, "six brokers")
+    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, "six brokers", 20)
     victims = [b for b in cluster.brokers if b.rack == "az-c"]
     _kill_and_wait_fenced(cluster, victims)
     boot = ",".join(f"{b.host}:{b.port}" for b in cluster.brokers if b.rack != "az-c")

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
-from ._kafka import assert_exactly_once, confluent_consume, kcat, stream_through
+from ._kafka import assert_exactly_once, confluent_consume, kcat, stream_through, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -46,21 +46,12 @@ def describe(admin: AdminClient, topic: str) -> dict[int, tuple[int, list[int], 
     return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in md.partitions.values()}
 
 
-def wait_until(check, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def test_placement_is_rack_aware_with_balanced_leaders(cluster: LocalCluster, topic: str) -> None:
     rack_of = {b.node_id: b.rack for b in cluster.brokers}
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, 15, "six live brokers")
+    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, "six live brokers", 15)
     admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(20)
-    wait_until(lambda: len(describe(admin, topic)) == 6, 10, "the topic's partitions")
+    wait_until(lambda: len(describe(admin, topic)) == 6, "the topic's partitions", 10)
     parts = describe(admin, topic)
     for leader, replicas, isr in parts.values():
         assert len(replicas) == 3 and sorted(rack_of[r] for r in replicas) == sorted(RACKS)
@@ -77,7 +68,7 @@ def test_placement_is_rack_aware_with_balanced_leaders(cluster: LocalCluster, to
 
     # New partitions follow the same rule.
     admin.create_partitions([NewPartitions(topic, 9)])[topic].result(20)
-    wait_until(lambda: len(describe(admin, topic)) == 9, 10, "nine partitions")
+    wait_until(lambda: len(describe(admin, topic)) == 9, "nine partitions", 10)
     for leader, replicas, _ in describe(admin, topic).values():
         assert sorted(rack_of[r] for r in replicas) == sorted(RACKS) and leader in replicas
 
@@ -87,7 +78,7 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
 ) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(20)
-    wait_until(lambda: len(describe(admin, topic)) == 6, 10, "the topic's partitions")
+    wait_until(lambda: len(describe(admin, topic)) == 6, "the topic's partitions", 10)
     victim = cluster.brokers[4]
     led_by_victim = [
         p for p, (leader, _, _) in describe(admin, topic).items() if leader == victim.node_id
@@ -103,8 +94,8 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
                 victim.node_id not in isr and leader != victim.node_id
                 for leader, _, isr in describe(admin, topic).values()
             ),
-            SESSION_MS / 1000 + 5,
             "the dead broker to be fenced",
+            SESSION_MS / 1000 + 5,
         )
 
     stream = stream_through(cluster.bootstrap, topic, 2000, kill_wait_fenced)
@@ -118,21 +109,21 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
             for _, replicas, isr in describe(admin, topic).values()
             if victim.node_id in replicas
         ),
-        10,
         "the returning broker back in the ISR",
+        10,
     )
     # The preferred leader takes its partitions back.
     wait_until(
         lambda: all(describe(admin, topic)[p][0] == victim.node_id for p in led_by_victim),
-        10,
         "preferred leadership restored",
+        10,
     )
 
 
 def test_kcat_and_confluent_through_every_broker(cluster: LocalCluster, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(20)
-    wait_until(lambda: len(describe(admin, topic)) == 6, 10, "the topic's partitions")
+    wait_until(lambda: len(describe(admin, topic)) == 6, "the topic's partitions", 10)
     leaders = {p: leader for p, (leader, _, _) in describe(admin, topic).items()}
     assert set(leaders.values()) == {b.node_id for b in cluster.brokers}  # one each
     for partition, leader in leaders.items():
@@ -160,7 +151,7 @@ def test_kcat_and_confluent_through_every_broker(cluster: LocalCluster, topic: s
 def test_sigterm_under_load_loses_nothing(cluster: LocalCluster, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=6)])[topic].result(20)
-    wait_until(lambda: len(describe(admin, topic)) == 6, 10, "the topic's partitions")
+    wait_until(lambda: len(describe(admin, topic)) == 6, "the topic's partitions", 10)
     victim = cluster.brokers[2]
     exit_codes: list[int] = []
 

@@ -30,9 +30,8 @@ from ._groups import (
     describe_assignments,
     partitioned,
     produce_round_robin,
-    wait_until,
 )
-from ._kafka import unique_topic
+from ._kafka import unique_topic, wait_until
 from .conftest import BrokerFactory, SluiceBroker
 
 pytestmark = pytest.mark.e2e

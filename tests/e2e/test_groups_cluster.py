@@ -25,9 +25,8 @@ from ._groups import (
     create_topic,
     partitioned,
     produce_round_robin,
-    wait_until,
 )
-from ._kafka import unique_topic
+from ._kafka import unique_topic, wait_until
 
 pytestmark = pytest.mark.e2e
 
