@@ -170,7 +170,10 @@ class Broker:
                 self.config.host, self.config.http_port, METRICS.registry, self.not_ready_reason
             )
             await self._http.start()
-        self._tasks.append(asyncio.create_task(self._metadata_refresh_loop()))
+        if self.controller is None:
+            # A database catalog is polled; the controller's image is pushed (the follower
+            # reloads the topic index on every change).
+            self._tasks.append(asyncio.create_task(self._metadata_refresh_loop()))
         self._tasks.append(asyncio.create_task(self._watch_logs()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._cleaner_loop()))
