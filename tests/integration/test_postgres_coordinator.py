@@ -359,7 +359,7 @@ async def test_statement_errors_are_not_disguised_as_unavailability(postgres_dsn
 @pytest.fixture
 def own_postgres() -> Iterator[LocalPostgres]:
     if not local_postgres_available():
-        pytest.skip("PostgreSQL binaries not installed")
+        pytest.fail("PostgreSQL binaries not installed (scripts/test installs them)")
     # Not tmp_path: as root the server runs as `postgres`, which cannot enter pytest's
     # private temp root.
     directory = Path(tempfile.mkdtemp(prefix="sluice-test-pg-restart-"))

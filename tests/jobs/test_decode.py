@@ -7,8 +7,6 @@ import struct
 
 import pytest
 
-pytest.importorskip("aiokafka")
-
 from jobs.decode import (
     ABORT,
     COMMIT,

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("aiokafka")
-
 from broker.config import BrokerConfig, load_config
 from jobs import runtime
 from jobs.decode import ABORT, COMMIT

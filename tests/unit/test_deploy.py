@@ -15,11 +15,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-yaml = pytest.importorskip("yaml")
-
-from broker.config import load_config, parse_config_file  # noqa: E402
-from controller.config import load_settings  # noqa: E402
+from broker.config import load_config, parse_config_file
+from controller.config import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

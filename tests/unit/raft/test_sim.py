@@ -3,8 +3,8 @@
 Sizes: ``SLUICE_RAFT_SEEDS`` (default 2000) seeds of a 3-voter cluster, plus an eighth of that
 each for 1 and 5 voters; ``SLUICE_RAFT_SEED_START`` (default 0) shifts the range, so a nightly
 job can cover new seeds every night, e.g. ``SLUICE_RAFT_SEEDS=100000
-SLUICE_RAFT_SEED_START=$(date +%j)00000``. One seed: ``SLUICE_RAFT_SEED=N`` runs only
-``test_one_seed``, or ``python -m tests.unit.raft.sim N --nodes 3`` prints its summary.
+SLUICE_RAFT_SEED_START=$(date +%j)00000``. One seed: ``python -m tests.unit.raft.sim N --nodes 3``
+replays it (every failure message prints that command).
 """
 
 from __future__ import annotations
@@ -43,12 +43,6 @@ def test_seeds(nodes: int, first: int, count: int) -> None:
     if failures:
         seeds = ", ".join(str(exc).split()[3] for exc in failures)
         pytest.fail(f"{len(failures)} failing seeds ({seeds}); the first:\n{failures[0]}")
-
-
-@pytest.mark.skipif("SLUICE_RAFT_SEED" not in os.environ, reason="set SLUICE_RAFT_SEED=N")
-def test_one_seed() -> None:
-    nodes = int(os.environ.get("SLUICE_RAFT_NODES", "3"))
-    run_seed(int(os.environ["SLUICE_RAFT_SEED"]), nodes)
 
 
 # --- the simulator must be able to fail --------------------------------------------------------
