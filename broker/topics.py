@@ -80,13 +80,16 @@ class TopicRegistry:
             return
         asked_at = time.monotonic()
         while True:
-            if self._loading is None:
-                self._loading_started = time.monotonic()
-                self._loading = asyncio.ensure_future(self.load())
-                self._loading.add_done_callback(self._loaded)
-            started = self._loading_started
+            load, started = self._loading, self._loading_started
+            # A finished read is judged here, not by a done-callback: awaiting a future that
+            # is already done does not yield to the loop, so a callback that was to clear
+            # ``_loading`` would never run and this loop would spin forever.
+            if load is None or (load.done() and started < asked_at):
+                started = time.monotonic()
+                load = asyncio.ensure_future(self.load())
+                self._loading, self._loading_started = load, started
             try:
-                await asyncio.shield(self._loading)
+                await asyncio.shield(load)
             except Exception as exc:
                 # The catalog is unreachable: answer from what is known (clients retry
                 # unknown topics), as the periodic refresh does.
@@ -94,9 +97,6 @@ class TopicRegistry:
                 return
             if started >= asked_at:
                 return
-
-    def _loaded(self, future: asyncio.Future[None]) -> None:
-        self._loading = None
 
     def _knows(self, key: str | UUID, partition: int | None) -> bool:
         topic = self._by_id.get(key) if isinstance(key, UUID) else self._by_name.get(key)
