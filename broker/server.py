@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode
 from protocol.build import build, error_response
 from protocol.codec import (
     API_VERSIONS_KEY,
+    EncodedResponse,
     MalformedRequest,
     RequestHeader,
     decode_body,
@@ -42,6 +43,7 @@ from protocol.codec import (
 from protocol.framing import FrameReader, FrameTooLarge
 
 from .metrics import METRICS
+from .refusals import REFUSALS
 
 if TYPE_CHECKING:
     from .apis import Api, ApiTable
@@ -61,6 +63,10 @@ REQUEST_OVERHEAD_BYTES = 4096
 # Allocations (minus frees) between young-generation collections; Python's default is 700.
 GC_THRESHOLD_0 = 50_000
 MALLOC_TRIM_INTERVAL_S = 1.0
+# Answers not scanned for errors to log: Produce and Fetch are the hot path (the produce
+# path notes its own refusals, bad batches, where it decides them), and ApiVersions' only
+# error is the version negotiation every client may go through.
+_UNSCANNED_APIS = frozenset((0, 1, API_VERSIONS_KEY))
 
 
 class RequestContext(NamedTuple):
@@ -75,17 +81,17 @@ class RequestContext(NamedTuple):
 
 
 class _Answer:
-    __slots__ = ("api_name", "correlation_id", "cost", "future", "response_type")
+    __slots__ = ("api_name", "cost", "future", "header", "response_type")
 
     def __init__(
         self,
-        correlation_id: int,
+        header: RequestHeader,
         future: asyncio.Future[Any],
         response_type: type,
         api_name: str,
         cost: int,
     ) -> None:
-        self.correlation_id = correlation_id
+        self.header = header
         self.future = future
         self.response_type = response_type
         self.api_name = api_name
@@ -277,9 +283,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         header, api, response_type = request.header, request.api, request.response_type
         assert header is not None and api is not None and response_type is not None
         if request.ready_answer is not None:
-            self._queue(
-                header.correlation_id, request.ready_answer, response_type, api.name, request.cost
-            )
+            self._queue(header, request.ready_answer, response_type, api.name, request.cost)
             return
         ctx = RequestContext(header, response_type, *self._peer)
         _request_counter(api.name).inc()
@@ -296,19 +300,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._pending -= request.cost  # nothing to send back
             return
         if isinstance(result, asyncio.Future):
-            self._answers.append(
-                _Answer(header.correlation_id, result, response_type, api.name, request.cost)
-            )
+            self._answers.append(_Answer(header, result, response_type, api.name, request.cost))
             result.add_done_callback(self._on_answer_done)
         else:
-            self._queue(header.correlation_id, result, response_type, api.name, request.cost)
+            self._queue(header, result, response_type, api.name, request.cost)
 
     def _queue(
-        self, correlation_id: int, response: Any, response_type: type, name: str, cost: int
+        self, header: RequestHeader, response: Any, response_type: type, name: str, cost: int
     ) -> None:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         future.set_result(response)
-        self._answers.append(_Answer(correlation_id, future, response_type, name, cost))
+        self._answers.append(_Answer(header, future, response_type, name, cost))
         self._write_ready()
 
     def _on_answer_done(self, _future: asyncio.Future[Any]) -> None:
@@ -341,7 +343,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 response = future.result()
             if response is None:
                 continue  # acks=0 produce: held its bytes until committed, sends nothing
-            out += encode_response(answer.correlation_id, response)
+            header = answer.header
+            if header.api_key not in _UNSCANNED_APIS and type(response) is not EncodedResponse:
+                REFUSALS.note_response(header.client_id, *self._peer, answer.api_name, response)
+            out += encode_response(header.correlation_id, response)
         if out and transport is not None and not self._closed:
             transport.writelines(out)
         self._update_reading()
