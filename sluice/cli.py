@@ -249,6 +249,26 @@ async def _serve(server: object, shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S)
             os._exit(1)
 
 
+def _lock(data_dir: str | os.PathLike[str]) -> int | None:
+    """Lock the data directory for this process's lifetime (before anything in it is read
+    or written); the exit status when that is impossible."""
+    from storage.data_dir_lock import DataDirInUse, lock_data_dir
+
+    try:
+        _HELD_LOCKS.append(lock_data_dir(data_dir))
+    except DataDirInUse as exc:
+        print(f"sluice: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        reason = exc.strerror or exc
+        print(f"sluice: cannot use data directory {data_dir}: {reason}", file=sys.stderr)
+        return 2
+    return None
+
+
+_HELD_LOCKS: list[object] = []
+
+
 def _log_as(who: str) -> None:
     """Every log line names the process ("broker 3 az-b"): logs of a cluster get merged."""
     formatter = logging.Formatter(f"%(asctime)s %(levelname)s [{who}] %(name)s: %(message)s")
@@ -290,6 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2
+        if (failed := _lock(config.data_dir)) is not None:
+            return failed
         runner = uvloop.run if uvloop else asyncio.run
         _log_as(f"broker {config.node_id}" + (f" {config.rack}" if config.rack else ""))
         # `sluice dev` is a whole cluster in one process: its controller runs inside (unless
@@ -315,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2
+        if (failed := _lock(settings.data_dir)) is not None:
+            return failed
         runner = uvloop.run if uvloop else asyncio.run
         _log_as(f"controller {settings.node_id}")
         try:
