@@ -144,7 +144,16 @@ class ControllerLogic(TopicAdmin, ReassignmentAdmin):
                     )
                 )
             return Outcome(records, RegistrationResult(OK, None, existing.broker_epoch))
-        if existing is not None and self._session_alive(existing, now_ms):
+        if (
+            existing is not None
+            and self._session_alive(existing, now_ms)
+            and (existing.host, existing.port) != (request.host, request.port)
+        ):
+            # A new incarnation at the same address replaces the old one at once: brokers
+            # bind their listener before registering, so the old incarnation cannot be
+            # serving there any more (a restart after a crash). Waiting out its session
+            # kept the broker's partitions unavailable for that long. At another address
+            # it is a second live broker with the same node.id: refused.
             return Outcome(
                 [],
                 RegistrationResult(

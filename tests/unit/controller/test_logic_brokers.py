@@ -64,13 +64,32 @@ def test_reregistration_of_the_same_incarnation_is_idempotent() -> None:
     assert c.image.brokers[1].host == "elsewhere" and c.image.brokers[1].broker_epoch == epoch
 
 
-def test_new_incarnation_while_the_old_session_lives_is_a_duplicate() -> None:
+def test_new_incarnation_elsewhere_while_the_old_session_lives_is_a_duplicate() -> None:
     c = Cluster()
     c.start({1: "a"})
-    request = BrokerRegistrationRequest(1, uuid.uuid4(), "host1", 9092, "a")
+    request = BrokerRegistrationRequest(1, uuid.uuid4(), "host9", 9092, "a")
     outcome = c.logic.register_broker(c.image, request, c.now + 1_000)
     assert outcome.records == []
     assert outcome.response.error_code == ErrorCode.duplicate_broker_registration
+
+
+def test_new_incarnation_at_the_same_address_replaces_the_live_one_at_once() -> None:
+    # A broker killed and restarted within its session: its listener is bound by the new
+    # process, so the old incarnation is gone. No waiting for the session to expire.
+    c = Cluster()
+    c.start({1: "a", 2: "b"})
+    c.create("t", 4)
+    old_epoch = c.epochs[1]
+    c.now += 1_000
+    new_epoch = c.register(1, "a")
+    assert new_epoch > old_epoch and c.image.brokers[1].fenced
+    # Its leaderships moved in the same batch as the registration, and come back when it
+    # is unfenced (its first heartbeat).
+    assert all(p.leader == 2 for p in c.partitions("t").values())
+    stale = c.logic.broker_heartbeat(c.image, 1, old_epoch, c.now)
+    assert stale.response.error_code == ErrorCode.stale_broker_epoch
+    assert c.heartbeat(1).is_fenced is False
+    assert {p.leader for p in c.partitions("t").values()} == {1, 2}
 
 
 def test_new_incarnation_after_the_session_expired_gets_a_new_epoch() -> None:
