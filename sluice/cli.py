@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -233,8 +234,22 @@ async def _serve(server: object, shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    # A start can wait a long time (storage unreachable, a node id held by a live broker):
+    # a signal meanwhile must stop it, not wait for it to finish.
+    starting = asyncio.ensure_future(server.start())  # type: ignore[attr-defined]
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        log.info("stopped while starting")
+        starting.cancel()
+        with contextlib.suppress(BaseException):
+            await starting
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.stop(), shutdown_timeout_s)  # type: ignore[attr-defined]
+        return
+    stopping.cancel()
     try:
-        await server.start()  # type: ignore[attr-defined]
+        starting.result()
     except (CoordinatorUnavailable, ObjectStoreError, OSError, RuntimeError) as exc:
         raise StartFailed(f"{type(exc).__name__}: {exc}") from exc
     try:

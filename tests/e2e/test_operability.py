@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +69,33 @@ def test_missing_bucket_is_named_and_the_broker_exits(tmp_path: Path, s3_server:
     assert done.returncode == 2, done.stderr
     assert f"S3 bucket 'no-such-bucket' at {s3_server.endpoint_url} is not usable" in done.stderr
     assert s3_server.secret_key not in done.stderr + done.stdout
+
+
+def test_sigterm_while_starting_stops_the_broker(tmp_path: Path) -> None:
+    # A broker whose start waits (here: for a controller quorum nobody runs) must still obey
+    # SIGTERM; it used to keep waiting and ignore the signal.
+    config = tmp_path / "broker.properties"
+    config.write_text(
+        f"data.dir={tmp_path / 'data'}\nport={free_port()}\nobject.store=local\n"
+        f"coordinator=sqlite\ncontroller.quorum.bootstrap.servers=127.0.0.1:{free_port()}\n"
+        "controller.secret=test\n"
+    )
+    proc = subprocess.Popen(
+        [*sluice_command(), "broker", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "data" / ".lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # well into the start: storage opened, waiting for the controller
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    assert "stopped while starting" in output
