@@ -1,11 +1,19 @@
 """The append path: buffer → one object for many partitions → one commit → answers.
 
-Validated batches from every connection go into one buffer. It is flushed every
-``produce.commit.interval.ms`` (counted from the first batch in an empty buffer) or
-as soon as it holds ``produce.buffer.max.bytes``. A flush uploads one object and
-then makes one coordinator call that assigns offsets to all its batches. Uploads
-of consecutive flushes may overlap; commits happen strictly in flush order, so a
-producer's pipelined requests keep their sequence order.
+Validated batches from every connection go into one buffer, and a flush uploads the whole
+buffer as one object and then makes one coordinator call that assigns offsets to all its
+batches. When to flush is the group-commit policy (``produce.commit.mode``):
+
+- adaptive (default): an idle broker flushes at once (``produce.commit.min.ms`` after the
+  first batch, 0 by default), so a lone producer waits about one PUT plus one commit. While
+  an upload is in flight, new batches gather in the buffer and are flushed the moment it
+  ends: objects grow with the load, and there is one upload at a time at moderate load.
+- fixed: every buffer waits ``produce.commit.interval.ms`` from its first batch.
+
+In both modes no batch waits longer than ``produce.commit.interval.ms``, a buffer holding
+``produce.buffer.max.bytes`` is flushed at once (uploads may then overlap), and
+``produce.objects.per.second.max`` spaces flushes out to cap the PUT rate. Commits happen
+strictly in flush order, so a producer's pipelined requests keep their sequence order.
 """
 
 from __future__ import annotations
@@ -34,6 +42,10 @@ from storage.object_store import ObjectStore, ObjectStoreError
 from .metrics import METRICS
 
 log = logging.getLogger(__name__)
+
+ADAPTIVE = "adaptive"
+FIXED = "fixed"
+COMMIT_MODES = (ADAPTIVE, FIXED)
 
 
 @dataclass(slots=True)
@@ -85,16 +97,30 @@ class Appender:
         commit_interval_ms: int,
         buffer_max_bytes: int,
         on_commit: CommitListener,
+        commit_mode: str = ADAPTIVE,
+        commit_min_ms: int = 0,
+        objects_per_second_max: int = 0,
     ) -> None:
+        if commit_mode not in COMMIT_MODES:
+            raise ValueError(
+                f"produce.commit.mode must be one of {', '.join(COMMIT_MODES)}, "
+                f"not {commit_mode!r}"
+            )
         self._store = store
         self._coordinator = coordinator
         self._cache = cache
         self._node_id = node_id
+        self._adaptive = commit_mode == ADAPTIVE
         self._interval = commit_interval_ms / 1000
+        self._min_wait = min(commit_min_ms, commit_interval_ms) / 1000
+        self._min_gap = 1 / objects_per_second_max if objects_per_second_max > 0 else 0.0
         self._max_bytes = buffer_max_bytes
         self._on_commit = on_commit
         self._buffer = _Buffer()
+        self._buffer_started = 0.0  # loop time of the first batch in the buffer
         self._timer: asyncio.TimerHandle | None = None
+        self._uploading = 0  # flushes whose upload has not ended
+        self._last_flush_at = float("-inf")
         self._previous_commit: asyncio.Future[None] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
 
@@ -106,15 +132,37 @@ class Appender:
             future.set_result([])
             return future
         buffer = self._buffer
+        if not buffer.appends:
+            self._buffer_started = loop.time()
         buffer.appends.extend(appends)
         for append in appends:
             buffer.size += len(append.records)
         buffer.waiters.append((future, len(appends)))
         if buffer.size >= self._max_bytes:
-            self._flush()
-        elif self._timer is None:
-            self._timer = loop.call_later(self._interval, self._flush)
+            self._flush_at(loop.time())
+        elif self._adaptive and not self._uploading:
+            self._flush_at(self._buffer_started + self._min_wait)
+        else:
+            self._flush_at(self._buffer_started + self._interval)
         return future
+
+    def _flush_at(self, when: float) -> None:
+        """Flush at loop time ``when`` (or at the earlier time already planned), no sooner
+        than the PUT rate cap allows. A time already past still waits for the next loop
+        iteration, so batches that arrived in the same one share the object."""
+        when = max(when, self._last_flush_at + self._min_gap)
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(when, self._flush)
+
+    def _upload_ended(self) -> None:
+        self._uploading -= 1
+        if self._adaptive and not self._uploading and self._buffer.appends:
+            # What gathered during the upload goes now: it has waited one upload already.
+            self._flush_at(self._buffer_started)
 
     def _flush(self) -> None:
         if self._timer is not None:
@@ -123,6 +171,8 @@ class Appender:
         buffer, self._buffer = self._buffer, _Buffer()
         if not buffer.appends:
             return
+        self._last_flush_at = asyncio.get_running_loop().time()
+        self._uploading += 1
         previous = self._previous_commit
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._previous_commit = done
@@ -136,8 +186,16 @@ class Appender:
         previous: asyncio.Future[None] | None,
         done: asyncio.Future[None],
     ) -> None:
+        ended = False
+
+        def upload_ended() -> None:  # exactly once per flush, however _write ends
+            nonlocal ended
+            if not ended:
+                ended = True
+                self._upload_ended()
+
         try:
-            results = await self._write(buffer, previous)
+            results = await self._write(buffer, previous, upload_ended)
         except FlushFailed as exc:
             log.warning("flush of %d bytes failed: %s", buffer.size, exc)
             results = [PartitionResult(int(exc.error))] * len(buffer.appends)
@@ -145,6 +203,7 @@ class Appender:
             log.exception("flush of %d bytes failed", buffer.size)
             results = [PartitionResult(int(ErrorCode.kafka_storage_error))] * len(buffer.appends)
         finally:
+            upload_ended()
             done.set_result(None)
         pos = 0
         for future, count in buffer.waiters:
@@ -153,7 +212,10 @@ class Appender:
             pos += count
 
     async def _write(
-        self, buffer: _Buffer, previous: asyncio.Future[None] | None
+        self,
+        buffer: _Buffer,
+        previous: asyncio.Future[None] | None,
+        upload_ended: Callable[[], None],
     ) -> list[PartitionResult]:
         now_ms = int(time.time() * 1000)
         chunks: list[bytes | memoryview | bytearray] = []
@@ -185,7 +247,10 @@ class Appender:
         key = uuid.uuid4().hex
         started = time.perf_counter()
         try:
-            await self._store.put(key, chunks)
+            try:
+                await self._store.put(key, chunks)
+            finally:
+                upload_ended()
             # The PUT alone: waiting for the previous flush's commit is not upload time.
             METRICS.upload_seconds.observe(time.perf_counter() - started)
         except ObjectStoreError as exc:

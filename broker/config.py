@@ -26,8 +26,16 @@ class BrokerConfig:
     # Requests read from one connection but not answered yet, in bytes: past this the broker
     # stops reading that socket (backpressure) until answers go out.
     connection_pending_max_bytes: int = 64 * MiB
+    # Group commit (broker/append.py). adaptive: an idle broker flushes a produce at once
+    # (after produce.commit.min.ms); while an upload is in flight new data gathers for the
+    # next flush, which starts when that upload ends. fixed: every flush waits the interval.
+    # Either way no batch waits longer than produce.commit.interval.ms.
+    produce_commit_mode: str = "adaptive"
+    produce_commit_min_ms: int = 0
     produce_commit_interval_ms: int = 250
     produce_buffer_max_bytes: int = 8 * MiB
+    # At most this many objects (PUTs) per second from this broker's flushes; 0: no cap.
+    produce_objects_per_second_max: int = 0
     fetch_cache_max_bytes: int = 64 * MiB  # with the rest, keeps RSS under 250 MiB (bench)
     fetch_cache_block_bytes: int = 8 * MiB  # one GET per 8 MiB flush object (bench: fetch CPU)
     fetch_max_bytes: int = 55 * MiB  # broker-side cap on one fetch answer
@@ -82,6 +90,12 @@ class BrokerConfig:
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.produce_commit_mode not in ("adaptive", "fixed"):
+            raise ValueError(
+                f"produce.commit.mode must be adaptive or fixed, not {self.produce_commit_mode!r}"
+            )
 
     @property
     def advertised(self) -> str:

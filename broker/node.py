@@ -74,6 +74,9 @@ class Broker:
             config.produce_commit_interval_ms,
             config.produce_buffer_max_bytes,
             self.watch.notify,
+            commit_mode=config.produce_commit_mode,
+            commit_min_ms=config.produce_commit_min_ms,
+            objects_per_second_max=config.produce_objects_per_second_max,
         )
         self.fetcher = Fetcher(coordinator, self.cache)
         self.producer_ids = ProducerIdAllocator(coordinator)

@@ -1,0 +1,147 @@
+"""When the append path flushes: adaptive group commit, the fixed interval, the caps."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from broker.append import Appender, PartitionAppend
+from protocol.records import BatchHeader
+from storage.coordinator import CommitResult
+
+TOPIC = uuid.uuid4()
+
+
+class Store:
+    """Records each PUT; a PUT blocks while ``gate`` is clear."""
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[float, int]] = []  # (loop time, bytes)
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def put(self, key: str, chunks: Sequence[Any]) -> None:
+        self.puts.append((asyncio.get_running_loop().time(), sum(len(c) for c in chunks)))
+        await self.gate.wait()
+
+
+class Coordinator:
+    def __init__(self) -> None:
+        self.next_offset = 0
+
+    async def commit_file(self, key: str, size: int, node: int, batches: Any, now: int) -> Any:
+        out = []
+        for b in batches:
+            out.append(CommitResult(0, self.next_offset))
+            self.next_offset += b.record_count
+        return out
+
+
+class Cache:
+    def put_object(self, key: str, chunks: Any) -> None:
+        pass
+
+    def invalidate(self, key: str) -> None:
+        pass
+
+
+def append(size: int = 100) -> PartitionAppend:
+    header = BatchHeader(0, size, 0, 0, 0, 0, -1, -1, -1, 1)
+    return PartitionAppend(TOPIC, 0, memoryview(bytes(size)), [header], False)
+
+
+def appender(store: Store, **kwargs: Any) -> Appender:
+    options: dict[str, Any] = {"commit_interval_ms": 10_000, "buffer_max_bytes": 1 << 20}
+    options.update(kwargs)
+    return Appender(store, Coordinator(), Cache(), 1, on_commit=lambda _: None, **options)  # type: ignore[arg-type]
+
+
+async def test_adaptive_flushes_an_idle_broker_at_once() -> None:
+    store = Store()
+    a = appender(store)
+    started = asyncio.get_running_loop().time()
+    result = await asyncio.wait_for(a.submit([append()]), 5)
+    # Answered long before the 10 s interval: one PUT, one commit.
+    assert result[0].error == 0 and result[0].base_offset == 0
+    assert len(store.puts) == 1 and store.puts[0][0] - started < 5
+
+
+async def test_adaptive_gathers_during_an_upload_and_flushes_when_it_ends() -> None:
+    store = Store()
+    a = appender(store)
+    store.gate.clear()
+    first = a.submit([append()])
+    await asyncio.sleep(0.05)
+    assert len(store.puts) == 1  # the first flush is uploading
+    later = [a.submit([append()]) for _ in range(5)]
+    await asyncio.sleep(0.2)
+    assert len(store.puts) == 1  # nothing else starts while it uploads
+    store.gate.set()
+    results = await asyncio.wait_for(asyncio.gather(first, *later), 5)
+    # The five that gathered went out together, as one object, right after the upload.
+    assert [size for _, size in store.puts] == [100, 500]
+    assert [r[0].base_offset for r in results] == [0, 1, 2, 3, 4, 5]
+
+
+async def test_no_batch_waits_longer_than_the_interval_behind_a_slow_upload() -> None:
+    store = Store()
+    a = appender(store, commit_interval_ms=200)
+    store.gate.clear()
+    a.submit([append()])
+    await asyncio.sleep(0.05)
+    waiting = asyncio.get_running_loop().time()
+    a.submit([append()])
+    await asyncio.sleep(1.0)
+    # The upload never ended, yet the second buffer went out after about the interval.
+    assert len(store.puts) == 2 and store.puts[1][0] - waiting >= 0.15
+    store.gate.set()
+
+
+async def test_fixed_mode_waits_the_interval() -> None:
+    store = Store()
+    a = appender(store, commit_mode="fixed", commit_interval_ms=300)
+    started = asyncio.get_running_loop().time()
+    futures = [a.submit([append()]) for _ in range(3)]
+    await asyncio.sleep(0.1)
+    assert store.puts == []
+    await asyncio.wait_for(asyncio.gather(*futures), 5)
+    assert len(store.puts) == 1 and store.puts[0][0] - started >= 0.29
+
+
+async def test_min_wait_delays_the_idle_flush() -> None:
+    store = Store()
+    a = appender(store, commit_min_ms=300)
+    started = asyncio.get_running_loop().time()
+    await asyncio.wait_for(a.submit([append()]), 5)
+    assert store.puts[0][0] - started >= 0.29
+
+
+async def test_full_buffer_flushes_even_during_an_upload() -> None:
+    store = Store()
+    a = appender(store, buffer_max_bytes=1000)
+    store.gate.clear()
+    a.submit([append()])
+    await asyncio.sleep(0.05)
+    a.submit([append(1000)])
+    await asyncio.sleep(0.05)
+    assert [size for _, size in store.puts] == [100, 1000]
+    store.gate.set()
+
+
+async def test_objects_per_second_cap_spaces_flushes() -> None:
+    store = Store()
+    a = appender(store, objects_per_second_max=4)  # one flush per 250 ms at most
+    for _ in range(3):
+        await asyncio.wait_for(a.submit([append()]), 5)
+    starts = [t for t, _ in store.puts]
+    assert all(b - a >= 0.24 for a, b in itertools.pairwise(starts))
+
+
+def test_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"produce\.commit\.mode"):
+        appender(Store(), commit_mode="sometimes")
