@@ -118,7 +118,8 @@ class Appender:
         self._on_commit = on_commit
         self._buffer = _Buffer()
         self._buffer_started = 0.0  # loop time of the first batch in the buffer
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_when = 0.0
         self._uploading = 0  # flushes whose upload has not ended
         self._last_flush_at = float("-inf")
         self._previous_commit: asyncio.Future[None] | None = None
@@ -151,12 +152,14 @@ class Appender:
         than the PUT rate cap allows. A time already past still waits for the next loop
         iteration, so batches that arrived in the same one share the object."""
         when = max(when, self._last_flush_at + self._min_gap)
-        timer = self._timer
-        if timer is not None:
-            if timer.when() <= when:
+        if self._timer is not None:
+            if self._timer_when <= when:
                 return
-            timer.cancel()
+            self._timer.cancel()
+        # (uvloop answers call_at for a time already past with a plain Handle, which has
+        # no when(): the planned time is kept here.)
         self._timer = asyncio.get_running_loop().call_at(when, self._flush)
+        self._timer_when = when
 
     def _upload_ended(self) -> None:
         self._uploading -= 1

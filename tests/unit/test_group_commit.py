@@ -5,16 +5,24 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import pytest
+import uvloop
 
 from broker.append import Appender, PartitionAppend
 from protocol.records import BatchHeader
 from storage.coordinator import CommitResult
 
 TOPIC = uuid.uuid4()
+
+
+# The broker runs on uvloop, whose timer handles differ from asyncio's (call_at for a time
+# already past returns a plain Handle): every scenario runs on both loops.
+@pytest.fixture(params=["uvloop", "asyncio"])
+def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, None]], None]:
+    return uvloop.run if request.param == "uvloop" else asyncio.run  # type: ignore[return-value]
 
 
 class Store:
@@ -61,7 +69,11 @@ def appender(store: Store, **kwargs: Any) -> Appender:
     return Appender(store, Coordinator(), Cache(), 1, on_commit=lambda _: None, **options)  # type: ignore[arg-type]
 
 
-async def test_adaptive_flushes_an_idle_broker_at_once() -> None:
+def test_adaptive_flushes_an_idle_broker_at_once(run: Callable[[Any], None]) -> None:
+    run(_test_adaptive_flushes_an_idle_broker_at_once())
+
+
+async def _test_adaptive_flushes_an_idle_broker_at_once() -> None:
     store = Store()
     a = appender(store)
     started = asyncio.get_running_loop().time()
@@ -71,7 +83,13 @@ async def test_adaptive_flushes_an_idle_broker_at_once() -> None:
     assert len(store.puts) == 1 and store.puts[0][0] - started < 5
 
 
-async def test_adaptive_gathers_during_an_upload_and_flushes_when_it_ends() -> None:
+def test_adaptive_gathers_during_an_upload_and_flushes_when_it_ends(
+    run: Callable[[Any], None],
+) -> None:
+    run(_test_adaptive_gathers_during_an_upload_and_flushes_when_it_ends())
+
+
+async def _test_adaptive_gathers_during_an_upload_and_flushes_when_it_ends() -> None:
     store = Store()
     a = appender(store)
     store.gate.clear()
@@ -88,7 +106,13 @@ async def test_adaptive_gathers_during_an_upload_and_flushes_when_it_ends() -> N
     assert [r[0].base_offset for r in results] == [0, 1, 2, 3, 4, 5]
 
 
-async def test_no_batch_waits_longer_than_the_interval_behind_a_slow_upload() -> None:
+def test_no_batch_waits_longer_than_the_interval_behind_a_slow_upload(
+    run: Callable[[Any], None],
+) -> None:
+    run(_test_no_batch_waits_longer_than_the_interval_behind_a_slow_upload())
+
+
+async def _test_no_batch_waits_longer_than_the_interval_behind_a_slow_upload() -> None:
     store = Store()
     a = appender(store, commit_interval_ms=200)
     store.gate.clear()
@@ -102,7 +126,11 @@ async def test_no_batch_waits_longer_than_the_interval_behind_a_slow_upload() ->
     store.gate.set()
 
 
-async def test_fixed_mode_waits_the_interval() -> None:
+def test_fixed_mode_waits_the_interval(run: Callable[[Any], None]) -> None:
+    run(_test_fixed_mode_waits_the_interval())
+
+
+async def _test_fixed_mode_waits_the_interval() -> None:
     store = Store()
     a = appender(store, commit_mode="fixed", commit_interval_ms=300)
     started = asyncio.get_running_loop().time()
@@ -113,7 +141,11 @@ async def test_fixed_mode_waits_the_interval() -> None:
     assert len(store.puts) == 1 and store.puts[0][0] - started >= 0.29
 
 
-async def test_min_wait_delays_the_idle_flush() -> None:
+def test_min_wait_delays_the_idle_flush(run: Callable[[Any], None]) -> None:
+    run(_test_min_wait_delays_the_idle_flush())
+
+
+async def _test_min_wait_delays_the_idle_flush() -> None:
     store = Store()
     a = appender(store, commit_min_ms=300)
     started = asyncio.get_running_loop().time()
@@ -121,7 +153,11 @@ async def test_min_wait_delays_the_idle_flush() -> None:
     assert store.puts[0][0] - started >= 0.29
 
 
-async def test_full_buffer_flushes_even_during_an_upload() -> None:
+def test_full_buffer_flushes_even_during_an_upload(run: Callable[[Any], None]) -> None:
+    run(_test_full_buffer_flushes_even_during_an_upload())
+
+
+async def _test_full_buffer_flushes_even_during_an_upload() -> None:
     store = Store()
     a = appender(store, buffer_max_bytes=1000)
     store.gate.clear()
@@ -133,7 +169,11 @@ async def test_full_buffer_flushes_even_during_an_upload() -> None:
     store.gate.set()
 
 
-async def test_objects_per_second_cap_spaces_flushes() -> None:
+def test_objects_per_second_cap_spaces_flushes(run: Callable[[Any], None]) -> None:
+    run(_test_objects_per_second_cap_spaces_flushes())
+
+
+async def _test_objects_per_second_cap_spaces_flushes() -> None:
     store = Store()
     a = appender(store, objects_per_second_max=4)  # one flush per 250 ms at most
     for _ in range(3):
@@ -145,3 +185,14 @@ async def test_objects_per_second_cap_spaces_flushes() -> None:
 def test_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match=r"produce\.commit\.mode"):
         appender(Store(), commit_mode="sometimes")
+
+
+def test_batches_of_one_loop_iteration_share_an_object(run: Callable[[Any], None]) -> None:
+    async def scenario() -> None:
+        store = Store()
+        a = appender(store)
+        both = [a.submit([append()]), a.submit([append()])]  # same iteration, idle broker
+        await asyncio.wait_for(asyncio.gather(*both), 5)
+        assert [size for _, size in store.puts] == [200]
+
+    run(scenario())
