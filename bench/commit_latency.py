@@ -173,7 +173,11 @@ def report(target: str, results: dict[str, list[dict[str, Phase]]]) -> None:
     for mode, runs in results.items():
         for phase in runs[0]:
 
-            def m(get: Callable[[Phase], float], phase: str = phase) -> float:
+            def m(
+                get: Callable[[Phase], float],
+                phase: str = phase,
+                runs: list[dict[str, Phase]] = runs,
+            ) -> float:
                 return med([get(r[phase]) for r in runs])
 
             label = "lone (linger 0)" if phase == "lone" else phase

@@ -476,7 +476,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated producer batch.size values (default 16 KiB and 1 MiB; "
         "--quick: 1 MiB)",
     )
-    ap.add_argument("--targets", default="dev,s3", help="dev, s3 or both (default dev,s3)")
+    ap.add_argument(
+        "--targets",
+        default="dev,s3,commit",
+        help="dev, s3, commit (group-commit latency across loads, both commit modes, on "
+        "both stores; bench.commit_latency) or any of them (default all three)",
+    )
     ap.add_argument("--quick", action="store_true", help="~1 min: 64 MiB, 1 run, 1 MiB batches")
     ap.add_argument(
         "--budget",
@@ -508,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tail_mib = 32.0
     args.tail_fetches = 40 if args.quick else 100
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"dev", "s3"}
+    unknown = set(targets) - {"dev", "s3", "commit"}
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)}")
 
@@ -524,6 +529,13 @@ def main(argv: list[str] | None = None) -> int:
             run_dev(args, wd, loop_mib_s)
         if "s3" in targets:
             verdicts += run_s3(args, wd, loop_mib_s)
+        if "commit" in targets:
+            from . import commit_latency
+
+            commit_latency.main(
+                ["--repeats", str(args.repeats), "--mib", str(min(args.mib, 128))]
+                + (["--seconds", "3", "--lone-records", "50"] if args.quick else [])
+            )
         if verdicts:
             _print("\ntargets (issue 3), on the medians above:")
             for t in verdicts:
