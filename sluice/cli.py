@@ -174,15 +174,7 @@ def run_cluster(args: argparse.Namespace) -> int:
                 print(f"sluice: a cluster is already up in {args.dir}", file=sys.stderr)
                 return 2
             local.up()
-            state = local.detach()
-            for c in state["controllers"]:
-                print(f"controller {c['node_id']} http://127.0.0.1:{c['http_port']}")
-            for b in state["brokers"]:
-                print(
-                    f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}"
-                    f" (metrics http://127.0.0.1:{b['http_port']}/metrics)"
-                )
-            print(f"bootstrap.servers={state['bootstrap']}")
+            _print_addresses(local.detach())
             return 0
         if args.action == "down":
             stopped = cluster.down_detached(args.dir)
@@ -191,10 +183,23 @@ def run_cluster(args: argparse.Namespace) -> int:
         running = cluster.status(args.dir)
         for name, pid, alive in running:
             print(f"{name} pid {pid} {'running' if alive else 'not running'}")
+        _print_addresses(cluster.read_state(args.dir))
         return 0 if all(alive for _, _, alive in running) else 1
     except cluster.ClusterError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return 2
+
+
+def _print_addresses(state: dict[str, object]) -> None:
+    """Where a local cluster's controllers and brokers listen (`up` and `status`)."""
+    for c in state.get("controllers", ()):  # type: ignore[attr-defined]
+        print(f"controller {c['node_id']} http://127.0.0.1:{c['http_port']}")
+    for b in state.get("brokers", ()):  # type: ignore[attr-defined]
+        print(
+            f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}"
+            f" (metrics http://127.0.0.1:{b['http_port']}/metrics)"
+        )
+    print(f"bootstrap.servers={state['bootstrap']}")
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
