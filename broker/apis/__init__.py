@@ -1,7 +1,7 @@
 """One module per Kafka API; this table says which versions each one speaks.
 
 Version ranges are what the handlers implement and kio can encode; they cover
-what the stock clients send (see DESIGN §5).
+what the stock clients send.
 """
 
 from __future__ import annotations
