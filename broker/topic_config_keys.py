@@ -319,6 +319,29 @@ KEYS: dict[str, Key] = {
             broker_default=("log.preallocate", "false"),
         ),
         _key(
+            # remote.copy.lag.*: the newest 4.x tiered-storage keys (copy delay after roll).
+            "remote.copy.lag.bytes",
+            LONG,
+            "0",
+            _inert(
+                "Bytes a segment waits before it is copied to tiered storage.",
+                "there is no tiered storage.",
+            ),
+            applies=False,
+            minimum=-1,
+        ),
+        _key(
+            "remote.copy.lag.ms",
+            LONG,
+            "0",
+            _inert(
+                "Time a segment waits before it is copied to tiered storage.",
+                "there is no tiered storage.",
+            ),
+            applies=False,
+            minimum=-1,
+        ),
+        _key(
             "remote.log.copy.disable",
             BOOLEAN,
             "false",
