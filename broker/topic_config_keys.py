@@ -67,9 +67,8 @@ KEYS: dict[str, Key] = {
             "compression.type",
             STRING,
             "producer",
-            "Codec the topic's batches are stored with; 'producer' keeps whatever the "
-            "producer used. Stored and shown; broker-side recompression is not done yet, "
-            "so batches are kept as produced.",
+            "Codec the topic's batches are stored in: batches produced in another codec "
+            "are recompressed by the broker; 'producer' keeps each batch as produced.",
             choices=COMPRESSION_TYPES,
             synonyms=(("compression.type", 1),),
             broker_default=("compression.type", "producer"),

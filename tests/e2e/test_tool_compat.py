@@ -1,12 +1,15 @@
-"""What stock admin tooling needs beyond produce/consume: every Kafka topic config,
-AlterConfigs (API 33), DescribeTopicPartitions (API 75), authorized-operation bit sets and
-the controller id. Driven through confluent-kafka and kafka-python on the shared broker.
+"""What stock admin tooling needs beyond produce/consume: every Kafka topic config (and
+compression.type applied), AlterConfigs (API 33), DescribeTopicPartitions (API 75),
+authorized-operation bit sets and the controller id. Driven through confluent-kafka and
+kafka-python on the shared broker.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AclOperation,
     AdminClient,
@@ -289,3 +292,88 @@ def _topic_collection(names: list[str]):  # type: ignore[no-untyped-def]
     from confluent_kafka import TopicCollection
 
     return TopicCollection(names)
+
+
+def _stored_codecs(bootstrap: str, topic: str) -> list[tuple[int, list[bytes]]]:
+    """(codec, values) of each stored batch, read with aiokafka's lower layer (its Fetch
+    and batch reader): stock consumers decompress without saying what the broker sent."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.protocol.fetch import FetchRequest
+    from aiokafka.record.memory_records import MemoryRecords
+
+    async def run() -> list[tuple[int, list[bytes]]]:
+        client = AIOKafkaClient(bootstrap_servers=bootstrap)
+        await client.bootstrap()
+        try:
+            node = 1  # `sluice dev` is one broker
+            request = FetchRequest(
+                max_wait_time=100,
+                min_bytes=1,
+                max_bytes=8 << 20,
+                isolation_level=0,
+                topics=[(topic, [(0, 0, 8 << 20)])],
+            )
+            response = await client.send(node, request)
+        finally:
+            await client.close()
+        part = response.topics[0][1][0]
+        records = MemoryRecords(part[-1] or b"")
+        out = []
+        while (batch := records.next_batch()) is not None:
+            out.append((batch.compression_type, [r.value for r in batch]))
+        return out
+
+    return asyncio.run(run())
+
+
+def test_compression_type_recompresses(broker: SluiceBroker, topic: str) -> None:
+    from kafka import KafkaProducer
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    confluent_create_topic(broker.bootstrap, topic, config={"compression.type": "zstd"})
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": "lz4"})
+    for i in range(5):
+        producer.produce(topic, value=b"lz4-%d" % i * 20, partition=0)
+    assert producer.flush(30) == 0
+    plain = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    plain.send(topic, b"none" * 20, partition=0).get(30)
+    plain.close()
+
+    stored = _stored_codecs(broker.bootstrap, topic)
+    assert {codec for codec, _ in stored} == {4}  # zstd, whatever the producers used
+    assert [v for _, values in stored for v in values] == [
+        *(b"lz4-%d" % i * 20 for i in range(5)),
+        b"none" * 20,
+    ]
+
+    res = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry(
+                "compression.type", "uncompressed", incremental_operation=AlterConfigOpType.SET
+            )
+        ],
+    )
+    admin.incremental_alter_configs([res])[res].result(20)
+    gzip = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": "gzip"})
+    gzip.produce(topic, value=b"gzip" * 20, partition=0)
+    assert gzip.flush(30) == 0
+    last_codec, last_values = _stored_codecs(broker.bootstrap, topic)[-1]
+    assert (last_codec, last_values) == (0, [b"gzip" * 20])
+
+    # A compression bomb (a few KB that inflate past socket.request.max.bytes) is refused
+    # with INVALID_RECORD; the broker stays up and the partition unchanged.
+    bomb = KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        compression_type="zstd",
+        max_request_size=200 << 20,
+        retries=0,
+    )
+    try:
+        with pytest.raises(Exception) as exc:
+            bomb.send(topic, b"\0" * (110 << 20), partition=0).get(60)
+        assert "InvalidRecord" in type(exc.value).__name__, exc.value
+    finally:
+        bomb.close()
+    assert len(_stored_codecs(broker.bootstrap, topic)) == len(stored) + 1
