@@ -196,3 +196,18 @@ def effective(broker: BrokerConfig, explicit: Mapping[str, str]) -> dict[str, st
 def int_config(broker: BrokerConfig, explicit: Mapping[str, str], name: str) -> int:
     value = explicit.get(name)
     return int((value if value is not None else _defaults(broker)[name]).strip())
+
+
+def timestamp_bounds(broker: BrokerConfig, explicit: Mapping[str, str]) -> tuple[int, int]:
+    """(before, after): how far a CreateTime batch timestamp may lie behind or ahead of the
+    broker's clock. A topic from Kafka 3.x may carry only the deprecated
+    ``message.timestamp.difference.max.ms``: it stands for whichever of the two is not
+    set on the topic, as Kafka 3.6+ reads it."""
+    legacy = explicit.get("message.timestamp.difference.max.ms")
+
+    def bound(name: str) -> int:
+        if name not in explicit and legacy is not None:
+            return int(legacy.strip())
+        return int_config(broker, explicit, name)
+
+    return bound("message.timestamp.before.max.ms"), bound("message.timestamp.after.max.ms")

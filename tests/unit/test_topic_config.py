@@ -71,3 +71,12 @@ def test_sources_and_synonyms() -> None:
     assert resolved.synonyms[0].name == "max.message.bytes"
     assert topic_config.int_config(broker, {}, "max.message.bytes") == 5000
     assert topic_config.effective(BrokerConfig(), {})["retention.ms"] == "604800000"
+
+
+def test_timestamp_bounds_read_the_legacy_difference() -> None:
+    broker = BrokerConfig()
+    assert topic_config.timestamp_bounds(broker, {}) == (2**63 - 1, 3_600_000)
+    legacy = {"message.timestamp.difference.max.ms": "5000"}
+    assert topic_config.timestamp_bounds(broker, legacy) == (5000, 5000)
+    both = {**legacy, "message.timestamp.after.max.ms": "10"}
+    assert topic_config.timestamp_bounds(broker, both) == (5000, 10)
