@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import TopicNotFound
 
-from .. import topic_config
+from .. import topic_config, topic_config_keys
 from ..config import BrokerConfig
 from ..controller_client import ControllerRefused
 from ..topic_config import InvalidConfig
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-TYPE_STRING = 2
 # Never shown: a DSN carries the database password.
 SENSITIVE_BROKER_KEYS = frozenset({"s3.secret.key", "coordinator.dsn", "controller.secret"})
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -82,7 +81,7 @@ def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
                 "config_source": topic_config.SOURCE_STATIC_BROKER,
                 "is_sensitive": sensitive,
                 "synonyms": [],
-                "config_type": TYPE_STRING,
+                "config_type": topic_config_keys.STRING,
             }
         )
     return out
