@@ -9,7 +9,7 @@ topic; the brokers count record bytes per broker rack (``sluice_client_bytes_tot
 the figure is the fraction of the bytes that were served by a broker outside the client's
 AZ — the traffic a diskless broker exists to keep local. Kinds:
 
-``aware-producer`` / ``aware-consumer``   ``client.id=bench,diskless_az=<az>`` (seed 001);
+``aware-producer`` / ``aware-consumer``   ``client.id=bench,diskless_az=<az>``;
 ``rack-consumer``                         standard ``client.rack=<az>`` (KIP-392 preferred
                                           read replica), no client.id hint;
 ``unaware-producer`` / ``unaware-consumer`` no hint at all: routed to the recorded leaders,

@@ -1,6 +1,6 @@
 """The client's availability zone, for the metadata transformer and byte metrics.
 
-Precedence (seed 001): a rack carried by the protocol (KIP-1163 adds ``RackId`` to
+Precedence: a rack carried by the protocol (KIP-1163 adds ``RackId`` to
 MetadataRequest; kio has no such field yet, so :func:`protocol_rack` is the seam that will
 read it), then the ``diskless_az=<az>`` marker anywhere in ``client.id``, else unaware.
 """

@@ -67,7 +67,7 @@ class BrokerConfig:
     metadata_refresh_interval_ms: int = 1000
     # Metadata transformer: an AZ-aware client whose AZ has alive brokers but no alive
     # replica of a diskless partition is sent to one of those brokers (hashed) instead of
-    # across AZs. false: seed 000's table to the letter (all alive replicas, cross-AZ).
+    # across AZs. false: always all alive replicas (cross-AZ), as Inkless' transformer does.
     diskless_transformer_az_local_fallback: bool = True
     # Controller mode: host:port of the controllers' HTTP APIs, comma separated. Set, the
     # broker registers with the Raft controller quorum, heartbeats there and follows its

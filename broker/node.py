@@ -143,7 +143,10 @@ class Broker:
 
     @property
     def controller_id(self) -> int:
-        return self.config.node_id
+        """What Metadata and DescribeCluster name as controller. Clients cannot talk to the
+        Raft controllers (they have no Kafka listener), so, as Kafka does under KRaft, a
+        live broker stands in: the lowest id, the same answer on every broker."""
+        return min((b.node_id for b in self.endpoints()), default=self.config.node_id)
 
     async def start(self) -> None:
         from .apis import build_api_table

@@ -240,7 +240,7 @@ class TopicRegistry:
         topic = self._by_name.get(name)
         if topic is None:
             raise TopicNotFound(name)
-        topic_config.validate(changes)
+        topic_config.validate(changes, topic.configs)
         if self._controller is not None:
             topic = await self._controller.set_configs(name, changes, validate_only)
             if not validate_only:

@@ -1,6 +1,6 @@
 """The metadata transformer: which broker(s) a client is told serve a diskless partition.
 
-Pure logic (no broker state) so every case of seed 000's filtering table is unit-tested:
+Pure logic (no broker state) so every case of the routing rules is unit-tested:
 
 * alive replicas in the client's AZ -> those (AZ-local routing);
 * no alive replica there, but alive brokers there -> one of them by hash (``local_fallback``,
@@ -11,7 +11,7 @@ Pure logic (no broker state) so every case of seed 000's filtering table is unit
 
 Clients without an AZ get the recorded placement with offline brokers routed around.
 Whenever one broker must be picked from several, it is ``candidates[toPositive(murmur2(
-"<topicId>-<partition>")) % len(candidates)]`` over candidates sorted by node id (seed 001),
+"<topicId>-<partition>")) % len(candidates)]`` over candidates sorted by node id,
 so every broker answers every request alike and each partition keeps one warm cache per AZ.
 """
 
@@ -45,7 +45,7 @@ class Route:
     offline: tuple[int, ...]  # offline replicas listed in ``replicas``
     reason: str
     routed_around: tuple[int, ...] = ()  # offline replicas the answer avoided
-    hash_fallback: bool = False  # seed 000's "all replicas offline" hash
+    hash_fallback: bool = False  # every replica offline: hashed to an alive broker
 
     @property
     def single(self) -> bool:
@@ -83,8 +83,7 @@ def route(
     ``local_fallback``: when the client's AZ has alive brokers but none is an alive replica
     (its replica's broker died, or a legacy RF=1 topic lives elsewhere), route to one of
     them by hash rather than across AZs: any broker serves any diskless partition, so this
-    keeps the bytes in the AZ (seed 001's premise). False follows seed 000's table to the
-    letter (all alive replicas, cross-AZ)."""
+    keeps the bytes in the AZ. False sends such clients to all alive replicas (cross-AZ)."""
     alive_replicas = [r for r in replicas if r in alive]
     offline = tuple(r for r in replicas if r not in alive)
     if client_az is None:

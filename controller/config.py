@@ -24,7 +24,7 @@ DEFAULTS: dict[str, str] = {
     "cluster.id": "",
     "controller.election.ticks": "10",  # x 50 ms: election timeout 0.5-1 s
     "controller.fsync": "true",
-    # Expand legacy RF=1 diskless topics to RF = rack count in the background (seed 000).
+    # Expand legacy RF=1 diskless topics to RF = rack count in the background (off by default).
     "controller.legacy.rf.expansion.enable": "false",
 }
 

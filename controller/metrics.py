@@ -1,5 +1,6 @@
-"""Metrics of seed 000, derived from the metadata image (pure functions; the process exports
-them, e.g. to Prometheus as ``sluice_controller_diskless_effective_rf{topic}``).
+"""Controller metrics (effective RF, rack awareness, under-replication), derived from
+the metadata image (pure functions; the process exports them, e.g. to Prometheus as
+``sluice_controller_diskless_effective_rf{topic}``).
 
 - effective RF of a topic: the replica count of its partition 0 outside a reassignment (as
   ``kafka-topics --describe`` shows it). Partitions added after the rack count changed may

@@ -1,4 +1,4 @@
-"""Rack-aware placement of diskless partitions (seed 000, "Diskless-Managed Replication Factor").
+"""Rack-aware placement of diskless partitions (the managed replication factor).
 
 The replication factor of a diskless topic is managed: RF = the number of distinct racks among
 the registered brokers, one replica per rack. Data lives in object storage, so replicas are

@@ -83,7 +83,7 @@ class ControllerService:
             ),
             self.state,
         )
-        from broker.topic_config import validate
+        from broker.topic_config import KEYS, LIST_KEYS, validate
 
         # Topic configs are validated by the broker's rules, the one place they live.
         config = ControllerConfig(
@@ -91,6 +91,8 @@ class ControllerService:
             default_partitions=settings.default_partitions,
             cluster_id=settings.cluster_id,
             validate_configs=validate,
+            list_config_keys=LIST_KEYS,
+            config_defaults={name: KEYS[name].default for name in LIST_KEYS},
         )
         self.logic = ControllerLogic(config)
         self._lock = asyncio.Lock()

@@ -3,7 +3,7 @@ expansion of legacy RF=1 diskless topics: the topic half of ``controller.logic``
 
 Validation follows Kafka's order and error codes: duplicates in the request (INVALID_REQUEST),
 the name (INVALID_TOPIC_EXCEPTION), existence (TOPIC_ALREADY_EXISTS) and '.'/'_' collisions,
-the managed replication factor (seed 000: INVALID_REQUEST for manual assignments,
+the managed replication factor (INVALID_REQUEST for manual assignments,
 INVALID_REPLICATION_FACTOR for RF other than -1/1), partitions (INVALID_PARTITIONS), configs
 (INVALID_CONFIG, through the validator the process passes in ``ControllerConfig``).
 """

@@ -1,6 +1,6 @@
 """Kafka's murmur2, exactly as the Java client's ``Utils.murmur2`` computes it.
 
-The metadata transformer hashes ``"<topicId>-<partition>"`` with it (seed 001) so that a
+The metadata transformer hashes ``"<topicId>-<partition>"`` with it so that a
 partition maps to the same broker within an AZ on every broker, and would on a Java broker
 too. It is not MurmurHash2 as published: the seed is fixed and the tail is folded like
 Java's fall-through switch, so only this exact arithmetic gives Kafka's values.

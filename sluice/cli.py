@@ -1,4 +1,4 @@
-"""The ``sluice`` command.
+"""The ``sluice`` command: ``dev``, ``broker``, ``controller``, ``cluster`` and ``jobs``.
 
 ``sluice dev`` runs a single-node cluster on the embedded default: a local
 directory as object store and SQLite as batch coordinator and topic catalog.
@@ -21,6 +21,13 @@ from .cluster import DEFAULT_RACKS
 
 log = logging.getLogger("sluice")
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL_HELP = "log verbosity: DEBUG, INFO, WARNING, ERROR or CRITICAL (default INFO)"
+DESCRIPTION = (
+    "Sluice: a Kafka-compatible diskless broker. Stock Kafka clients produce and consume "
+    "through it; the data lives in object storage, ordered by a batch coordinator database."
+)
+
 # How long a clean stop (flush, answer, deregister) may take before the process just exits.
 SHUTDOWN_TIMEOUT_S = 30.0
 
@@ -35,10 +42,26 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sluice")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sluice", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="sluice", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"sluice {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    dev = sub.add_parser("dev", help="single-node cluster on the embedded default")
+    dev = sub.add_parser(
+        "dev",
+        help="single-node cluster on the embedded default",
+        description="Run a whole cluster in one process: one broker and a single-voter "
+        "controller, with a local directory as object store and SQLite as coordinator, "
+        "all under --data-dir. Data survives restarts; stop with Ctrl-C or SIGTERM.",
+    )
     dev.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     dev.add_argument("--port", type=int, default=9092, help="listen port (default 9092)")
     dev.add_argument("--data-dir", default="./.sluice", help="data directory (default ./.sluice)")
@@ -51,10 +74,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="set a broker config, e.g. -o produce.commit.interval.ms=100",
     )
-    dev.add_argument("--log-level", default="INFO")
+    dev.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
 
     broker = sub.add_parser(
-        "broker", help="one broker of a cluster (storage and peers from the config)"
+        "broker",
+        help="one broker of a cluster (storage and peers from the config)",
+        description="Run one broker of a cluster: object store, coordinator database and "
+        "controller quorum come from --config, SLUICE_* variables and -o.",
     )
     broker.add_argument("--config", required=True, help="properties file with broker configs")
     broker.add_argument(
@@ -65,10 +91,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="set a broker config on top of the file and SLUICE_* variables",
     )
-    broker.add_argument("--log-level", default="INFO")
+    broker.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
 
     controller = sub.add_parser(
-        "controller", help="one voter of the Raft controller quorum (cluster metadata)"
+        "controller",
+        help="one voter of the Raft controller quorum (cluster metadata)",
+        description="Run one voter of the Raft-replicated controller quorum (1, 3 or 5 "
+        "voters), which keeps the cluster metadata log brokers follow.",
     )
     controller.add_argument("--config", help="properties file with controller configs")
     controller.add_argument(
@@ -79,10 +108,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="set a controller config on top of the file and SLUICE_* variables",
     )
-    controller.add_argument("--log-level", default="INFO")
+    controller.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
 
     cluster = sub.add_parser(
-        "cluster", help="a local multi-AZ cluster: PostgreSQL, SeaweedFS and N brokers"
+        "cluster",
+        help="a local multi-AZ cluster: PostgreSQL, SeaweedFS, a controller quorum and N brokers",
+        description="Start, stop or inspect a local multi-AZ cluster: PostgreSQL, SeaweedFS "
+        "(S3), a quorum of controllers and N brokers, all under --dir.",
     )
     cluster_sub = cluster.add_subparsers(dest="action", required=True)
     up = cluster_sub.add_parser("up", help="start it and leave it running")
@@ -117,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
             default="./.sluice-cluster",
             help="where everything lives (default ./.sluice-cluster)",
         )
-        action.add_argument("--log-level", default="INFO")
+        action.add_argument("--log-level", default="INFO", help=LOG_LEVEL_HELP)
 
     # PySpark jobs (jobs/); pyspark itself is imported only when a job runs.
     from jobs.cli import add_parser as add_jobs_parser
@@ -143,15 +175,7 @@ def run_cluster(args: argparse.Namespace) -> int:
                 print(f"sluice: a cluster is already up in {args.dir}", file=sys.stderr)
                 return 2
             local.up()
-            state = local.detach()
-            for c in state["controllers"]:
-                print(f"controller {c['node_id']} http://127.0.0.1:{c['http_port']}")
-            for b in state["brokers"]:
-                print(
-                    f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}"
-                    f" (metrics http://127.0.0.1:{b['http_port']}/metrics)"
-                )
-            print(f"bootstrap.servers={state['bootstrap']}")
+            _print_addresses(local.detach())
             return 0
         if args.action == "down":
             stopped = cluster.down_detached(args.dir)
@@ -160,10 +184,23 @@ def run_cluster(args: argparse.Namespace) -> int:
         running = cluster.status(args.dir)
         for name, pid, alive in running:
             print(f"{name} pid {pid} {'running' if alive else 'not running'}")
+        _print_addresses(cluster.read_state(args.dir))
         return 0 if all(alive for _, _, alive in running) else 1
     except cluster.ClusterError as exc:
         print(f"sluice: {exc}", file=sys.stderr)
         return 2
+
+
+def _print_addresses(state: dict[str, object]) -> None:
+    """Where a local cluster's controllers and brokers listen (`up` and `status`)."""
+    for c in state.get("controllers", ()):  # type: ignore[attr-defined]
+        print(f"controller {c['node_id']} http://127.0.0.1:{c['http_port']}")
+    for b in state.get("brokers", ()):  # type: ignore[attr-defined]
+        print(
+            f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}"
+            f" (metrics http://127.0.0.1:{b['http_port']}/metrics)"
+        )
+    print(f"bootstrap.servers={state['bootstrap']}")
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
@@ -284,11 +321,39 @@ def _lock(data_dir: str | os.PathLike[str]) -> int | None:
 _HELD_LOCKS: list[object] = []
 
 
-def _log_as(who: str) -> None:
-    """Every log line names the process ("broker 3 az-b"): logs of a cluster get merged."""
-    formatter = logging.Formatter(f"%(asctime)s %(levelname)s [{who}] %(name)s: %(message)s")
+class _LabelledFormatter(logging.Formatter):
+    """Names the process on every line ("broker 3 az-b"): logs of a cluster get merged.
+    In `sluice dev` the controller runs in the broker's process: its lines (the
+    ``controller`` package's loggers) carry its own label."""
+
+    def __init__(self, who: str, controller_who: str | None) -> None:
+        super().__init__("%(asctime)s %(levelname)s [%(who)s] %(name)s: %(message)s")
+        self._who = who
+        self._controller_who = controller_who
+
+    def format(self, record: logging.LogRecord) -> str:
+        in_controller = record.name == "controller" or record.name.startswith("controller.")
+        record.who = self._controller_who if in_controller and self._controller_who else self._who
+        return super().format(record)
+
+
+def _log_as(who: str, controller_who: str | None = None) -> None:
+    formatter = _LabelledFormatter(who, controller_who)
     for handler in logging.getLogger().handlers:
         handler.setFormatter(formatter)
+
+
+def _data_dir_error(path: str) -> str | None:
+    """Why ``path`` cannot be the data directory (None: it can), said in one line."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"data directory {path} exists and is not a directory"
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create data directory {path}: {exc.strerror or exc}"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"data directory {path} is not writable"
+    return None
 
 
 def _storage_summary(config: BrokerConfig) -> str:
@@ -309,6 +374,12 @@ def _storage_summary(config: BrokerConfig) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if str(args.log_level).upper() not in LOG_LEVELS:
+        print(
+            f"sluice: --log-level {args.log_level!r} is not one of {', '.join(LOG_LEVELS)}",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -325,13 +396,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2
+        if (problem := _data_dir_error(config.data_dir)) is not None:
+            print(f"sluice: {problem}", file=sys.stderr)
+            return 2
         if (failed := _lock(config.data_dir)) is not None:
             return failed
         runner = uvloop.run if uvloop else asyncio.run
-        _log_as(f"broker {config.node_id}" + (f" {config.rack}" if config.rack else ""))
         # `sluice dev` is a whole cluster in one process: its controller runs inside (unless
         # the config points at a quorum); `sluice broker` follows the configured quorum.
         embedded = args.command == "dev" and not config.controller_mode
+        _log_as(
+            f"broker {config.node_id}" + (f" {config.rack}" if config.rack else ""),
+            f"controller {config.node_id}" if embedded else None,
+        )
         try:
             runner(run_broker(config, embedded))
         except StartFailed as exc:
@@ -351,6 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = load_settings(*layers, env=os.environ)
         except (OSError, ValueError) as exc:
             print(f"sluice: {exc}", file=sys.stderr)
+            return 2
+        if (problem := _data_dir_error(str(settings.data_dir))) is not None:
+            print(f"sluice: {problem}", file=sys.stderr)
             return 2
         if (failed := _lock(settings.data_dir)) is not None:
             return failed

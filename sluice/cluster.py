@@ -9,6 +9,7 @@ with every config, data directory and log under ``--dir``; it leaves them runnin
 Layout of the directory::
 
     cluster.json            pids, ports, bootstrap (written by `up`, removed by `down`)
+    ports.json              the ports of the last `up`, reused by the next one while free
     postgres/               LocalPostgres (data/, run/, postgres.log)
     seaweedfs/              LocalSeaweedFS (data/, s3.json, weed.log)
     broker-<id>/            broker.properties, data/, broker.log
@@ -24,6 +25,7 @@ import pwd
 import secrets
 import shutil
 import signal
+import socket
 import tempfile
 import urllib.error
 import urllib.request
@@ -49,6 +51,42 @@ log = logging.getLogger(__name__)
 DEFAULT_RACKS = ("az-a", "az-b", "az-c")
 BUCKET = "sluice"
 STATE_FILE = "cluster.json"
+PORTS_FILE = "ports.json"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class _PortBook:
+    """Ports kept across ``down``/``up`` of one directory, so bootstrap servers and client
+    configs stay valid; a remembered port another process took meanwhile is replaced."""
+
+    def __init__(self, root: Path) -> None:
+        try:
+            self._remembered: dict[str, Any] = json.loads((root / PORTS_FILE).read_text())
+        except (OSError, ValueError):
+            self._remembered = {}
+
+    def port(self, name: str) -> int:
+        wanted = self._remembered.get(name)
+        if isinstance(wanted, int) and 0 < wanted < 65536 and _port_free(wanted):
+            return wanted
+        return free_port()
+
+    def ports(self, name: str) -> dict[str, int]:
+        wanted = self._remembered.get(name)
+        if isinstance(wanted, dict) and all(
+            isinstance(p, int) and 0 < p < 65536 and _port_free(p) for p in wanted.values()
+        ):
+            return dict(wanted)
+        return {}
 
 
 class ClusterError(RuntimeError):
@@ -58,11 +96,18 @@ class ClusterError(RuntimeError):
 class BrokerProcess(SluiceProcess):
     """One ``sluice broker --config broker.properties`` of a local cluster."""
 
-    def __init__(self, workdir: Path, node_id: int, port: int, rack: str | None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        node_id: int,
+        port: int,
+        rack: str | None,
+        http_port: int | None = None,
+    ) -> None:
         self.workdir = workdir
         self.node_id = node_id
         self.rack = rack
-        self.http_port = free_port()
+        self.http_port = http_port or free_port()
         self.config_path = workdir / "broker.properties"
         self.data_dir = workdir / "data"
         super().__init__(
@@ -108,17 +153,23 @@ def _write_properties(workdir: Path, path: Path, settings: Mapping[str, str]) ->
 class ControllerProcess(SluiceProcess):
     """One ``sluice controller --config controller.properties`` (a Raft voter)."""
 
-    def __init__(self, workdir: Path, node_id: int) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        node_id: int,
+        raft_port: int | None = None,
+        http_port: int | None = None,
+    ) -> None:
         self.workdir = workdir
         self.node_id = node_id
-        self.raft_port = free_port()
+        self.raft_port = raft_port or free_port()
         self.config_path = workdir / "controller.properties"
         self.data_dir = workdir / "data"
         # Ready when the HTTP API answers; that is the port SluiceProcess waits for.
         super().__init__(
             ["controller", "--config", str(self.config_path)],
             workdir / "controller.log",
-            free_port(),
+            http_port or free_port(),
         )
 
     @property
@@ -175,13 +226,24 @@ class LocalCluster:
             raise ClusterError("a controller quorum has 1, 3 or 5 voters (0: none)")
         self.controller_options = dict(controller_options or {})
         self.secret = secrets.token_urlsafe(16)
+        self._ports = _PortBook(self.root)
         self.controllers = [
-            ControllerProcess(self.root / f"controller-{i}", i) for i in range(1, controllers + 1)
+            ControllerProcess(
+                self.root / f"controller-{i}",
+                i,
+                self._ports.port(f"controller-{i}.raft"),
+                self._ports.port(f"controller-{i}.http"),
+            )
+            for i in range(1, controllers + 1)
         ]
         racks = list(racks) or [""]
         self.brokers = [
             BrokerProcess(
-                self.root / f"broker-{node_id}", node_id, free_port(), racks[i % len(racks)] or None
+                self.root / f"broker-{node_id}",
+                node_id,
+                self._ports.port(f"broker-{node_id}"),
+                racks[i % len(racks)] or None,
+                self._ports.port(f"broker-{node_id}.http"),
             )
             for i, node_id in enumerate(range(1, brokers + 1))
         ]
@@ -278,10 +340,13 @@ class LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             if self._postgres_dsn is None and self.brokers:
-                self.postgres = LocalPostgres(_postgres_dir(self.root / "postgres"))
+                self.postgres = LocalPostgres(
+                    _postgres_dir(self.root / "postgres"), port=self._ports.port("postgres")
+                )
                 self.postgres.start()
             if self._s3 is None and self.brokers:
                 self.seaweed = LocalSeaweedFS(self.root / "seaweedfs")
+                self.seaweed.ports = self._ports.ports("seaweedfs")
                 self.seaweed.start()
                 self.seaweed.create_bucket(BUCKET)
             for c in self.controllers:
@@ -297,7 +362,24 @@ class LocalCluster:
         except BaseException:
             self.down()
             raise
+        self._remember_ports()
         log.info("cluster up: %s", self.bootstrap)
+
+    def _remember_ports(self) -> None:
+        ports: dict[str, Any] = {}
+        for b in self.brokers:
+            ports[f"broker-{b.node_id}"] = b.port
+            ports[f"broker-{b.node_id}.http"] = b.http_port
+        for c in self.controllers:
+            ports[f"controller-{c.node_id}.raft"] = c.raft_port
+            ports[f"controller-{c.node_id}.http"] = c.port
+        if self.postgres is not None and self.postgres.port is not None:
+            ports["postgres"] = self.postgres.port
+        if self.seaweed is not None:
+            ports["seaweedfs"] = dict(self.seaweed.ports)
+        tmp = self.root / (PORTS_FILE + ".tmp")
+        tmp.write_text(json.dumps(ports, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.root / PORTS_FILE)
 
     def down(self) -> None:
         """Stop brokers first (they flush what producers were promised), then storage."""

@@ -205,7 +205,7 @@ def run_transaction(conn: sqlite3.Connection, write: bool, fn: Callable[..., T],
 # --------------------------------------------------------------------------- schema
 
 MIGRATIONS: list[list[str]] = [
-    # 1: initial schema (the shape of Inkless's control plane, DESIGN §4).
+    # 1: initial schema (the shape of Inkless's control plane).
     [
         """CREATE TABLE logs (
             topic_id BLOB NOT NULL,

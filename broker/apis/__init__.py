@@ -1,7 +1,7 @@
 """One module per Kafka API; this table says which versions each one speaks.
 
 Version ranges are what the handlers implement and kio can encode; they cover
-what the stock clients send (see DESIGN §5).
+what the stock clients send.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (22, "InitProducerId", 0, 5),
     (23, "OffsetForLeaderEpoch", 2, 4),
     (32, "DescribeConfigs", 1, 4),
+    (33, "AlterConfigs", 0, 2),
     (37, "CreatePartitions", 0, 3),
     (42, "DeleteGroups", 0, 2),
     (44, "IncrementalAlterConfigs", 0, 1),
@@ -59,6 +60,7 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (46, "ListPartitionReassignments", 0, 0),
     (47, "OffsetDelete", 0, 0),
     (60, "DescribeCluster", 0, 1),
+    (75, "DescribeTopicPartitions", 0, 0),
 ]
 
 
@@ -67,6 +69,7 @@ def build_api_table(broker: Broker) -> ApiTable:
         api_versions,
         cluster,
         configs,
+        describe_topic_partitions,
         fetch,
         find_coordinator,
         group_membership,
@@ -103,6 +106,7 @@ def build_api_table(broker: Broker) -> ApiTable:
         22: producer_ids.handle,
         23: leader_epoch.handle,
         32: configs.describe_configs,
+        33: configs.alter_configs,
         37: topics_admin.create_partitions,
         42: groups_admin.delete_groups,
         44: configs.incremental_alter_configs,
@@ -110,6 +114,7 @@ def build_api_table(broker: Broker) -> ApiTable:
         46: reassignments.list_partition_reassignments,
         47: group_offsets.offset_delete,
         60: cluster.handle,
+        75: describe_topic_partitions.handle,
     }
     table: ApiTable = {}
     for key, name, low, high in VERSIONS:

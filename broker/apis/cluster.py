@@ -1,14 +1,14 @@
-"""DescribeCluster: brokers, controller and cluster id."""
+"""DescribeCluster: brokers with their racks, the controller stand-in and cluster id."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..authorized_operations import authorized
+
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
-
-UNKNOWN_OPERATIONS = -(2**31)
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -22,6 +22,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
                 for b in broker.endpoints()
             ],
-            "cluster_authorized_operations": UNKNOWN_OPERATIONS,
+            "cluster_authorized_operations": authorized(
+                "cluster", bool(request.include_cluster_authorized_operations)
+            ),
         }
     )

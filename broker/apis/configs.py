@@ -1,7 +1,10 @@
-"""DescribeConfigs and IncrementalAlterConfigs for topics (broker configs are read-only)."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs (topic configs; broker configs
+are static: shown, never altered)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -9,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import TopicNotFound
 
-from .. import topic_config
+from .. import topic_config, topic_config_keys
 from ..config import BrokerConfig
 from ..controller_client import ControllerRefused
 from ..topic_config import InvalidConfig
@@ -20,45 +23,38 @@ if TYPE_CHECKING:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-SOURCE_DYNAMIC_TOPIC = 1
-SOURCE_STATIC_BROKER = 4
-SOURCE_DEFAULT = 5
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
 # Never shown: a DSN carries the database password.
 SENSITIVE_BROKER_KEYS = frozenset({"s3.secret.key", "coordinator.dsn", "controller.secret"})
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
-_TOPIC_TYPES = {
-    "retention.ms": TYPE_LONG,
-    "retention.bytes": TYPE_LONG,
-    "max.message.bytes": TYPE_INT,
-    "message.timestamp.type": TYPE_STRING,
-    "cleanup.policy": TYPE_LIST,
-    "diskless.enable": TYPE_BOOLEAN,
-    "delete.retention.ms": TYPE_LONG,
-    "min.compaction.lag.ms": TYPE_LONG,
-}
 
-
-def _topic_configs(broker: Broker, name: str, keys: Any, with_docs: bool) -> list[dict[str, Any]]:
+def _topic_configs(
+    broker: Broker, name: str, keys: Any, with_synonyms: bool, with_docs: bool
+) -> list[dict[str, Any]]:
     topic = broker.topics.get(name)
     assert topic is not None
     out = []
-    for key, value in sorted(broker.topics.config(topic).items()):
+    for key in sorted(topic_config.KEYS):
         if keys is not None and key not in keys:
             continue
-        explicit = key in topic.configs
+        spec = topic_config.KEYS[key]
+        resolved = topic_config.resolve(broker.config, topic.configs, key)
         out.append(
             {
                 "name": key,
-                "value": value,
+                "value": resolved.value,
                 "read_only": key == "diskless.enable",
-                "is_default": not explicit,
-                "config_source": SOURCE_DYNAMIC_TOPIC if explicit else SOURCE_DEFAULT,
+                "is_default": resolved.source == topic_config.SOURCE_DEFAULT,
+                "config_source": resolved.source,
                 "is_sensitive": False,
-                "synonyms": [],
-                "config_type": _TOPIC_TYPES.get(key, TYPE_STRING),
-                "documentation": topic_config.KEYS[key].doc if with_docs else None,
+                "synonyms": [
+                    {"name": s.name, "value": s.value, "source": s.source}
+                    for s in resolved.synonyms
+                ]
+                if with_synonyms
+                else [],
+                "config_type": spec.type,
+                "documentation": spec.doc if with_docs else None,
             }
         )
     return out
@@ -82,10 +78,10 @@ def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
                 "value": shown,
                 "read_only": True,
                 "is_default": value == f.default,
-                "config_source": SOURCE_STATIC_BROKER,
+                "config_source": topic_config.SOURCE_STATIC_BROKER,
                 "is_sensitive": sensitive,
                 "synonyms": [],
-                "config_type": TYPE_STRING,
+                "config_type": topic_config_keys.STRING,
             }
         )
     return out
@@ -93,6 +89,7 @@ def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
 
 async def describe_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     with_docs = getattr(request, "include_documentation", False)
+    with_synonyms = getattr(request, "include_synonyms", False)
     results = []
     await broker.topics.ensure(
         (r.resource_name, None) for r in request.resources if r.resource_type == RESOURCE_TOPIC
@@ -114,7 +111,9 @@ async def describe_configs(broker: Broker, ctx: RequestContext, request: Any) ->
                     error_message=f"Topic '{res.resource_name}' does not exist.",
                 )
             else:
-                entry["configs"] = _topic_configs(broker, res.resource_name, keys, with_docs)
+                entry["configs"] = _topic_configs(
+                    broker, res.resource_name, keys, with_synonyms, with_docs
+                )
         elif res.resource_type == RESOURCE_BROKER:
             if res.resource_name not in ("", str(broker.config.node_id)):
                 entry.update(
@@ -131,29 +130,70 @@ async def describe_configs(broker: Broker, ctx: RequestContext, request: Any) ->
     return ctx.respond({"throttle_time": 0, "results": results})
 
 
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 def _apply(current: dict[str, str], name: str, op: int, value: str | None) -> str | None:
+    """One IncrementalAlterConfigs operation: the key's new override (None: removed)."""
+    if op not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
+        raise _Refused(ErrorCode.invalid_request, f"Unknown config operation {op}")
+    if name not in topic_config.KEYS:
+        raise InvalidConfig(f"Unknown topic config name: {name}")
     if op == OP_SET:
+        if value is None:
+            raise _Refused(ErrorCode.invalid_request, f"Null value not supported for : {name}")
         return value
     if op == OP_DELETE:
         return None
-    if name not in ("cleanup.policy",):
+    if name not in topic_config.LIST_KEYS:
         raise InvalidConfig(f"Config {name} is not a list: APPEND/SUBTRACT do not apply")
-    items = [v for v in current.get(name, "").split(",") if v]
-    given = [v for v in (value or "").split(",") if v]
+    items = [v.strip() for v in current.get(name, "").split(",") if v.strip()]
+    given = [v.strip() for v in (value or "").split(",") if v.strip()]
     if op == OP_APPEND:
         items += [v for v in given if v not in items]
-    elif op == OP_SUBTRACT:
-        items = [v for v in items if v not in given]
     else:
-        raise InvalidConfig(f"Unknown config operation {op}")
+        items = [v for v in items if v not in given]
     return ",".join(items) if items else None
 
 
-async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+def _replace_all(explicit: Mapping[str, str], given: Any) -> dict[str, str | None]:
+    """AlterConfigs: the topic's overrides become exactly the given ones."""
+    changes: dict[str, str | None] = {key: None for key in explicit}
+    for config in given:
+        if config.value is None:
+            raise _Refused(
+                ErrorCode.invalid_request, f"Null value not supported for : {config.name}"
+            )
+        changes[config.name] = config.value
+    return changes
+
+
+def _refuse_broker_resource(broker: Broker, name: str, keys: list[str]) -> None:
+    if name not in ("", str(broker.config.node_id)):
+        raise _Refused(ErrorCode.invalid_request, f"Unexpected broker id {name!r}")
+    if keys:
+        # Kafka's answer for configs that exist only in the broker's properties file.
+        raise _Refused(
+            ErrorCode.invalid_request,
+            f"Cannot update these configs dynamically: {sorted(keys)}: Sluice's broker "
+            "configs are static (config file, SLUICE_* variables, -o)",
+        )
+
+
+async def _alter(
+    broker: Broker,
+    request: Any,
+    changes_of: Callable[[dict[str, str], Mapping[str, str], Any], dict[str, str | None]],
+) -> list[dict[str, Any]]:
     responses = []
     await broker.topics.ensure(
         (r.resource_name, None) for r in request.resources if r.resource_type == RESOURCE_TOPIC
     )
+    seen = Counter((r.resource_type, r.resource_name) for r in request.resources)
     for res in request.resources:
         entry: dict[str, Any] = {
             "error_code": 0,
@@ -162,29 +202,52 @@ async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request
             "resource_name": res.resource_name,
         }
         responses.append(entry)
-        if res.resource_type != RESOURCE_TOPIC:
-            entry.update(
-                error_code=int(ErrorCode.invalid_request),
-                error_message="Only topic configs can be altered; broker configs are static",
-            )
-            continue
-        topic = broker.topics.get(res.resource_name)
-        if topic is None:
-            entry.update(
-                error_code=int(ErrorCode.unknown_topic_or_partition),
-                error_message=f"Topic '{res.resource_name}' does not exist.",
-            )
-            continue
         try:
-            effective = broker.topics.config(topic)
-            changes = {
-                c.name: _apply(effective, c.name, c.config_operation, c.value) for c in res.configs
-            }
+            if seen[(res.resource_type, res.resource_name)] > 1:
+                raise _Refused(ErrorCode.invalid_request, "Duplicate resource in request")
+            names = [c.name for c in res.configs]
+            if len(set(names)) != len(names):
+                raise _Refused(ErrorCode.invalid_request, "Duplicate config keys in request")
+            if res.resource_type == RESOURCE_BROKER:
+                _refuse_broker_resource(broker, res.resource_name, names)
+                continue
+            if res.resource_type != RESOURCE_TOPIC:
+                raise _Refused(
+                    ErrorCode.invalid_request, f"Unsupported resource type {res.resource_type}"
+                )
+            topic = broker.topics.get(res.resource_name)
+            if topic is None:
+                raise _Refused(
+                    ErrorCode.unknown_topic_or_partition,
+                    f"Topic '{res.resource_name}' does not exist.",
+                )
+            changes = changes_of(broker.topics.config(topic), topic.configs, res.configs)
             await broker.topics.alter_configs(res.resource_name, changes, request.validate_only)
+        except _Refused as exc:
+            entry.update(error_code=int(exc.code), error_message=exc.message)
         except InvalidConfig as exc:
             entry.update(error_code=int(ErrorCode.invalid_config), error_message=str(exc))
         except TopicNotFound:
             entry.update(error_code=int(ErrorCode.unknown_topic_or_partition))
         except ControllerRefused as exc:
             entry.update(error_code=int(exc.code), error_message=exc.message)
+    return responses
+
+
+async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    def changes(effective: dict[str, str], explicit: Any, given: Any) -> dict[str, str | None]:
+        return {c.name: _apply(effective, c.name, c.config_operation, c.value) for c in given}
+
+    responses = await _alter(broker, request, changes)
+    return ctx.respond({"throttle_time": 0, "responses": responses})
+
+
+async def alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    """AlterConfigs (API 33), the pre-KIP-339 form: a resource's configs are replaced as
+    a whole, so keys not named lose their override."""
+
+    def changes(effective: dict[str, str], explicit: Any, given: Any) -> dict[str, str | None]:
+        return _replace_all(explicit, given)
+
+    responses = await _alter(broker, request, changes)
     return ctx.respond({"throttle_time": 0, "responses": responses})

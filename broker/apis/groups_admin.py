@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ..authorized_operations import authorized
+
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
-
-UNKNOWN_OPERATIONS = -(2**31)
 
 
 async def list_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -23,8 +23,9 @@ async def list_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 async def describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     entries = await broker.groups.admin.describe_groups(list(request.groups))
+    operations = authorized("group", bool(getattr(request, "include_authorized_operations", False)))
     for entry in entries:
-        entry["authorized_operations"] = UNKNOWN_OPERATIONS
+        entry["authorized_operations"] = operations
         if entry["error_code"] == ErrorCode.group_id_not_found and version < 6:
             # Before v6 (KIP-1043) an unknown group is told by its Dead state alone.
             entry["error_code"] = 0

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic, TopicExists
 
+from ..authorized_operations import NOT_REQUESTED, authorized
 from ..client_az import client_az
 from ..controller_client import ControllerRefused
 from ..metrics import METRICS
@@ -18,17 +19,17 @@ if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
 
-UNKNOWN_OPERATIONS = -(2**31)
 
-
-def topic_entry(broker: Broker, topic: Topic, routing: Routing | None = None) -> dict[str, Any]:
+def topic_entry(
+    broker: Broker, topic: Topic, routing: Routing | None = None, operations: bool = False
+) -> dict[str, Any]:
     return {
         "error_code": 0,
         "name": topic.name,
         "topic_id": topic.topic_id,
         "is_internal": False,
         "partitions": [partition_entry(broker, topic, p, routing) for p in range(topic.partitions)],
-        "topic_authorized_operations": UNKNOWN_OPERATIONS,
+        "topic_authorized_operations": authorized("topic", operations),
     }
 
 
@@ -110,7 +111,7 @@ def _controller_partition_entry(
     }
 
 
-def _routing(broker: Broker, ctx: RequestContext, request: Any) -> Routing:
+def request_routing(broker: Broker, ctx: RequestContext, request: Any) -> Routing:
     """The transformer's per-request view, and the client AZ hit/miss/unaware count."""
     routing = Routing(
         {b.node_id: b.rack for b in broker.endpoints()},
@@ -128,16 +129,17 @@ def _error_entry(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str,
         "name": name,
         "topic_id": topic_id,
         "partitions": [],
-        "topic_authorized_operations": UNKNOWN_OPERATIONS,
+        "topic_authorized_operations": NOT_REQUESTED,
     }
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     requested = request.topics
-    routing = _routing(broker, ctx, request)
+    routing = request_routing(broker, ctx, request)
+    topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
     if requested is None or (version == 0 and not requested):
-        entries = [topic_entry(broker, t, routing) for t in broker.topics.all()]
+        entries = [topic_entry(broker, t, routing, topic_ops) for t in broker.topics.all()]
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         entries = []
@@ -152,7 +154,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if name is None:
                 topic = broker.topics.get_by_id(topic_id) if topic_id else None
                 entries.append(
-                    topic_entry(broker, topic, routing)
+                    topic_entry(broker, topic, routing, topic_ops)
                     if topic
                     else _error_entry(None, topic_id, ErrorCode.unknown_topic_id)
                 )
@@ -166,7 +168,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if topic is None:
                 entries.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
             else:
-                entries.append(topic_entry(broker, topic, routing))
+                entries.append(topic_entry(broker, topic, routing, topic_ops))
     return ctx.respond(
         {
             "throttle_time": 0,
@@ -177,7 +179,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             "cluster_id": broker.cluster_id,
             "controller_id": broker.controller_id,
             "topics": entries,
-            "cluster_authorized_operations": UNKNOWN_OPERATIONS,
+            "cluster_authorized_operations": authorized(
+                "cluster", bool(getattr(request, "include_cluster_authorized_operations", False))
+            ),
             "error_code": 0,
         }
     )

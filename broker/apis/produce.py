@@ -14,6 +14,7 @@ from protocol.produce_response import PartitionAnswer, encode_produce_response
 from protocol.records import CONTROL_BIT, TRANSACTIONAL_BIT, InvalidRecords, parse_batches
 from storage.catalog import Topic
 
+from .. import recompress
 from ..append import PartitionAppend, PartitionResult
 from ..client_az import count_produce
 
@@ -69,6 +70,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 if any(b.attributes & _TXN_OR_CONTROL for b in batches):
                     raise InvalidRecords(
                         ErrorCode.invalid_record, "transactional batches are not supported"
+                    )
+                if (codec := recompress.target(topics, topic)) is not None:
+                    records, batches = recompress.recompress(
+                        records,
+                        batches,
+                        codec,
+                        max_batch_bytes,
+                        broker.config.socket_request_max_bytes,
                     )
             except InvalidRecords as exc:
                 slots.append((name, part.index, PartitionResult(int(exc.error)), str(exc)))

@@ -201,6 +201,33 @@ def test_every_byte_stays_in_the_clients_az(cluster: LocalCluster, topic: str) -
         assert_in_az(moved, "fetch", az)
 
 
+def test_admin_views_are_per_az(cluster: LocalCluster, topic: str) -> None:
+    """DescribeTopicPartitions (newer admin tools) routes like Metadata; DescribeCluster
+    shows every broker's rack and a live broker as controller."""
+    from kafka.admin import KafkaAdminClient
+
+    create_topic(cluster, topic)
+    rack_of = {b.node_id: b.rack for b in cluster.brokers}
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, client_id="tool,diskless_az=az-b")
+    try:
+        pages = [admin.describe_topic_partitions([topic], response_partition_limit=4)]
+        assert pages[0]["next_cursor"] == {"topic_name": topic, "partition_index": 4}
+        pages.append(admin.describe_topic_partitions([topic], 4, cursor=pages[0]["next_cursor"]))
+        assert pages[1]["next_cursor"] is None
+    finally:
+        admin.close()
+    partitions = [p for page in pages for t in page["topics"] for p in t["partitions"]]
+    assert [p["partition_index"] for p in partitions] == list(range(PARTITIONS))
+    for p in partitions:
+        assert rack_of[p["leader_id"]] == "az-b", p
+        assert p["replica_nodes"] == p["isr_nodes"] == [p["leader_id"]], p
+
+    plain = AdminClient({"bootstrap.servers": cluster.bootstrap})  # kept alive for the result
+    described = plain.describe_cluster().result(20)
+    assert {(n.id, n.rack) for n in described.nodes} == set(rack_of.items())
+    assert described.controller.id == min(rack_of)
+
+
 def test_client_rack_consumer_reads_from_its_az(cluster: LocalCluster, topic: str) -> None:
     create_topic(cluster, topic)
     vals = values("r", 300)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 
 from sluice.launch.process import free_port, sluice_command
 
+from ._kafka import wait_until
 from .conftest import SluiceBroker
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +52,52 @@ def test_unknown_config_key_is_refused_at_start(tmp_path: Path) -> None:
 
 
 def test_log_lines_name_the_process(fresh_broker: SluiceBroker) -> None:
-    assert "[broker 1] broker.node: sluice broker 1 listening" in fresh_broker.log_tail()
+    # The port opens a moment before the line is written.
+    listening = "[broker 1] broker.node: sluice broker 1 listening"
+    wait_until(lambda: listening in fresh_broker.log_tail(), "the listening line", 30)
+    log = fresh_broker.log_tail()
+    # `sluice dev` runs its controller in the same process: its lines say so.
+    assert "[controller 1] controller.service:" in log
+    assert "[broker 1] controller." not in log
+    # The Raft log of `sluice dev` is in <data-dir>/controller/raft; the admin tool takes
+    # either directory.
+    for directory in (
+        fresh_broker.data_dir / "controller",
+        fresh_broker.data_dir / "controller" / "raft",
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "controller.raft.admin", "inspect", str(directory)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["voters"] == [1]
+
+
+def _sluice(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*sluice_command(), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_help_version_and_one_line_errors(tmp_path: Path) -> None:
+    version = _sluice("--version")
+    assert version.returncode == 0 and version.stdout.startswith("sluice "), version
+    top = _sluice("--help").stdout
+    assert "``" not in top and "Kafka-compatible" in top
+    assert "controller quorum" in top.split("cluster", 1)[1], top  # cluster names its controllers
+    dev = _sluice("dev", "--help").stdout
+    assert "single-voter controller" in dev and "log verbosity" in dev, dev
+
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("")
+    for args, says in (
+        (["dev", "--log-level", "bogus"], "--log-level 'bogus'"),
+        (["dev", "--data-dir", str(a_file)], "is not a directory"),
+    ):
+        done = _sluice(*args)
+        assert done.returncode == 2, done
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert says in done.stderr
 
 
 def test_missing_bucket_is_named_and_the_broker_exits(tmp_path: Path, s3_server: Any) -> None:

@@ -1,4 +1,4 @@
-"""Client AZ extraction: seed 001's valid placements and its typo examples."""
+"""Client AZ extraction: where the marker may sit in client.id, and typos that must not match."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def test_valid_patterns(client_id: str, az: str) -> None:
 @pytest.mark.parametrize(
     "client_id",
     [
-        "my-app,diskles_az=us-east-1a",  # typo in 'diskless' (seed 001)
-        "my-app:diskless_az=us-east-1a",  # wrong separator (seed 001)
+        "my-app,diskles_az=us-east-1a",  # typo in 'diskless'
+        "my-app:diskless_az=us-east-1a",  # wrong separator
         "my-appdiskless_az=us-east-1a",  # no separator at all
         "my-app,diskless_az=",  # empty AZ
         "my-app",

@@ -1,4 +1,4 @@
-"""The metadata transformer, case by case through seed 000's filtering table."""
+"""The metadata transformer, case by case through its routing rules."""
 
 from __future__ import annotations
 

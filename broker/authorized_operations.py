@@ -1,0 +1,56 @@
+"""The ``*_authorized_operations`` bit sets of Metadata, DescribeCluster, DescribeGroups and
+DescribeTopicPartitions (KIP-430).
+
+Kafka answers with the operations the caller may perform on the resource: with no
+authorizer configured, every operation the resource type supports. Sluice has no ACLs yet,
+so that is the answer; an authorizer would filter ``SUPPORTED`` here, the one place the
+handlers ask.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+# Kafka's "not requested" value (Integer.MIN_VALUE).
+NOT_REQUESTED = -(2**31)
+
+
+class Operation(IntEnum):
+    """Kafka's AclOperation codes."""
+
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+
+_O = Operation
+SUPPORTED: dict[str, frozenset[Operation]] = {
+    "topic": frozenset(
+        {_O.READ, _O.WRITE, _O.CREATE, _O.DELETE, _O.ALTER, _O.DESCRIBE}
+        | {_O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}
+    ),
+    "group": frozenset({_O.READ, _O.DESCRIBE, _O.DELETE, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}),
+    "cluster": frozenset(
+        {_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}
+        | {_O.IDEMPOTENT_WRITE, _O.ALTER, _O.DESCRIBE}
+    ),
+}
+
+
+def bits(operations: frozenset[Operation]) -> int:
+    return sum(1 << int(op) for op in operations)
+
+
+def authorized(resource_type: str, requested: bool = True) -> int:
+    """The bit set for one resource (every supported operation: no authorizer), or
+    NOT_REQUESTED when the client did not ask for it."""
+    if not requested:
+        return NOT_REQUESTED
+    return bits(SUPPORTED[resource_type])
