@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from ..authorized_operations import authorized
 
 if TYPE_CHECKING:
@@ -11,7 +13,26 @@ if TYPE_CHECKING:
     from ..server import RequestContext
 
 
+ENDPOINT_BROKERS = 1
+
+
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)  # v1+
+    if endpoint_type != ENDPOINT_BROKERS:
+        # As a Kafka broker does: controller endpoints are asked of the controllers
+        # (KIP-919), and a broker says it is the wrong kind of endpoint.
+        return ctx.respond(
+            {
+                "error_code": int(ErrorCode.mismatched_endpoint_type),
+                "error_message": "The request was sent to an endpoint of type BROKER, "
+                f"but endpoint type {endpoint_type} was wanted",
+                "endpoint_type": ENDPOINT_BROKERS,
+                "cluster_id": broker.cluster_id,
+                "controller_id": -1,
+                "brokers": [],
+                "cluster_authorized_operations": -2147483648,
+            }
+        )
     return ctx.respond(
         {
             "error_code": 0,

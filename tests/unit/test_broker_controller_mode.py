@@ -812,3 +812,14 @@ def test_controller_mode_config() -> None:
     assert not load_config({}).controller_mode
     with pytest.raises(ValueError, match="host:port"):
         load_config({"controller.quorum.bootstrap.servers": "c1"}).controller_servers()
+
+
+async def test_describe_cluster_for_controller_endpoints_is_a_mismatched_endpoint(
+    broker: Broker,
+) -> None:
+    asked = {"include_cluster_authorized_operations": False}
+    brokers = await call(broker, 60, 1, {**asked, "endpoint_type": 1})
+    assert brokers.error_code == ErrorCode.none and {b.broker_id for b in brokers.brokers}
+    controllers = await call(broker, 60, 1, {**asked, "endpoint_type": 2})
+    assert controllers.error_code == ErrorCode.mismatched_endpoint_type
+    assert controllers.brokers == ()
