@@ -67,6 +67,14 @@ def broker(_session_broker: SluiceBroker) -> Iterator[SluiceBroker]:
         _session_broker.start()
     _session_broker.log_mark = _session_broker.log_size()
     yield _session_broker
+    # Whatever a test sent, the broker must not have failed inside: a handler exception is
+    # answered with a generic error or a closed connection that clients retry through, so
+    # only the log shows it.
+    logged = _session_broker.log_path.read_bytes()[_session_broker.log_mark :]
+    if b"Traceback" in logged:
+        at = logged.index(b"Traceback")
+        excerpt = logged[max(0, at - 500) : at + 4000].decode(errors="replace")
+        pytest.fail(f"the shared broker logged a traceback during this test:\n{excerpt}")
     if not _session_broker.alive():
         rc = _session_broker.proc.returncode if _session_broker.proc else None
         _session_broker.proc = None
