@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from .config import BrokerConfig
 
+LONG_MAX = (1 << 63) - 1  # Java's Long.MAX_VALUE: Kafka's "no limit"
+
 
 @dataclass(frozen=True)
 class ConfigKey:
@@ -61,6 +63,26 @@ KEYS: dict[str, ConfigKey] = {
             lambda c: "CreateTime",
             _one_of("CreateTime", "LogAppendTime"),
             "CreateTime keeps the producer's timestamps; LogAppendTime stamps the commit time.",
+        ),
+        ConfigKey(
+            "message.timestamp.before.max.ms",
+            lambda c: str(LONG_MAX),
+            _is_int(0),
+            "CreateTime records older than this (against the broker's clock) are refused "
+            "with INVALID_TIMESTAMP.",
+        ),
+        ConfigKey(
+            "message.timestamp.after.max.ms",
+            lambda c: "3600000",  # Kafka 4.0's default
+            _is_int(0),
+            "CreateTime records further than this in the future are refused with "
+            "INVALID_TIMESTAMP.",
+        ),
+        ConfigKey(
+            "message.timestamp.difference.max.ms",
+            lambda c: str(LONG_MAX),
+            _is_int(0),
+            "Deprecated: both of the above at once, where they are not set themselves.",
         ),
         ConfigKey(
             "cleanup.policy",

@@ -28,6 +28,10 @@ def _kio(version: int, topics: list[tuple[str, list[PartitionAnswer]]]) -> list[
                             "log_append_time": p.log_append_time,
                             "log_start_offset": p.log_start_offset,
                             "error_message": p.error_message,
+                            "record_errors": [
+                                {"batch_index": i, "batch_index_error_message": m}
+                                for i, m in p.record_errors
+                            ],
                         }
                         for p in parts
                     ],
@@ -55,6 +59,10 @@ def test_same_bytes_as_kio(version: int, seed: int) -> None:
                     log_append_time=rnd.choice([-1, 1_700_000_000_000]),
                     log_start_offset=rnd.choice([-1, 0, 12345]),
                     error_message=rnd.choice([None, "", "bad batch ✗"]),
+                    # ProduceResponse v8+: which records of the batch made it fail
+                    record_errors=rnd.choice(
+                        [(), ((0, None),), ((3, "no key ✗"), (70000, "timestamp"))]
+                    ),
                 )
                 for _ in range(rnd.randrange(0, 4))
             ],
