@@ -255,3 +255,14 @@ def test_record_errors_are_listed_in_full_but_the_message_stays_short() -> None:
 def test_build_batch_helper_still_builds_valid_batches() -> None:
     _validate(build_batch([Record(b"a", b"b", [("h", None)])], base_timestamp_ms=NOW))
     assert struct.unpack_from(">i", _batch(_payload(1), 1), 57)[0] == 1
+
+
+def test_zstd_frame_claiming_a_huge_window_does_not_cost_its_memory() -> None:
+    # A 13-byte zstd frame whose header asks for a 128 MiB window, then gigabytes claimed
+    # by a frame header that libzstd refuses outright: neither is stored.
+    frame = struct.pack("<I", 0xFD2FB528) + bytes([0x00, 17 << 3, 0x09, 0, 0]) + b"x"
+    data = build_raw_batch(frame, records_count=1, base_timestamp_ms=NOW, attributes=ZSTD)
+    assert _refused(data).error == ErrorCode.invalid_record  # 1 byte is not a record
+    huge = struct.pack("<I", 0xFD2FB528) + bytes([0x00, 31 << 3, 0x09, 0, 0]) + b"x"
+    data = build_raw_batch(huge, records_count=1, base_timestamp_ms=NOW, attributes=ZSTD)
+    assert _refused(data).error == ErrorCode.corrupt_message
