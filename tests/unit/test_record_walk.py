@@ -147,3 +147,58 @@ def test_huge_claimed_lengths_do_not_read_past_the_buffer() -> None:
         varint(8) + b"\x00\x00\x00\x01\x01" + varint(2**31 - 1) + b"\x00\x00",
     ):
         assert _both(memoryview(data), 1).status != record_walk.OK
+
+
+class _GuardedBuffer:
+    """Bytes placed right before an inaccessible page: reading one byte past them faults
+    (the test process dies), so passing means the walker never read outside its input."""
+
+    def __init__(self) -> None:
+        import ctypes
+        import mmap
+
+        self._ctypes = ctypes
+        self.page = mmap.PAGESIZE
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        self.size = 4 * self.page
+        self.base = libc.mmap(
+            None,
+            self.size + self.page,
+            mmap.PROT_READ | mmap.PROT_WRITE,
+            mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+        assert self.base not in (None, ctypes.c_void_p(-1).value)
+        assert libc.mprotect(self.base + self.size, self.page, 0) == 0  # PROT_NONE
+
+    def view(self, data: bytes) -> memoryview:
+        assert len(data) <= self.size
+        start = self.base + self.size - len(data)
+        self._ctypes.memmove(start, data, len(data))
+        return memoryview((self._ctypes.c_char * len(data)).from_address(start)).cast("B")
+
+
+def test_hostile_inputs_never_read_past_the_end() -> None:
+    guard = _GuardedBuffer()
+    rnd = random.Random(99)
+    for _ in range(3000):
+        data = b"".join(_records(rnd, rnd.randrange(1, 4)))
+        data = _mutate(rnd, data)[: guard.size]
+        count = rnd.randrange(5)
+        got = walk(guard.view(data), count, BASE_TS, need_key=True)
+        assert got == walk_reference(data, count, BASE_TS, need_key=True)
+    # Every varint and length at the very last byte: cut a valid record at each position.
+    rec = _one() + _one(1, key=b"x" * 40)
+    for cut in range(len(rec)):
+        assert walk(guard.view(rec[:cut]), 2, BASE_TS).status != record_walk.OK
