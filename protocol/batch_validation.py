@@ -27,6 +27,7 @@ from typing import NamedTuple
 from kio.schema.errors import ErrorCode
 
 from . import record_walk
+from ._recwalk import walk as _walk
 from .compression import (
     CODEC_MASK,
     NONE,
@@ -113,7 +114,8 @@ def _validate_batch(
             raise InvalidRecords(ErrorCode.message_too_large, str(exc)) from None
     count = batch.records_count
     log_append = bool(attributes & TIMESTAMP_TYPE_BIT)
-    walked = record_walk.walk(
+    # The compiled walker itself, not record_walk.walk: its NamedTuple costs ~0.3 µs a batch.
+    status, index, max_timestamp, keyless, bad_ts = _walk(
         body,
         count,
         batch.base_timestamp,
@@ -121,24 +123,24 @@ def _validate_batch(
         INT64_MAX if log_append else ts_max,
         require_keys,
     )
-    if walked.status != record_walk.OK:
+    if status != record_walk.OK:
         raise InvalidRecords(
             ErrorCode.invalid_record,
-            f"record {walked.index} of a batch of {count} {record_walk.FAULTS[walked.status]}",
+            f"record {index} of a batch of {count} {record_walk.FAULTS[status]}",
         )
-    keyless = walked.keyless or []
+    keyless = keyless or []
     if log_append:
         # Kafka: a producer must not set LogAppendTime; every record of the batch is refused.
         reason = "a producer may not set the LogAppendTime timestamp type"
         no_key = set(keyless)
         errors = [(i, _KEYLESS if i in no_key else reason) for i in range(count)]
         _refuse(ErrorCode.invalid_timestamp, errors)
-    bad_ts = walked.bad_timestamps or []
+    bad_ts = bad_ts or []
     if bad_ts or keyless:
         reason = f"timestamp out of range: it must be within [{ts_min}, {ts_max}]"
         errors = sorted([(i, _KEYLESS) for i in keyless] + [(i, reason) for i in bad_ts])
         _refuse(ErrorCode.invalid_timestamp if bad_ts else ErrorCode.invalid_record, errors)
-    return walked.max_timestamp
+    return max_timestamp
 
 
 _KEYLESS = "a compacted topic refuses records without a key"
