@@ -27,7 +27,7 @@ from protocol.compression import (
     ZSTD,
     TooLarge,
     compress,
-    decompress_bounded,
+    decompress_limited,
 )
 from protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -109,7 +109,7 @@ def recompress(
             headers.append(b._replace(offset=start))
             continue
         try:
-            body = decompress_bounded(codec, bytes(batch[HEADER_SIZE:]), max_decompressed_bytes)
+            body = decompress_limited(codec, bytes(batch[HEADER_SIZE:]), max_decompressed_bytes)
         except TooLarge as exc:
             raise InvalidRecords(
                 ErrorCode.invalid_record, f"record batch decompresses too large: {exc}"

@@ -117,6 +117,9 @@ class TopicRegistry:
     def int_config(self, topic: Topic, name: str) -> int:
         return topic_config.int_config(self._config, topic.configs, name)
 
+    def timestamp_bounds(self, topic: Topic) -> tuple[int, int]:
+        return topic_config.timestamp_bounds(self._config, topic.configs)
+
     def _put(self, topic: Topic) -> None:
         self._by_name[topic.name] = topic
         self._by_id[topic.topic_id] = topic

@@ -39,6 +39,7 @@ class PartitionAnswer:
         "index",
         "log_append_time",
         "log_start_offset",
+        "record_errors",
     )
 
     def __init__(
@@ -49,6 +50,7 @@ class PartitionAnswer:
         log_append_time: int = -1,
         log_start_offset: int = -1,
         error_message: str | None = None,
+        record_errors: Sequence[tuple[int, str | None]] = (),
     ) -> None:
         self.index = index
         self.error_code = error_code
@@ -56,6 +58,8 @@ class PartitionAnswer:
         self.log_append_time = log_append_time
         self.log_start_offset = log_start_offset
         self.error_message = error_message
+        # (batch_index, batch_index_error_message): the records that made the batch fail
+        self.record_errors = record_errors
 
 
 def encode_produce_response(
@@ -79,12 +83,17 @@ def encode_produce_response(
             else:
                 out += fields.pack(p.index, p.error_code, p.base_offset)
             if version >= 8:
-                if p.error_message is None:
-                    # record_errors: none (batches are not split); error_message: null;
-                    # flexible versions: no tagged fields.
+                if p.error_message is None and not p.record_errors:
+                    # record_errors: none; error_message: null; flexible versions: no
+                    # tagged fields.
                     out += _NO_ERRORS_FLEXIBLE if flexible else _NO_ERRORS
                     continue
-                _array_length(out, 0, flexible)
+                _array_length(out, len(p.record_errors), flexible)
+                for batch_index, batch_index_message in p.record_errors:
+                    out += _I32.pack(batch_index)
+                    _string(out, batch_index_message, flexible)
+                    if flexible:
+                        out.append(0)  # no tagged fields
                 _string(out, p.error_message, flexible)
             if flexible:
                 out.append(0)  # no tagged fields

@@ -1,8 +1,8 @@
-"""Record batches (magic 2) handled as opaque bytes.
+"""Record batches (magic 2): the 61-byte header, CRC, framing and offset patching.
 
-Only the 61-byte batch header is ever parsed; records inside a batch are never
-looked at (they may be compressed, and touching them per record would put Python
-work on the hot path). See the Kafka protocol's "Record Batch" layout.
+The records inside a batch are never parsed in Python on the hot path; they are walked
+once, in C, by protocol.batch_validation before a batch is acknowledged, and otherwise
+stored and served as opaque bytes. See the Kafka protocol's "Record Batch" layout.
 """
 
 from __future__ import annotations
@@ -65,9 +65,19 @@ class BatchHeader(NamedTuple):
 
 
 class InvalidRecords(Exception):
-    def __init__(self, error: ErrorCode, message: str) -> None:
+    """A partition's records refused: the Kafka error, its message, and for errors Kafka
+    pins on single records (no key on a compacted topic, timestamp out of range) the
+    (index in the batch, message) pairs ProduceResponse v8+ carries as record_errors."""
+
+    def __init__(
+        self,
+        error: ErrorCode,
+        message: str,
+        record_errors: tuple[tuple[int, str | None], ...] = (),
+    ) -> None:
         super().__init__(message)
         self.error = error
+        self.record_errors = record_errors
 
 
 def parse_batches(data: bytes | memoryview, max_batch_bytes: int) -> list[BatchHeader]:
@@ -75,7 +85,9 @@ def parse_batches(data: bytes | memoryview, max_batch_bytes: int) -> list[BatchH
 
     Raises InvalidRecords with the Kafka error the whole partition gets: legacy
     magic -> UNSUPPORTED_FOR_MESSAGE_FORMAT, bad framing or CRC -> CORRUPT_MESSAGE,
-    a batch over ``max_batch_bytes`` (max.message.bytes) -> MESSAGE_TOO_LARGE.
+    a batch over ``max_batch_bytes`` (max.message.bytes) -> MESSAGE_TOO_LARGE, a header
+    whose record count disagrees with its last offset delta -> INVALID_RECORD. The records
+    inside are checked by protocol.batch_validation.
     """
     view = memoryview(data)
     total = len(view)
@@ -125,8 +137,9 @@ def parse_batches(data: bytes | memoryview, max_batch_bytes: int) -> list[BatchH
         if crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != crc:
             raise InvalidRecords(ErrorCode.corrupt_message, "record batch CRC mismatch")
         if last_offset_delta < 0 or records_count != last_offset_delta + 1:
+            # Kafka's LogValidator: InvalidRecordException, so INVALID_RECORD.
             raise InvalidRecords(
-                ErrorCode.corrupt_message,
+                ErrorCode.invalid_record,
                 f"record count {records_count} does not match "
                 f"last offset delta {last_offset_delta}",
             )
@@ -198,3 +211,16 @@ def _zigzag_varint(data: bytes, pos: int) -> tuple[int, int]:
         if not byte & 0x80:
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
+
+
+def set_max_timestamp(records: bytearray, batch_offset: int, max_timestamp: int) -> None:
+    """Rewrite, in place, the maxTimestamp of the batch at ``batch_offset`` (and its CRC).
+
+    Kafka sets a CreateTime batch's maxTimestamp from its records; a client whose header
+    disagrees gets the same correction here (rare: every stock client writes it right)."""
+    _MAX_TS.pack_into(records, batch_offset + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    (batch_length,) = struct.unpack_from(">i", records, batch_offset + 8)
+    covered = memoryview(records)[
+        batch_offset + ATTRIBUTES_OFFSET : batch_offset + LOG_OVERHEAD + batch_length
+    ]
+    _CRC.pack_into(records, batch_offset + CRC_OFFSET, crc32c.crc32c(covered))

@@ -4,14 +4,16 @@ the commit (acks 1/all) or never (acks 0)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from protocol.batch_validation import Rules, validate_records
 from protocol.codec import EncodedResponse
 from protocol.produce_response import PartitionAnswer, encode_produce_response
-from protocol.records import CONTROL_BIT, TRANSACTIONAL_BIT, InvalidRecords, parse_batches
+from protocol.records import TRANSACTIONAL_BIT, InvalidRecords, parse_batches
 from storage.catalog import Topic
 
 from .. import recompress
@@ -24,14 +26,14 @@ if TYPE_CHECKING:
     from ..topics import TopicRegistry
 
 VALID_ACKS = (-1, 0, 1)
-_TXN_OR_CONTROL = TRANSACTIONAL_BIT | CONTROL_BIT
+# Per partition, in request order: topic, index, either an immediate result or the index of
+# its PartitionAppend, the error message, the record errors (ProduceResponse v8+).
+_Slot = tuple[str, int, PartitionResult | int, str | None, tuple[tuple[int, str | None], ...]]
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
-    # Per partition, in request order: either an immediate result or the index of
-    # its PartitionAppend.
-    slots: list[tuple[str, int, PartitionResult | int, str | None]] = []
+    slots: list[_Slot] = []
     appends: list[PartitionAppend] = []
     topics = broker.topics
     # ensure() re-reads the catalog for a topic or partition this broker does not know
@@ -46,18 +48,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             )
             break
     precheck_error, precheck_message = _precheck(request, acks)
+    now_ms = int(time.time() * 1000)
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = topics.get(name)
         if topic is not None:
-            max_batch_bytes, log_append = _settings(topics, topic)
+            max_batch_bytes, log_append, rules = _settings(topics, topic)
         for part in topic_data.partition_data:
             error, message = precheck_error, precheck_message
             if error is None and (topic is None or not 0 <= part.index < topic.partitions):
                 error = ErrorCode.unknown_topic_or_partition
                 message = "This server does not host this topic-partition."
             if error is not None:
-                slots.append((name, part.index, PartitionResult(int(error)), message))
+                slots.append((name, part.index, PartitionResult(int(error)), message, ()))
                 continue
             assert topic is not None
             # kio decodes records into their own bytes object. The views of it made from
@@ -67,10 +70,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             records = memoryview(raw if isinstance(raw, bytes) else bytes(raw))
             try:
                 batches = parse_batches(records, max_batch_bytes)
-                if any(b.attributes & _TXN_OR_CONTROL for b in batches):
+                if any(b.attributes & TRANSACTIONAL_BIT for b in batches):
                     raise InvalidRecords(
                         ErrorCode.invalid_record, "transactional batches are not supported"
                     )
+                # Every record is checked before anything is buffered: nothing that would
+                # poison a consumer or lie about its offsets is ever acknowledged.
+                records, batches = validate_records(records, batches, rules, now_ms)
                 if (codec := recompress.target(topics, topic)) is not None:
                     records, batches = recompress.recompress(
                         records,
@@ -80,9 +86,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                         broker.config.socket_request_max_bytes,
                     )
             except InvalidRecords as exc:
-                slots.append((name, part.index, PartitionResult(int(exc.error)), str(exc)))
+                result = PartitionResult(int(exc.error))
+                slots.append((name, part.index, result, str(exc), exc.record_errors))
                 continue
-            slots.append((name, part.index, len(appends), None))
+            slots.append((name, part.index, len(appends), None, ()))
             appends.append(
                 PartitionAppend(topic.topic_id, part.index, records, batches, log_append)
             )
@@ -116,40 +123,50 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 
 
 # Per topic: (the Topic object they were derived from, max.message.bytes, whether it is
-# LogAppendTime). Effective configs are dicts merged from the broker's defaults on every
-# call; a topic's configs only change with a new (frozen) Topic object, so an entry is
-# valid while its Topic is the registry's current one.
-_SETTINGS: dict[UUID, tuple[Topic, int, bool]] = {}
+# LogAppendTime, the record validation rules). Effective configs are dicts merged from the
+# broker's defaults on every call; a topic's configs only change with a new (frozen) Topic
+# object, so an entry is valid while its Topic is the registry's current one.
+_SETTINGS: dict[UUID, tuple[Topic, int, bool, Rules]] = {}
 _SETTINGS_MAX = 10_000
 
 
-def _settings(topics: TopicRegistry, topic: Topic) -> tuple[int, bool]:
+def _settings(topics: TopicRegistry, topic: Topic) -> tuple[int, bool, Rules]:
     cached = _SETTINGS.get(topic.topic_id)
     if cached is not None and cached[0] is topic:
-        return cached[1], cached[2]
+        return cached[1], cached[2], cached[3]
     max_bytes = topics.int_config(topic, "max.message.bytes")
-    log_append = topics.config(topic).get("message.timestamp.type") == "LogAppendTime"
+    config = topics.config(topic)
+    log_append = config.get("message.timestamp.type") == "LogAppendTime"
+    rules = _rules(topics, topic, config, log_append)
     if len(_SETTINGS) >= _SETTINGS_MAX:
         _SETTINGS.clear()  # deleted topics' entries; rebuilt on use
-    _SETTINGS[topic.topic_id] = (topic, max_bytes, log_append)
-    return max_bytes, log_append
+    _SETTINGS[topic.topic_id] = (topic, max_bytes, log_append, rules)
+    return max_bytes, log_append, rules
+
+
+def _rules(topics: TopicRegistry, topic: Topic, config: dict[str, str], log_append: bool) -> Rules:
+    before, after = topics.timestamp_bounds(topic)
+    policy = {p.strip() for p in config.get("cleanup.policy", "delete").split(",")}
+    return Rules(
+        require_keys="compact" in policy,
+        check_timestamps=not log_append,
+        before_max_ms=before,
+        after_max_ms=after,
+    )
 
 
 def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
     if request.transactional_id is not None:
-        return ErrorCode.transactional_id_authorization_failed, "transactions are not supported"
+        # As InitProducerId answers a transactional producer: the feature is missing.
+        return ErrorCode.unsupported_version, "transactions are not supported yet"
     if acks not in VALID_ACKS:
         return ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
     return None, None
 
 
-def _encode(
-    version: int,
-    slots: list[tuple[str, int, PartitionResult | int, str | None]],
-    results: list[PartitionResult],
-) -> EncodedResponse:
+def _encode(version: int, slots: list[_Slot], results: list[PartitionResult]) -> EncodedResponse:
     topics: dict[str, list[PartitionAnswer]] = {}
-    for name, index, slot, message in slots:
+    for name, index, slot, message, record_errors in slots:
         result = results[slot] if isinstance(slot, int) else slot
         topics.setdefault(name, []).append(
             PartitionAnswer(
@@ -159,6 +176,7 @@ def _encode(
                 result.log_append_time,
                 result.log_start_offset,
                 message,
+                record_errors,
             )
         )
     return encode_produce_response(version, list(topics.items()))

@@ -81,17 +81,43 @@ def build_batch(
     if not records:
         raise ValueError("a record batch needs at least one record")
     payload = b"".join(encode_record(r, i) for i, r in enumerate(records))
+    return build_raw_batch(
+        payload,
+        records_count=len(records),
+        base_timestamp_ms=base_timestamp_ms,
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def build_raw_batch(
+    payload: bytes,
+    *,
+    records_count: int,
+    base_timestamp_ms: int,
+    last_offset_delta: int | None = None,
+    max_timestamp_ms: int | None = None,
+    attributes: int = 0,
+    base_offset: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """A batch around ``payload`` (the records section, compressed or not, as given) with a
+    valid CRC: whatever the header claims, only the checksum is guaranteed right."""
     after_crc = (
         struct.pack(
             ">hiqqqhii",
-            0,  # attributes: no compression, CreateTime, not transactional, not control
-            len(records) - 1,  # lastOffsetDelta
+            attributes,  # bits 0-2 codec, 3 LogAppendTime, 4 transactional, 5 control
+            records_count - 1 if last_offset_delta is None else last_offset_delta,
             base_timestamp_ms,
-            base_timestamp_ms,  # maxTimestamp: all records carry timestamp delta 0
+            base_timestamp_ms if max_timestamp_ms is None else max_timestamp_ms,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            records_count,
         )
         + payload
     )

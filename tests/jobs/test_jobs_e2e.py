@@ -268,7 +268,10 @@ def test_key_compaction_keeps_latest_per_key_with_offsets(
     spark: Any, cluster: LocalCluster, config: BrokerConfig
 ) -> None:
     topic = unique_topic("compact")
-    confluent_create_topic(cluster.bootstrap, topic, 2, {"cleanup.policy": "compact,delete"})
+    # Kafka (and Sluice) refuse keyless records on a compacted topic, so the unkeyed records
+    # below are written while the topic is still cleanup.policy=delete; it becomes
+    # compact,delete before the job runs, as when an operator switches a topic's policy.
+    confluent_create_topic(cluster.bootstrap, topic, 2, {"cleanup.policy": "delete"})
     now = int(time.time() * 1000)
     old = now - 2 * 86_400_000  # older than delete.retention.ms (1 day)
     latest: dict[tuple[int, bytes], tuple[int, bytes | None]] = {}  # (p, key) -> offset, value
@@ -303,6 +306,7 @@ def test_key_compaction_keeps_latest_per_key_with_offsets(
                     unkeyed.append((part, offset))
                 else:
                     latest[(part, m.key)] = (offset, m.value)
+    _set_cleanup_policy(cluster.bootstrap, topic, "compact,delete")
     # The active tail: one more record per partition, never compacted.
     tail = {
         p: confluent_produce(cluster.bootstrap, topic, [Msg(b"tail", b"x")], partition=p)[0][1]
@@ -346,6 +350,27 @@ def test_key_compaction_keeps_latest_per_key_with_offsets(
     confluent_create_topic(cluster.bootstrap, plain, 1)
     with pytest.raises(ValueError, match=r"cleanup\.policy"):
         compact.run(spark, config, selection=compact.Selection(topics=(plain,)))
+
+
+def _set_cleanup_policy(bootstrap: str, topic: str, policy: str) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", policy, incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(timeout=20)
 
 
 # ---------------------------------------------------------------- crash and re-run

@@ -229,6 +229,9 @@ def test_dockerfile() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
     assert text.startswith("#") and "FROM python:3.11-slim-bookworm" in text
     assert "pip install ." in text
+    # pip compiles the record walker (protocol/_recwalk.c): setup.py and a compiler are needed.
+    assert re.search(r"^COPY .*\bsetup\.py\b", text, re.M)
+    assert re.search(r"apt-get install .*\bgcc\b", text)
     assert re.search(r"^USER (?!root)\w+", text, re.M)
     assert 'ENTRYPOINT ["sluice"]' in text
     assert "/readyz" in text and "HEALTHCHECK" in text
