@@ -50,12 +50,20 @@ class RefusalLog:
         self._max = max_remembered
 
     def note(
-        self, client_id: str | None, host: str, port: int, api: str, code: int, message: str
+        self,
+        client_id: str | None,
+        host: str,
+        port: int,
+        api: str,
+        code: int,
+        message: str,
+        reason: str | None = None,
     ) -> None:
-        """Log a refusal unless this client was already told this."""
+        """Log a refusal unless this client was already refused for this reason (by default
+        the message; callers whose messages carry per-request figures pass a coarser one)."""
         if code in ROUTINE:
             return
-        key = (client_id, host, api, code, message)
+        key = (client_id, host, api, code, message if reason is None else reason)
         if key in self._seen:
             self._seen.move_to_end(key)
             return

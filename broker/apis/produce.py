@@ -19,6 +19,7 @@ from storage.catalog import Topic
 from .. import recompress
 from ..append import PartitionAppend, PartitionResult
 from ..client_az import count_produce
+from ..refusals import REFUSALS
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -88,6 +89,16 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             except InvalidRecords as exc:
                 result = PartitionResult(int(exc.error))
                 slots.append((name, part.index, result, str(exc), exc.record_errors))
+                # Once per client, error and topic: a retrying producer is one line.
+                REFUSALS.note(
+                    ctx.header.client_id,
+                    ctx.client_host,
+                    ctx.client_port,
+                    "Produce",
+                    int(exc.error),
+                    f"{name}-{part.index}: {exc}",
+                    reason=name,
+                )
                 continue
             slots.append((name, part.index, len(appends), None, ()))
             appends.append(

@@ -148,6 +148,14 @@ def test_keyless_record_on_compacted_topic(broker: SluiceBroker, topic: str) -> 
     assert errors == [KafkaError.INVALID_RECORD]
     delivered = confluent_produce(broker.bootstrap, topic, [Msg(b"k", b"v"), Msg(b"k", None)])
     assert delivered == [(0, 0), (0, 1)]
+    # The operator sees each client's refusal once, with its reason.
+    refused = [
+        line
+        for line in broker.log_tail(since=broker.log_mark).splitlines()
+        if "refused Produce from client" in line and topic in line
+    ]
+    assert len(refused) == 2, refused  # the raw client and the stock producer
+    assert all("INVALID_RECORD" in line for line in refused), refused
 
 
 def test_timestamps_outside_the_topic_limits(broker: SluiceBroker, topic: str) -> None:

@@ -84,3 +84,15 @@ def test_errors_are_found_at_any_depth(caplog: pytest.LogCaptureFixture) -> None
         "refused CreateTopics from client 'admin' at 127.0.0.1:4000: INVALID_CONFIG "
         "(Invalid value x for cleanup.policy)"
     ]
+
+
+def test_a_coarser_reason_folds_messages_with_per_request_figures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="sluice.refused")
+    refusals = RefusalLog()
+    for size in (2000, 3000, 4000):
+        refusals.note("p", "h", 1, "Produce", 10, f"t-0: batch of {size} bytes", reason="t")
+    assert _lines(caplog) == [
+        "refused Produce from client 'p' at h:1: MESSAGE_TOO_LARGE (t-0: batch of 2000 bytes)"
+    ]
