@@ -12,8 +12,9 @@ from kio.schema.errors import ErrorCode
 
 from protocol.batch_validation import Rules, validate_records
 from protocol.codec import EncodedResponse
+from protocol.compression import CODEC_MASK, ZSTD
 from protocol.produce_response import PartitionAnswer, encode_produce_response
-from protocol.records import TRANSACTIONAL_BIT, InvalidRecords, parse_batches
+from protocol.records import TRANSACTIONAL_BIT, BatchHeader, InvalidRecords, parse_batches
 from storage.catalog import Topic
 
 from .. import recompress
@@ -75,6 +76,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     raise InvalidRecords(
                         ErrorCode.invalid_record, "transactional batches are not supported"
                     )
+                if ctx.header.api_version < ZSTD_MIN_PRODUCE_VERSION:
+                    _refuse_old_zstd(batches, recompress.target(topics, topic))
                 # Every record is checked before anything is buffered: nothing that would
                 # poison a consumer or lie about its offsets is ever acknowledged.
                 records, batches = validate_records(records, batches, rules, now_ms)
@@ -164,6 +167,21 @@ def _rules(topics: TopicRegistry, topic: Topic, config: dict[str, str], log_appe
         before_max_ms=before,
         after_max_ms=after,
     )
+
+
+# Clients learned zstd with Produce v7 (KIP-110): older requests may neither carry zstd
+# batches nor write to a topic that stores zstd, as Kafka answers.
+ZSTD_MIN_PRODUCE_VERSION = 7
+
+
+def _refuse_old_zstd(batches: list[BatchHeader], target: recompress.Target | None) -> None:
+    if any(b.attributes & CODEC_MASK == ZSTD for b in batches) or (
+        target is not None and target.codec == ZSTD
+    ):
+        raise InvalidRecords(
+            ErrorCode.unsupported_compression_type,
+            f"zstd needs Produce v{ZSTD_MIN_PRODUCE_VERSION} or later",
+        )
 
 
 def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:

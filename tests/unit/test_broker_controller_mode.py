@@ -512,7 +512,7 @@ async def call(broker: Broker, key: int, version: int, data: dict[str, Any]) -> 
     if isinstance(response, asyncio.Future):
         response = await asyncio.wait_for(response, 5)
     encoded = b"".join(bytes(part) for part in encode_response(1, response))
-    schema = type(response)
+    schema = load_response_schema(key, version)  # also for answers encoded by hand
     start = 9 if schema.__header_schema__.__flexible__ else 8
     decoded, _ = entity_reader(schema)(memoryview(encoded), start)
     return decoded
@@ -823,3 +823,30 @@ async def test_describe_cluster_for_controller_endpoints_is_a_mismatched_endpoin
     controllers = await call(broker, 60, 1, {**asked, "endpoint_type": 2})
     assert controllers.error_code == ErrorCode.mismatched_endpoint_type
     assert controllers.brokers == ()
+
+
+async def test_zstd_needs_produce_v7(broker: Broker) -> None:
+    from protocol.compression import ZSTD, compress
+    from tests.e2e._batches import Record as BatchRecord
+    from tests.e2e._batches import build_raw_batch, encode_record
+
+    answer = await call(broker, 19, 7, create_request("old-zstd", 1))
+    assert answer.topics[0].error_code == E.none
+    now = int(time.time() * 1000)
+    records = compress(ZSTD, encode_record(BatchRecord(b"k", b"v"), 0))
+    batch = build_raw_batch(records, records_count=1, base_timestamp_ms=now, attributes=ZSTD)
+
+    def produce() -> dict[str, Any]:
+        partitions = [{"index": 0, "records": batch}]
+        return {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout": 10_000,
+            "topic_data": [{"name": "old-zstd", "partition_data": partitions}],
+        }
+
+    # KIP-110: a client older than Produce v7 cannot have meant zstd.
+    old = await call(broker, 0, 6, produce())
+    assert old.responses[0].partition_responses[0].error_code == E.unsupported_compression_type
+    new = await call(broker, 0, 7, produce())
+    assert new.responses[0].partition_responses[0].error_code == E.none
