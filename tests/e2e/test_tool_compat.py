@@ -362,8 +362,9 @@ def test_compression_type_recompresses(broker: SluiceBroker, topic: str) -> None
     last_codec, last_values = _stored_codecs(broker.bootstrap, topic)[-1]
     assert (last_codec, last_values) == (0, [b"gzip" * 20])
 
-    # A compression bomb (a few KB that inflate past socket.request.max.bytes) is refused
-    # with INVALID_RECORD; the broker stays up and the partition unchanged.
+    # A compression bomb (a few KB that inflate past the 64 MiB a batch may decompress to)
+    # is refused with MESSAGE_TOO_LARGE, before any recompression; the broker stays up and
+    # the partition unchanged.
     bomb = KafkaProducer(
         bootstrap_servers=broker.bootstrap,
         compression_type="zstd",
@@ -373,7 +374,7 @@ def test_compression_type_recompresses(broker: SluiceBroker, topic: str) -> None
     try:
         with pytest.raises(Exception) as exc:
             bomb.send(topic, b"\0" * (110 << 20), partition=0).get(60)
-        assert "InvalidRecord" in type(exc.value).__name__, exc.value
+        assert "MessageSizeTooLarge" in type(exc.value).__name__, exc.value
     finally:
         bomb.close()
     assert len(_stored_codecs(broker.bootstrap, topic)) == len(stored) + 1
