@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.launch.process import SluiceProcess, free_port
@@ -185,7 +185,7 @@ class Stats:
     seconds: float = 0.0
     rounds: int = 0
     peak_rss_kib: int = 0
-    notes: list[str] = field(default_factory=list)
+    topics_deleted: int = 0  # created by fuzz frames (and round trips), between rounds
 
     def rate(self) -> float:
         return self.frames / self.seconds if self.seconds else 0.0
@@ -345,6 +345,25 @@ class Target:
             raise HealthCheckFailed(f"traceback in the broker log:\n{text}")
 
 
+def delete_all_topics(bootstrap: str) -> int:
+    """Delete every topic (how many there were).
+
+    Mutated CreateTopics/CreatePartitions frames create topics of up to 10,000 partitions;
+    left to pile up, a million frames would measure Metadata answers listing 100k
+    partitions rather than the request path. Deleting them between rounds also checks
+    that the memory they held comes back (the RSS bound).
+    """
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = list(admin.list_topics(timeout=30).topics)
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            with contextlib.suppress(Exception):  # names a mutation made invalid, races
+                future.result(60)
+    return len(names)
+
+
 def round_trip(bootstrap: str) -> None:
     """A confluent-kafka produce and consume of one record on a fresh topic."""
     from tests.e2e._kafka import (
@@ -391,12 +410,13 @@ def fuzz(
             stats.seconds += fuzz_time
             driver.close()
             target.check(stats)
+            stats.topics_deleted += delete_all_topics(target.process.bootstrap)
             stats.rounds += 1
             if progress:
                 print(
                     f"round {stats.rounds}: {stats.frames} frames, {n / fuzz_time:.0f} frames/s "
                     f"this round, {stats.closed} closed, {stats.stalled} held, "
-                    f"RSS {target.rss_kib() // 1024} MiB",
+                    f"RSS {target.rss_kib() // 1024} MiB, {stats.topics_deleted} topics deleted",
                     flush=True,
                 )
     finally:
@@ -431,7 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{stats.frames} frames in {stats.seconds:.1f} s of fuzzing: {stats.rate():.0f} frames/s; "
         f"{stats.connections} connections, {stats.closed} closed by the broker, "
         f"{stats.stalled} held; {stats.rounds} rounds, each followed by a confluent-kafka "
-        f"round trip; peak RSS {stats.peak_rss_kib // 1024} MiB; no traceback in the log"
+        f"round trip; {stats.topics_deleted} topics deleted between rounds; "
+        f"peak RSS {stats.peak_rss_kib // 1024} MiB; no traceback in the log"
     )
     if not args.keep:
         import shutil
