@@ -123,7 +123,7 @@ def decode_body(schema: type, frame: memoryview, offset: int) -> Any:
     try:
         check_body(schema, frame, offset)
     except InvalidRequestBytes as exc:
-        raise MalformedRequest(f"invalid {schema.__name__}: {exc}") from None
+        raise MalformedRequest(f"invalid {schema.__name__} v{schema.__version__}: {exc}") from None
     try:
         value, _size = entity_reader(schema)(frame, offset)
         return value
