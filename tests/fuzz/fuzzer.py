@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluice.launch.process import SluiceProcess, free_port
@@ -186,6 +186,7 @@ class Stats:
     rounds: int = 0
     peak_rss_kib: int = 0
     topics_deleted: int = 0  # created by fuzz frames (and round trips), between rounds
+    held: list[bytes] = field(default_factory=list)  # the first few frames held, to replay
 
     def rate(self) -> float:
         return self.frames / self.seconds if self.seconds else 0.0
@@ -227,6 +228,8 @@ class Driver:
                 self.stats.closed += 1
             else:
                 self.stats.stalled += 1
+                if len(self.stats.held) < 5:
+                    self.stats.held.append(batch[confirmed])
             self._disconnect()
 
     def close(self) -> None:
@@ -454,6 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"round trip; {stats.topics_deleted} topics deleted between rounds; "
         f"peak RSS {stats.peak_rss_kib // 1024} MiB; no traceback in the log"
     )
+    for frame in stats.held:
+        print(f"held without an answer for {STALL_S} s: {frame.hex()}")
     if not args.keep:
         import shutil
 
