@@ -23,6 +23,7 @@ import functools
 import gc
 import logging
 import socket
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -67,6 +68,40 @@ MALLOC_TRIM_INTERVAL_S = 1.0
 # path notes its own refusals, bad batches, where it decides them), and ApiVersions' only
 # error is the version negotiation every client may go through.
 _UNSCANNED_APIS = frozenset((0, 1, API_VERSIONS_KEY))
+# A client can open connections and send garbage as fast as it likes (the protocol fuzzer
+# manages ~2,000 a second); a line for each would let it fill the disk through the log.
+# Past this many lines a second, closes are only counted (the bad_frames metric) and the
+# next line logged says how many went unlogged.
+CLOSE_LOG_LINES_PER_S = 20
+
+
+class CloseLog:
+    """The one WARNING line per connection closed for a bad request, rate-limited."""
+
+    def __init__(
+        self, per_second: int = CLOSE_LOG_LINES_PER_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._per_second = per_second
+        self._clock = clock
+        self._window = -1.0
+        self._lines = 0
+        self.unlogged = 0
+
+    def closing(self, peer: tuple[str, int], detail: str) -> None:
+        now = self._clock()
+        if now - self._window >= 1.0:
+            self._window = now
+            self._lines = 0
+        if self._lines >= self._per_second:
+            self.unlogged += 1
+            return
+        self._lines += 1
+        more = f" ({self.unlogged} more closed since, not logged)" if self.unlogged else ""
+        self.unlogged = 0
+        log.warning("closing connection from %s:%s: %s%s", peer[0], peer[1], detail, more)
+
+
+_CLOSE_LOG = CloseLog()
 
 
 class RequestContext(NamedTuple):
@@ -225,7 +260,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._reading_paused = False
 
     def _abort(self, reason: str, detail: str) -> None:
-        log.warning("closing connection from %s:%s: %s", *self._peer, detail)
+        _CLOSE_LOG.closing(self._peer, detail)
         METRICS.bad_frames.labels(reason).inc()
         self._closed = True
         if self._transport is not None:

@@ -13,8 +13,9 @@ from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
-from kio.serial.readers import read_unsigned_varint
+from kio.serial.errors import UnexpectedNull
 
+from .request_check import InvalidRequestBytes, check_body, skip_tagged_fields
 from .tolerant_reader import read_tolerant
 
 _HEADER_FIXED = struct.Struct(">hhih")  # api key, api version, correlation id, client id length
@@ -111,26 +112,25 @@ def _flexible(api_key: int, api_version: int) -> bool:
 
 def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
     try:
-        count, size = read_unsigned_varint(frame, pos)
-        pos += size
-        for _ in range(count):
-            _tag, size = read_unsigned_varint(frame, pos)
-            pos += size
-            length, size = read_unsigned_varint(frame, pos)
-            pos += size + length
-    except Exception as exc:
-        raise MalformedRequest(f"bad tagged fields in request header: {exc}") from exc
-    if pos > len(frame):
-        raise MalformedRequest("tagged fields run past the end of the frame")
-    return pos
+        return skip_tagged_fields(frame, pos)
+    except InvalidRequestBytes as exc:
+        raise MalformedRequest(f"bad tagged fields in request header: {exc}") from None
 
 
 def decode_body(schema: type, frame: memoryview, offset: int) -> Any:
+    # kio's native reader trusts every length it reads (and aborts the process when one
+    # is too large to allocate): the body must pass the bounds check first.
+    try:
+        check_body(schema, frame, offset)
+    except InvalidRequestBytes as exc:
+        raise MalformedRequest(f"invalid {schema.__name__} v{schema.__version__}: {exc}") from None
     try:
         value, _size = entity_reader(schema)(frame, offset)
         return value
-    except KeyError:
-        # kio refuses unknown tagged fields; the protocol says skip them.
+    except (KeyError, UnexpectedNull):
+        # kio refuses unknown tagged fields (the protocol says skip them) and a null
+        # nullable tagged string (Fetch's cluster_id); nulls where the schema forbids
+        # them were refused by the check above.
         try:
             value, _size = read_tolerant(schema, frame, offset)
             return value

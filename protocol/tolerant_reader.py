@@ -23,6 +23,7 @@ from kio.serial._introspect import (
 )
 from kio.serial.readers import (
     read_compact_array_length,
+    read_compact_string_nullable,
     read_int8,
     read_legacy_array_length,
     read_unsigned_varint,
@@ -91,6 +92,10 @@ def _field_reader(
         return inner
     if isinstance(kind, EntityTupleField):
         return _array(_entity_reader(kind.type_), flexible, is_optional(f))
+    if is_tag and is_optional(f) and f.metadata.get("kafka_type") == "string":
+        # kio's field reader for a nullable tagged string refuses null (Fetch v12+
+        # cluster_id); a tagged value is always compact, so read it as such.
+        return read_compact_string_nullable
     return get_field_reader(entity_type, f, is_header, is_tag)
 
 
