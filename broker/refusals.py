@@ -16,6 +16,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from .log_budget import LineBudget
+
 log = logging.getLogger("sluice.refused")
 
 # Codes that are part of the protocol's normal flow (group rebalances, leadership moves,
@@ -42,12 +44,16 @@ ROUTINE = frozenset(
     )
 )
 MAX_REMEMBERED = 4096
+LINES_PER_S = 20  # a client inventing client ids must not be able to fill the disk
 
 
 class RefusalLog:
-    def __init__(self, max_remembered: int = MAX_REMEMBERED) -> None:
+    def __init__(
+        self, max_remembered: int = MAX_REMEMBERED, lines_per_s: int = LINES_PER_S
+    ) -> None:
         self._seen: collections.OrderedDict[tuple[Any, ...], None] = collections.OrderedDict()
         self._max = max_remembered
+        self._budget = LineBudget(lines_per_s)
 
     def note(
         self,
@@ -70,18 +76,22 @@ class RefusalLog:
         self._seen[key] = None
         if len(self._seen) > self._max:
             self._seen.popitem(last=False)
+        suffix = self._budget.take()
+        if suffix is None:
+            return
         try:
             name = ErrorCode(code).name.upper()
         except ValueError:
             name = str(code)
         log.info(
-            "refused %s from client %r at %s:%s: %s%s",
+            "refused %s from client %r at %s:%s: %s%s%s",
             api,
             client_id,
             host,
             port,
             name,
             f" ({message})" if message else "",
+            suffix,
         )
 
     def note_response(

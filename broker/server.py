@@ -43,6 +43,7 @@ from protocol.codec import (
 )
 from protocol.framing import FrameReader, FrameTooLarge
 
+from .log_budget import LineBudget
 from .metrics import METRICS
 from .refusals import REFUSALS
 
@@ -81,24 +82,16 @@ class CloseLog:
     def __init__(
         self, per_second: int = CLOSE_LOG_LINES_PER_S, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self._per_second = per_second
-        self._clock = clock
-        self._window = -1.0
-        self._lines = 0
-        self.unlogged = 0
+        self._budget = LineBudget(per_second, clock)
+
+    @property
+    def unlogged(self) -> int:
+        return self._budget.unlogged
 
     def closing(self, peer: tuple[str, int], detail: str) -> None:
-        now = self._clock()
-        if now - self._window >= 1.0:
-            self._window = now
-            self._lines = 0
-        if self._lines >= self._per_second:
-            self.unlogged += 1
-            return
-        self._lines += 1
-        more = f" ({self.unlogged} more closed since, not logged)" if self.unlogged else ""
-        self.unlogged = 0
-        log.warning("closing connection from %s:%s: %s%s", peer[0], peer[1], detail, more)
+        suffix = self._budget.take()
+        if suffix is not None:
+            log.warning("closing connection from %s:%s: %s%s", peer[0], peer[1], detail, suffix)
 
 
 _CLOSE_LOG = CloseLog()

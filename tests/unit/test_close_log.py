@@ -27,7 +27,7 @@ def test_lines_past_the_rate_are_counted_and_reported_in_the_next(
         close_log.closing(("10.0.0.2", 9), "request header truncated (3 bytes)")
     assert caplog.records[-1].getMessage() == (
         "closing connection from 10.0.0.2:9: request header truncated (3 bytes)"
-        " (3 more closed since, not logged)"
+        " (3 more since, not logged)"
     )
     assert close_log.unlogged == 0
     assert all("\n" not in r.getMessage() and r.exc_info is None for r in caplog.records)

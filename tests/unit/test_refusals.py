@@ -41,7 +41,7 @@ def test_protocol_flow_codes_are_not_refusals(caplog: pytest.LogCaptureFixture) 
 
 def test_memory_is_bounded(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="sluice.refused")
-    refusals = RefusalLog(max_remembered=10)
+    refusals = RefusalLog(max_remembered=10, lines_per_s=1000)
     for n in range(100):
         refusals.note(f"client-{n}", "h", 1, "InitProducerId", 35, "")
     assert len(refusals._seen) == 10
@@ -96,3 +96,11 @@ def test_a_coarser_reason_folds_messages_with_per_request_figures(
     assert _lines(caplog) == [
         "refused Produce from client 'p' at h:1: MESSAGE_TOO_LARGE (t-0: batch of 2000 bytes)"
     ]
+
+
+def test_lines_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sluice.refused")
+    refusals = RefusalLog(lines_per_s=3)
+    for n in range(10):  # a client inventing a new client id for each request
+        refusals.note(f"c{n}", "h", 1, "CreateTopics", 40, "bad")
+    assert len(_lines(caplog)) == 3
