@@ -211,3 +211,30 @@ class ControllerCatalog(TopicCatalog):
 
     def topic_image(self, topic_id: UUID) -> TopicImage | None:
         return self.image.topic_by_id(topic_id)
+
+
+class ImageCatalog(TopicCatalog):
+    """The topics of the metadata log in a controller's data directory, read from disk at
+    every listing (controller/offline.py), for readers that never change topics: the
+    PySpark jobs on a ``sluice dev`` data directory. Every write is refused."""
+
+    def __init__(self, controller_dir: str) -> None:
+        self.controller_dir = controller_dir
+
+    async def list_topics(self) -> list[Topic]:
+        from controller.offline import read_image
+
+        image = read_image(self.controller_dir)
+        return [topic_of(t) for t in image.topics.values()]
+
+    async def create_topic(self, topic: Topic) -> None:
+        raise PermissionError("a metadata image read from disk is read-only")
+
+    async def delete_topic(self, name: str) -> Topic:
+        raise PermissionError("a metadata image read from disk is read-only")
+
+    async def set_partitions(self, name: str, count: int) -> Topic:
+        raise PermissionError("a metadata image read from disk is read-only")
+
+    async def set_configs(self, name: str, configs: Mapping[str, str | None]) -> Topic:
+        raise PermissionError("a metadata image read from disk is read-only")

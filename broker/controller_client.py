@@ -297,13 +297,15 @@ class ControllerClient:
     # --- the metadata log ----------------------------------------------------------------
 
     async def metadata(
-        self, after: int, wait_ms: int, deadline: float | None = None
+        self, after: int, wait_ms: int, deadline: float | None = None, from_leader: bool = False
     ) -> MetadataChunk:
+        """``from_leader``: ask the active controller, whose image holds every write it has
+        answered (another voter may lag behind it)."""
         data = await self.request(
             "GET",
             "/v1/metadata",
             params={"after": str(after), "wait_ms": str(wait_ms)},
-            any_controller=True,
+            any_controller=not from_leader,
             timeout=wait_ms / 1000 + self.request_timeout,
             deadline=deadline,
         )

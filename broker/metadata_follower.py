@@ -99,6 +99,16 @@ class MetadataFollower:
                 backoff = min(backoff * 2, 2.0)
         self._task = asyncio.create_task(self._loop())
 
+    async def catch_up(self) -> None:
+        """Poll the active controller until the image holds everything it has (no following
+        after): for one-shot readers such as the PySpark jobs, which must see a topic
+        created just before they were started."""
+        while True:
+            before = self.applied
+            await self.apply_chunk(await self._client.metadata(self.applied, 0, from_leader=True))
+            if self.applied == before:
+                return
+
     async def stop(self) -> None:
         await cancel_and_wait([self._task])
         self._task = None

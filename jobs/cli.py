@@ -2,7 +2,10 @@
 
 Storage comes from a broker config (``--config broker.properties``, ``-o key=value``,
 ``SLUICE_*`` variables: the same layers as ``sluice broker``), or ``--data-dir`` for the
-embedded default (local objects + SQLite, as ``sluice dev`` keeps them). Each command
+embedded default (local objects + SQLite, as ``sluice dev`` keeps them). Topics come from
+where the cluster keeps them: a controller quorum's metadata log (``--controller`` or
+``controller.quorum.bootstrap.servers``), the embedded controller's log in a ``sluice dev``
+data dir, or the catalog of a cluster without a controller. Each command
 prints one JSON summary line; the exit code is 1 when a task failed.
 """
 
@@ -23,7 +26,18 @@ log = logging.getLogger("sluice.jobs")
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="broker properties file naming the storage backends")
-    p.add_argument("--data-dir", help="the embedded default's data dir (local objects + SQLite)")
+    p.add_argument(
+        "--data-dir",
+        help="the embedded default's data dir (local objects + SQLite, topics from the "
+        "embedded controller's metadata log, as `sluice dev` keeps them)",
+    )
+    p.add_argument(
+        "--controller",
+        metavar="HOST:PORT,...",
+        help="the controllers' HTTP API (controller.quorum.bootstrap.servers): topics come "
+        "from the quorum's metadata log; controller.secret from the config or "
+        "SLUICE_CONTROLLER_SECRET",
+    )
     p.add_argument(
         "-o",
         dest="overrides",
@@ -89,6 +103,8 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
     if args.data_dir:
         layers.append({"data.dir": args.data_dir, "object.store": "local", "coordinator": "sqlite"})
     overrides = {}
+    if getattr(args, "controller", None):
+        overrides["controller.quorum.bootstrap.servers"] = args.controller
     for pair in args.overrides:
         key, sep, value = pair.partition("=")
         if not sep:

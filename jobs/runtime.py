@@ -9,11 +9,13 @@ than per task.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from broker.config import BrokerConfig
+from broker.controller_catalog import ControllerCatalog, ImageCatalog
 from storage.catalog import TopicCatalog
 from storage.coordinator import BatchCoordinator
 from storage.object_store import ObjectStore
@@ -52,7 +54,12 @@ async def coordinator(config: BrokerConfig) -> BatchCoordinator:
 
 
 async def catalog(config: BrokerConfig) -> TopicCatalog:
-    return (await _backends(config))[1]
+    """The topics as of now (a long-running scheduler sees topics created since it began)."""
+    found = (await _backends(config))[1]
+    if isinstance(found, ControllerCatalog):
+        # A broker follows the log in the background; a job reads it to its end when asked.
+        await found.follower.catch_up()
+    return found
 
 
 async def _backends(config: BrokerConfig) -> tuple[BatchCoordinator, TopicCatalog]:
@@ -62,9 +69,27 @@ async def _backends(config: BrokerConfig) -> tuple[BatchCoordinator, TopicCatalo
 
         coord, cat = coordinator_and_catalog(config)
         await coord.start()
+        cat = _topics_where_the_cluster_keeps_them(config, cat)
         await cat.start()
         found = _coordinators[config] = (coord, cat)
     return found
+
+
+def _topics_where_the_cluster_keeps_them(
+    config: BrokerConfig, catalog: TopicCatalog
+) -> TopicCatalog:
+    """A controller quorum (``controller.quorum.bootstrap.servers``): its metadata log, through
+    its API. A ``sluice dev`` data directory: the embedded controller's metadata log, read
+    from disk (the controller need not run). Otherwise the catalog of a cluster without a
+    controller."""
+    if config.controller_mode:
+        return catalog
+    from controller.offline import raft_dir
+
+    controller_dir = os.path.join(config.data_dir, "controller")
+    if raft_dir(controller_dir) is not None:
+        return ImageCatalog(controller_dir)
+    return catalog
 
 
 def close_all() -> None:

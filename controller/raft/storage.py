@@ -271,15 +271,31 @@ def write_membership(
     _atomic_write(directory / MEMBERSHIP_FILE, [json.dumps(body).encode() + b"\n"])
 
 
+def read_persisted(directory: str | Path) -> PersistentState:
+    """What a node's data directory holds, read without writing anything (a torn tail is
+    ignored, not truncated): safe while the node runs, since the log is only appended to
+    or replaced whole (rename), so a read sees a prefix of one version of it."""
+    directory = Path(directory)
+    state, _ = DiskStorage._replay((directory / LOG_FILE).read_bytes())
+    # The snapshot after the log: a log rewritten for a newer snapshot in between is then
+    # reconciled with that snapshot, never an older snapshot with a newer log.
+    snap_path = directory / SNAPSHOT_FILE
+    state.snapshot = decode_snapshot(snap_path.read_bytes()) if snap_path.exists() else None
+    return state.reconcile()
+
+
+def read_voters(directory: str | Path) -> tuple[int, list[int]]:
+    """(node id, voters) a data directory belongs to."""
+    membership = json.loads((Path(directory) / MEMBERSHIP_FILE).read_text())
+    return int(membership["node_id"]), [int(v) for v in membership["voters"]]
+
+
 def inspect(directory: str | Path) -> dict[str, object]:
     """Read-only summary of a stopped node's data directory (for the operator procedure:
     which survivor has the most up-to-date log)."""
     directory = Path(directory)
-    snap_path = directory / SNAPSHOT_FILE
-    snapshot = decode_snapshot(snap_path.read_bytes()) if snap_path.exists() else None
-    state, _ = DiskStorage._replay((directory / LOG_FILE).read_bytes())
-    state.snapshot = snapshot
-    state = state.reconcile()
+    state = read_persisted(directory)
+    snapshot = state.snapshot
     last_index = state.base_index + len(state.entries)
     last_term = state.entries[-1].term if state.entries else state.base_term
     membership = json.loads((directory / MEMBERSHIP_FILE).read_text())

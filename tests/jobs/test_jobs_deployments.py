@@ -1,0 +1,165 @@
+"""The jobs on every deployment shape users have: a ``sluice dev`` data directory (topics in
+the embedded controller's metadata log) and a cluster with a three-voter controller quorum on
+SeaweedFS + PostgreSQL (topics in the quorum's log, read through its API).
+
+Each shape: analytics through the ``sluice jobs`` command a user types (exact counts, every
+record's key), then merge and key compaction, read back with a stock consumer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from broker.config import BrokerConfig, load_config
+from jobs import compact, merge, runtime
+from sluice.cluster import LocalCluster
+from sluice.launch.process import sluice_command
+from tests.e2e._kafka import Msg, confluent_consume, confluent_create_topic, confluent_produce
+from tests.e2e.conftest import SluiceBroker
+from tests.fixtures.cluster import running_cluster
+
+from .conftest import BROKER_OPTIONS, storage_settings
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 3
+RECORDS = 600
+
+
+def _produce(bootstrap: str, topic: str) -> set[tuple[int, int, bytes]]:
+    """600 records over 3 partitions, keys k0..k49; returns (partition, offset, key)."""
+    confluent_create_topic(bootstrap, topic, PARTITIONS)
+    placed: set[tuple[int, int, bytes]] = set()
+    for p in range(PARTITIONS):
+        msgs = [Msg(f"k{i % 50}".encode(), f"v{i}".encode()) for i in range(p, RECORDS, 3)]
+        for m, (part, offset) in zip(
+            msgs, confluent_produce(bootstrap, topic, msgs, p), strict=True
+        ):
+            assert m.key is not None
+            placed.add((part, offset, m.key))
+    return placed
+
+
+def _analytics_cli(args: list[str], out: Path, topic: str) -> set[tuple[int, int, bytes]]:
+    """`sluice jobs analytics` as a user runs it; returns the records table's keys."""
+    done = subprocess.run(
+        [
+            *sluice_command(),
+            "jobs",
+            "analytics",
+            *args,
+            "--out",
+            str(out),
+            "--topic",
+            topic,
+            "--records",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (summary["partitions"], summary["records"]) == (PARTITIONS, RECORDS), summary
+    table = pq.read_table(out / "records").to_pydict()
+    return set(zip(table["partition"], table["offset"], table["key"], strict=True))
+
+
+def _merge_and_compact(spark: Any, config: BrokerConfig, bootstrap: str, topic: str) -> None:
+    """Merge keeps every record; compaction of a compacted topic keeps the latest per key."""
+    summary = merge.run(spark, config, selection=merge.Selection(topics=(topic,)))
+    assert summary["statuses"] == {"ok": summary["tasks"]}, summary
+    got = confluent_consume(bootstrap, topic, range(PARTITIONS), expected=RECORDS, timeout=60)
+    assert len(got) == RECORDS and len({(g.partition, g.offset) for g in got}) == RECORDS
+
+    compacted = topic + "-c"
+    confluent_create_topic(bootstrap, compacted, 1, {"cleanup.policy": "compact"})
+    latest: dict[bytes, tuple[int, bytes]] = {}
+    for rnd in range(3):
+        msgs = [Msg(f"k{k}".encode(), f"r{rnd}-{k}".encode()) for k in range(20)]
+        for m, (_, offset) in zip(
+            msgs, confluent_produce(bootstrap, compacted, msgs, 0), strict=True
+        ):
+            assert m.key is not None and m.value is not None
+            latest[m.key] = (offset, m.value)
+    tail = confluent_produce(bootstrap, compacted, [Msg(b"tail", b"x")], 0)[0][1]
+    summary = compact.run(spark, config, selection=compact.Selection(topics=(compacted,)))
+    assert summary["statuses"] == {"ok": summary["tasks"]}, summary
+    assert summary["records_dropped"] == 40, summary
+    expected = {(offset, key, value) for key, (offset, value) in latest.items()}
+    expected.add((tail, b"tail", b"x"))
+    got = confluent_consume(bootstrap, compacted, [0], expected=len(expected), timeout=60)
+    assert {(g.offset, g.key, g.value) for g in got} == expected
+
+
+# ---------------------------------------------------------------- sluice dev
+
+
+@pytest.fixture
+def dev(tmp_path: Path) -> Iterator[SluiceBroker]:
+    broker = SluiceBroker(tmp_path / "dev")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        runtime.close_all()
+        broker.stop()
+
+
+def test_jobs_on_a_sluice_dev_data_dir(spark: Any, dev: SluiceBroker, tmp_path: Path) -> None:
+    # The issue's reproduction: before, analytics said 0 partitions and --topic was unknown,
+    # because the topics live in the embedded controller's log, not the old catalog.
+    placed = _produce(dev.bootstrap, "spk")
+    keys = _analytics_cli(["--data-dir", str(dev.data_dir)], tmp_path / "out", "spk")
+    assert keys == placed
+    config = load_config({"data.dir": str(dev.data_dir)})
+    _merge_and_compact(spark, config, dev.bootstrap, "spk")
+
+
+# ---------------------------------------------------------------- controller quorum
+
+
+@pytest.fixture(scope="module")
+def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory,
+        "jobs-quorum",
+        2,
+        broker_options=BROKER_OPTIONS,
+        controllers=3,
+        before_down=runtime.close_all,
+    ) as c:
+        yield c
+
+
+def test_jobs_on_a_cluster_with_a_controller_quorum(
+    spark: Any, quorum: LocalCluster, tmp_path: Path
+) -> None:
+    settings = quorum.broker_settings(quorum.brokers[0])
+    controllers = settings["controller.quorum.bootstrap.servers"]
+    placed = _produce(quorum.bootstrap, "spk")
+    # What a job needs: the storage, and the controllers (with their secret) for topics.
+    config_file = tmp_path / "jobs.properties"
+    config_file.write_text(
+        "".join(f"{k}={v}\n" for k, v in storage_settings(quorum).items())
+        + f"controller.secret={settings['controller.secret']}\n"
+    )
+    keys = _analytics_cli(
+        ["--config", str(config_file), "--controller", controllers], tmp_path / "out", "spk"
+    )
+    assert keys == placed
+    config = load_config(
+        {
+            **storage_settings(quorum),
+            "controller.quorum.bootstrap.servers": controllers,
+            "controller.secret": settings["controller.secret"],
+        }
+    )
+    _merge_and_compact(spark, config, quorum.bootstrap, "spk")
