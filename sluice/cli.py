@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from broker.config import BrokerConfig, load_config, parse_config_file
 
@@ -66,6 +66,13 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int, default=9092, help="listen port (default 9092)")
     dev.add_argument("--data-dir", default="./.sluice", help="data directory (default ./.sluice)")
     dev.add_argument("--config", help="properties file with broker configs")
+    dev.add_argument(
+        "--jobs-every",
+        type=float,
+        metavar="SECONDS",
+        help="also run the PySpark jobs scheduler (needs the jobs extra): merge small objects "
+        "and compact cleanup.policy=compact topics every SECONDS (log in <data-dir>/jobs.log)",
+    )
     dev.add_argument(
         "-o",
         dest="overrides",
@@ -223,7 +230,9 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
     return load_config(*layers, env=os.environ)
 
 
-async def run_broker(config: BrokerConfig, embedded_controller: bool = False) -> None:
+async def run_broker(
+    config: BrokerConfig, embedded_controller: bool = False, jobs_every_s: float | None = None
+) -> None:
     from broker.node import Broker
 
     from .backends import coordinator_and_catalog, object_store
@@ -235,10 +244,20 @@ async def run_broker(config: BrokerConfig, embedded_controller: bool = False) ->
 
         controller = EmbeddedController(config)
         config = await controller.start()
+    jobs = None
+    if jobs_every_s:
+        from .launch.jobs import ScheduledJobs
+
+        jobs = ScheduledJobs(config.data_dir, jobs_every_s)
     try:
         coordinator, catalog = coordinator_and_catalog(config)
-        await _serve(Broker(config, object_store(config), coordinator, catalog))
+        await _serve(
+            Broker(config, object_store(config), coordinator, catalog),
+            after_start=jobs.start if jobs is not None else None,
+        )
     finally:
+        if jobs is not None:
+            await jobs.stop()
         if controller is not None:
             await controller.stop()
 
@@ -253,7 +272,11 @@ class StartFailed(Exception):
     pass
 
 
-async def _serve(server: object, shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+async def _serve(
+    server: object,
+    shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
+    after_start: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     """Run ``server`` until SIGTERM/SIGINT, then stop it cleanly. A second signal, or a
     shutdown taking longer than ``shutdown_timeout_s``, exits at once (status 1)."""
     from storage.coordinator import CoordinatorUnavailable
@@ -289,6 +312,11 @@ async def _serve(server: object, shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S)
         starting.result()
     except (CoordinatorUnavailable, ObjectStoreError, OSError, RuntimeError) as exc:
         raise StartFailed(f"{type(exc).__name__}: {exc}") from exc
+    if after_start is not None:
+        try:
+            await after_start()
+        except OSError as exc:  # e.g. the jobs scheduler could not be started
+            log.error("could not start a companion process: %s", exc)
     try:
         await stop.wait()
     finally:
@@ -410,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"controller {config.node_id}" if embedded else None,
         )
         try:
-            runner(run_broker(config, embedded))
+            runner(run_broker(config, embedded, getattr(args, "jobs_every", None)))
         except StartFailed as exc:
             print(f"sluice: cannot start broker {config.node_id}: {exc}", file=sys.stderr)
             print(f"sluice: storage: {_storage_summary(config)}", file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,40 @@ def test_jobs_on_a_cluster_with_a_controller_quorum(
         }
     )
     _merge_and_compact(spark, config, quorum.bootstrap, "spk")
+
+
+def test_sluice_dev_compacts_on_its_own_with_jobs_every(tmp_path: Path) -> None:
+    broker = SluiceBroker(tmp_path / "dev")
+    broker.args += ["--jobs-every", "3"]
+    broker.start()
+    try:
+        topic = "auto-compacted"
+        confluent_create_topic(broker.bootstrap, topic, 1, {"cleanup.policy": "compact"})
+        latest: dict[bytes, tuple[int, bytes]] = {}
+        for rnd in range(3):
+            msgs = [Msg(f"k{k}".encode(), f"r{rnd}-{k}".encode()) for k in range(20)]
+            placed = confluent_produce(broker.bootstrap, topic, msgs, 0)
+            for m, (_, offset) in zip(msgs, placed, strict=True):
+                assert m.key is not None and m.value is not None
+                latest[m.key] = (offset, m.value)
+        tail = confluent_produce(broker.bootstrap, topic, [Msg(b"tail", b"x")], 0)[0][1]
+        expected = {(offset, key, value) for key, (offset, value) in latest.items()}
+        expected.add((tail, b"tail", b"x"))
+        deadline = time.monotonic() + 240  # Spark's start-up, then one scheduled run
+        while True:
+            # (compaction leaves offset gaps: read a count, not up to the high watermark)
+            got = confluent_consume(broker.bootstrap, topic, [0], expected=len(expected))
+            if {(g.offset, g.key, g.value) for g in got} == expected:
+                break
+            assert time.monotonic() < deadline, (
+                f"not compacted: {len(got)} records\n"
+                + (broker.data_dir / "jobs.log").read_text()[-3000:]
+            )
+            time.sleep(2)
+        assert '"job": "compact"' in (broker.data_dir / "jobs.log").read_text()
+    finally:
+        broker.stop()
+    # The scheduler stopped with the broker.
+    assert not subprocess.run(
+        ["pgrep", "-f", f"jobs schedule --data-dir {broker.data_dir}"], capture_output=True
+    ).stdout
