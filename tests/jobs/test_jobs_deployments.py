@@ -25,6 +25,7 @@ from sluice.launch.process import sluice_command
 from tests.e2e._kafka import Msg, confluent_consume, confluent_create_topic, confluent_produce
 from tests.e2e.conftest import SluiceBroker
 from tests.fixtures.cluster import running_cluster
+from tests.fixtures.spark import standalone_cluster
 
 from .conftest import BROKER_OPTIONS, storage_settings
 
@@ -48,26 +49,18 @@ def _produce(bootstrap: str, topic: str) -> set[tuple[int, int, bytes]]:
     return placed
 
 
-def _analytics_cli(args: list[str], out: Path, topic: str) -> set[tuple[int, int, bytes]]:
-    """`sluice jobs analytics` as a user runs it; returns the records table's keys."""
+def _job_cli(job: str, args: list[str]) -> dict[str, Any]:
+    """`sluice jobs <job>` as a user runs it; returns its JSON summary."""
     done = subprocess.run(
-        [
-            *sluice_command(),
-            "jobs",
-            "analytics",
-            *args,
-            "--out",
-            str(out),
-            "--topic",
-            topic,
-            "--records",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+        [*sluice_command(), "jobs", job, *args], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _analytics_cli(args: list[str], out: Path, topic: str) -> set[tuple[int, int, bytes]]:
+    """`sluice jobs analytics` as a user runs it; returns the records table's keys."""
+    summary = _job_cli("analytics", [*args, "--out", str(out), "--topic", topic, "--records"])
     assert (summary["partitions"], summary["records"]) == (PARTITIONS, RECORDS), summary
     table = pq.read_table(out / "records").to_pydict()
     return set(zip(table["partition"], table["offset"], table["key"], strict=True))
@@ -201,3 +194,44 @@ def test_sluice_dev_compacts_on_its_own_with_jobs_every(tmp_path: Path) -> None:
     assert not subprocess.run(
         ["pgrep", "-f", f"jobs schedule --data-dir {broker.data_dir}"], capture_output=True
     ).stdout
+
+
+# ---------------------------------------------------------------- a real Spark cluster
+
+
+def _tables(out: Path) -> dict[str, list[dict[str, Any]]]:
+    """The analytics tables, rows sorted, for comparing two runs."""
+    tables = {}
+    for name in ("windows", "partitions", "topics", "records"):
+        rows = pq.read_table(out / name).to_pylist()
+        tables[name] = sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+    return tables
+
+
+def test_jobs_on_a_spark_standalone_cluster_equal_local(dev: SluiceBroker, tmp_path: Path) -> None:
+    placed = _produce(dev.bootstrap, "spk")
+    data = ["--data-dir", str(dev.data_dir)]
+    with standalone_cluster(tmp_path / "spark") as master:
+        on_cluster = ["--master", master]
+        keys = _analytics_cli([*data, *on_cluster], tmp_path / "cluster-out", "spk")
+        assert keys == placed
+        _analytics_cli([*data, "--master", "local[2]"], tmp_path / "local-out", "spk")
+        assert _tables(tmp_path / "cluster-out") == _tables(tmp_path / "local-out")
+
+        merged = _job_cli("merge", [*data, *on_cluster, "--topic", "spk"])
+        assert merged["statuses"] == {"ok": merged["tasks"]} and merged["tasks"] > 0, merged
+        got = confluent_consume(dev.bootstrap, "spk", range(PARTITIONS), expected=RECORDS)
+        assert {(g.partition, g.offset, g.key) for g in got} == placed
+
+        confluent_create_topic(dev.bootstrap, "cmp", 1, {"cleanup.policy": "compact"})
+        for rnd in range(2):
+            msgs = [Msg(f"k{k}".encode(), f"r{rnd}".encode()) for k in range(10)]
+            confluent_produce(dev.bootstrap, "cmp", msgs, 0)
+        confluent_produce(dev.bootstrap, "cmp", [Msg(b"tail", b"x")], 0)
+        compacted = _job_cli("compact", [*data, *on_cluster, "--topic", "cmp"])
+        assert compacted["records_dropped"] == 10, compacted
+        got = confluent_consume(dev.bootstrap, "cmp", [0], expected=11)
+        assert sorted((g.offset, g.value) for g in got) == [
+            *[(10 + k, b"r1") for k in range(10)],
+            (20, b"x"),
+        ]
