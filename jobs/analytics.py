@@ -10,6 +10,9 @@ re-run after a crash simply replaces what a crashed run left):
 * ``windows``: per topic, partition and time window (``window_ms``): records and bytes;
 * ``records`` (optional, ``--records``): every record, partitioned by topic, for ad-hoc SQL.
 
+``--out`` is a local (or Hadoop) path, or ``s3://bucket/prefix`` in the object store the broker
+config names (jobs/output.py; there the records table is one file per task, not by topic).
+
 Distinct keys are APPROXIMATE: Apache DataSketches HLL sketches (Spark's
 ``hll_sketch_agg``), ``hll_lg_k`` = 14 by default: about 0.8% relative standard error
 (small counts come out exact in practice). Null keys are not counted.
@@ -24,6 +27,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 
+from . import output
 from .plan import Selection
 from .read import records
 
@@ -171,12 +175,19 @@ def run(
             "partitions": partitions.drop("keys"),
             "topics": topics,
         }
+        to_s3 = output.is_s3(options.out)
         for name, table in tables.items():
-            table.coalesce(1).write.mode("overwrite").parquet(os.path.join(options.out, name))
+            if to_s3:
+                output.write_small(table, options.out, name, config)
+            else:
+                table.coalesce(1).write.mode("overwrite").parquet(os.path.join(options.out, name))
         if options.with_records:
-            df.write.mode("overwrite").partitionBy("topic").parquet(
-                os.path.join(options.out, "records")
-            )
+            if to_s3:
+                output.write_large(df, options.out, "records", config)
+            else:
+                df.write.mode("overwrite").partitionBy("topic").parquet(
+                    os.path.join(options.out, "records")
+                )
         totals = windows.agg(F.sum("records"), F.sum("value_bytes")).first()
         return {
             "records": int(totals[0] or 0),

@@ -57,7 +57,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _analytics_options(p: argparse.ArgumentParser, required: bool) -> None:
-    p.add_argument("--out", required=required, help="output directory (Parquet tables)")
+    p.add_argument(
+        "--out",
+        required=required,
+        help="output directory of the Parquet tables: a path, or s3://bucket/prefix in the "
+        "configured object store",
+    )
     p.add_argument("--window-ms", type=int, default=60_000, help="records-per-window width")
     p.add_argument("--records", action="store_true", help="also write every record")
     p.add_argument("--hll-lg-k", type=int, default=14, help="distinct-keys sketch size (4-21)")

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from broker.config import BrokerConfig, load_config
-from jobs import compact, merge, runtime
+from jobs import compact, merge, output, runtime
 from sluice.cluster import LocalCluster
 from sluice.launch.process import sluice_command
 from tests.e2e._kafka import Msg, confluent_consume, confluent_create_topic, confluent_produce
@@ -145,10 +145,28 @@ def test_jobs_on_a_cluster_with_a_controller_quorum(
         "".join(f"{k}={v}\n" for k, v in storage_settings(quorum).items())
         + f"controller.secret={settings['controller.secret']}\n"
     )
-    keys = _analytics_cli(
-        ["--config", str(config_file), "--controller", controllers], tmp_path / "out", "spk"
-    )
+    job_args = ["--config", str(config_file), "--controller", controllers]
+    keys = _analytics_cli(job_args, tmp_path / "out", "spk")
     assert keys == placed
+    # The same tables in the object store, where query engines look.
+    bucket = storage_settings(quorum)["s3.bucket"]
+    _job_cli(
+        "analytics", [*job_args, "--out", f"s3://{bucket}/analytics", "--topic", "spk", "--records"]
+    )
+    store_config = load_config(storage_settings(quorum))
+    filesystem = output.s3_filesystem(store_config)
+    in_store = {
+        name: pq.read_table(f"{bucket}/analytics/{name}", filesystem=filesystem)
+        for name in ("windows", "partitions", "topics", "records")
+    }
+    local = _tables(tmp_path / "out")
+    for name in ("windows", "partitions", "topics"):
+        rows = sorted(
+            in_store[name].to_pylist(), key=lambda r: json.dumps(r, sort_keys=True, default=str)
+        )
+        assert rows == local[name], name
+    records = in_store["records"].to_pydict()
+    assert set(zip(records["partition"], records["offset"], records["key"], strict=True)) == placed
     config = load_config(
         {
             **storage_settings(quorum),
