@@ -48,7 +48,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         controller_options={"broker.session.timeout.ms": str(SESSION_MS)},
     ) as local:
         admin = AdminClient({"bootstrap.servers": local.bootstrap})
-        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, "six brokers", 20)
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, "six brokers", 60)
         yield local
 
 
@@ -283,7 +283,7 @@ def test_dead_broker_partitions_move_to_the_other_broker_of_its_az(
 def test_az_without_brokers_falls_back_across_azs(cluster: LocalCluster, topic: str) -> None:
     create_topic(cluster, topic)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, "six brokers", 20)
+    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 6, "six brokers", 60)
     victims = [b for b in cluster.brokers if b.rack == "az-c"]
     _kill_and_wait_fenced(cluster, victims)
     boot = ",".join(f"{b.host}:{b.port}" for b in cluster.brokers if b.rack != "az-c")
