@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -37,7 +36,7 @@ from storage.coordinator import (
     CommitResult,
     CoordinatorUnavailable,
 )
-from storage.object_store import ObjectStore, ObjectStoreError
+from storage.object_store import ObjectStore, ObjectStoreError, new_data_key
 
 from .metrics import METRICS
 
@@ -247,7 +246,7 @@ class Appender:
                     )
                 )
                 position += batch.size
-        key = uuid.uuid4().hex
+        key = new_data_key()
         started = time.perf_counter()
         try:
             try:

@@ -16,7 +16,7 @@ from storage.block_cache import BlockCache
 from storage.catalog import Topic, TopicCatalog
 from storage.coordinator import BatchCoordinator, PartitionKey, RetentionPolicy
 from storage.group_store import GroupStore
-from storage.object_store import ObjectStore
+from storage.object_store import ObjectStore, is_data_key
 
 from .append import Appender
 from .background import cancel_and_wait
@@ -311,7 +311,7 @@ class Broker:
         cutoff = now_ms() - self.config.orphan_grace_ms
         deleted = 0
         async for page in self.store.list_objects():
-            old = [o.key for o in page if o.modified_ms < cutoff]
+            old = [o.key for o in page if o.modified_ms < cutoff and is_data_key(o.key)]
             if not old:
                 continue
             orphans = await self.coordinator.unknown_objects(old)

@@ -1,4 +1,4 @@
-"""``sluice jobs analytics|merge|compact|schedule``.
+"""``sluice jobs analytics|merge|compact|iceberg|schedule``.
 
 Storage comes from a broker config (``--config broker.properties``, ``-o key=value``,
 ``SLUICE_*`` variables: the same layers as ``sluice broker``), or ``--data-dir`` for the
@@ -91,6 +91,16 @@ def add_parser(sub: Any) -> None:
     c = actions.add_parser("compact", help="key compaction of cleanup.policy=compact topics")
     _common(c)
     _rewrite_options(c, merge=False, compact=True)
+    i = actions.add_parser(
+        "iceberg", help="every topic as an Iceberg table, appending what is new since last run"
+    )
+    _common(i)
+    i.add_argument(
+        "--warehouse",
+        required=True,
+        help="where the tables' data files go: a path, or s3://bucket/prefix in the "
+        "configured object store (the catalog is in the cluster's database)",
+    )
     s = actions.add_parser("schedule", help="run merge/compact/analytics periodically")
     _common(s)
     s.add_argument("--merge-every", type=float, help="seconds between merges")
@@ -161,6 +171,10 @@ def run_job(
             ),
             selection,
         )
+    if name == "iceberg":
+        from . import iceberg
+
+        return iceberg.run(spark, config, iceberg.IcebergOptions(args.warehouse), selection)
     raise ValueError(f"unknown job {name}")
 
 

@@ -45,15 +45,25 @@ def _location(out: str, name: str) -> str:
     return f"{out[len(S3_SCHEME):].rstrip('/')}/{name}"
 
 
+def _clear(filesystem: Any, directory: str) -> None:
+    """Delete the files a previous run left in ``directory``, one object at a time: S3 has
+    no directories, and PyArrow's directory operations (marker objects, recursive deletes)
+    made SeaweedFS lose a sibling table written just before."""
+    from pyarrow import fs
+
+    selector = fs.FileSelector(directory, allow_not_found=True, recursive=True)
+    for info in filesystem.get_file_info(selector):
+        if info.type == fs.FileType.File:
+            filesystem.delete_file(info.path)
+
+
 def write_small(table: Any, out: str, name: str, config: BrokerConfig) -> None:
     """A small (aggregate) table: collected on the driver, one Parquet file."""
     import pyarrow.parquet as pq
 
     filesystem = s3_filesystem(config)
     directory = _location(out, name)
-    # No create_dir: S3 has no directories, and the marker objects PyArrow would create for
-    # them made SeaweedFS drop a sibling table written just before.
-    filesystem.delete_dir_contents(directory, missing_dir_ok=True)
+    _clear(filesystem, directory)
     pq.write_table(table.toArrow(), f"{directory}/part-0.parquet", filesystem=filesystem)
 
 
@@ -64,9 +74,7 @@ def write_large(df: Any, out: str, name: str, config: BrokerConfig) -> int:
 
     filesystem = s3_filesystem(config)
     directory = _location(out, name)
-    # No create_dir: S3 has no directories, and the marker objects PyArrow would create for
-    # them made SeaweedFS drop a sibling table written just before.
-    filesystem.delete_dir_contents(directory, missing_dir_ok=True)
+    _clear(filesystem, directory)
 
     def write_task(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa

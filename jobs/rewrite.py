@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import struct
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,14 +37,14 @@ from storage.coordinator import (
     NewBatch,
     ReplacedBatch,
 )
-from storage.object_store import ObjectNotFound
+from storage.object_store import MERGE_KEY_PREFIX, ObjectNotFound, new_data_key
 
 from . import runtime
 from .decode import patched
 from .fetch import read_batches
 from .plan import BatchRef, now_ms
 
-KEY_PREFIX = "merge-"
+KEY_PREFIX = MERGE_KEY_PREFIX
 # Test knob: seconds to sleep after each commit, so a test can kill the driver between
 # commits of one run (the crash-and-re-run test).
 PAUSE_ENV = "SLUICE_JOBS_PAUSE_AFTER_COMMIT_S"
@@ -178,7 +177,7 @@ async def _run(config: BrokerConfig, task: RewriteTask, max_commit_delay_ms: int
         result.status = "skipped"
         return result
 
-    key = KEY_PREFIX + uuid.uuid4().hex
+    key = new_data_key(KEY_PREFIX)
     result.object_key = key
     upload_started = time.monotonic()
     if chunks:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -9,6 +11,21 @@ from dataclasses import dataclass
 # A write is given as a sequence of buffers (slices of request frames) so that no
 # joined copy of a flush is ever made in Python.
 Chunks = Sequence[bytes | memoryview]
+
+
+# The keys of objects that hold record batches: a broker flush's, or a merge or compaction
+# job's (``merge-``). Only such keys are ever swept as orphans: the bucket may hold other
+# things, such as the analytics tables or Iceberg warehouses the jobs write into it.
+MERGE_KEY_PREFIX = "merge-"
+_DATA_KEY = re.compile(r"(?:merge-)?[0-9a-f]{32}")
+
+
+def new_data_key(prefix: str = "") -> str:
+    return prefix + uuid.uuid4().hex
+
+
+def is_data_key(key: str) -> bool:
+    return _DATA_KEY.fullmatch(key) is not None
 
 
 class ObjectStoreError(Exception):

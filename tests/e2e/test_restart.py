@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -88,15 +89,21 @@ def test_orphaned_objects_are_swept_and_committed_ones_kept(
     committed = sorted(p for p in objects.rglob("*") if p.is_file())
     assert committed
     # Make every object look old: only the orphan may go, committed ones are named by files.
-    orphan = objects / "orphan-from-a-failed-commit"
+    # A failed commit leaves an object named like every flush (a uuid); what is not named so
+    # is not the broker's (analytics tables, an Iceberg warehouse in the same bucket) and stays.
+    orphan = objects / uuid.uuid4().hex
     orphan.write_bytes(b"x" * 100)
-    for path in [*committed, orphan]:
+    foreign = objects / "analytics" / "windows" / "part-0.parquet"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(b"PAR1")
+    for path in [*committed, orphan, foreign]:
         os.utime(path, (time.time() - 3600, time.time() - 3600))
     deadline = time.monotonic() + 10
     while orphan.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not orphan.exists(), b.log_tail()
     assert all(p.exists() for p in committed)
+    assert foreign.exists()
     got = confluent_consume(b.bootstrap, topic, expected=len(msgs))
     assert_same(got, expected_single_partition(msgs))
 

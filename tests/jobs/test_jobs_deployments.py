@@ -17,12 +17,19 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from broker.config import BrokerConfig, load_config
-from jobs import compact, merge, output, runtime
+from jobs import compact, iceberg, merge, output, runtime
 from sluice.cluster import LocalCluster
 from sluice.launch.process import sluice_command
-from tests.e2e._kafka import Msg, confluent_consume, confluent_create_topic, confluent_produce
+from tests.e2e._kafka import (
+    Msg,
+    confluent_consume,
+    confluent_create_topic,
+    confluent_produce,
+    wait_until,
+)
 from tests.e2e.conftest import SluiceBroker
 from tests.fixtures.cluster import running_cluster
 from tests.fixtures.spark import standalone_cluster
@@ -130,6 +137,10 @@ def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         controllers=3,
         before_down=runtime.close_all,
     ) as c:
+        # Brokers accept connections before the controllers have unfenced them; topics can
+        # only be placed on registered brokers.
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 2, "two brokers", 60)
         yield c
 
 
@@ -253,3 +264,67 @@ def test_jobs_on_a_spark_standalone_cluster_equal_local(dev: SluiceBroker, tmp_p
             *[(10 + k, b"r1") for k in range(10)],
             (20, b"x"),
         ]
+
+
+# ---------------------------------------------------------------- Iceberg tables
+
+
+def _iceberg_incremental(
+    spark: Any, config: BrokerConfig, bootstrap: str, warehouse: str, placed: set[Any]
+) -> None:
+    """Two runs with records produced in between: the table holds each record once, and
+    the second run appended only the new ones (its own snapshot)."""
+    options = iceberg.IcebergOptions(warehouse)
+    only = iceberg.Selection(topics=("spk",))
+    first = iceberg.run(spark, config, options, only)
+    assert first["appended"] == RECORDS, first
+    more = [Msg(f"k{i}".encode(), b"late") for i in range(30)]
+    placed = placed | {
+        (p, o, m.key)
+        for m, (p, o) in zip(more, confluent_produce(bootstrap, "spk", more, 1), strict=True)
+    }
+    second = iceberg.run(spark, config, options, only)
+    assert second["appended"] == 30, second
+    assert iceberg.run(spark, config, options, only)["appended"] == 0
+    table = iceberg.catalog(config, warehouse).load_table(iceberg.table_name("spk"))
+    rows = table.scan().to_arrow().to_pydict()
+    assert len(rows["offset"]) == RECORDS + 30
+    assert set(zip(rows["partition"], rows["offset"], rows["key"], strict=True)) == placed
+    assert json.loads(table.properties[iceberg.NEXT_OFFSETS]) == {"0": 200, "1": 230, "2": 200}
+    assert len([s for s in table.snapshots() if s.summary.operation.value == "append"]) == 2
+
+
+def test_iceberg_tables_on_a_sluice_dev_data_dir(
+    spark: Any, dev: SluiceBroker, tmp_path: Path
+) -> None:
+    placed = _produce(dev.bootstrap, "spk")
+    config = load_config({"data.dir": str(dev.data_dir)})
+    _iceberg_incremental(spark, config, dev.bootstrap, str(tmp_path / "warehouse"), placed)
+
+
+def test_iceberg_tables_in_postgresql_and_the_object_store(
+    spark: Any, quorum: LocalCluster
+) -> None:
+    settings = quorum.broker_settings(quorum.brokers[0])
+    config = load_config(
+        {
+            **storage_settings(quorum),
+            "controller.quorum.bootstrap.servers": settings["controller.quorum.bootstrap.servers"],
+            "controller.secret": settings["controller.secret"],
+        }
+    )
+    confluent_create_topic(quorum.bootstrap, "ice", 1)
+    placed_ice = confluent_produce(quorum.bootstrap, "ice", [Msg(b"a", b"1"), Msg(b"b", b"2")], 0)
+    bucket = settings["s3.bucket"]
+    warehouse = f"s3://{bucket}/iceberg"
+    summary = iceberg.run(
+        spark, config, iceberg.IcebergOptions(warehouse), iceberg.Selection(topics=("ice",))
+    )
+    assert summary["appended"] == 2, summary
+    table = iceberg.catalog(config, warehouse).load_table(iceberg.table_name("ice"))
+    rows = table.scan().to_arrow().to_pydict()
+    assert sorted(zip(rows["offset"], rows["key"], strict=True)) == [
+        (placed_ice[0][1], b"a"),
+        (placed_ice[1][1], b"b"),
+    ]
+    assert table.metadata_location.startswith(warehouse)
