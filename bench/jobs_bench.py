@@ -7,9 +7,13 @@
    then decode + Arrow conversion, the whole per-record work of an executor;
 2. start-up: a local[2] Spark session created cold, and its first (trivial) job;
 3. read: the committed records of a topic through Spark (mapInArrow) on local[2], counted;
-4. merge: many small flush objects (every one holding every partition) merged into
+4. analytics: ``jobs.analytics`` (all tables, every record) on local[2] and on a local Spark
+   standalone cluster (sluice/launch/spark.py: one worker, 2 executors of 1 core): records/s
+   per core of each;
+5. merge: many small flush objects (every one holding every partition) merged into
    64 MiB objects by ``jobs.merge`` on local[2]: MiB/s of batches read, rewritten, uploaded
-   and swapped (Spark start-up excluded, planning included).
+   and swapped (Spark start-up excluded, planning included), next to the raw PUT throughput
+   of the same store measured in the same run (64 MiB objects, 2 at a time).
 
 Data is written straight through the storage API (``commit_file``), not through brokers,
 so the figures are the jobs' alone. Prints one JSON object.
@@ -115,6 +119,41 @@ async def _populate(
     return total
 
 
+def _analytics(spark: Any, config: Any, out: Path, cores: int) -> dict[str, Any]:
+    from jobs import analytics
+
+    options = analytics.AnalyticsOptions(str(out), with_records=True)
+    analytics.run(spark, config, options)  # warms the Python workers up
+    started = time.perf_counter()
+    summary = analytics.run(spark, config, options)
+    seconds = time.perf_counter() - started
+    return {
+        "records": summary["records"],
+        "seconds": round(seconds, 2),
+        "records_per_s": round(summary["records"] / seconds),
+        "records_per_s_per_core": round(summary["records"] / seconds / cores),
+    }
+
+
+def _raw_put_ratio(config: Any, cluster: Any, root: Path, merged: dict[str, Any]) -> Any:
+    """The merge's MiB/s against the same store's raw writes, measured now."""
+    from bench.limits import S3Target, fsync_write_mib_s, raw_put
+
+    if cluster is None:
+        raw = fsync_write_mib_s(root, seconds=2.0, size=64 * MiB)
+        kind = "fsync'd 64 MiB writes"
+    else:
+        s3 = cluster.s3
+        target = S3Target(s3.endpoint_url, s3.access_key, s3.secret_key, s3.bucket, s3.region)
+        raw = raw_put(target, 64 * MiB, 2, seconds=4.0, min_puts=4).mib_s
+        kind = "raw PUTs of 64 MiB, 2 at a time"
+    return {
+        "raw_mib_per_s": round(raw, 1),
+        "raw": kind,
+        "merge_fraction_of_raw": round(merged["read_mib_per_s"] / raw, 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--embedded", action="store_true", help="SQLite + local directory")
@@ -175,6 +214,21 @@ def main() -> None:
             "records_per_s_per_core": round(count / seconds / 2),
             "stored_mib": round(stored / MiB, 1),
         }
+        result["analytics_local2"] = _analytics(spark, config, root / "out-local", cores=2)
+        spark.stop()
+        from sluice.launch.spark import standalone_cluster
+
+        with standalone_cluster(root / "spark", cores=2) as master:
+            on_cluster = session(
+                master,
+                app_name="sluice-bench",
+                conf={"spark.executor.cores": "1", "spark.cores.max": "2"},
+            )
+            result["analytics_standalone_2_executors"] = _analytics(
+                on_cluster, config, root / "out-cluster", cores=2
+            )
+            on_cluster.stop()
+        spark = session("local[2]")
         summary = merge.run(spark, config)
         result["merge_local2"] = {
             "objects_before": summary["objects_before"],
@@ -184,6 +238,7 @@ def main() -> None:
             "mib_per_s": summary["read_mib_per_s"],
             "statuses": summary["statuses"],
         }
+        result["merge_vs_raw_put"] = _raw_put_ratio(config, cluster, root, summary)
         result["backend"] = "sqlite+local" if args.embedded else "postgresql+seaweedfs"
         spark.stop()
         runtime.close_all()

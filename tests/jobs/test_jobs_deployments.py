@@ -23,6 +23,7 @@ from broker.config import BrokerConfig, load_config
 from jobs import compact, iceberg, merge, output, runtime
 from sluice.cluster import LocalCluster
 from sluice.launch.process import sluice_command
+from sluice.launch.spark import standalone_cluster
 from tests.e2e._kafka import (
     Msg,
     confluent_consume,
@@ -32,7 +33,6 @@ from tests.e2e._kafka import (
 )
 from tests.e2e.conftest import SluiceBroker
 from tests.fixtures.cluster import running_cluster
-from tests.fixtures.spark import standalone_cluster
 
 from .conftest import BROKER_OPTIONS, storage_settings
 
