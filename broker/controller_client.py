@@ -299,12 +299,15 @@ class ControllerClient:
     async def metadata(
         self, after: int, wait_ms: int, deadline: float | None = None, from_leader: bool = False
     ) -> MetadataChunk:
-        """``from_leader``: ask the active controller, whose image holds every write it has
-        answered (another voter may lag behind it)."""
+        """``from_leader``: a linearizable read from the active controller, whose answer then
+        holds every write answered before it (another voter may lag behind)."""
+        params = {"after": str(after), "wait_ms": str(wait_ms)}
+        if from_leader:
+            params["linearizable"] = "1"
         data = await self.request(
             "GET",
             "/v1/metadata",
-            params={"after": str(after), "wait_ms": str(wait_ms)},
+            params=params,
             any_controller=not from_leader,
             timeout=wait_ms / 1000 + self.request_timeout,
             deadline=deadline,

@@ -258,6 +258,17 @@ class ControllerService:
     async def _metadata(self, request: web.Request) -> web.Response:
         after = int(request.query.get("after", "0"))
         wait_ms = min(int(request.query.get("wait_ms", "0")), 30_000)
+        if request.query.get("linearizable") == "1":
+            # Everything committed before this request, applied here first (read index): a
+            # one-shot reader sees every write that was answered, even one this leader has
+            # committed but not yet applied, or one of a leader it just replaced.
+            if not self.node.is_leader:
+                raise NotActive()
+            try:
+                index = await self.node.read_index(timeout=PROPOSE_TIMEOUT_S)
+                await self.node.wait_applied(index, timeout=PROPOSE_TIMEOUT_S)
+            except (NotLeader, TimeoutError, NodeStopped) as exc:
+                raise NotActive() from exc
         if wait_ms > 0:
             await self.state.wait_past(after, wait_ms / 1000)
         snapshot, entries = self.state.read(after)
