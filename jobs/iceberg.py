@@ -28,7 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 from broker.config import BrokerConfig
 
 from . import runtime
-from .plan import Selection
+from .plan import Selection, selected_topics
 from .read import records
 
 __all__ = ["NEXT_OFFSETS", "IcebergOptions", "Selection", "catalog", "run", "table_name"]
@@ -101,13 +101,7 @@ def run(
     selection = selection or Selection()
     cat = catalog(config, options.warehouse)
     cat.create_namespace_if_not_exists(NAMESPACE)
-    topics = runtime.run(_topics(config))
-    if selection.topics is not None:
-        wanted = set(selection.topics)
-        missing = wanted - {t.name for t in topics}
-        if missing:
-            raise ValueError(f"unknown topics: {', '.join(sorted(missing))}")
-        topics = [t for t in topics if t.name in wanted]
+    topics = runtime.run(selected_topics(config, selection))
     schema = _arrow_schema()
     appended = 0
     for topic in topics:
@@ -141,7 +135,3 @@ def run(
         "seconds": round(time.perf_counter() - started, 3),
         "warehouse": options.warehouse,
     }
-
-
-async def _topics(config: BrokerConfig) -> list[Any]:
-    return sorted(await (await runtime.catalog(config)).list_topics(), key=lambda t: t.name)

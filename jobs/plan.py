@@ -81,9 +81,10 @@ class Selection:
     to_time: int | None = None
 
 
-async def _snapshot(config: BrokerConfig, selection: Selection) -> list[PartitionSnapshot]:
+async def selected_topics(config: BrokerConfig, selection: Selection) -> list[Topic]:
+    """The topics a selection names (all when it names none), sorted by name; ValueError
+    for a name the cluster does not have."""
     catalog = await runtime.catalog(config)
-    coordinator = await runtime.coordinator(config)
     topics = sorted(await catalog.list_topics(), key=lambda t: t.name)
     if selection.topics is not None:
         wanted = set(selection.topics)
@@ -91,6 +92,12 @@ async def _snapshot(config: BrokerConfig, selection: Selection) -> list[Partitio
         if missing:
             raise ValueError(f"unknown topics: {', '.join(sorted(missing))}")
         topics = [t for t in topics if t.name in wanted]
+    return topics
+
+
+async def _snapshot(config: BrokerConfig, selection: Selection) -> list[PartitionSnapshot]:
+    topics = await selected_topics(config, selection)
+    coordinator = await runtime.coordinator(config)
     keys = [
         (t, p)
         for t in topics
