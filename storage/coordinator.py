@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 from uuid import UUID
 
+from storage.transactions import AbortedTransaction, TransactionStore
+
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 
@@ -62,6 +64,9 @@ class BatchToCommit(NamedTuple):
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = -1
     base_sequence: int = NO_SEQUENCE
+    # The batch's transactional attribute: it must belong to its producer's ongoing
+    # transaction (see commit_file).
+    transactional: bool = False
 
 
 # Result types are built in bulk on the produce and fetch paths; plain slots
@@ -99,6 +104,10 @@ class FindResult:
     log_start_offset: int = -1
     high_watermark: int = -1
     batches: list[BatchLocation] = field(default_factory=list)
+    last_stable_offset: int = -1
+    # read_committed only: aborted transactions overlapping the batches returned
+    # (Fetch's aborted_transactions); None for read_uncommitted.
+    aborted: list[AbortedTransaction] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +269,7 @@ class BatchReplacement:
         return True
 
 
-class BatchCoordinator(ABC):
+class BatchCoordinator(TransactionStore, ABC):
     """Orders batches of uploaded objects into partition logs.
 
     Every method is one round trip to the backend (one transaction), whatever the
@@ -280,8 +289,8 @@ class BatchCoordinator(ABC):
 
     @abstractmethod
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
-        """Forget the logs of deleted topics; their files become deleting when no live
-        batch of another log remains in them."""
+        """Forget the logs of deleted topics (with their open and aborted transactions);
+        their files become deleting when no live batch of another log remains in them."""
 
     @abstractmethod
     async def commit_file(
@@ -301,13 +310,25 @@ class BatchCoordinator(ABC):
         ``base_offset = high_watermark`` and the high watermark advances by
         ``record_count``. ``log_append_time`` is ``now_ms`` for LogAppendTime batches.
         A file with no accepted batch is marked deleting at once.
+
+        A ``transactional`` batch (KIP-890's verification, done here in the same
+        transaction) is accepted only if its producer id has an ONGOING transaction with
+        the same epoch that includes the batch's partition: another epoch ->
+        INVALID_PRODUCER_EPOCH, otherwise INVALID_TXN_STATE. When appended (not a
+        duplicate), it opens the producer's transaction in that partition at its base
+        offset unless one is open already.
         """
 
     @abstractmethod
     async def find_batches(
-        self, requests: Sequence[FindRequest], max_total_bytes: int
+        self, requests: Sequence[FindRequest], max_total_bytes: int, read_committed: bool = False
     ) -> list[FindResult]:
         """Batches to serve a fetch, one result per request in order.
+
+        Every result carries the last stable offset. With ``read_committed`` only batches
+        below it are returned (none when the offset is at or past it: not an error), and
+        ``aborted`` lists the aborted transactions with ``last_offset >= offset`` and
+        ``first_offset <=`` the last returned batch's last offset (empty when no batch).
 
         OFFSET_OUT_OF_RANGE when ``offset < log_start_offset`` or ``offset >
         high_watermark``; batches with ``last_offset >= offset`` in offset order while
@@ -317,8 +338,14 @@ class BatchCoordinator(ABC):
         """
 
     @abstractmethod
-    async def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResult]:
-        """Earliest, latest, max-timestamp or first offset with timestamp >= the given one."""
+    async def list_offsets(
+        self, requests: Sequence[ListOffsetsRequest], read_committed: bool = False
+    ) -> list[ListOffsetsResult]:
+        """Earliest, latest, max-timestamp or first offset with timestamp >= the given one.
+
+        With ``read_committed`` (ListOffsets isolation level 1) latest is the last stable
+        offset, and a timestamp lookup whose offset is not below it finds nothing
+        (offset -1, timestamp -1), as in Kafka."""
 
     @abstractmethod
     async def log_info(self, logs: Sequence[PartitionKey]) -> list[LogInfo]:
