@@ -52,6 +52,14 @@ from storage.coordinator import (
     RetentionPolicy,
     StoredBatch,
 )
+from storage.sqlite_transactions import (
+    SqliteTransactions,
+    TxnVerifier,
+    aborted_overlapping,
+    last_stable_offset,
+    open_transactions,
+)
+from storage.transactions import AbortedTransaction
 
 T = TypeVar("T")
 
@@ -275,6 +283,70 @@ MIGRATIONS: list[list[str]] = [
             last_seen INTEGER NOT NULL
         )""",
     ],
+    # 4: transactions (storage/transactions.py; as storage/migrations/postgres/0005).
+    [
+        # The transaction coordinator's state, one row per transactional id.
+        """CREATE TABLE transactions (
+            transactional_id TEXT PRIMARY KEY,
+            producer_id INTEGER NOT NULL,
+            producer_epoch INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            timeout_ms INTEGER NOT NULL,
+            started_ms INTEGER NOT NULL,
+            updated_ms INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        # commit_file verifies a transactional batch by its producer id; an id belongs to
+        # one transactional id only (ids come from one counter), which UNIQUE holds to.
+        "CREATE UNIQUE INDEX transactions_producer ON transactions (producer_id)",
+        # txn_expired reads only the ongoing ones, oldest first.
+        "CREATE INDEX transactions_ongoing ON transactions (started_ms) WHERE state = 'Ongoing'",
+        """CREATE TABLE txn_partitions (
+            transactional_id TEXT NOT NULL,
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            PRIMARY KEY (transactional_id, topic_id, partition)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE txn_groups (
+            transactional_id TEXT NOT NULL,
+            group_id TEXT NOT NULL,
+            PRIMARY KEY (transactional_id, group_id)
+        ) WITHOUT ROWID""",
+        # TxnOffsetCommit's offsets until the transaction ends (then group_offsets or gone).
+        """CREATE TABLE txn_offsets (
+            transactional_id TEXT NOT NULL,
+            group_id TEXT NOT NULL,
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            committed_offset INTEGER NOT NULL,
+            leader_epoch INTEGER NOT NULL,
+            metadata TEXT NOT NULL,
+            commit_timestamp INTEGER NOT NULL,
+            PRIMARY KEY (transactional_id, group_id, topic_id, partition)
+        ) WITHOUT ROWID""",
+        # Per partition, the producers with an open transaction and where it began.
+        """CREATE TABLE open_txns (
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            producer_id INTEGER NOT NULL,
+            first_offset INTEGER NOT NULL,
+            PRIMARY KEY (topic_id, partition, producer_id)
+        ) WITHOUT ROWID""",
+        # The last stable offset is min(first_offset) of a partition: one index probe.
+        "CREATE INDEX open_txns_first ON open_txns (topic_id, partition, first_offset)",
+        # Keyed by the abort marker's offset (unique in its partition): fetches ask
+        # "last_offset >= x". last_stable_offset is the partition's LSO just after the
+        # marker (Kafka's AbortedTxn keeps it too): it bounds that scan, see
+        # storage/sqlite_transactions.aborted_overlapping.
+        """CREATE TABLE aborted_txns (
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            last_offset INTEGER NOT NULL,
+            producer_id INTEGER NOT NULL,
+            first_offset INTEGER NOT NULL,
+            last_stable_offset INTEGER NOT NULL,
+            PRIMARY KEY (topic_id, partition, last_offset)
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 
@@ -348,6 +420,9 @@ _DELETE_BELOW = (
     "DELETE FROM batches WHERE topic_id = ? AND partition = ? AND last_offset < ?"
     " RETURNING file_id, byte_size"
 )
+_DELETE_ABORTED_BELOW = (
+    "DELETE FROM aborted_txns WHERE topic_id = ? AND partition = ? AND last_offset < ?"
+)
 _MARK_IF_EMPTY = (
     "UPDATE files SET state = 'deleting', marked_at = ?"
     " WHERE file_id = ? AND state = 'uploaded'"
@@ -377,15 +452,22 @@ def _mark_files_if_empty(cur: sqlite3.Cursor, file_ids: set[int], now_ms: int) -
 # --------------------------------------------------------------------------- coordinator
 
 
-class SqliteCoordinator(SqliteUser, BatchCoordinator):
-    """BatchCoordinator on one SQLite file (the embedded, single-node default)."""
+class SqliteCoordinator(SqliteUser, SqliteTransactions, BatchCoordinator):
+    """BatchCoordinator on one SQLite file (the embedded, single-node default); its
+    TransactionStore half is storage/sqlite_transactions.py."""
 
     def __init__(self, path: str, max_batches_per_partition: int = 5000) -> None:
         super().__init__(path, "coordinator", MIGRATIONS, "sluice-coordinator")
+        self._path = path
         # A safety bound on one partition's share of a fetch answer: with tiny batches a
         # large max_bytes could otherwise list hundreds of thousands of locations. The
         # consumer simply fetches again from where the answer ended.
         self._max_batches = max_batches_per_partition
+
+    @property
+    def path(self) -> str:
+        """The database file (the group store and the jobs open the same one)."""
+        return self._path
 
     # ---------------------------------------------------------------- logs
 
@@ -414,12 +496,16 @@ class SqliteCoordinator(SqliteUser, BatchCoordinator):
         )
 
     async def find_batches(
-        self, requests: Sequence[FindRequest], max_total_bytes: int
+        self, requests: Sequence[FindRequest], max_total_bytes: int, read_committed: bool = False
     ) -> list[FindResult]:
-        return await self._read(_find_batches, requests, max_total_bytes, self._max_batches)
+        return await self._read(
+            _find_batches, requests, max_total_bytes, self._max_batches, read_committed
+        )
 
-    async def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResult]:
-        return await self._read(_list_offsets, requests)
+    async def list_offsets(
+        self, requests: Sequence[ListOffsetsRequest], read_committed: bool = False
+    ) -> list[ListOffsetsResult]:
+        return await self._read(_list_offsets, requests, read_committed)
 
     # ---------------------------------------------------------------- deletion
 
@@ -489,6 +575,8 @@ def _delete_logs(cur: sqlite3.Cursor, topic_ids: list[bytes], now_ms: int) -> No
     params = [(tid,) for tid in topic_ids]
     cur.executemany("DELETE FROM logs WHERE topic_id = ?", params)
     cur.executemany("DELETE FROM producer_state WHERE topic_id = ?", params)
+    cur.executemany("DELETE FROM open_txns WHERE topic_id = ?", params)
+    cur.executemany("DELETE FROM aborted_txns WHERE topic_id = ?", params)
     _mark_files_if_empty(cur, file_ids, now_ms)
 
 
@@ -521,6 +609,9 @@ def _commit_file(
     producers: dict[tuple[bytes, int, int], _ProducerState | None] = {}
     results: list[CommitResult] = []
     batch_rows: list[tuple[Any, ...]] = []
+    # Only a call with a transactional batch reads the transaction tables.
+    verifier: TxnVerifier | None = None
+    opened: list[tuple[bytes, int, int, int]] = []
 
     for b in batches:
         tid = tids.get(b.topic_id)
@@ -535,6 +626,15 @@ def _commit_file(
         if log is None:
             results.append(CommitResult(UNKNOWN_TOPIC_OR_PARTITION))
             continue
+        if b.transactional:
+            # Before the idempotence checks: a retry of a batch whose transaction has
+            # ended is refused like any late batch, never answered as a duplicate.
+            if verifier is None:
+                verifier = TxnVerifier(cur)
+            error = verifier.check(tid, b.partition, b.producer_id, b.producer_epoch)
+            if error:
+                results.append(CommitResult(error))
+                continue
 
         state: _ProducerState | None = None
         last_sequence = -1
@@ -578,6 +678,8 @@ def _commit_file(
                 (b.base_sequence, last_sequence, base_offset, last_offset, append_time)
             )
             state.appended += 1
+        if b.transactional:
+            opened.append((tid, b.partition, b.producer_id, base_offset))
         results.append(CommitResult(NONE, base_offset, append_time, log[0]))
 
     if batch_rows:
@@ -590,6 +692,8 @@ def _commit_file(
             updates.append((log[1], log[2], k[0], k[1]))
         cur.executemany(_UPDATE_LOG_APPEND, updates)
         _store_producers(cur, producers)
+        if opened:
+            open_transactions(cur, opened)
     else:
         cur.execute(
             "UPDATE files SET state = 'deleting', marked_at = ? WHERE file_id = ?",
@@ -655,6 +759,7 @@ def _find_batches(
     requests: Sequence[FindRequest],
     max_total_bytes: int,
     max_batches: int,
+    read_committed: bool,
 ) -> list[FindResult]:
     out: list[FindResult] = []
     total = 0
@@ -662,15 +767,19 @@ def _find_batches(
     for req in requests:
         tid = req.topic_id.bytes
         log = cur.execute(_SELECT_LOG, (tid, req.partition)).fetchone()
+        aborted: list[AbortedTransaction] | None = [] if read_committed else None
         if log is None:
-            out.append(FindResult(UNKNOWN_TOPIC_OR_PARTITION))
+            out.append(FindResult(UNKNOWN_TOPIC_OR_PARTITION, aborted=aborted))
             continue
         start, hwm = log[0], log[1]
+        lso = last_stable_offset(cur, tid, req.partition, start, hwm)
         if req.offset < start or req.offset > hwm:
-            out.append(FindResult(OFFSET_OUT_OF_RANGE, start, hwm))
+            out.append(FindResult(OFFSET_OUT_OF_RANGE, start, hwm, [], lso, aborted))
             continue
-        if req.offset == hwm or (total >= max_total_bytes and not answer_empty):
-            out.append(FindResult(NONE, start, hwm))
+        # read_committed consumers see only what is below the last stable offset.
+        end = lso if read_committed else hwm
+        if req.offset >= end or (total >= max_total_bytes and not answer_empty):
+            out.append(FindResult(NONE, start, hwm, [], lso, aborted))
             continue
         found: list[BatchLocation] = []
         part = 0
@@ -680,18 +789,23 @@ def _find_batches(
         for key, byte_offset, size, base, last in cur.execute(
             _FIND, (tid, req.partition, req.offset, max_batches)
         ):
-            if not answer_empty and (part + size > req.max_bytes or total + size > max_total_bytes):
+            if last >= end or (
+                not answer_empty and (part + size > req.max_bytes or total + size > max_total_bytes)
+            ):
                 break
             found.append(BatchLocation(key, byte_offset, size, base, last))
             part += size
             total += size
             answer_empty = False
-        out.append(FindResult(NONE, start, hwm, found))
+        if read_committed and found:
+            last = found[-1].last_offset
+            aborted = aborted_overlapping(cur, tid, req.partition, req.offset, last)
+        out.append(FindResult(NONE, start, hwm, found, lso, aborted))
     return out
 
 
 def _list_offsets(
-    cur: sqlite3.Cursor, requests: Sequence[ListOffsetsRequest]
+    cur: sqlite3.Cursor, requests: Sequence[ListOffsetsRequest], read_committed: bool
 ) -> list[ListOffsetsResult]:
     out: list[ListOffsetsResult] = []
     for req in requests:
@@ -703,19 +817,27 @@ def _list_offsets(
         ts = req.timestamp
         if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             out.append(ListOffsetsResult(NONE, log[0], -1))
-        elif ts == LATEST_TIMESTAMP:
-            out.append(ListOffsetsResult(NONE, log[1], -1))
-        elif ts == MAX_TIMESTAMP:
+            continue
+        # Kafka's "last fetchable offset": what the isolation level lets a consumer read.
+        end = log[1]
+        if read_committed:
+            end = last_stable_offset(cur, tid, req.partition, log[0], log[1])
+        if ts == LATEST_TIMESTAMP:
+            out.append(ListOffsetsResult(NONE, end, -1))
+            continue
+        if ts == MAX_TIMESTAMP:
             row = cur.execute(_MAX_TIMESTAMP, (tid, req.partition)).fetchone()
-            out.append(ListOffsetsResult(NONE, *row) if row else ListOffsetsResult(NONE))
+            found = None if row is None else (row[0], row[1])
         else:
             # Other negative values search like a time, as Kafka does for codes it does
             # not know: every batch qualifies, so the first live one is found.
             row = cur.execute(_BY_TIMESTAMP, (tid, req.partition, ts)).fetchone()
-            if row is None:
-                out.append(ListOffsetsResult(NONE))
-            else:
-                out.append(ListOffsetsResult(NONE, max(row[0], log[0]), row[1]))
+            found = None if row is None else (max(row[0], log[0]), row[1])
+        # As Kafka, an offset a read_committed consumer could not fetch yet is not found.
+        if found is None or found[0] >= end:
+            out.append(ListOffsetsResult(NONE))
+        else:
+            out.append(ListOffsetsResult(NONE, *found))
     return out
 
 
@@ -728,6 +850,8 @@ def _move_log_start(
         file_ids.add(file_id)
         freed += size
     cur.execute(_UPDATE_LOG_START, (new_start, freed, tid, partition))
+    # Aborted transactions wholly below the log start can no longer overlap a fetch.
+    cur.execute(_DELETE_ABORTED_BELOW, (tid, partition, new_start))
     return freed
 
 

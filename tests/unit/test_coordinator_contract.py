@@ -442,8 +442,8 @@ async def test_find_batches_total_budget(coordinator: BatchCoordinator) -> None:
     )
     assert [b.base_offset for b in results[0].batches] == [0, 2, 4, 6]
     # The total is used up: later partitions answer NONE with their offsets, no batches.
-    assert results[1] == FindResult(NONE, 0, 3, [])
-    assert results[2] == FindResult(NONE, 0, 1, [])
+    assert results[1] == FindResult(NONE, 0, 3, [], 3)
+    assert results[2] == FindResult(NONE, 0, 1, [], 1)
 
 
 async def test_find_batches_later_partitions_use_what_is_left_of_the_total(
@@ -471,9 +471,9 @@ async def test_find_batches_first_batch_of_the_answer_is_always_included(
         ],
         10,
     )
-    assert results[0] == FindResult(NONE, 0, 10, [])
+    assert results[0] == FindResult(NONE, 0, 10, [], 10)
     assert [b.byte_size for b in results[1].batches] == [1000]
-    assert results[2] == FindResult(NONE, 0, 3, [])
+    assert results[2] == FindResult(NONE, 0, 3, [], 3)
 
 
 async def test_find_batches_out_of_range_and_at_high_watermark(
@@ -491,9 +491,9 @@ async def test_find_batches_out_of_range_and_at_high_watermark(
         ],
         BIG,
     )
-    assert results[0] == FindResult(OUT_OF_RANGE, 4, 10, [])
-    assert results[1] == FindResult(OUT_OF_RANGE, 4, 10, [])
-    assert results[2] == FindResult(NONE, 4, 10, [])
+    assert results[0] == FindResult(OUT_OF_RANGE, 4, 10, [], 10)
+    assert results[1] == FindResult(OUT_OF_RANGE, 4, 10, [], 10)
+    assert results[2] == FindResult(NONE, 4, 10, [], 10)
     assert results[3].error == UNKNOWN and results[3].batches == []
     assert [b.base_offset for b in results[4].batches] == [4, 6, 8]
 
