@@ -32,7 +32,7 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
     consumer.subscribe([source])
     print("ready", flush=True)
     while True:
-        msgs = consumer.consume(num_messages=25, timeout=0.5)
+        msgs = consumer.consume(num_messages=10, timeout=0.5)
         msgs = [m for m in msgs if m.error() is None]
         if not msgs:
             continue
