@@ -335,7 +335,10 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
                     "transaction_state": s.state,
                 }
                 for s in states
-                if pattern is None or pattern.fullmatch(s.transactional_id)
+                # Kafka's brokers each list the ids whose coordinator they are, and tools
+                # ask every broker: listing all of them everywhere would repeat each one.
+                if broker.transactions.owns(s.transactional_id)
+                and (pattern is None or pattern.fullmatch(s.transactional_id))
             ],
         }
     )

@@ -362,3 +362,38 @@ def test_consume_transform_produce_is_exactly_once_across_sigkills(
     got = confluent_consume(broker.bootstrap, sink, [0, 1, 2], expected=n, timeout=60, **COMMITTED)
     outputs = sorted(values(got), key=lambda v: int(v.split(b":")[1]))
     assert outputs == [f"out:{i}".encode() for i in range(n)], "lost or duplicated records"
+
+
+def test_admin_lists_and_describes_transactions(broker: SluiceBroker, topic: str) -> None:
+    """What `kafka-transactions.sh list/describe` shows, through kafka-python's admin."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+
+    confluent_create_topic(broker.bootstrap, topic, partitions=2)
+    txn_id = f"admin-{uuid.uuid4().hex[:8]}"
+    producer = txn_producer(broker.bootstrap, txn_id, **{"transaction.timeout.ms": 45_000})
+    producer.begin_transaction()
+    producer.produce(topic, value=b"x", partition=1)
+    producer.flush(30)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000)
+    try:
+        desc = admin.describe_transactions([txn_id])[txn_id]
+        assert str(desc.state.value) == "Ongoing"
+        assert desc.transaction_timeout_ms == 45_000
+        assert {(tp.topic, tp.partition) for tp in desc.topic_partitions} == {(topic, 1)}
+        assert desc.transaction_start_time_ms > 0
+        listed = [t for ts in admin.list_transactions().values() for t in ts]
+        mine = [t for t in listed if t.transactional_id == txn_id]
+        assert len(mine) == 1 and mine[0].producer_id == desc.producer_id
+        ongoing = admin.list_transactions(state_filters=["Ongoing"])
+        assert txn_id in {t.transactional_id for ts in ongoing.values() for t in ts}
+
+        producer.commit_transaction(30)
+        desc = admin.describe_transactions([txn_id])[txn_id]
+        assert str(desc.state.value) == "CompleteCommit" and not desc.topic_partitions
+        ongoing = admin.list_transactions(state_filters=["Ongoing"])
+        assert txn_id not in {t.transactional_id for ts in ongoing.values() for t in ts}
+        with pytest.raises(TransactionalIdNotFoundError):
+            admin.describe_transactions([f"missing-{uuid.uuid4().hex[:8]}"])
+    finally:
+        admin.close()
