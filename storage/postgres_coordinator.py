@@ -40,14 +40,17 @@ from storage.coordinator import (
     StoredBatch,
 )
 from storage.postgres_pool import PoolUser, PostgresPool
+from storage.postgres_transactions import PostgresTransactions
+from storage.transactions import AbortedTransaction
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
 
 _COMMIT = (
-    "SELECT * FROM sluice_commit_file($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    "SELECT * FROM sluice_commit_file("
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 )
-_FIND = "SELECT * FROM sluice_find_batches($1, $2, $3, $4, $5, $6)"
+_FIND = "SELECT * FROM sluice_find_batches($1, $2, $3, $4, $5, $6, $7)"
 _CREATE_LOGS = (
     "INSERT INTO logs (topic_id, partition)"
     " SELECT DISTINCT k.topic_id, k.part"
@@ -64,10 +67,12 @@ _LOG_INFO = (
     " ORDER BY k.i"
 )
 _TS = "CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.max_timestamp END"
-# The lateral lookups are gated by the request's kind, so each request costs only the
-# index scan it needs. One statement: one snapshot for all partitions.
+# The lateral lookups are gated by the request's kind (and the open transactions by
+# read_committed), so each request costs only the index scans it needs. One statement:
+# one snapshot for all partitions.
 _LIST_OFFSETS = (
-    "SELECT l.log_start_offset, l.high_watermark, m.last_offset, m.ts, t.base_offset, t.ts"
+    "SELECT l.log_start_offset, l.high_watermark, m.last_offset, m.ts, t.base_offset, t.ts,"
+    " o.first_open"
     " FROM unnest($1::uuid[], $2::integer[], $3::bigint[])"
     "  WITH ORDINALITY AS k(topic_id, part, ts, i)"
     " LEFT JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.part"
@@ -81,6 +86,10 @@ _LIST_OFFSETS = (
     f"   {EARLIEST_LOCAL_TIMESTAMP})"
     f"   AND b.topic_id = k.topic_id AND b.partition = k.part AND {_TS} >= k.ts"
     "   ORDER BY b.last_offset LIMIT 1) t ON true"
+    " LEFT JOIN LATERAL ("
+    "  SELECT min(x.first_offset) AS first_open FROM open_txns x"
+    f"  WHERE $4::boolean AND k.ts NOT IN ({EARLIEST_TIMESTAMP}, {EARLIEST_LOCAL_TIMESTAMP})"
+    "   AND x.topic_id = k.topic_id AND x.partition = k.part) o ON true"
     " ORDER BY k.i"
 )
 _DELETE_RECORDS = "SELECT * FROM sluice_delete_records($1, $2, $3, $4)"
@@ -137,8 +146,9 @@ def _keys(logs: Sequence[PartitionKey]) -> tuple[list[UUID], list[int]]:
     return [k.topic_id for k in logs], [k.partition for k in logs]
 
 
-class PostgresCoordinator(PoolUser, BatchCoordinator):
-    """BatchCoordinator on PostgreSQL via asyncpg.
+class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
+    """BatchCoordinator on PostgreSQL via asyncpg; its TransactionStore half is
+    storage/postgres_transactions.py.
 
     ``dsn`` is a postgresql:// URL (the coordinator makes its own pool; the pool
     options apply) or a :class:`PostgresPool` shared with e.g. the catalog (its own
@@ -210,6 +220,7 @@ class PostgresCoordinator(PoolUser, BatchCoordinator):
             [b.producer_id for b in batches],
             [b.producer_epoch for b in batches],
             [b.base_sequence for b in batches],
+            [b.transactional for b in batches],
             write=True,
         )
         # A set-returning function's rows come in the order it returned them: input order.
@@ -218,7 +229,7 @@ class PostgresCoordinator(PoolUser, BatchCoordinator):
         return [CommitResult(r[1], r[2], r[3], r[4]) for r in rows]
 
     async def find_batches(
-        self, requests: Sequence[FindRequest], max_total_bytes: int
+        self, requests: Sequence[FindRequest], max_total_bytes: int, read_committed: bool = False
     ) -> list[FindResult]:
         rows = await self._pool.fetch(
             _FIND,
@@ -228,50 +239,66 @@ class PostgresCoordinator(PoolUser, BatchCoordinator):
             [r.max_bytes for r in requests],
             max_total_bytes,
             self._max_batches,
+            read_committed,
             write=False,
         )
         results: list[FindResult] = []
         # Rows come grouped by request, in request order: a result opens at its
-        # request's first row; further rows of the same request add batches.
-        for i, error, start, hwm, key, byte_offset, size, base, last in rows:
+        # request's first row; further rows of the same request add batches, then
+        # (read_committed) aborted transactions.
+        for i, error, start, hwm, lso, key, byte_offset, size, base, last, apid, afirst in rows:
             if len(results) < i:
-                results.append(FindResult(error, start, hwm))
+                results.append(
+                    FindResult(error, start, hwm, [], lso, [] if read_committed else None)
+                )
             if key is not None:
                 results[-1].batches.append(BatchLocation(key, byte_offset, size, base, last))
+            elif apid is not None:
+                aborted = results[-1].aborted
+                assert aborted is not None
+                aborted.append(AbortedTransaction(apid, afirst))
         if len(results) != len(requests):
             raise RuntimeError(f"sluice_find_batches answered {len(results)} of {len(requests)}")
         return results
 
-    async def list_offsets(self, requests: Sequence[ListOffsetsRequest]) -> list[ListOffsetsResult]:
+    async def list_offsets(
+        self, requests: Sequence[ListOffsetsRequest], read_committed: bool = False
+    ) -> list[ListOffsetsResult]:
         rows = await self._pool.fetch(
             _LIST_OFFSETS,
             [r.topic_id for r in requests],
             [r.partition for r in requests],
             [r.timestamp for r in requests],
+            read_committed,
             write=False,
         )
         out: list[ListOffsetsResult] = []
-        for req, (start, hwm, max_offset, max_ts, ts_offset, ts_ts) in zip(
+        for req, (start, hwm, max_offset, max_ts, ts_offset, ts_ts, first_open) in zip(
             requests, rows, strict=True
         ):
             ts = req.timestamp
             if hwm is None:
                 out.append(ListOffsetsResult(UNKNOWN_TOPIC_OR_PARTITION))
-            elif ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                continue
+            if ts in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
                 out.append(ListOffsetsResult(NONE, start, -1))
-            elif ts == LATEST_TIMESTAMP:
-                out.append(ListOffsetsResult(NONE, hwm, -1))
-            elif ts == MAX_TIMESTAMP:
-                if max_offset is None:
-                    out.append(ListOffsetsResult(NONE))
-                else:
-                    out.append(ListOffsetsResult(NONE, max_offset, max_ts))
-            elif ts_offset is None:
+                continue
+            # Kafka's "last fetchable offset": what the isolation level lets a consumer read.
+            end = hwm if first_open is None else max(first_open, start)
+            if ts == LATEST_TIMESTAMP:
+                out.append(ListOffsetsResult(NONE, end, -1))
+                continue
+            if ts == MAX_TIMESTAMP:
+                found = None if max_offset is None else (max_offset, max_ts)
+            else:
                 # Other negative values search like a time, as Kafka does for codes it
                 # does not know: every batch qualifies, so the first live one is found.
+                found = None if ts_offset is None else (max(ts_offset, start), ts_ts)
+            # As Kafka, an offset a read_committed consumer could not fetch yet is not found.
+            if found is None or found[0] >= end:
                 out.append(ListOffsetsResult(NONE))
             else:
-                out.append(ListOffsetsResult(NONE, max(ts_offset, start), ts_ts))
+                out.append(ListOffsetsResult(NONE, *found))
         return out
 
     # ---------------------------------------------------------------- deletion

@@ -295,9 +295,10 @@ MIGRATIONS: list[list[str]] = [
             started_ms INTEGER NOT NULL,
             updated_ms INTEGER NOT NULL
         ) WITHOUT ROWID""",
-        # commit_file verifies a transactional batch by its producer id; an id belongs to
-        # one transactional id only (ids come from one counter), which UNIQUE holds to.
-        "CREATE UNIQUE INDEX transactions_producer ON transactions (producer_id)",
+        # commit_file verifies a transactional batch by its producer id. An id belongs to
+        # one transactional id only (ids come from one counter); not UNIQUE because
+        # PostgreSQL's txn_init inserts a new id's row before drawing its producer id.
+        "CREATE INDEX transactions_producer ON transactions (producer_id)",
         # txn_expired reads only the ongoing ones, oldest first.
         "CREATE INDEX transactions_ongoing ON transactions (started_ms) WHERE state = 'Ongoing'",
         """CREATE TABLE txn_partitions (

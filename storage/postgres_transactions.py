@@ -1,0 +1,208 @@
+"""Transactions on PostgreSQL: the TransactionStore half of PostgresCoordinator.
+
+Every method is ONE round trip: a statement, or a call of a PL/pgSQL function of
+storage/migrations/postgres/0005_transactions.sql, which also documents the locking
+order that keeps concurrent brokers from deadlocking. Semantics are the SQLite
+backend's (storage/sqlite_transactions.py), held to by the shared contract suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from storage.coordinator import PartitionKey
+from storage.group_store import CommittedOffset
+from storage.transactions import (
+    ONGOING,
+    CompleteResult,
+    InitResult,
+    Marker,
+    TransactionState,
+)
+
+if TYPE_CHECKING:
+    from storage.postgres_pool import PostgresPool
+
+_COLUMNS = (
+    "t.transactional_id, t.producer_id, t.producer_epoch, t.state, t.timeout_ms,"
+    " t.started_ms, t.updated_ms"
+)
+_SETS = (
+    "sluice_txn_partition_topics(t.transactional_id),"
+    " sluice_txn_partition_numbers(t.transactional_id), sluice_txn_group_ids(t.transactional_id)"
+)
+# One statement for all ids; unknown ones come back as a row of NULLs, in request order.
+_GET = (
+    f"SELECT {_COLUMNS}, {_SETS}"
+    " FROM unnest($1::text[]) WITH ORDINALITY AS k(id, i)"
+    " LEFT JOIN transactions t ON t.transactional_id = k.id"
+    " ORDER BY k.i"
+)
+_LIST = (
+    f"SELECT {_COLUMNS} FROM transactions t"
+    " WHERE (cardinality($1::text[]) = 0 OR t.state = ANY($1::text[]))"
+    " AND (cardinality($2::bigint[]) = 0 OR t.producer_id = ANY($2::bigint[]))"
+    f" AND ($3::bigint < 0 OR (t.state = '{ONGOING}' AND t.started_ms <= $4::bigint - $3::bigint))"
+    " ORDER BY t.transactional_id"
+)
+_EXPIRED = (
+    f"SELECT {_COLUMNS}, {_SETS} FROM transactions t"
+    f" WHERE t.state = '{ONGOING}' AND t.started_ms + t.timeout_ms < $1"
+    " ORDER BY t.started_ms, t.transactional_id LIMIT $2"
+)
+_INIT = "SELECT * FROM sluice_txn_init($1, $2, $3, $4, $5)"
+_ADD = "SELECT sluice_txn_add($1, $2, $3, $4, $5, $6, $7)"
+_COMMIT_OFFSETS = "SELECT sluice_txn_commit_offsets($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+_COMPLETE = (
+    "SELECT * FROM sluice_txn_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+)
+
+
+def _partitions(topic_ids: Sequence[Any], partitions: Sequence[int]) -> list[PartitionKey]:
+    # asyncpg hands back its own UUID subclass; keep the plain one callers compare with.
+    pairs = zip(topic_ids, partitions, strict=True)
+    return [PartitionKey(UUID(bytes=t.bytes), p) for t, p in pairs]
+
+
+def _state(row: Any, with_sets: bool) -> TransactionState:
+    state = TransactionState(row[0], row[1], row[2], row[3], row[4], row[5], row[6])
+    if with_sets:
+        state.partitions = _partitions(row[7], row[8])
+        state.groups = list(row[9])
+    return state
+
+
+class PostgresTransactions:
+    """TransactionStore on the coordinator's pool (mixed into PostgresCoordinator)."""
+
+    _pool: PostgresPool
+
+    async def txn_get(self, transactional_ids: Sequence[str]) -> list[TransactionState | None]:
+        rows = await self._pool.fetch(_GET, list(transactional_ids), write=False)
+        return [None if r[0] is None else _state(r, True) for r in rows]
+
+    async def txn_list(
+        self, states: Sequence[str], producer_ids: Sequence[int], min_duration_ms: int, now_ms: int
+    ) -> list[TransactionState]:
+        rows = await self._pool.fetch(
+            _LIST, list(states), list(producer_ids), min_duration_ms, now_ms, write=False
+        )
+        return [_state(r, False) for r in rows]
+
+    async def txn_init(
+        self,
+        transactional_id: str,
+        timeout_ms: int,
+        expected_producer_id: int,
+        expected_epoch: int,
+        now_ms: int,
+    ) -> InitResult:
+        row = await self._pool.fetchrow(
+            _INIT,
+            transactional_id,
+            timeout_ms,
+            expected_producer_id,
+            expected_epoch,
+            now_ms,
+            write=True,
+        )
+        assert row is not None, "sluice_txn_init answers one row"
+        pending = None
+        if row[3] is not None:
+            pending = TransactionState(
+                transactional_id, row[3], row[4], row[5], row[6], row[7], row[8]
+            )
+            pending.partitions = _partitions(row[9], row[10])
+            pending.groups = list(row[11])
+        return InitResult(row[0], row[1], row[2], pending)
+
+    async def txn_add(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[PartitionKey],
+        groups: Sequence[str],
+        now_ms: int,
+    ) -> int:
+        row = await self._pool.fetchrow(
+            _ADD,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            [k.topic_id for k in partitions],
+            [k.partition for k in partitions],
+            list(groups),
+            now_ms,
+            write=True,
+        )
+        assert row is not None
+        return int(row[0])
+
+    async def txn_commit_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets: Sequence[CommittedOffset],
+        now_ms: int,
+    ) -> int:
+        # One row per partition (the last given wins): ON CONFLICT cannot update a row twice.
+        rows = list({o.key: o for o in offsets}.values())
+        row = await self._pool.fetchrow(
+            _COMMIT_OFFSETS,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            group_id,
+            [o.topic_id for o in rows],
+            [o.partition for o in rows],
+            [o.offset for o in rows],
+            [o.leader_epoch for o in rows],
+            [o.metadata for o in rows],
+            [o.commit_timestamp for o in rows],
+            write=True,
+        )
+        assert row is not None
+        return int(row[0])
+
+    async def txn_complete(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        bump_epoch: bool,
+        object_key: str,
+        object_size: int,
+        uploader_broker_id: int,
+        markers: Sequence[Marker],
+        now_ms: int,
+    ) -> CompleteResult:
+        row = await self._pool.fetchrow(
+            _COMPLETE,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            commit,
+            bump_epoch,
+            object_key,
+            object_size,
+            uploader_broker_id,
+            [m.topic_id for m in markers],
+            [m.partition for m in markers],
+            [m.byte_offset for m in markers],
+            [m.byte_size for m in markers],
+            [m.timestamp for m in markers],
+            now_ms,
+            write=True,
+        )
+        assert row is not None, "sluice_txn_complete answers one row"
+        return CompleteResult(row[0], list(row[2]), bool(row[1]))
+
+    async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
+        rows = await self._pool.fetch(_EXPIRED, now_ms, limit, write=False)
+        return [_state(r, True) for r in rows]
