@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 
 
 def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: str) -> None:
@@ -39,19 +39,36 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
         producer.begin_transaction()
         for m in msgs:
             producer.produce(sink, key=m.key(), value=b"out:" + m.value(), partition=m.partition())
+        if not _commit(producer, consumer):
+            # Aborted: rewind to the committed offsets, the records are read again.
+            for tp in consumer.committed(consumer.assignment(), 30):
+                if tp.offset < 0:
+                    tp.offset = OFFSET_BEGINNING
+                consumer.seek(tp)
+
+
+def _commit(producer: Producer, consumer: Consumer) -> bool:
+    """Send the offsets and commit; retriable errors (a coordinator that died, say) are
+    retried, abortable ones abort. False when the transaction was aborted."""
+    offsets_sent = False
+    while True:
         try:
-            producer.send_offsets_to_transaction(
-                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 60
-            )
+            if not offsets_sent:
+                producer.send_offsets_to_transaction(
+                    consumer.position(consumer.assignment()),
+                    consumer.consumer_group_metadata(),
+                    60,
+                )
+                offsets_sent = True
             producer.commit_transaction(60)
+            return True
         except KafkaException as exc:
-            if exc.args[0].txn_requires_abort():
-                producer.abort_transaction(60)
-                # Rewind to the committed offsets: the aborted records are read again.
-                committed = consumer.committed(consumer.assignment(), 30)
-                for tp in committed:
-                    consumer.seek(tp)
+            error = exc.args[0]
+            if error.retriable():
                 continue
+            if error.txn_requires_abort():
+                producer.abort_transaction(60)
+                return False
             raise
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -15,6 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from ._eos import Progress, assert_exactly_once, fill, start_processor
 from ._kafka import (
     aiokafka_consume,
     confluent_consume,
@@ -306,62 +305,36 @@ def test_consume_transform_produce_is_exactly_once_across_sigkills(
 ) -> None:
     """The processor is SIGKILLed at random points and restarted; the output holds each
     input exactly once (read_committed)."""
-    source, sink = topic, topic + "-out"
+    source, sink, n = topic, topic + "-out", 3000
     confluent_create_topic(broker.bootstrap, source, partitions=3)
     confluent_create_topic(broker.bootstrap, sink, partitions=3)
-    n = 3000
-    plain = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
-    for i in range(n):
-        plain.produce(source, value=f"{i}".encode(), partition=i % 3)
-    plain.flush(60)
+    fill(broker.bootstrap, source, n, 3)
     group, txn_id = f"eos-{uuid.uuid4().hex[:8]}", f"eos-{uuid.uuid4().hex[:8]}"
     rng = random.Random(7)
-    # Progress is what the group committed (only a committed transaction moves it).
-    offsets_reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
-
-    def committed_total() -> int:
-        parts = offsets_reader.committed([TopicPartition(source, p) for p in range(3)], 10)
-        return sum(max(tp.offset, 0) for tp in parts)
-
+    progress = Progress(broker.bootstrap, group, source, 3)
     try:
         for round_ in range(4):
-            log = open(tmp_path / f"processor-{round_}.log", "wb")  # noqa: SIM115
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.e2e._eos_processor",
-                    broker.bootstrap,
-                    source,
-                    sink,
-                    group,
-                    txn_id,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=Path(__file__).resolve().parents[2],
+            proc = start_processor(
+                broker.bootstrap, source, sink, group, txn_id, tmp_path / "processor.log"
             )
             try:
-                if round_ < 3 and committed_total() < n:
+                if round_ < 3 and progress() < n:
                     # Let it get going (past its start-up), then kill it mid-stream.
-                    start = committed_total()
-                    wait_until(lambda s=start: committed_total() > s, "a processor commit", 60)
+                    start = progress()
+                    wait_until(lambda s=start: progress() > s, "a processor commit", 60)
                     time.sleep(rng.uniform(0.0, 1.0))
                     proc.send_signal(signal.SIGKILL)
                     proc.wait(10)
                 else:
-                    wait_until(lambda: committed_total() >= n, "all input processed", 120)
+                    wait_until(lambda: progress() >= n, "all input processed", 120)
             finally:
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait(10)
-                log.close()
-        assert committed_total() == n
+        assert progress() == n
     finally:
-        offsets_reader.close()
-    got = confluent_consume(broker.bootstrap, sink, [0, 1, 2], expected=n, timeout=60, **COMMITTED)
-    outputs = sorted(values(got), key=lambda v: int(v.split(b":")[1]))
-    assert outputs == [f"out:{i}".encode() for i in range(n)], "lost or duplicated records"
+        progress.close()
+    assert_exactly_once(broker.bootstrap, sink, n, 3)
 
 
 def test_admin_lists_and_describes_transactions(broker: SluiceBroker, topic: str) -> None:
