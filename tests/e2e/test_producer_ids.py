@@ -5,8 +5,6 @@ from __future__ import annotations
 import concurrent.futures
 
 import confluent_kafka
-import kafka
-import kafka.errors
 import pytest
 
 from ._kafka import confluent_consume, confluent_create_topic, unique_topic
@@ -50,24 +48,18 @@ def test_concurrent_nodejs_idempotent_producers_lose_nothing(broker) -> None:  #
     assert _keys(broker.bootstrap, topic) == expected
 
 
-def test_transactional_producers_are_told_transactions_are_unsupported(broker) -> None:  # type: ignore[no-untyped-def]
-    # Until transactions exist, a transactional producer must learn that the broker lacks the
-    # feature (UNSUPPORTED_VERSION), not be sent looking for ACLs (an authorization error).
+def test_transaction_timeout_over_the_maximum_is_refused(broker) -> None:  # type: ignore[no-untyped-def]
+    # transaction.max.timeout.ms (900000 by default) bounds what a producer may ask for.
     producer = confluent_kafka.Producer(
-        {"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-e2e", "client.id": "txapp"}
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": unique_topic("tx-timeout"),
+            "transaction.timeout.ms": 900_001,
+        }
     )
     with pytest.raises(confluent_kafka.KafkaException) as failure:
-        producer.init_transactions(3)
-    assert failure.value.args[0].code() == confluent_kafka.KafkaError.UNSUPPORTED_VERSION
-    with pytest.raises(kafka.errors.KafkaError, match="UnsupportedVersion"):
-        kafka.KafkaProducer(
-            bootstrap_servers=broker.bootstrap, transactional_id="tx-e2e-2"
-        ).init_transactions()
-    # librdkafka retried every 500 ms, yet the broker logged the refusal once.
-    log = broker.log_tail(since=broker.log_mark)
-    refused = [line for line in log.splitlines() if "refused InitProducerId from client" in line]
-    assert len([line for line in refused if "'txapp'" in line]) == 1, refused
-    assert all("UNSUPPORTED_VERSION" in line for line in refused), refused
+        producer.init_transactions(10)
+    assert failure.value.args[0].code() == confluent_kafka.KafkaError.INVALID_TRANSACTION_TIMEOUT
 
 
 def test_refused_topic_configs_are_logged_once_per_client(broker) -> None:  # type: ignore[no-untyped-def]
