@@ -28,7 +28,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from protocol.records import BatchHeader, stamp_log_append_time
+from protocol.records import TRANSACTIONAL_BIT, BatchHeader, stamp_log_append_time
 from storage.block_cache import BlockCache
 from storage.coordinator import (
     BatchCoordinator,
@@ -102,8 +102,7 @@ class Appender:
     ) -> None:
         if commit_mode not in COMMIT_MODES:
             raise ValueError(
-                f"produce.commit.mode must be one of {', '.join(COMMIT_MODES)}, "
-                f"not {commit_mode!r}"
+                f"produce.commit.mode must be one of {', '.join(COMMIT_MODES)}, not {commit_mode!r}"
             )
         self._store = store
         self._coordinator = coordinator
@@ -243,6 +242,7 @@ class Appender:
                         producer_id=batch.producer_id,
                         producer_epoch=batch.producer_epoch,
                         base_sequence=batch.base_sequence,
+                        transactional=bool(batch.attributes & TRANSACTIONAL_BIT),
                     )
                 )
                 position += batch.size

@@ -90,6 +90,10 @@ class BrokerConfig:
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+    # Transactions (Kafka's names and defaults): the longest transaction.timeout.ms a
+    # producer may ask for, and how often the coordinator aborts timed-out transactions.
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if self.produce_commit_mode not in ("adaptive", "fixed"):

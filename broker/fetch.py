@@ -87,9 +87,11 @@ class Fetcher:
         self._coordinator = coordinator
         self._cache = cache
 
-    async def find(self, requests: Sequence[FindRequest], max_total_bytes: int) -> list[FindResult]:
+    async def find(
+        self, requests: Sequence[FindRequest], max_total_bytes: int, read_committed: bool = False
+    ) -> list[FindResult]:
         started = time.perf_counter()
-        results = await self._coordinator.find_batches(requests, max_total_bytes)
+        results = await self._coordinator.find_batches(requests, max_total_bytes, read_committed)
         METRICS.find_batches_seconds.observe(time.perf_counter() - started)
         return results
 

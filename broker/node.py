@@ -38,6 +38,8 @@ from .metrics import METRICS
 from .producer_ids import ProducerIdAllocator
 from .server import KafkaServer
 from .topics import TopicRegistry
+from .transactions.coordinator import TransactionCoordinator
+from .transactions.markers import MarkerWriter
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,15 @@ class Broker:
             lambda: self._membership.live() if self._membership is not None else [],
             GroupConfig.from_broker(config),
             group_store,
+        )
+        # Transactions: all state in the coordinator database; markers as one object each.
+        self.transactions = TransactionCoordinator(
+            coordinator,
+            MarkerWriter(store, coordinator, self.cache, config.node_id, self.watch.notify),
+            config.node_id,
+            lambda: self._membership.live() if self._membership is not None else [],
+            config.transaction_max_timeout_ms,
+            config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
         )
         self.cluster_id = ""
         self._server: KafkaServer | None = None
@@ -184,6 +195,7 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._cleaner_loop()))
         self._tasks.append(asyncio.create_task(self._orphan_loop()))
+        await self.transactions.start()
         log.info(
             "sluice broker %d listening on %s:%d (cluster %s, data in %s)",
             self.config.node_id,
@@ -204,6 +216,7 @@ class Broker:
         if self._server is not None:
             await self._server.close()
         await cancel_and_wait(self._tasks)
+        await self.transactions.stop()
         if self._membership is not None:
             await self._membership.stop()
         if self._http is not None:

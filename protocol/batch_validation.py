@@ -40,6 +40,7 @@ from .records import (
     CONTROL_BIT,
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
+    TRANSACTIONAL_BIT,
     BatchHeader,
     InvalidRecords,
     set_max_timestamp,
@@ -96,6 +97,8 @@ def _validate_batch(
     attributes = batch.attributes
     if attributes & CONTROL_BIT:
         raise InvalidRecords(ErrorCode.invalid_record, "clients may not write control batches")
+    if attributes & TRANSACTIONAL_BIT and batch.producer_id < 0:
+        raise InvalidRecords(ErrorCode.invalid_record, "transactional batch without a producer id")
     if batch.producer_id >= 0 and batch.base_sequence < 0:
         raise InvalidRecords(
             ErrorCode.invalid_record,

@@ -82,11 +82,17 @@ def _converter(f: Any) -> Callable[[Any], Any]:
     if kafka_type == "uuid":
         return lambda v: v if v is None or isinstance(v, UUID) else UUID(v)
     if kafka_type in ("datetime_i64",):
-        # Kafka encodes "no time" as -1, which kio models as None.
+        # Kafka encodes "no time" as -1, which kio models as None where the field is
+        # nullable; elsewhere -1 must stay a time (1 ms before the epoch) to encode as -1.
+        nullable = is_optional(f)
         return lambda v: (
             v
             if v is None or isinstance(v, datetime.datetime)
-            else (None if v < 0 else datetime.datetime.fromtimestamp(v / 1000, tz=datetime.UTC))
+            else (
+                None
+                if v < 0 and nullable
+                else datetime.datetime.fromtimestamp(v / 1000, tz=datetime.UTC)
+            )
         )
     return _identity
 

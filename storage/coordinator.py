@@ -278,10 +278,10 @@ class BatchCoordinator(TransactionStore, ABC):
     round trips.
     """
 
-    async def start(self) -> None:  # noqa: B027 - optional hook
+    async def start(self) -> None:
         """Open connections, apply schema migrations."""
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
+    async def close(self) -> None:
         """Release connections."""
 
     @abstractmethod

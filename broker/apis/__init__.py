@@ -51,6 +51,11 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (21, "DeleteRecords", 0, 2),
     (22, "InitProducerId", 0, 5),
     (23, "OffsetForLeaderEpoch", 2, 4),
+    (24, "AddPartitionsToTxn", 0, 5),
+    (25, "AddOffsetsToTxn", 0, 4),
+    # v5 is KIP-890 part 2 (an epoch bump per transaction), which needs transaction.version 2.
+    (26, "EndTxn", 0, 4),
+    (28, "TxnOffsetCommit", 0, 4),
     (32, "DescribeConfigs", 1, 4),
     (33, "AlterConfigs", 0, 2),
     (37, "CreatePartitions", 0, 3),
@@ -60,6 +65,8 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (46, "ListPartitionReassignments", 0, 0),
     (47, "OffsetDelete", 0, 0),
     (60, "DescribeCluster", 0, 1),
+    (65, "DescribeTransactions", 0, 0),
+    (66, "ListTransactions", 0, 2),
     (75, "DescribeTopicPartitions", 0, 0),
 ]
 
@@ -83,6 +90,7 @@ def build_api_table(broker: Broker) -> ApiTable:
         reassignments,
         records_admin,
         topics_admin,
+        transactions,
     )
 
     handlers: dict[int, Callable[..., Awaitable[Any]]] = {
@@ -105,6 +113,10 @@ def build_api_table(broker: Broker) -> ApiTable:
         21: records_admin.delete_records,
         22: producer_ids.handle,
         23: leader_epoch.handle,
+        24: transactions.add_partitions_to_txn,
+        25: transactions.add_offsets_to_txn,
+        26: transactions.end_txn,
+        28: transactions.txn_offset_commit,
         32: configs.describe_configs,
         33: configs.alter_configs,
         37: topics_admin.create_partitions,
@@ -114,6 +126,8 @@ def build_api_table(broker: Broker) -> ApiTable:
         46: reassignments.list_partition_reassignments,
         47: group_offsets.offset_delete,
         60: cluster.handle,
+        65: transactions.describe_transactions,
+        66: transactions.list_transactions,
         75: describe_topic_partitions.handle,
     }
     table: ApiTable = {}

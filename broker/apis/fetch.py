@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TOPIC_IDS_VERSION = 13
+READ_COMMITTED = 1
 
 
 class _Slot:
@@ -145,8 +146,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     # A redirect is answered at once: the consumer should not long-poll the wrong AZ.
     min_bytes = 0 if redirected else request.min_bytes
     az = rack or az_from_client_id(ctx.header.client_id)
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     return asyncio.ensure_future(
-        _fetch(broker, ctx, slots, finds, max_bytes, min_bytes, max_wait, by_id, az)
+        _fetch(broker, ctx, slots, finds, max_bytes, min_bytes, max_wait, by_id, az, read_committed)
     )
 
 
@@ -157,11 +159,12 @@ async def _collect(
     max_bytes: int,
     min_bytes: int,
     max_wait: float,
+    read_committed: bool,
 ) -> tuple[list[FindResult], list[RecordChunks | None]]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     while True:
-        results = await broker.fetcher.find(finds, max_bytes) if finds else []
+        results = await broker.fetcher.find(finds, max_bytes, read_committed) if finds else []
         available = sum(b.byte_size for r in results for b in r.batches)
         remaining = deadline - loop.time()
         if (
@@ -190,9 +193,12 @@ async def _fetch(
     max_wait: float,
     by_id: bool,
     az: str | None = None,
+    read_committed: bool = False,
 ) -> Any:
     try:
-        results, records = await _collect(broker, slots, finds, max_bytes, min_bytes, max_wait)
+        results, records = await _collect(
+            broker, slots, finds, max_bytes, min_bytes, max_wait, read_committed
+        )
     except (CoordinatorUnavailable, ObjectStoreError) as exc:
         # Retriable for consumers: they back off and fetch again.
         log.warning("fetch failed: %s", exc)
@@ -233,10 +239,15 @@ async def _fetch(
             entry.update(
                 error_code=result.error,
                 high_watermark=result.high_watermark,
-                last_stable_offset=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset,
                 records=data if data is not None else b"",
             )
+            if result.aborted is not None:
+                entry["aborted_transactions"] = [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in result.aborted
+                ]
         topics.setdefault(slot.topic_key, []).append(entry)
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(

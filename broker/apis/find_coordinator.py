@@ -1,4 +1,5 @@
-"""FindCoordinator: which broker coordinates a group (v4+: several keys at once)."""
+"""FindCoordinator: which broker coordinates a group or a transactional id (v4+: several
+keys at once). Both are placed the same way: murmur3 of the key over the live brokers."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ if TYPE_CHECKING:
     from ..server import RequestContext
 
 KEY_GROUP = 0
-# Transactions are not supported, but their coordinator is placed like a group's so a
-# transactional producer reaches InitProducerId, which says so clearly.
 KEY_TRANSACTION = 1
 
 

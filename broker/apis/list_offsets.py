@@ -10,6 +10,8 @@ from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest
 from ..fetch import leader_epoch_error
 from ._common import group_by_topic, resolve_partition
 
+READ_COMMITTED = 1
+
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
@@ -46,7 +48,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 )
                 waiting.append(entry)
     if lookups:
-        results = await broker.coordinator.list_offsets(lookups)
+        read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+        results = await broker.coordinator.list_offsets(lookups, read_committed)
         for entry, lookup, result in zip(waiting, lookups, results, strict=True):
             entry.update(error_code=result.error, offset=result.offset, timestamp=result.timestamp)
             if result.error or result.offset < 0:

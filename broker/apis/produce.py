@@ -14,7 +14,7 @@ from protocol.batch_validation import Rules, validate_records
 from protocol.codec import EncodedResponse
 from protocol.compression import CODEC_MASK, ZSTD
 from protocol.produce_response import PartitionAnswer, encode_produce_response
-from protocol.records import TRANSACTIONAL_BIT, BatchHeader, InvalidRecords, parse_batches
+from protocol.records import BatchHeader, InvalidRecords, parse_batches
 from storage.catalog import Topic
 
 from .. import recompress
@@ -72,10 +72,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             records = memoryview(raw if isinstance(raw, bytes) else bytes(raw))
             try:
                 batches = parse_batches(records, max_batch_bytes)
-                if any(b.attributes & TRANSACTIONAL_BIT for b in batches):
-                    raise InvalidRecords(
-                        ErrorCode.invalid_record, "transactional batches are not supported"
-                    )
                 if ctx.header.api_version < ZSTD_MIN_PRODUCE_VERSION:
                     _refuse_old_zstd(batches, recompress.target(topics, topic))
                 # Every record is checked before anything is buffered: nothing that would
@@ -185,9 +181,6 @@ def _refuse_old_zstd(batches: list[BatchHeader], target: recompress.Target | Non
 
 
 def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
-    if request.transactional_id is not None:
-        # As InitProducerId answers a transactional producer: the feature is missing.
-        return ErrorCode.unsupported_version, "transactions are not supported yet"
     if acks not in VALID_ACKS:
         return ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
     return None, None

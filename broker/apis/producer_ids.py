@@ -1,28 +1,37 @@
-"""InitProducerId for idempotent producers (transactions are not supported yet)."""
+"""InitProducerId: idempotent producers get a fresh id; transactional ones go to the
+transaction coordinator (broker/transactions/)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
+from storage.transactions import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+
+from ..groups.offsets import store_error
 
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
 
+# KIP-588: PRODUCER_FENCED from InitProducerId v4 on.
+FENCED_SINCE = 4
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
-        # No transaction coordinator yet. UNSUPPORTED_VERSION is Kafka's answer for a feature
-        # a broker does not have: clients report "not supported" and stop, where
-        # TRANSACTIONAL_ID_AUTHORIZATION_FAILED sent users looking for ACLs that do not exist.
+        try:
+            error, producer_id, epoch = await broker.transactions.init_producer_id(
+                request.transactional_id,
+                round(request.transaction_timeout.total_seconds() * 1000),
+                getattr(request, "producer_id", -1),
+                getattr(request, "producer_epoch", -1),
+            )
+        except Exception as exc:
+            error, producer_id, epoch = int(store_error(exc, "InitProducerId")), -1, -1
+        if error == PRODUCER_FENCED and ctx.header.api_version < FENCED_SINCE:
+            error = INVALID_PRODUCER_EPOCH
         return ctx.respond(
-            {
-                "error_code": int(ErrorCode.unsupported_version),
-                "producer_id": -1,
-                "producer_epoch": -1,
-            }
+            {"error_code": error, "producer_id": producer_id, "producer_epoch": epoch}
         )
     # Without a transactional id Kafka always issues a fresh producer id at epoch 0, whatever
     # id and epoch the request carries (KIP-360's bump of an existing id is a transactional

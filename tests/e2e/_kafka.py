@@ -269,6 +269,7 @@ def kafka_python_consume(
     partitions: Sequence[int] = (0,),
     expected: int = 0,
     timeout: float = CONSUME_TIMEOUT_S,
+    **extra: object,
 ) -> list[Got]:
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP
@@ -279,6 +280,7 @@ def kafka_python_consume(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         request_timeout_ms=15_000,
+        **extra,
     )
     try:
         tps = [KTP(topic, p) for p in partitions]
@@ -330,6 +332,7 @@ async def aiokafka_consume_async(
     partitions: Sequence[int] = (0,),
     expected: int = 0,
     timeout: float = CONSUME_TIMEOUT_S,
+    **extra: object,
 ) -> list[Got]:
     from aiokafka import AIOKafkaConsumer
     from aiokafka import TopicPartition as ATP
@@ -340,6 +343,7 @@ async def aiokafka_consume_async(
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         request_timeout_ms=15_000,
+        **extra,
     )
     await consumer.start()
     try:

@@ -25,7 +25,12 @@ with warnings.catch_warnings():
 
 # Short commit interval: produce latency is bounded by it, and the suite produces a lot of tiny
 # batches; at the default (hundreds of ms) the suite would spend most of its time waiting.
-DEFAULT_OPTIONS: dict[str, str] = {"produce.commit.interval.ms": "20"}
+# Timed-out transactions are swept every half second (Kafka: 10 s) so the timeout tests wait
+# for the timeout they set, not for the sweep.
+DEFAULT_OPTIONS: dict[str, str] = {
+    "produce.commit.interval.ms": "20",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+}
 
 
 class SluiceBroker(SluiceProcess):

@@ -19,10 +19,13 @@ from aiokafka.client import AIOKafkaClient
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
+from broker.groups.placement import coordinator_for
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._direct import fetch, produce
+from ._eos import Progress, fill, start_processor
+from ._eos import assert_exactly_once as assert_output_exactly_once
 from ._kafka import (
     aiokafka_consume,
     assert_exactly_once,
@@ -34,6 +37,7 @@ from ._kafka import (
     kafka_python_consume,
     standard_messages,
     stream_through,
+    wait_until,
 )
 
 pytestmark = pytest.mark.e2e
@@ -246,6 +250,38 @@ def test_broker_killed_mid_flush_loses_no_acknowledged_record(
     stream = stream_through(healthy.bootstrap, topic, 2000, kill_and_restart)
     got = confluent_consume(healthy.bootstrap, topic, partitions=range(3), expected=2000)
     assert_exactly_once(stream, got, 3)
+
+
+def test_exactly_once_when_the_transaction_coordinator_is_killed(
+    healthy: LocalCluster, topic: str, tmp_path: Path
+) -> None:
+    """Consume-transform-produce keeps going, exactly once, through a SIGKILL of the broker
+    that coordinates its transactional id: the state is in the database, so the next
+    coordinator finishes or aborts what the dead one left."""
+    source, sink, n = topic, topic + "-out", 1500
+    confluent_create_topic(healthy.bootstrap, source, partitions=3)
+    confluent_create_topic(healthy.bootstrap, sink, partitions=3)
+    fill(healthy.bootstrap, source, n, 3)
+    group, txn_id = f"eos-{topic}", f"eos-{topic}"
+    victim = coordinator_for(txn_id, healthy.brokers)
+    assert victim is not None
+    progress = Progress(healthy.bootstrap, group, source, 3)
+    proc = start_processor(healthy.bootstrap, source, sink, group, txn_id, tmp_path / "p.log")
+    try:
+        wait_until(lambda: progress() > 0, "a processor commit", 60)
+        time.sleep(0.3)
+        victim.kill()
+        before = progress()
+        wait_until(lambda: progress() > before, "a commit after the coordinator died", 90)
+        victim.start()
+        wait_until(lambda: progress() >= n, "all input processed", 120)
+        assert proc.poll() is None, "the processor died"
+    finally:
+        progress.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert_output_exactly_once(healthy.bootstrap, sink, n, 3)
 
 
 def test_cluster_state_is_in_one_directory(healthy: LocalCluster) -> None:

@@ -1,0 +1,344 @@
+"""The transactional APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+DescribeTransactions, ListTransactions (InitProducerId is in producer_ids).
+
+Each handler resolves names against the topic registry and makes one call of the
+transaction coordinator (broker/transactions/), which keeps everything in the database.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from storage.coordinator import CoordinatorUnavailable, PartitionKey
+from storage.group_store import CommittedOffset
+from storage.transactions import ONGOING, PRODUCER_FENCED, STATES
+
+from ..groups.offsets import store_error
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
+INVALID_TXN_STATE = int(ErrorCode.invalid_txn_state)
+OPERATION_NOT_ATTEMPTED = int(ErrorCode.operation_not_attempted)
+UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+TRANSACTIONAL_ID_NOT_FOUND = int(ErrorCode.transactional_id_not_found)
+NOT_COORDINATOR = int(ErrorCode.not_coordinator)
+
+# Every state name Kafka knows: a ListTransactions filter naming another is "unknown".
+# Sluice never enters the Prepare*/Dead/PrepareEpochFence states (see storage.transactions).
+KAFKA_STATES = (*STATES, "PrepareCommit", "PrepareAbort", "Dead", "PrepareEpochFence")
+
+# KIP-588: PRODUCER_FENCED exists from these versions on; older clients get
+# INVALID_PRODUCER_EPOCH, which they treat the same way.
+_FENCED_SINCE = {"AddPartitionsToTxn": 2, "AddOffsetsToTxn": 2, "EndTxn": 2, "TxnOffsetCommit": 3}
+
+
+def for_version(api: str, version: int, error: int) -> int:
+    if error == PRODUCER_FENCED and version < _FENCED_SINCE[api]:
+        return INVALID_PRODUCER_EPOCH
+    return error
+
+
+def _unavailable(exc: BaseException, what: str) -> int:
+    return int(store_error(exc, what))
+
+
+# --------------------------------------------------------------------------- AddPartitionsToTxn
+
+
+async def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.header.api_version
+    if version <= 3:
+        # One transaction, from the producer itself.
+        topic_results = await _add_partitions(
+            broker,
+            version,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics,
+            verify_only=False,
+        )
+        return ctx.respond({"throttle_time": 0, "results_by_topic_v3_and_below": topic_results})
+    # v4+: batches of transactions, sent by partition leaders to verify (KIP-890).
+    results = []
+    for txn in request.transactions:
+        results.append(
+            {
+                "transactional_id": txn.transactional_id,
+                "topic_results": await _add_partitions(
+                    broker,
+                    version,
+                    txn.transactional_id,
+                    txn.producer_id,
+                    txn.producer_epoch,
+                    txn.topics,
+                    verify_only=txn.verify_only,
+                ),
+            }
+        )
+    return ctx.respond({"throttle_time": 0, "error_code": 0, "results_by_transaction": results})
+
+
+async def _add_partitions(
+    broker: Broker,
+    version: int,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    topics: Any,
+    verify_only: bool,
+) -> list[dict[str, Any]]:
+    await broker.topics.ensure((t.name, p) for t in topics for p in t.partitions)
+    keys: list[tuple[str, int, PartitionKey | None]] = []
+    for entry in topics:
+        topic = broker.topics.get(entry.name)
+        for index in entry.partitions:
+            key = None
+            if topic is not None and 0 <= index < topic.partitions:
+                key = PartitionKey(topic.topic_id, index)
+            keys.append((entry.name, index, key))
+    errors: list[int]
+    if any(k is None for _, _, k in keys):
+        # As Kafka: nothing is added; the unknown ones say why, the others were not tried.
+        errors = [
+            UNKNOWN_TOPIC_OR_PARTITION if k is None else OPERATION_NOT_ATTEMPTED for _, _, k in keys
+        ]
+    else:
+        wanted = [k for _, _, k in keys if k is not None]
+        try:
+            if verify_only:
+                error, held = await broker.transactions.verify(
+                    transactional_id, producer_id, producer_epoch
+                )
+                errors = [
+                    error if error else (0 if k in held else INVALID_TXN_STATE) for k in wanted
+                ]
+            else:
+                error = await broker.transactions.add(
+                    transactional_id, producer_id, producer_epoch, partitions=wanted
+                )
+                errors = [error] * len(wanted)
+        except Exception as exc:
+            errors = [_unavailable(exc, f"adding partitions to {transactional_id!r}")] * len(wanted)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (name, index, _), error in zip(keys, errors, strict=True):
+        out.setdefault(name, []).append(
+            {
+                "partition_index": index,
+                "partition_error_code": for_version("AddPartitionsToTxn", version, error),
+            }
+        )
+    return [{"name": name, "results_by_partition": parts} for name, parts in out.items()]
+
+
+# --------------------------------------------------------------------------- AddOffsetsToTxn
+
+
+async def add_offsets_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    try:
+        error = await broker.transactions.add(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            groups=[request.group_id],
+        )
+    except Exception as exc:
+        error = _unavailable(exc, f"adding offsets to {request.transactional_id!r}")
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": for_version("AddOffsetsToTxn", ctx.header.api_version, error),
+        }
+    )
+
+
+# --------------------------------------------------------------------------- EndTxn
+
+
+async def end_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    try:
+        error = await broker.transactions.end(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+        )
+    except Exception as exc:
+        error = _unavailable(exc, f"ending the transaction of {request.transactional_id!r}")
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": for_version("EndTxn", ctx.header.api_version, error),
+            "producer_id": request.producer_id,
+            "producer_epoch": request.producer_epoch,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- TxnOffsetCommit
+
+
+async def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.header.api_version
+    member_id = getattr(request, "member_id", "") or ""
+    instance_id = getattr(request, "group_instance_id", None)
+    generation = getattr(request, "generation_id", -1)
+    groups = broker.groups.coordinator
+    # Sent to the group's coordinator, which checks the member when the producer names
+    # one (KIP-447, v3+); without a member the commit is the producer's alone.
+    if member_id or generation >= 0 or instance_id is not None:
+        group_error = int(groups.check_commit(request.group_id, member_id, instance_id, generation))
+    else:
+        group_error = 0 if groups.owns(request.group_id) else NOT_COORDINATOR
+    limit = broker.config.offset_metadata_max_bytes
+    now = int(time.time() * 1000)
+    answers: list[tuple[str, dict[str, Any]]] = []
+    rows: list[CommittedOffset] = []
+    pending: list[dict[str, Any]] = []
+    for entry in request.topics:
+        topic = broker.topics.get(entry.name)
+        for p in entry.partitions:
+            answer = {"partition_index": p.partition_index, "error_code": group_error}
+            answers.append((entry.name, answer))
+            if group_error:
+                continue
+            if topic is None or not 0 <= p.partition_index < topic.partitions:
+                answer["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            metadata = p.committed_metadata or ""
+            if len(metadata.encode("utf-8")) > limit:
+                answer["error_code"] = int(ErrorCode.offset_metadata_too_large)
+                continue
+            rows.append(
+                CommittedOffset(
+                    topic.topic_id,
+                    p.partition_index,
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    metadata,
+                    now,
+                )
+            )
+            pending.append(answer)
+    if rows:
+        try:
+            error = await broker.transactions.commit_offsets(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.group_id,
+                rows,
+            )
+        except Exception as exc:
+            error = _unavailable(exc, f"transactional offset commit of {request.group_id!r}")
+        for answer in pending:
+            answer["error_code"] = error
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for name, answer in answers:
+        answer["error_code"] = for_version("TxnOffsetCommit", version, answer["error_code"])
+        topics.setdefault(name, []).append(answer)
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+        }
+    )
+
+
+# --------------------------------------------------------------------------- admin views
+
+
+async def describe_transactions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    ids = list(request.transactional_ids)
+    try:
+        states = await broker.transactions.get(ids)
+    except CoordinatorUnavailable as exc:
+        error = _unavailable(exc, "describing transactions")
+        states = [None] * len(ids)
+    else:
+        error = 0
+    out = []
+    for txn_id, state in zip(ids, states, strict=True):
+        entry: dict[str, Any] = {
+            "error_code": error or TRANSACTIONAL_ID_NOT_FOUND,
+            "transactional_id": txn_id,
+            "transaction_state": "",
+            "transaction_timeout": 0,
+            "transaction_start_time": -1,
+            "producer_id": -1,
+            "producer_epoch": -1,
+            "topics": [],
+        }
+        if state is not None:
+            topics: dict[str, list[int]] = {}
+            for key in state.partitions:
+                topic = broker.topics.get_by_id(key.topic_id)
+                if topic is not None:
+                    topics.setdefault(topic.name, []).append(key.partition)
+            entry.update(
+                error_code=0,
+                transaction_state=state.state,
+                transaction_timeout=state.timeout_ms,
+                transaction_start_time=state.started_ms if state.state == ONGOING else -1,
+                producer_id=state.producer_id,
+                producer_epoch=state.producer_epoch,
+                topics=[{"topic": name, "partitions": parts} for name, parts in topics.items()],
+            )
+        out.append(entry)
+    return ctx.respond({"throttle_time": 0, "transaction_states": out})
+
+
+async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    filters = list(request.state_filters)
+    unknown = [s for s in filters if s not in KAFKA_STATES]
+    pattern_text = getattr(request, "transactional_id_pattern", None)
+    try:
+        pattern = re.compile(pattern_text) if pattern_text else None
+    except re.error:
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": int(ErrorCode.invalid_regular_expression),
+                "unknown_state_filters": [],
+                "transaction_states": [],
+            }
+        )
+    error = 0
+    states = []
+    if not filters or len(unknown) < len(filters):
+        try:
+            states = await broker.transactions.list(
+                [s for s in filters if s in STATES] if filters else [],
+                list(request.producer_id_filters),
+                getattr(request, "duration_filter", -1),
+            )
+        except CoordinatorUnavailable as exc:
+            error = _unavailable(exc, "listing transactions")
+        if filters and not any(s in STATES for s in filters):
+            states = []  # only states Sluice never enters were asked for
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": error,
+            "unknown_state_filters": unknown,
+            "transaction_states": [
+                {
+                    "transactional_id": s.transactional_id,
+                    "producer_id": s.producer_id,
+                    "transaction_state": s.state,
+                }
+                for s in states
+                # Kafka's brokers each list the ids whose coordinator they are, and tools
+                # ask every broker: listing all of them everywhere would repeat each one.
+                if broker.transactions.owns(s.transactional_id)
+                and (pattern is None or pattern.fullmatch(s.transactional_id))
+            ],
+        }
+    )
