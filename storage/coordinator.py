@@ -104,9 +104,10 @@ class FindResult:
     log_start_offset: int = -1
     high_watermark: int = -1
     batches: list[BatchLocation] = field(default_factory=list)
-    last_stable_offset: int = -1
+    last_stable_offset: int = -1  # -1 only for an unknown log
     # read_committed only: aborted transactions overlapping the batches returned
-    # (Fetch's aborted_transactions); None for read_uncommitted.
+    # (Fetch's aborted_transactions), [] when no batch is returned (errors included);
+    # None for read_uncommitted.
     aborted: list[AbortedTransaction] | None = None
 
 
@@ -290,7 +291,9 @@ class BatchCoordinator(TransactionStore, ABC):
     @abstractmethod
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
         """Forget the logs of deleted topics (with their open and aborted transactions);
-        their files become deleting when no live batch of another log remains in them."""
+        their files become deleting when no live batch of another log remains in them.
+        Transactions that added their partitions keep them: their markers there are
+        skipped (see txn_complete)."""
 
     @abstractmethod
     async def commit_file(
@@ -314,9 +317,11 @@ class BatchCoordinator(TransactionStore, ABC):
         A ``transactional`` batch (KIP-890's verification, done here in the same
         transaction) is accepted only if its producer id has an ONGOING transaction with
         the same epoch that includes the batch's partition: another epoch ->
-        INVALID_PRODUCER_EPOCH, otherwise INVALID_TXN_STATE. When appended (not a
-        duplicate), it opens the producer's transaction in that partition at its base
-        offset unless one is open already.
+        INVALID_PRODUCER_EPOCH, otherwise INVALID_TXN_STATE. The verification comes
+        after the unknown-log check and before the idempotence checks, so a retry of a
+        batch whose transaction has ended is refused, not answered as a duplicate. When
+        appended (not a duplicate), it opens the producer's transaction in that
+        partition at its base offset unless one is open already.
         """
 
     @abstractmethod
@@ -325,10 +330,12 @@ class BatchCoordinator(TransactionStore, ABC):
     ) -> list[FindResult]:
         """Batches to serve a fetch, one result per request in order.
 
-        Every result carries the last stable offset. With ``read_committed`` only batches
-        below it are returned (none when the offset is at or past it: not an error), and
-        ``aborted`` lists the aborted transactions with ``last_offset >= offset`` and
-        ``first_offset <=`` the last returned batch's last offset (empty when no batch).
+        Every result of a known log carries the last stable offset (OFFSET_OUT_OF_RANGE
+        ones too). With ``read_committed`` only batches whose last offset is below it are
+        returned (none when the offset is at or past it: not an error), and ``aborted``
+        lists the aborted transactions with ``last_offset >= offset`` and
+        ``first_offset <=`` the last returned batch's last offset (empty when no batch),
+        in no particular order.
 
         OFFSET_OUT_OF_RANGE when ``offset < log_start_offset`` or ``offset >
         high_watermark``; batches with ``last_offset >= offset`` in offset order while
@@ -344,8 +351,8 @@ class BatchCoordinator(TransactionStore, ABC):
         """Earliest, latest, max-timestamp or first offset with timestamp >= the given one.
 
         With ``read_committed`` (ListOffsets isolation level 1) latest is the last stable
-        offset, and a timestamp lookup whose offset is not below it finds nothing
-        (offset -1, timestamp -1), as in Kafka."""
+        offset, and a timestamp or max-timestamp lookup whose offset is not below it finds
+        nothing (offset -1, timestamp -1), as in Kafka; earliest is unchanged."""
 
     @abstractmethod
     async def log_info(self, logs: Sequence[PartitionKey]) -> list[LogInfo]:
@@ -355,13 +362,15 @@ class BatchCoordinator(TransactionStore, ABC):
     async def delete_records(
         self, requests: Sequence[tuple[PartitionKey, int]], now_ms: int
     ) -> list[DeleteRecordsResult]:
-        """Move log start offsets forward (offset -1 means the high watermark)."""
+        """Move log start offsets forward (offset -1 means the high watermark); aborted
+        transactions whose marker falls below the new start are forgotten."""
 
     @abstractmethod
     async def enforce_retention(
         self, policies: Sequence[RetentionPolicy], now_ms: int
     ) -> list[LogInfo]:
-        """Drop whole batches older than retention.ms / beyond retention.bytes."""
+        """Drop whole batches older than retention.ms / beyond retention.bytes (and, as
+        delete_records, the aborted transactions below the new log start)."""
 
     @abstractmethod
     async def files_to_delete(self, marked_before_ms: int, limit: int) -> list[FileToDelete]:

@@ -18,7 +18,9 @@ Per partition (what consumers need):
   is the smallest open first offset, or the high watermark when none is open (never
   below the log start);
 - an *aborted transaction* is (producer id, first offset, last offset = the abort marker's
-  offset); Fetch answers list those overlapping the fetched range (read_committed).
+  offset); Fetch answers list those overlapping the fetched range (read_committed). The
+  stores also keep the partition's LSO just after the marker (as Kafka's AbortedTxn
+  does): no transaction aborted later can reach back below it, which bounds the search.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ class TransactionStore(ABC):
         """InitProducerId with a transactional id.
 
         - Unknown id: a new producer id (from the same counter as ``allocate_producer_ids``),
-          epoch 0, state EMPTY.
+          epoch 0, state EMPTY, whatever ``expected_producer_id`` says (the id may have
+          been forgotten, as Kafka's expiry of transactional ids does).
         - ``expected_producer_id >= 0`` (KIP-360 re-initialisation) that is not the stored
           (producer id, epoch): PRODUCER_FENCED, nothing changes.
         - ONGOING with partitions: CONCURRENT_TRANSACTIONS and ``pending``; nothing changes.
@@ -161,7 +164,8 @@ class TransactionStore(ABC):
         one (ONGOING, ``started_ms = now_ms``, empty sets) from EMPTY or COMPLETE_*.
 
         Unknown id or another producer id: INVALID_PRODUCER_ID_MAPPING; another epoch:
-        PRODUCER_FENCED. Nothing changes on error. Adding what is already there is NONE.
+        PRODUCER_FENCED. Nothing changes on error. Adding what is already there is NONE;
+        adding nothing (both lists empty) is NONE and starts no transaction.
         """
 
     @abstractmethod
@@ -175,8 +179,9 @@ class TransactionStore(ABC):
         now_ms: int,
     ) -> int:
         """TxnOffsetCommit: keep ``offsets`` of ``group_id`` pending in the transaction
-        (replacing pending ones of the same partition); they become the group's committed
-        offsets when it commits and vanish when it aborts.
+        (replacing pending ones of the same partition; for a partition given twice the
+        last wins); they become the group's committed offsets (with the commit timestamps
+        given here) when it commits and vanish when it aborts.
 
         Errors as txn_add, plus INVALID_TXN_STATE when the transaction is not ONGOING or
         ``group_id`` was not added to it."""
@@ -200,7 +205,8 @@ class TransactionStore(ABC):
 
         - the object (reason 'produce') is registered and each marker appended to its log
           as a one-record batch at the high watermark (timestamp type CreateTime); a marker
-          for a log that no longer exists is skipped (offset -1);
+          for a log that no longer exists is skipped (offset -1), and when no marker's log
+          exists the object is not registered;
         - in each marker's partition the producer's open transaction closes; on abort, if
           one was open, (producer id, its first offset, the marker's offset) joins the
           partition's aborted transactions;
@@ -211,16 +217,18 @@ class TransactionStore(ABC):
           its later requests get PRODUCER_FENCED).
 
         The markers must name exactly the transaction's partitions (in any order); if they
-        do not (a partition was added since the caller read the state):
-        CONCURRENT_TRANSACTIONS. Unknown id / other producer id: INVALID_PRODUCER_ID_MAPPING;
-        other epoch: PRODUCER_FENCED; not ONGOING: NONE if it is already in the state asked
-        for (a retried EndTxn; with ``bump_epoch`` the stored epoch must then be
-        ``producer_epoch + 1``), else INVALID_TXN_STATE. On any error, and on such a retry,
-        nothing changes and the object is not registered (``registered`` False). With no
-        markers ``object_key`` is ignored and no file is registered.
+        do not, or name one twice (a partition was added since the caller read the
+        state): CONCURRENT_TRANSACTIONS. Unknown id / other producer id:
+        INVALID_PRODUCER_ID_MAPPING; a retried EndTxn (not ONGOING but already in the state
+        asked for, with the stored epoch ``producer_epoch``, or ``producer_epoch + 1``
+        with ``bump_epoch``): NONE; other epoch: PRODUCER_FENCED; not ONGOING:
+        INVALID_TXN_STATE. On any error, and on such a retry, nothing changes and the
+        object is not registered (``registered`` False). With no markers ``object_key`` is
+        ignored and no file is registered.
         """
 
     @abstractmethod
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
-        """ONGOING transactions with ``started_ms + timeout_ms < now_ms``, oldest first,
-        with their partitions and groups: the coordinator aborts them."""
+        """ONGOING transactions with ``started_ms + timeout_ms < now_ms``, oldest first
+        (by ``started_ms``, then id), at most ``limit``, with their partitions and groups:
+        the coordinator aborts them."""

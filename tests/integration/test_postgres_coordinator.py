@@ -31,8 +31,10 @@ from storage.coordinator import (
     PartitionKey,
     RetentionPolicy,
 )
+from storage.group_store import CommittedOffset
 from storage.postgres_coordinator import PostgresCoordinator
 from storage.postgres_pool import PostgresPool, load_migrations
+from storage.transactions import Marker
 from tests.fixtures.postgres import local_postgres_available
 
 NOW = 1_700_000_000_000
@@ -532,6 +534,59 @@ async def test_every_operation_is_one_round_trip(postgres_dsn: str) -> None:
         results = await c.commit_file(key(), 1, 1, commit_batches(100), NOW)
         assert [r.error for r in results] == [0] * 100
         assert proxy.round_trips == 1
+    finally:
+        await c.close()
+        await proxy.close()
+
+
+async def test_every_transaction_operation_is_one_round_trip(postgres_dsn: str) -> None:
+    """The transaction store's operations, and the transactional paths of commit_file,
+    find_batches and list_offsets: one round trip each on the wire."""
+    parts = urlsplit(postgres_dsn)
+    if parts.hostname not in ("127.0.0.1", "localhost") or parts.port is None:
+        pytest.skip("the counting proxy runs on loopback only")
+    proxy = WireCounter(parts.port)
+    proxy_port = await proxy.start()
+    netloc = parts.netloc.rsplit(":", 1)[0] + f":{proxy_port}"
+    dsn = urlunsplit(parts._replace(netloc=netloc, query="sslmode=disable"))
+    pool = PostgresPool(dsn, min_size=1, max_size=1)
+    c = await opened(pool)
+    logs = [PartitionKey(uuid4(), p) for p in range(20)]
+    ids = itertools.count()
+    offset = CommittedOffset(logs[0].topic_id, 0, 1, -1, "", NOW)
+    markers = [Marker(k.topic_id, k.partition, 0, 50, NOW) for k in logs]
+
+    async def ops() -> int:
+        await c.create_logs(logs)
+        tid = f"tx-{next(ids)}"
+        r = await c.txn_init(tid, 60_000, -1, -1, NOW)
+        pid, epoch = r.producer_id, r.producer_epoch
+        await c.txn_add(tid, pid, epoch, logs, ["g"], NOW)
+        await c.txn_commit_offsets(tid, pid, epoch, "g", [offset], NOW)
+        batches = [
+            BatchToCommit(k.topic_id, k.partition, 0, 100, 1, 1000, 0, pid, epoch, 0, True)
+            for k in logs
+        ]
+        results = await c.commit_file(key(), 1, 1, batches, NOW)
+        assert [x.error for x in results] == [0] * len(logs)
+        await c.find_batches(
+            [FindRequest(k.topic_id, k.partition, 0, BIG) for k in logs], BIG, True
+        )
+        await c.list_offsets([], True)
+        await c.txn_get([tid, "nope"])
+        await c.txn_list([], [], 0, NOW)
+        await c.txn_expired(NOW, 10)
+        done = await c.txn_complete(tid, pid, epoch, False, True, key(), 1, 1, markers, NOW)
+        assert done.error == 0 and done.registered
+        return 11
+
+    try:
+        await ops()  # warm-up: asyncpg prepares each statement once per connection
+        for _ in range(2):
+            proxy.round_trips = proxy.parses = 0
+            n = await ops()
+            assert proxy.round_trips == n
+            assert proxy.parses == 0
     finally:
         await c.close()
         await proxy.close()

@@ -1,0 +1,1145 @@
+"""Contract of TransactionStore and of the transactional parts of BatchCoordinator
+(commit_file's verification, the last stable offset, read_committed fetches and
+ListOffsets, aborted transactions): every backend passes this suite unchanged.
+
+The ``coordinator`` / ``coordinator_factory`` fixtures (conftest.py) run each test once
+per backend. Tests talk through the interfaces, except a few checks of what must be gone
+from the tables (no interface shows it) and one shortcut to an almost exhausted epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from storage.coordinator import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    BatchCoordinator,
+    BatchToCommit,
+    CommitResult,
+    FindRequest,
+    FindResult,
+    ListOffsetsRequest,
+    ListOffsetsResult,
+    PartitionKey,
+    RetentionPolicy,
+)
+from storage.group_store import CommittedOffset, GroupStore, OffsetKey
+from storage.postgres_coordinator import PostgresCoordinator
+from storage.postgres_group_store import PostgresGroupStore
+from storage.sqlite_coordinator import SqliteCoordinator
+from storage.sqlite_group_store import SqliteGroupStore
+from storage.transactions import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    CONCURRENT_TRANSACTIONS,
+    EMPTY,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    INVALID_TXN_STATE,
+    NONE,
+    ONGOING,
+    PRODUCER_FENCED,
+    AbortedTransaction,
+    CompleteResult,
+    Marker,
+    TransactionState,
+)
+
+from .conftest import CoordinatorFactory
+
+UNKNOWN = 3
+OUT_OF_RANGE = 1
+NOW = 1_700_000_000_000
+BIG = 1 << 62
+TIMEOUT = 60_000
+
+T1 = UUID("00000000-0000-0000-0000-000000000001")
+T2 = UUID("00000000-0000-0000-0000-000000000002")
+P10, P11, P20 = PartitionKey(T1, 0), PartitionKey(T1, 1), PartitionKey(T2, 0)
+_keys = itertools.count()
+
+
+def key() -> str:
+    return f"txn-objects/{next(_keys):06d}"
+
+
+def batch(
+    k: PartitionKey = P10,
+    pid: int = -1,
+    epoch: int = -1,
+    seq: int = -1,
+    count: int = 1,
+    size: int = 100,
+    ts: int = 1000,
+    transactional: bool = True,
+) -> BatchToCommit:
+    return BatchToCommit(
+        topic_id=k.topic_id,
+        partition=k.partition,
+        byte_offset=0,
+        byte_size=size,
+        record_count=count,
+        max_timestamp=ts,
+        timestamp_type=0,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=transactional,
+    )
+
+
+def plain(k: PartitionKey = P10, count: int = 1, ts: int = 1000) -> BatchToCommit:
+    return batch(k, count=count, ts=ts, transactional=False)
+
+
+def marker(k: PartitionKey, size: int = 60) -> Marker:
+    return Marker(k.topic_id, k.partition, 0, size, NOW)
+
+
+class Producer:
+    """A transactional producer as the broker drives the store for it."""
+
+    def __init__(self, c: BatchCoordinator, tid: str = "tx") -> None:
+        self.c = c
+        self.tid = tid
+        self.pid = -1
+        self.epoch = -1
+        self.seq: dict[PartitionKey, int] = {}
+
+    async def init(self, timeout_ms: int = TIMEOUT, now: int = NOW) -> None:
+        r = await self.c.txn_init(self.tid, timeout_ms, -1, -1, now)
+        assert r.error == NONE, r
+        if r.producer_id != self.pid or r.producer_epoch != self.epoch:
+            self.seq.clear()  # a new epoch restarts sequences
+        self.pid, self.epoch = r.producer_id, r.producer_epoch
+
+    async def add(self, *parts: PartitionKey, groups: Sequence[str] = (), now: int = NOW) -> int:
+        return await self.c.txn_add(self.tid, self.pid, self.epoch, parts, groups, now)
+
+    async def begin(self, *parts: PartitionKey, groups: Sequence[str] = ()) -> None:
+        await self.init()
+        assert await self.add(*parts, groups=groups) == NONE
+
+    def batch(self, k: PartitionKey = P10, count: int = 1, ts: int = 1000) -> BatchToCommit:
+        seq = self.seq.get(k, 0)
+        self.seq[k] = seq + count
+        return batch(k, self.pid, self.epoch, seq, count, ts=ts)
+
+    async def send(self, k: PartitionKey = P10, count: int = 1, ts: int = 1000) -> CommitResult:
+        (result,) = await commit(self.c, self.batch(k, count, ts))
+        return result
+
+    async def end(
+        self,
+        commit: bool,
+        *parts: PartitionKey,
+        bump: bool = False,
+        epoch: int | None = None,
+        object_key: str | None = None,
+    ) -> CompleteResult:
+        return await self.c.txn_complete(
+            self.tid,
+            self.pid,
+            self.epoch if epoch is None else epoch,
+            commit,
+            bump,
+            object_key or key(),
+            1000,
+            7,
+            [marker(k) for k in parts],
+            NOW,
+        )
+
+    async def state(self) -> TransactionState:
+        (s,) = await self.c.txn_get([self.tid])
+        assert s is not None
+        return s
+
+
+async def commit(c: BatchCoordinator, *batches: BatchToCommit) -> list[CommitResult]:
+    return await c.commit_file(key(), 1000, 7, batches, NOW)
+
+
+async def find(
+    c: BatchCoordinator,
+    offset: int,
+    k: PartitionKey = P10,
+    read_committed: bool = True,
+    max_bytes: int = BIG,
+) -> FindResult:
+    req = FindRequest(k.topic_id, k.partition, offset, max_bytes)
+    return (await c.find_batches([req], BIG, read_committed=read_committed))[0]
+
+
+async def lso(c: BatchCoordinator, k: PartitionKey = P10) -> int:
+    return (await find(c, 0, k, read_committed=False)).last_stable_offset
+
+
+async def hwm(c: BatchCoordinator, k: PartitionKey = P10) -> int:
+    return (await c.log_info([k]))[0].high_watermark
+
+
+async def list_offset(
+    c: BatchCoordinator, ts: int, read_committed: bool, k: PartitionKey = P10
+) -> ListOffsetsResult:
+    req = ListOffsetsRequest(k.topic_id, k.partition, ts)
+    return (await c.list_offsets([req], read_committed=read_committed))[0]
+
+
+def offsets_of(result: FindResult) -> list[tuple[int, int]]:
+    return [(b.base_offset, b.last_offset) for b in result.batches]
+
+
+def sorted_aborted(result: FindResult) -> list[AbortedTransaction]:
+    assert result.aborted is not None
+    return sorted(result.aborted, key=lambda a: (a.first_offset, a.producer_id))
+
+
+async def setup_logs(c: BatchCoordinator, *keys: PartitionKey) -> None:
+    await c.create_logs(list(keys) or [P10, P11, P20])
+
+
+async def raw(c: BatchCoordinator, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    """Run SQL on the backend's own database (``?`` placeholders; ``$n`` for PostgreSQL
+    are made from them), for what no interface shows."""
+    if isinstance(c, PostgresCoordinator):
+        n = itertools.count(1)
+        pg_sql = "".join(f"${next(n)}" if ch == "?" else ch for ch in sql)
+        return [tuple(r) for r in await c.pool.fetch(pg_sql, *args, write=True)]
+    assert isinstance(c, SqliteCoordinator)
+    conn = sqlite3.connect(c.path, timeout=30)
+    try:
+        rows = conn.execute(sql, args).fetchall()
+        conn.commit()
+        return rows
+    finally:
+        conn.close()
+
+
+async def count_rows(c: BatchCoordinator, table: str) -> int:
+    return int((await raw(c, f"SELECT count(*) FROM {table}"))[0][0])
+
+
+@pytest.fixture
+async def groups(coordinator: BatchCoordinator) -> AsyncIterator[GroupStore]:
+    """The group store on the coordinator's own database, as the broker runs it."""
+    store: GroupStore
+    if isinstance(coordinator, PostgresCoordinator):
+        store = PostgresGroupStore(coordinator.pool)
+    else:
+        assert isinstance(coordinator, SqliteCoordinator)
+        store = SqliteGroupStore(coordinator.path)
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+# --------------------------------------------------------------------------- get / init
+
+
+async def test_get_answers_in_order_with_none_for_unknown(coordinator: BatchCoordinator) -> None:
+    a, b = Producer(coordinator, "a"), Producer(coordinator, "b")
+    await a.init()
+    await b.init(timeout_ms=5000, now=NOW + 1)
+    got = await coordinator.txn_get(["b", "nope", "a"])
+    assert got == [
+        TransactionState("b", b.pid, 0, EMPTY, 5000, -1, NOW + 1),
+        None,
+        TransactionState("a", a.pid, 0, EMPTY, TIMEOUT, -1, NOW),
+    ]
+    assert await coordinator.txn_get([]) == []
+
+
+async def test_init_of_a_new_id_takes_the_producer_id_counter(
+    coordinator: BatchCoordinator,
+) -> None:
+    first = await coordinator.allocate_producer_ids(10)
+    r = await coordinator.txn_init("tx", TIMEOUT, -1, -1, NOW)
+    assert (r.error, r.producer_id, r.producer_epoch, r.pending) == (NONE, first + 10, 0, None)
+    # The same counter: nobody else gets that id.
+    assert await coordinator.allocate_producer_ids(1) == first + 11
+    other = await coordinator.txn_init("tx2", TIMEOUT, -1, -1, NOW)
+    assert other.producer_id == first + 12
+
+
+async def test_init_again_bumps_the_epoch_and_takes_the_new_timeout(
+    coordinator: BatchCoordinator,
+) -> None:
+    p = Producer(coordinator)
+    await p.init()
+    pid = p.pid
+    r = await coordinator.txn_init("tx", 9000, -1, -1, NOW + 5)
+    assert (r.error, r.producer_id, r.producer_epoch) == (NONE, pid, 1)
+    assert await p.state() == TransactionState("tx", pid, 1, EMPTY, 9000, -1, NOW + 5)
+
+
+async def test_init_after_a_completed_transaction_bumps_the_epoch(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.begin(P10)
+    assert (await p.end(True, P10)).error == NONE
+    r = await coordinator.txn_init("tx", TIMEOUT, -1, -1, NOW)
+    assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, p.epoch + 1)
+    assert (await p.state()).state == EMPTY
+
+
+async def _set_epoch(c: BatchCoordinator, tid: str, epoch: int) -> None:
+    # Reaching epoch 32766 through the interface would take 32766 calls.
+    await raw(
+        c, "UPDATE transactions SET producer_epoch = ? WHERE transactional_id = ?", epoch, tid
+    )
+
+
+async def test_epoch_exhaustion_gives_a_new_producer_id(coordinator: BatchCoordinator) -> None:
+    p = Producer(coordinator)
+    await p.init()
+    old = p.pid
+    await _set_epoch(coordinator, "tx", 32765)
+    r = await coordinator.txn_init("tx", TIMEOUT, -1, -1, NOW)
+    assert (r.producer_id, r.producer_epoch) == (old, 32766)  # the last usable epoch
+    r = await coordinator.txn_init("tx", TIMEOUT, -1, -1, NOW)
+    assert r.error == NONE and r.producer_id > old and r.producer_epoch == 0
+    s = await p.state()
+    assert (s.producer_id, s.producer_epoch) == (r.producer_id, 0)
+    # And from an epoch a coordinator abort bumped to the int16 maximum.
+    await _set_epoch(coordinator, "tx", 32767)
+    r2 = await coordinator.txn_init("tx", TIMEOUT, -1, -1, NOW)
+    assert r2.producer_id > r.producer_id and r2.producer_epoch == 0
+
+
+async def test_kip360_reinit_with_another_id_or_epoch_is_fenced(
+    coordinator: BatchCoordinator,
+) -> None:
+    p = Producer(coordinator)
+    await p.init()
+    before = await p.state()
+    for pid, epoch in ((p.pid, 5), (p.pid + 1, 0), (p.pid, -1)):
+        r = await coordinator.txn_init("tx", 1, pid, epoch, NOW + 9)
+        assert (r.error, r.producer_id, r.producer_epoch) == (PRODUCER_FENCED, -1, -1)
+    assert await p.state() == before  # nothing changed
+    r = await coordinator.txn_init("tx", TIMEOUT, p.pid, 0, NOW)
+    assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, 1)
+
+
+async def test_init_while_ongoing_with_partitions_is_concurrent_with_the_pending_one(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.init()
+    assert await p.add(P20, P11, groups=["g2", "g1"], now=NOW + 3) == NONE
+    before = await p.state()
+    r = await coordinator.txn_init("tx", 1, -1, -1, NOW + 10)
+    assert (r.error, r.producer_id, r.producer_epoch) == (CONCURRENT_TRANSACTIONS, -1, -1)
+    assert r.pending == TransactionState(
+        "tx", p.pid, p.epoch, ONGOING, TIMEOUT, NOW + 3, NOW + 3, [P11, P20], ["g1", "g2"]
+    )
+    assert await p.state() == before
+    # The broker aborts it (fencing), then init succeeds.
+    done = await p.end(False, P11, P20, bump=True)
+    assert done.error == NONE
+    r = await coordinator.txn_init("tx", TIMEOUT, -1, -1, NOW)
+    assert (r.error, r.producer_epoch) == (NONE, p.epoch + 2)
+
+
+async def test_init_discards_an_ongoing_transaction_with_only_groups(
+    coordinator: BatchCoordinator, groups: GroupStore
+) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.begin(groups=["g"])
+    o = CommittedOffset(T1, 0, 42, -1, "", NOW)
+    assert await p_commit_offsets(p, "g", [o]) == NONE
+    r = await coordinator.txn_init("tx", TIMEOUT, -1, -1, NOW + 1)
+    assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, p.epoch + 1)
+    assert await coordinator.txn_get(["tx"]) == [
+        TransactionState("tx", p.pid, p.epoch + 1, EMPTY, TIMEOUT, -1, NOW + 1)
+    ]
+    p.epoch += 1
+    # The discarded offsets never turn up, not even when a later transaction commits.
+    assert await p.add(groups=["g"]) == NONE
+    assert (await p.end(True)).error == NONE
+    assert await groups.fetch_offsets({"g": None}) == {}
+
+
+async def p_commit_offsets(p: Producer, group: str, offsets: Sequence[CommittedOffset]) -> int:
+    return await p.c.txn_commit_offsets(p.tid, p.pid, p.epoch, group, offsets, NOW)
+
+
+# --------------------------------------------------------------------------- add
+
+
+async def test_add_starts_a_transaction_and_unions(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.init()
+    assert await p.add(P11, P10, groups=["g2"], now=NOW + 5) == NONE
+    assert await p.add(P10, P20, P20, groups=["g1", "g2"], now=NOW + 9) == NONE
+    assert await p.add(now=NOW + 20) == NONE  # nothing to add
+    assert await p.state() == TransactionState(
+        "tx", p.pid, p.epoch, ONGOING, TIMEOUT, NOW + 5, NOW + 5, [P10, P11, P20], ["g1", "g2"]
+    )
+
+
+async def test_add_after_completion_starts_a_new_transaction(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.begin(P10, P11)
+    assert (await p.end(True, P10, P11)).error == NONE
+    assert await p.add(P20, now=NOW + 50) == NONE
+    s = await p.state()
+    assert (s.state, s.started_ms, s.partitions, s.groups) == (ONGOING, NOW + 50, [P20], [])
+
+
+async def test_add_errors_change_nothing(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.init()
+    await p.init()  # epoch 1
+    before = await p.state()
+    c = coordinator
+    assert await c.txn_add("nope", p.pid, p.epoch, [P10], [], NOW) == INVALID_PRODUCER_ID_MAPPING
+    assert await c.txn_add("tx", p.pid + 1, p.epoch, [P10], [], NOW) == INVALID_PRODUCER_ID_MAPPING
+    assert await c.txn_add("tx", p.pid, 0, [P10], ["g"], NOW) == PRODUCER_FENCED
+    assert await c.txn_add("tx", p.pid, 2, [P10], ["g"], NOW) == PRODUCER_FENCED
+    assert await p.state() == before
+    assert await c.txn_get(["nope"]) == [None]
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+async def test_pending_offsets_become_committed_offsets_on_commit(
+    coordinator: BatchCoordinator, groups: GroupStore
+) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.begin(P10, groups=["g"])
+    o1 = CommittedOffset(T1, 0, 5, 1, "m", NOW)
+    o2 = CommittedOffset(T1, 1, 7, -1, "", NOW)
+    assert await p_commit_offsets(p, "g", [o1, o2]) == NONE
+    newer = CommittedOffset(T1, 0, 9, 2, "n", NOW + 1)
+    assert await p_commit_offsets(p, "g", [newer]) == NONE  # replaces the pending one
+    # Pending: not the group's committed offsets yet.
+    assert await groups.fetch_offsets({"g": None}) == {}
+    # An offset committed outside the transaction is overwritten at commit.
+    await groups.commit_offsets("g", [CommittedOffset(T1, 1, 1, -1, "", NOW)])
+    assert (await p.end(True, P10)).error == NONE
+    got = await groups.fetch_offsets({"g": [OffsetKey(T1, 0), OffsetKey(T1, 1)]})
+    assert sorted(got["g"], key=lambda o: o.partition) == [newer, o2]
+    # Gone from the transaction: the next commit does not write them again.
+    await groups.delete_offsets("g", [OffsetKey(T1, 0)])
+    assert await p.add(P10, groups=["g"]) == NONE
+    assert (await p.end(True, P10)).error == NONE
+    assert [o.partition for o in (await groups.fetch_offsets({"g": None}))["g"]] == [1]
+
+
+async def test_pending_offsets_vanish_on_abort(
+    coordinator: BatchCoordinator, groups: GroupStore
+) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.begin(P10, groups=["g", "h"])
+    assert await p_commit_offsets(p, "g", [CommittedOffset(T1, 0, 5, 1, "", NOW)]) == NONE
+    assert await p_commit_offsets(p, "h", [CommittedOffset(T2, 0, 3, 1, "", NOW)]) == NONE
+    assert (await p.end(False, P10)).error == NONE
+    assert await groups.fetch_offsets({"g": None, "h": None}) == {}
+    assert await p.add(P10, groups=["g"]) == NONE
+    assert (await p.end(True, P10)).error == NONE
+    assert await groups.fetch_offsets({"g": None, "h": None}) == {}
+
+
+async def test_commit_offsets_errors(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.init()
+    o = [CommittedOffset(T1, 0, 5, 1, "", NOW)]
+    c = coordinator
+    # Not ONGOING (Empty), then ONGOING without the group.
+    assert await p_commit_offsets(p, "g", o) == INVALID_TXN_STATE
+    assert await p.add(P10, groups=["h"]) == NONE
+    assert await p_commit_offsets(p, "g", o) == INVALID_TXN_STATE
+    assert await c.txn_commit_offsets("nope", p.pid, p.epoch, "h", o, NOW) == (
+        INVALID_PRODUCER_ID_MAPPING
+    )
+    assert await c.txn_commit_offsets("tx", p.pid + 1, p.epoch, "h", o, NOW) == (
+        INVALID_PRODUCER_ID_MAPPING
+    )
+    assert await c.txn_commit_offsets("tx", p.pid, p.epoch + 1, "h", o, NOW) == PRODUCER_FENCED
+    assert await p_commit_offsets(p, "h", o) == NONE
+
+
+# --------------------------------------------------------------------------- complete
+
+
+async def test_commit_appends_markers_at_the_high_watermark(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10, P11)
+    await commit(c, plain(P10, count=2))
+    assert (await p.send(P10, count=3)).base_offset == 2
+    size_before = (await c.log_info([P10]))[0].byte_size
+    k = key()
+    done = await p.end(True, P11, P10, object_key=k)  # any order
+    assert done == CompleteResult(NONE, [0, 5], True)
+    info = (await c.log_info([P10]))[0]
+    assert (info.high_watermark, info.byte_size) == (6, size_before + 60)
+    assert await hwm(c, P11) == 1
+    assert await c.unknown_objects([k]) == []
+    found = await find(c, 5)
+    assert [(b.object_key, b.base_offset, b.last_offset, b.byte_size) for b in found.batches] == [
+        (k, 5, 5, 60)
+    ]
+    # The marker closed the open transaction; a commit records no aborted transaction.
+    assert found.last_stable_offset == 6
+    assert (await find(c, 0)).aborted == []
+    assert await p.state() == TransactionState(
+        "tx", p.pid, p.epoch, COMPLETE_COMMIT, TIMEOUT, -1, NOW
+    )
+
+
+async def test_abort_records_an_aborted_transaction_only_where_one_was_open(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10, P11)
+    await commit(c, plain(P10))
+    assert (await p.send(P10, count=2)).base_offset == 1
+    assert (await p.send(P10)).base_offset == 3  # same transaction: still opened at 1
+    assert await lso(c) == 1
+    done = await p.end(False, P10, P11)
+    assert done == CompleteResult(NONE, [4, 0], True)
+    assert await lso(c) == 5
+    assert (await find(c, 0)).aborted == [AbortedTransaction(p.pid, 1)]
+    assert (await find(c, 0, P11)).aborted == []  # nothing was open there
+    assert (await p.state()).state == COMPLETE_ABORT
+
+
+async def test_markers_must_name_exactly_the_transactions_partitions(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10, P11)
+    await p.send(P10)
+    before = await p.state()
+    for parts in ((P10,), (P10, P11, P20), (P10, P10, P11), (P10, P10), ()):
+        k = key()
+        done = await p.end(True, *parts, object_key=k)
+        assert done == CompleteResult(CONCURRENT_TRANSACTIONS, [-1] * len(parts), False)
+        assert await c.unknown_objects([k]) == [k]  # not registered
+    assert await p.state() == before
+    assert (await hwm(c), await hwm(c, P11), await lso(c)) == (1, 0, 0)
+
+
+async def test_a_retried_end_is_none_and_registers_nothing(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10)
+    await p.send(P10)
+    assert (await p.end(True, P10)).registered
+    k = key()
+    assert await p.end(True, P10, object_key=k) == CompleteResult(NONE, [-1], False)
+    assert await c.unknown_objects([k]) == [k]
+    assert await hwm(c) == 2
+    # The other decision for a completed transaction is not a retry.
+    assert await p.end(False, P10) == CompleteResult(INVALID_TXN_STATE, [-1], False)
+    # A coordinator abort (bumping the epoch) retried with the epoch it was asked with.
+    await p.begin(P10)
+    await p.send(P10)
+    assert (await p.end(False, P10, bump=True)).registered
+    assert (await p.state()).producer_epoch == p.epoch + 1
+    assert await p.end(False, P10, bump=True) == CompleteResult(NONE, [-1], False)
+    assert await p.end(False, P10) == CompleteResult(PRODUCER_FENCED, [-1], False)
+    assert await hwm(c) == 4
+    assert (await find(c, 0)).aborted == [AbortedTransaction(p.pid, 2)]
+
+
+async def test_bump_epoch_fences_the_producer(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10)
+    await p.send(P10)
+    assert (await p.end(False, P10, bump=True)).error == NONE
+    s = await p.state()
+    assert (s.producer_epoch, s.state, s.partitions) == (p.epoch + 1, COMPLETE_ABORT, [])
+    assert await p.add(P10) == PRODUCER_FENCED
+    assert (await p.send(P10)).error == INVALID_PRODUCER_EPOCH
+    assert (await c.txn_init("tx", TIMEOUT, p.pid, p.epoch, NOW)).error == PRODUCER_FENCED
+    r = await c.txn_init("tx", TIMEOUT, p.pid, p.epoch + 1, NOW)
+    assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, p.epoch + 2)
+
+
+async def test_complete_errors_change_nothing(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.init()
+
+    async def end(tid: str, pid: int, epoch: int) -> CompleteResult:
+        k = key()
+        done = await c.txn_complete(tid, pid, epoch, True, False, k, 1, 7, [marker(P10)], NOW)
+        assert await c.unknown_objects([k]) == [k]
+        return done
+
+    # Empty (nothing was added) is not a transaction to end.
+    assert await end("tx", p.pid, p.epoch) == CompleteResult(INVALID_TXN_STATE, [-1], False)
+    assert await p.add(P10) == NONE
+    await p.send(P10)
+    before = await p.state()
+    assert (await end("nope", p.pid, p.epoch)).error == INVALID_PRODUCER_ID_MAPPING
+    assert (await end("tx", p.pid + 1, p.epoch)).error == INVALID_PRODUCER_ID_MAPPING
+    assert (await end("tx", p.pid, p.epoch + 1)).error == PRODUCER_FENCED
+    assert await p.state() == before
+    assert (await hwm(c), await lso(c)) == (1, 0)
+
+
+async def test_markers_for_deleted_logs_are_skipped(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10, P20)
+    await p.send(P20)
+    await c.delete_logs([T2], NOW)
+    k = key()
+    assert await p.end(True, P10, P20, object_key=k) == CompleteResult(NONE, [0, -1], True)
+    assert await c.unknown_objects([k]) == []
+    # Every marker's log gone: nothing to register.
+    await p.begin(P20)
+    k = key()
+    assert await p.end(False, P20, object_key=k) == CompleteResult(NONE, [-1], False)
+    assert await c.unknown_objects([k]) == [k]
+    assert (await p.state()).state == COMPLETE_ABORT
+
+
+async def test_a_transaction_of_only_offsets_ends_without_markers(
+    coordinator: BatchCoordinator,
+) -> None:
+    p = Producer(coordinator)
+    await p.begin(groups=["g"])
+    k = key()
+    assert await p.end(True, object_key=k) == CompleteResult(NONE, [], False)
+    assert await coordinator.unknown_objects([k]) == [k]
+    assert (await p.state()).state == COMPLETE_COMMIT
+
+
+# --------------------------------------------------------------------------- commit_file
+
+
+async def test_transactional_batches_outside_their_transaction_are_refused(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    idempotent = await c.allocate_producer_ids(1)
+    p = Producer(c)
+    await p.init()
+    unknown_log = batch(PartitionKey(T2, 9), p.pid, p.epoch, 0)
+    k = key()
+    results = await c.commit_file(
+        k,
+        1000,
+        7,
+        [
+            batch(P10, idempotent, 0, 0),  # no transaction at all
+            batch(P10, p.pid, p.epoch, 0),  # Empty: nothing added
+            batch(P10, -1, -1, -1),  # no producer id
+            unknown_log,
+        ],
+        NOW,
+    )
+    assert [r.error for r in results] == [INVALID_TXN_STATE] * 3 + [UNKNOWN]
+    assert k in {f.object_key for f in await c.files_to_delete(BIG, 100)}  # nothing accepted
+    assert await p.add(P11) == NONE
+    assert (await p.send(P10)).error == INVALID_TXN_STATE  # partition not added
+    assert (await p.send(P11)).error == NONE
+    assert (await p.end(True, P11)).error == NONE
+    assert (await p.send(P11)).error == INVALID_TXN_STATE  # the transaction ended
+    assert (await hwm(c), await hwm(c, P11), await lso(c, P11)) == (0, 2, 2)
+
+
+async def test_a_transactional_batch_of_another_epoch_is_invalid_producer_epoch(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.begin(P10)
+    for epoch in (p.epoch - 1, p.epoch + 1):
+        (r,) = await commit(coordinator, batch(P10, p.pid, epoch, 0))
+        assert r.error == INVALID_PRODUCER_EPOCH
+    (r,) = await commit(coordinator, batch(P10, p.pid, p.epoch, 0))
+    assert r.error == NONE
+
+
+async def test_non_transactional_batches_open_nothing(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.begin(P10)
+    # The same producer's idempotent, non-transactional batch: no verification, no LSO.
+    (r,) = await commit(coordinator, batch(P11, p.pid, p.epoch, 0, transactional=False))
+    assert r.error == NONE
+    assert await lso(coordinator, P11) == 1
+
+
+async def test_duplicate_retries_do_not_reopen_a_transaction(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10)
+    first = p.batch(P10)
+    assert (await commit(c, first))[0].base_offset == 0
+    assert (await p.end(True, P10)).error == NONE  # marker at 1
+    # The next transaction of the same epoch; a late retry of the first batch is a
+    # duplicate (its original offset) and must not open the transaction back at 0.
+    assert await p.add(P10) == NONE
+    (dup,) = await commit(c, first)
+    assert (dup.error, dup.base_offset) == (NONE, 0)
+    assert await lso(c) == 2 == await hwm(c)
+    # A duplicate within one call, after its original: the transaction opens at 2 once.
+    b = p.batch(P10, count=2)
+    assert [(r.error, r.base_offset) for r in await commit(c, b, b)] == [(NONE, 2), (NONE, 2)]
+    assert await lso(c) == 2
+    assert (await p.send(P10)).base_offset == 4
+    assert await lso(c) == 2
+
+
+async def test_several_batches_of_one_call_open_at_the_first(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    a, b = Producer(c, "a"), Producer(c, "b")
+    await a.begin(P10, P11)
+    await b.begin(P10)
+    results = await commit(c, plain(P10), b.batch(P10), a.batch(P10), a.batch(P11), a.batch(P10))
+    assert [r.base_offset for r in results] == [0, 1, 2, 0, 3]
+    assert (await lso(c), await lso(c, P11)) == (1, 0)
+    assert (await b.end(False, P10)).offsets == [4]
+    assert (await lso(c), await hwm(c)) == (2, 5)
+    assert (await a.end(False, P10, P11)).offsets == [5, 1]
+    assert await lso(c) == 6
+    assert sorted_aborted(await find(c, 0)) == [
+        AbortedTransaction(b.pid, 1),
+        AbortedTransaction(a.pid, 2),
+    ]
+
+
+# --------------------------------------------------------------------------- LSO / fetch
+
+
+async def test_last_stable_offset_is_the_smallest_open_first_offset(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    a, b = Producer(c, "a"), Producer(c, "b")
+    assert await lso(c) == 0  # empty log: the high watermark
+    await commit(c, plain(P10, count=2))
+    assert await lso(c) == 2
+    await a.begin(P10)
+    await b.begin(P10)
+    assert (await a.send(P10)).base_offset == 2
+    assert (await b.send(P10)).base_offset == 3
+    await commit(c, plain(P10))  # 4
+    assert await lso(c) == 2
+    assert (await a.end(True, P10)).offsets == [5]
+    assert await lso(c) == 3  # b is still open
+    uncommitted = await find(c, 0, read_committed=False)
+    assert (uncommitted.high_watermark, uncommitted.last_stable_offset) == (6, 3)
+    assert len(uncommitted.batches) == 5 and uncommitted.aborted is None
+    committed = await find(c, 0)
+    assert offsets_of(committed) == [(0, 1), (2, 2)]
+    assert committed.last_stable_offset == 3 and committed.aborted == []
+    assert (await b.end(False, P10)).offsets == [6]
+    committed = await find(c, 0)
+    assert committed.last_stable_offset == 7
+    assert offsets_of(committed) == [(0, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)]
+    assert committed.aborted == [AbortedTransaction(b.pid, 3)]
+
+
+async def test_read_committed_at_or_past_the_lso_answers_nothing(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await commit(c, plain(P10))
+    await p.begin(P10)
+    await p.send(P10)  # 1
+    await commit(c, plain(P10))  # 2
+    for offset in (1, 2, 3):  # at the LSO, between it and the high watermark, at the hwm
+        r = await find(c, offset)
+        assert (r.error, r.batches, r.aborted, r.last_stable_offset) == (NONE, [], [], 1)
+    r = await find(c, 4)
+    assert (r.error, r.last_stable_offset) == (OUT_OF_RANGE, 1)
+    assert offsets_of(await find(c, 0)) == [(0, 0)]
+    assert offsets_of(await find(c, 1, read_committed=False)) == [(1, 1), (2, 2)]
+    unknown = await find(c, 0, PartitionKey(T2, 7))
+    assert unknown.error == UNKNOWN
+
+
+async def _aborted_txn(c: BatchCoordinator, tid: str, *parts: PartitionKey) -> Producer:
+    p = Producer(c, tid)
+    await p.begin(*parts)
+    for k in parts:
+        await p.send(k)
+    assert (await p.end(False, *parts)).error == NONE
+    return p
+
+
+async def test_aborted_transactions_are_those_overlapping_the_batches_returned(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    a = await _aborted_txn(c, "a", P10)  # batch 0, marker 1
+    b = await _aborted_txn(c, "b", P10)  # batch 2, marker 3
+    d = await _aborted_txn(c, "d", P10)  # batch 4, marker 5
+    A, B, D = (AbortedTransaction(p.pid, f) for p, f in ((a, 0), (b, 2), (d, 4)))
+    assert sorted_aborted(await find(c, 0)) == [A, B, D]
+    assert sorted_aborted(await find(c, 2)) == [B, D]
+    # One batch each (max_bytes 1: the first batch of the answer always goes).
+    assert (await find(c, 0, max_bytes=1)).aborted == [A]
+    assert (await find(c, 1, max_bytes=1)).aborted == [A]  # marker 1 ends A
+    assert (await find(c, 2, max_bytes=1)).aborted == [B]
+    assert (await find(c, 3, max_bytes=1)).aborted == [B]
+    assert (await find(c, 4, max_bytes=1)).aborted == [D]
+    assert (await find(c, 6)).aborted == []  # at the high watermark: no batch, none
+
+
+async def test_a_long_aborted_transaction_is_found_past_later_ones(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    long = Producer(c, "long")
+    await long.begin(P10)
+    await long.send(P10)  # 0
+    short1 = await _aborted_txn(c, "s1", P10)  # batch 1, marker 2
+    short2 = await _aborted_txn(c, "s2", P10)  # batch 3, marker 4
+    await commit(c, plain(P10))  # 5
+    assert (await long.end(False, P10)).offsets == [6]
+    L, S1, S2 = (AbortedTransaction(p.pid, f) for p, f in ((long, 0), (short1, 1), (short2, 3)))
+    assert (await find(c, 0, max_bytes=1)).aborted == [L]
+    assert sorted_aborted(await find(c, 0)) == [L, S1, S2]
+    assert sorted_aborted(await find(c, 3, max_bytes=1)) == [L, S2]
+    assert (await find(c, 5, max_bytes=1)).aborted == [L]
+    assert (await find(c, 6, max_bytes=1)).aborted == [L]
+    # Later aborts, after everything was stable again, do not reach back.
+    later = await _aborted_txn(c, "later", P10)  # batch 7, marker 8
+    assert (await find(c, 6, max_bytes=1)).aborted == [L]
+    assert sorted_aborted(await find(c, 6)) == [L, AbortedTransaction(later.pid, 7)]
+
+
+async def test_several_partitions_in_one_fetch(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10, P11)
+    await commit(c, plain(P11), p.batch(P10), p.batch(P11))
+    reqs = [FindRequest(k.topic_id, k.partition, 0, BIG) for k in (P10, P11, P20)]
+    got = await c.find_batches(reqs, BIG, read_committed=True)
+    assert [(r.last_stable_offset, offsets_of(r), r.aborted) for r in got] == [
+        (0, [], []),
+        (1, [(0, 0)], []),
+        (0, [], []),
+    ]
+    await p.end(False, P10, P11)
+    got = await c.find_batches(reqs, BIG, read_committed=True)
+    assert [(r.last_stable_offset, len(r.batches)) for r in got] == [(2, 2), (3, 3), (0, 0)]
+    assert [r.aborted for r in got] == [
+        [AbortedTransaction(p.pid, 0)],
+        [AbortedTransaction(p.pid, 1)],
+        [],
+    ]
+    got = await c.find_batches(reqs, BIG)
+    assert [r.aborted for r in got] == [None, None, None]
+
+
+async def test_list_offsets_read_committed(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await commit(c, plain(P10, ts=100))  # 0
+    await p.begin(P10)
+    await p.send(P10, ts=500)  # 1
+    await commit(c, plain(P10, ts=300))  # 2
+    assert await list_offset(c, LATEST_TIMESTAMP, True) == ListOffsetsResult(NONE, 1, -1)
+    assert await list_offset(c, LATEST_TIMESTAMP, False) == ListOffsetsResult(NONE, 3, -1)
+    assert await list_offset(c, EARLIEST_TIMESTAMP, True) == ListOffsetsResult(NONE, 0, -1)
+    assert await list_offset(c, 50, True) == ListOffsetsResult(NONE, 0, 100)
+    assert await list_offset(c, 200, True) == ListOffsetsResult(NONE, -1, -1)  # offset 1
+    assert await list_offset(c, 200, False) == ListOffsetsResult(NONE, 1, 500)
+    assert await list_offset(c, MAX_TIMESTAMP, True) == ListOffsetsResult(NONE, -1, -1)
+    assert await list_offset(c, MAX_TIMESTAMP, False) == ListOffsetsResult(NONE, 1, 500)
+    await p.end(True, P10)
+    assert await list_offset(c, LATEST_TIMESTAMP, True) == ListOffsetsResult(NONE, 4, -1)
+    assert await list_offset(c, 200, True) == ListOffsetsResult(NONE, 1, 500)
+    assert (await list_offset(c, 0, True, PartitionKey(T2, 5))).error == UNKNOWN
+
+
+async def test_the_lso_is_never_below_the_log_start(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10)
+    await commit(c, plain(P10), p.batch(P10), plain(P10), plain(P10))  # txn opens at 1
+    assert await lso(c) == 1
+    (r,) = await c.delete_records([(P10, 3)], NOW)
+    assert r.low_watermark == 3
+    assert await lso(c) == 3
+    assert (await list_offset(c, LATEST_TIMESTAMP, True)).offset == 3
+    got = await find(c, 3)
+    assert (got.error, got.batches, got.last_stable_offset) == (NONE, [], 3)
+
+
+async def test_moving_the_log_start_drops_aborted_transactions_below_it(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    for tid in ("a", "b", "d"):
+        await _aborted_txn(c, tid, P10)  # batches 0, 2, 4; markers 1, 3, 5
+    await _aborted_txn(c, "e", P11)  # another log keeps its entry
+    assert await count_rows(c, "aborted_txns") == 4
+    await c.delete_records([(P10, 2)], NOW)  # a's marker (1) is below
+    assert await count_rows(c, "aborted_txns") == 3
+    await c.delete_records([(P10, 3)], NOW)  # b's marker (3) is not below 3
+    assert await count_rows(c, "aborted_txns") == 3
+    # Retention moving the start past b's and d's markers (everything is old).
+    policy = RetentionPolicy(T1, 0, retention_ms=1, retention_bytes=-1)
+    await c.enforce_retention([policy], NOW + 10**9)
+    assert (await c.log_info([P10]))[0].log_start_offset == 6
+    assert await count_rows(c, "aborted_txns") == 1
+
+
+async def test_delete_logs_forgets_open_and_aborted_transactions(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    await _aborted_txn(c, "a", P20)
+    p = Producer(c, "b")
+    await p.begin(P20, P10)
+    await p.send(P20)
+    await p.send(P10)
+    await c.delete_logs([T2], NOW)
+    assert await count_rows(c, "aborted_txns") == 0
+    assert await count_rows(c, "open_txns") == 1  # T1's
+    # The topic created again starts clean: no open transaction holds its LSO back.
+    await c.create_logs([P20])
+    await commit(c, plain(P20))
+    assert await lso(c, P20) == 1
+    assert (await find(c, 0, P20)).aborted == []
+    assert await lso(c, P10) == 0
+
+
+# --------------------------------------------------------------------------- expiry / list
+
+
+async def test_expired_transactions_oldest_first(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    a, b, e = Producer(c, "a"), Producer(c, "b"), Producer(c, "e")
+    await a.init(timeout_ms=1000)
+    await b.init(timeout_ms=100)
+    await e.init(timeout_ms=1)  # Empty: never expires
+    assert await a.add(P10, groups=["g"], now=NOW) == NONE
+    assert await b.add(P11, P10, now=NOW + 500) == NONE
+    assert await c.txn_expired(NOW + 600, 10) == []  # b ends at 600: not before
+    assert [s.transactional_id for s in await c.txn_expired(NOW + 601, 10)] == ["b"]
+    got = await c.txn_expired(NOW + 1001, 10)
+    assert got == [
+        TransactionState("a", a.pid, a.epoch, ONGOING, 1000, NOW, NOW, [P10], ["g"]),
+        TransactionState("b", b.pid, b.epoch, ONGOING, 100, NOW + 500, NOW + 500, [P10, P11]),
+    ]
+    assert [s.transactional_id for s in await c.txn_expired(NOW + 10**6, 1)] == ["a"]
+    await a.end(False, P10, bump=True)
+    assert [s.transactional_id for s in await c.txn_expired(NOW + 10**6, 10)] == ["b"]
+
+
+async def test_list_filters_by_state_producer_and_duration(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    ps = {tid: Producer(c, tid) for tid in ("d", "b", "a", "c")}
+    for p in ps.values():
+        await p.init()
+    assert await ps["a"].add(P10, now=NOW) == NONE
+    assert await ps["b"].add(P11, now=NOW + 100) == NONE
+    assert await ps["c"].add(P20, now=NOW) == NONE
+    await ps["c"].end(True, P20)
+
+    async def ids(states: Sequence[str] = (), pids: Sequence[int] = (), dur: int = -1) -> list[str]:
+        got = await c.txn_list(states, pids, dur, NOW + 1000)
+        return [s.transactional_id for s in got]
+
+    assert await ids() == ["a", "b", "c", "d"]
+    assert await ids([ONGOING]) == ["a", "b"]
+    assert await ids([EMPTY, COMPLETE_COMMIT]) == ["c", "d"]
+    assert await ids(pids=[ps["d"].pid, ps["a"].pid, 10**9]) == ["a", "d"]
+    assert await ids([ONGOING], [ps["d"].pid]) == []
+    assert await ids(dur=950) == ["a"]
+    assert await ids(dur=900) == ["a", "b"]
+    assert await ids(dur=0) == ["a", "b"]
+    full = (await c.txn_list([ONGOING], [ps["b"].pid], -1, NOW))[0]
+    assert (full.producer_id, full.producer_epoch, full.state, full.started_ms) == (
+        ps["b"].pid,
+        0,
+        ONGOING,
+        NOW + 100,
+    )
+
+
+# --------------------------------------------------------------------------- durability
+
+
+async def test_state_survives_close_and_reopen(coordinator_factory: CoordinatorFactory) -> None:
+    c = await coordinator_factory.open()
+    await setup_logs(c)
+    a, b = Producer(c, "a"), Producer(c, "b")
+    await a.begin(P10, groups=["g"])
+    await a.send(P10)  # 0, open
+    aborted = await _aborted_txn(c, "b", P11)  # batch 0, marker 1
+    before = await c.txn_get(["a", "b"])
+    await c.close()
+
+    c = await coordinator_factory.open()
+    assert await c.txn_get(["a", "b"]) == before
+    assert (await lso(c), await lso(c, P11)) == (0, 2)
+    assert (await find(c, 0, P11)).aborted == [AbortedTransaction(aborted.pid, 0)]
+    a.c = b.c = c
+    assert (await a.send(P10)).base_offset == 1  # the same transaction goes on
+    assert (await a.end(True, P10)).offsets == [2]
+    assert await lso(c) == 3
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+async def test_every_transaction_operation_is_one_round_trip(
+    coordinator: BatchCoordinator,
+) -> None:
+    if not isinstance(coordinator, PostgresCoordinator):
+        pytest.skip("round trips are PostgreSQL's")
+    c = coordinator
+    await setup_logs(c)
+    sql: list[str] = []
+    c.pool.on_query = sql.append
+    p = Producer(c)
+
+    async def one(op: Any) -> Any:
+        sql.clear()
+        result = await op
+        assert len(sql) == 1, sql
+        return result
+
+    r = await one(c.txn_init("tx", TIMEOUT, -1, -1, NOW))
+    p.pid, p.epoch = r.producer_id, r.producer_epoch
+    await one(c.txn_add("tx", p.pid, p.epoch, [P10, P11], ["g"], NOW))
+    await one(
+        c.txn_commit_offsets("tx", p.pid, p.epoch, "g", [CommittedOffset(T1, 0, 1, 1, "", 1)], NOW)
+    )
+    await one(c.commit_file(key(), 1, 1, [p.batch(P10), p.batch(P11), plain(P20)], NOW))
+    await one(c.find_batches([FindRequest(T1, 0, 0, BIG), FindRequest(T1, 1, 0, BIG)], BIG, True))
+    await one(c.list_offsets([ListOffsetsRequest(T1, 0, LATEST_TIMESTAMP)], True))
+    await one(c.txn_get(["tx", "nope"]))
+    await one(c.txn_list([], [], 0, NOW))
+    await one(c.txn_expired(NOW, 10))
+    await one(c.txn_init("tx", TIMEOUT, -1, -1, NOW))  # CONCURRENT_TRANSACTIONS, pending
+    done = await one(
+        c.txn_complete(
+            "tx", p.pid, p.epoch, False, True, key(), 1, 1, [marker(P10), marker(P11)], NOW
+        )
+    )
+    assert done.error == NONE
+
+
+async def test_concurrent_commits_and_completions_never_deadlock_and_batches_precede_markers(
+    coordinator_factory: CoordinatorFactory,
+) -> None:
+    """Two coordinators (two brokers) on one database: produce calls mixing the batches
+    of several transactional producers race with those producers' EndTxn. Nothing may
+    deadlock; every batch is either refused or below its producer's marker."""
+    c1 = await coordinator_factory.open()
+    c2 = await coordinator_factory.open()
+    logs = [PartitionKey(T1, n) for n in range(4)]
+    await c1.create_logs(logs)
+    rng = random.Random(7)
+    producers = [Producer(rng.choice([c1, c2]), f"tx-{i}") for i in range(8)]
+    for p in producers:
+        await p.begin(*logs)
+    done: dict[str, CompleteResult] = {}
+    decision = {p.tid: rng.random() < 0.5 for p in producers}
+    # (producer, partition) -> accepted base offsets; sequences of a pair stay ordered
+    # by sending the pair's batches one call at a time (a lock per pair, taken sorted).
+    accepted: dict[tuple[str, PartitionKey], list[int]] = {}
+    refused: list[int] = []
+    locks = {(p.tid, k): asyncio.Lock() for p in producers for k in logs}
+
+    async def produce(worker: int) -> None:
+        wrng = random.Random(worker)
+        c = (c1, c2)[worker % 2]
+        while len(done) < len(producers):
+            pairs = sorted(wrng.sample(sorted(locks, key=str), 3), key=str)
+            held = [locks[pair] for pair in pairs]
+            for lock in held:
+                await lock.acquire()
+            try:
+                by_tid = {p.tid: p for p in producers}
+                batches = [by_tid[tid].batch(k) for tid, k in pairs]
+                results = await c.commit_file(key(), 1000, 7, batches, NOW)
+                for (tid, k), b, r in zip(pairs, batches, results, strict=True):
+                    if r.error == NONE:
+                        accepted.setdefault((tid, k), []).append(r.base_offset)
+                    else:
+                        refused.append(r.error)
+                        by_tid[tid].seq[k] = b.base_sequence  # not taken: send it again
+            finally:
+                for lock in held:
+                    lock.release()
+
+    async def end(p: Producer) -> None:
+        await asyncio.sleep(random.Random(p.tid).uniform(0.01, 0.3))
+        p.c = rng.choice([c1, c2])
+        done[p.tid] = await p.end(decision[p.tid], *logs)
+
+    await asyncio.wait_for(
+        asyncio.gather(*(produce(w) for w in range(8)), *(end(p) for p in producers)),
+        timeout=120,
+    )
+    assert all(r.error == NONE and r.registered for r in done.values()), done
+    assert set(refused) <= {INVALID_TXN_STATE}
+    assert accepted, "no batch got in before its marker"
+    for (tid, k), bases in accepted.items():
+        marker_offset = done[tid].offsets[logs.index(k)]
+        assert max(bases) < marker_offset, (tid, k, bases, marker_offset)
+    # Everything ended: every log is stable, and the aborted producers are listed where
+    # they had batches, from their first one.
+    pids = {p.tid: p.pid for p in producers}
+    for k in logs:
+        r = await find(c1, 0, k)
+        assert r.last_stable_offset == r.high_watermark
+        want = sorted(
+            (pids[tid], min(bases))
+            for (tid, kk), bases in accepted.items()
+            if kk == k and not decision[tid]
+        )
+        assert sorted((a.producer_id, a.first_offset) for a in r.aborted or []) == want
