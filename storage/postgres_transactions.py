@@ -52,6 +52,9 @@ _EXPIRED = (
     f" WHERE t.state = '{ONGOING}' AND t.started_ms + t.timeout_ms < $1"
     " ORDER BY t.started_ms, t.transactional_id LIMIT $2"
 )
+_PENDING_OFFSETS = (
+    "SELECT group_id, topic_id, partition FROM txn_offsets WHERE group_id = ANY($1::text[])"
+)
 _INIT = "SELECT * FROM sluice_txn_init($1, $2, $3, $4, $5)"
 _ADD = "SELECT sluice_txn_add($1, $2, $3, $4, $5, $6, $7)"
 _COMMIT_OFFSETS = "SELECT sluice_txn_commit_offsets($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
@@ -206,3 +209,10 @@ class PostgresTransactions:
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
         rows = await self._pool.fetch(_EXPIRED, now_ms, limit, write=False)
         return [_state(r, True) for r in rows]
+
+    async def txn_pending_offsets(self, group_ids: Sequence[str]) -> dict[str, set[PartitionKey]]:
+        rows = await self._pool.fetch(_PENDING_OFFSETS, list(group_ids), write=False)
+        out: dict[str, set[PartitionKey]] = {}
+        for group_id, topic_id, partition in rows:
+            out.setdefault(group_id, set()).add(PartitionKey(topic_id, partition))
+        return out

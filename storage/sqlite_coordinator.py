@@ -348,6 +348,8 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (topic_id, partition, last_offset)
         ) WITHOUT ROWID""",
     ],
+    # 5: OffsetFetch's require_stable looks pending offsets up by group (as postgres 0006).
+    ["CREATE INDEX txn_offsets_group ON txn_offsets (group_id)"],
 ]
 
 

@@ -457,6 +457,16 @@ def txn_expired(cur: sqlite3.Cursor, now_ms: int, limit: int) -> list[Transactio
     return [_with_sets(cur, _state(r)) for r in rows]
 
 
+def txn_pending_offsets(cur: sqlite3.Cursor, group_ids: list[str]) -> dict[str, set[PartitionKey]]:
+    out: dict[str, set[PartitionKey]] = {}
+    for group_id in group_ids:
+        for topic_id, partition in cur.execute(
+            "SELECT topic_id, partition FROM txn_offsets WHERE group_id = ?", (group_id,)
+        ):
+            out.setdefault(group_id, set()).add(PartitionKey(UUID(bytes=topic_id), partition))
+    return out
+
+
 # --------------------------------------------------------------------------- mixin
 
 
@@ -544,3 +554,6 @@ class SqliteTransactions:
 
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
         return await self._read(txn_expired, now_ms, limit)
+
+    async def txn_pending_offsets(self, group_ids: Sequence[str]) -> dict[str, set[PartitionKey]]:
+        return await self._read(txn_pending_offsets, list(group_ids))

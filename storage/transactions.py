@@ -228,6 +228,12 @@ class TransactionStore(ABC):
         """
 
     @abstractmethod
+    async def txn_pending_offsets(self, group_ids: Sequence[str]) -> dict[str, set[PartitionKey]]:
+        """Per group (only those that have any), the partitions with offsets pending in an
+        ongoing transaction: OffsetFetch with ``require_stable`` answers them
+        UNSTABLE_OFFSET_COMMIT until the transaction ends (KIP-447)."""
+
+    @abstractmethod
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
         """ONGOING transactions with ``started_ms + timeout_ms < now_ms``, oldest first
         (by ``started_ms``, then id), at most ``limit``, with their partitions and groups:

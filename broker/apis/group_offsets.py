@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic
+from storage.coordinator import CoordinatorUnavailable
 from storage.group_store import CommittedOffset, OffsetKey
 
-from ..groups.offsets import FetchedGroup, OffsetToCommit
+from ..groups.offsets import FetchedGroup, OffsetToCommit, store_error
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -101,6 +102,16 @@ def _partition(index: int, found: CommittedOffset | None, error: int = 0) -> dic
     }
 
 
+def _stable(
+    key: OffsetKey, found: CommittedOffset | None, unstable: set[OffsetKey]
+) -> dict[str, Any]:
+    """A partition's answer, or UNSTABLE_OFFSET_COMMIT (and no offset) while a transaction
+    holds offsets for it: the consumer retries once the transaction ended (KIP-447)."""
+    if key in unstable:
+        return _partition(key.partition, None, int(ErrorCode.unstable_offset_commit))
+    return _partition(key.partition, found)
+
+
 class _GroupAsk:
     """One group of an OffsetFetch: what was asked, and how to answer it."""
 
@@ -117,7 +128,10 @@ class _GroupAsk:
             if topic is not None:
                 self.keys.extend(OffsetKey(topic.topic_id, p) for p in entry.partition_indexes)
 
-    def answer_topics(self, broker: Broker, fetched: FetchedGroup) -> list[dict[str, Any]]:
+    def answer_topics(
+        self, broker: Broker, fetched: FetchedGroup, unstable: set[OffsetKey]
+    ) -> list[dict[str, Any]]:
+        """``unstable``: partitions with offsets pending in a transaction (require_stable)."""
         if self.all:
             by_name: dict[str, tuple[Topic, list[CommittedOffset]]] = {}
             for key, found in fetched.offsets.items():
@@ -129,7 +143,7 @@ class _GroupAsk:
                     "name": topic.name,
                     "topic_id": topic.topic_id,
                     "partitions": [
-                        _partition(o.partition, o) for o in sorted(offs, key=lambda o: o.partition)
+                        _stable(o.key, o, unstable) for o in sorted(offs, key=lambda o: o.partition)
                     ],
                 }
                 for _, (topic, offs) in sorted(by_name.items())
@@ -143,8 +157,8 @@ class _GroupAsk:
                     error = int(ErrorCode.unknown_topic_id) if self.by_id else 0
                     partitions.append(_partition(index, None, error))
                 else:
-                    found = fetched.offsets.get(OffsetKey(topic.topic_id, index))
-                    partitions.append(_partition(index, found))
+                    key = OffsetKey(topic.topic_id, index)
+                    partitions.append(_stable(key, fetched.offsets.get(key), unstable))
             out.append({**_topic_ref(entry, self.by_id), "partitions": partitions})
         return out
 
@@ -165,6 +179,21 @@ async def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
         elif (keys := wanted[ask.group_id]) is not None:
             keys.extend(ask.keys)
     fetched = await broker.groups.offsets.fetch(wanted)
+    unstable: dict[str, set[OffsetKey]] = {}
+    if getattr(request, "require_stable", False):
+        stable_asked = [g for g in wanted if not fetched[g].error]
+        if stable_asked:
+            try:
+                pending = await broker.coordinator.txn_pending_offsets(stable_asked)
+            except CoordinatorUnavailable as exc:
+                error = store_error(exc, "looking up pending transactional offsets")
+                for group_id in stable_asked:
+                    fetched[group_id] = FetchedGroup(error, {})
+            else:
+                unstable = {
+                    g: {OffsetKey(k.topic_id, k.partition) for k in keys}
+                    for g, keys in pending.items()
+                }
 
     if version >= 8:
         groups = []
@@ -174,7 +203,9 @@ async def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
                 {
                     "group_id": ask.group_id,
                     "error_code": int(result.error),
-                    "topics": [] if result.error else ask.answer_topics(broker, result),
+                    "topics": []
+                    if result.error
+                    else ask.answer_topics(broker, result, unstable.get(ask.group_id, set())),
                 }
             )
         return ctx.respond({"throttle_time": 0, "groups": groups})
@@ -195,7 +226,11 @@ async def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
         ]
         return ctx.respond({"topics": topics})
     return ctx.respond(
-        {"throttle_time": 0, "error_code": 0, "topics": ask.answer_topics(broker, result)}
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "topics": ask.answer_topics(broker, result, unstable.get(ask.group_id, set())),
+        }
     )
 
 

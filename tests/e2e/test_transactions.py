@@ -222,6 +222,11 @@ def test_offsets_sent_to_a_transaction_commit_and_abort_with_it(
                 consumer.consumer_group_metadata(),
                 30,
             )
+            # Pending in the transaction: a read_committed consumer asks with
+            # require_stable and is told UNSTABLE_OFFSET_COMMIT, which librdkafka retries
+            # until the transaction ends (here: until its own timeout).
+            with pytest.raises(KafkaException, match="Timed out"):
+                consumer.committed([TopicPartition(source, 0)], 2)
             if commit:
                 producer.commit_transaction(30)
             else:

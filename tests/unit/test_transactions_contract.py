@@ -463,6 +463,27 @@ async def test_pending_offsets_vanish_on_abort(
     assert await groups.fetch_offsets({"g": None, "h": None}) == {}
 
 
+async def test_pending_offsets_are_listed_by_group_until_the_end(
+    coordinator: BatchCoordinator, groups: GroupStore
+) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.begin(P10, groups=["g", "h"])
+    assert await coordinator.txn_pending_offsets(["g", "h"]) == {}
+    assert await p_commit_offsets(p, "g", [CommittedOffset(T1, 0, 5, 1, "", NOW)]) == NONE
+    assert await p_commit_offsets(p, "g", [CommittedOffset(T2, 3, 5, 1, "", NOW)]) == NONE
+    other = Producer(coordinator, "tx-other")
+    await other.begin(P10, groups=["h"])
+    assert await p_commit_offsets(other, "h", [CommittedOffset(T1, 1, 2, 1, "", NOW)]) == NONE
+    assert await coordinator.txn_pending_offsets(["g", "h", "x"]) == {
+        "g": {PartitionKey(T1, 0), PartitionKey(T2, 3)},
+        "h": {PartitionKey(T1, 1)},
+    }
+    assert (await p.end(True, P10)).error == NONE
+    assert (await other.end(False, P10)).error == NONE
+    assert await coordinator.txn_pending_offsets(["g", "h"]) == {}
+
+
 async def test_commit_offsets_errors(coordinator: BatchCoordinator) -> None:
     await setup_logs(coordinator)
     p = Producer(coordinator)
