@@ -576,9 +576,10 @@ async def test_every_transaction_operation_is_one_round_trip(postgres_dsn: str) 
         await c.txn_get([tid, "nope"])
         await c.txn_list([], [], 0, NOW)
         await c.txn_expired(NOW, 10)
+        await c.txn_pending_offsets(["g", "h"])
         done = await c.txn_complete(tid, pid, epoch, False, True, key(), 1, 1, markers, NOW)
         assert done.error == 0 and done.registered
-        return 11
+        return 12
 
     try:
         await ops()  # warm-up: asyncpg prepares each statement once per connection

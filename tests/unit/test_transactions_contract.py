@@ -1052,47 +1052,6 @@ async def test_state_survives_close_and_reopen(coordinator_factory: CoordinatorF
     assert await lso(c) == 3
 
 
-# --------------------------------------------------------------------------- PostgreSQL
-
-
-async def test_every_transaction_operation_is_one_round_trip(
-    coordinator: BatchCoordinator,
-) -> None:
-    if not isinstance(coordinator, PostgresCoordinator):
-        pytest.skip("round trips are PostgreSQL's")
-    c = coordinator
-    await setup_logs(c)
-    sql: list[str] = []
-    c.pool.on_query = sql.append
-    p = Producer(c)
-
-    async def one(op: Any) -> Any:
-        sql.clear()
-        result = await op
-        assert len(sql) == 1, sql
-        return result
-
-    r = await one(c.txn_init("tx", TIMEOUT, -1, -1, NOW))
-    p.pid, p.epoch = r.producer_id, r.producer_epoch
-    await one(c.txn_add("tx", p.pid, p.epoch, [P10, P11], ["g"], NOW))
-    await one(
-        c.txn_commit_offsets("tx", p.pid, p.epoch, "g", [CommittedOffset(T1, 0, 1, 1, "", 1)], NOW)
-    )
-    await one(c.commit_file(key(), 1, 1, [p.batch(P10), p.batch(P11), plain(P20)], NOW))
-    await one(c.find_batches([FindRequest(T1, 0, 0, BIG), FindRequest(T1, 1, 0, BIG)], BIG, True))
-    await one(c.list_offsets([ListOffsetsRequest(T1, 0, LATEST_TIMESTAMP)], True))
-    await one(c.txn_get(["tx", "nope"]))
-    await one(c.txn_list([], [], 0, NOW))
-    await one(c.txn_expired(NOW, 10))
-    await one(c.txn_init("tx", TIMEOUT, -1, -1, NOW))  # CONCURRENT_TRANSACTIONS, pending
-    done = await one(
-        c.txn_complete(
-            "tx", p.pid, p.epoch, False, True, key(), 1, 1, [marker(P10), marker(P11)], NOW
-        )
-    )
-    assert done.error == NONE
-
-
 async def test_concurrent_commits_and_completions_never_deadlock_and_batches_precede_markers(
     coordinator_factory: CoordinatorFactory,
 ) -> None:
