@@ -46,6 +46,7 @@ from protocol.framing import FrameReader, FrameTooLarge
 from .log_budget import LineBudget
 from .metrics import METRICS
 from .refusals import REFUSALS
+from .security.principal import ANONYMOUS
 
 if TYPE_CHECKING:
     from .apis import Api, ApiTable
@@ -103,6 +104,8 @@ class RequestContext(NamedTuple):
     response_type: type
     client_host: str
     client_port: int
+    # The connection's Kafka principal ("User:name"), ANONYMOUS until authenticated.
+    principal: str = ANONYMOUS
 
     def respond(self, data: dict[str, Any]) -> Any:
         return build(self.response_type, data)

@@ -1,0 +1,1 @@
+"""Who is asking: listeners, TLS, SASL and the principal every request carries; ACLs."""
