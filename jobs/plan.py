@@ -153,11 +153,7 @@ def read_tasks(
     into tasks of at most ``max_task_bytes`` (smaller when that leaves cores idle); one
     object larger than that is split by batches."""
     by_object: dict[str, list[BatchRef]] = defaultdict(list)
-    ends: dict[tuple[str, int], int] = {}
-    topic_ids: dict[str, object] = {}
     for s in snapshots:
-        ends[(s.topic.name, s.partition)] = s.high_watermark
-        topic_ids[s.topic.name] = s.topic.topic_id
         for r in s.refs():
             by_object[r.object_key].append(r)
     total = sum(r.byte_size for refs in by_object.values() for r in refs)
@@ -165,18 +161,21 @@ def read_tasks(
     target = max(min(max_task_bytes, total // max(1, 2 * parallelism) + 1), 1)
     objects = [(k, sorted(refs, key=lambda r: r.byte_offset)) for k, refs in by_object.items()]
     groups = pack(sorted(objects, key=lambda o: o[0]), target)
-    tasks = []
-    for i, refs in enumerate(groups):
-        parts = {(r.topic, r.partition) for r in refs}
-        tasks.append(
-            ReadTask(
-                i,
-                refs,
-                {k: ends[k] for k in parts},
-                {t: topic_ids[t] for t, _ in parts},
-            )
-        )
-    return tasks
+    return [task_for(i, refs, snapshots) for i, refs in enumerate(groups)]
+
+
+def task_for(index: int, refs: list[BatchRef], snapshots: Sequence[PartitionSnapshot]) -> ReadTask:
+    """The read task of ``refs`` (any batches of the snapshot), with the bounds of their
+    partitions it needs to resolve transactions."""
+    parts = {(r.topic, r.partition) for r in refs}
+    ends = {
+        (s.topic.name, s.partition): s.high_watermark
+        for s in snapshots
+        if (s.topic.name, s.partition) in parts
+    }
+    names = {t for t, _ in parts}
+    topic_ids = {s.topic.name: s.topic.topic_id for s in snapshots if s.topic.name in names}
+    return ReadTask(index, refs, ends, topic_ids)
 
 
 def pack(objects: Sequence[tuple[str, list[BatchRef]]], target: int) -> list[list[BatchRef]]:
