@@ -1,10 +1,11 @@
 """The PySpark jobs on topics written by transactional confluent-kafka producers, with
 plain records interleaved: committed and aborted transactions, and one left open.
 
-* analytics (and the records DataFrame under it, however the batches are split into read
-  tasks) holds exactly the committed records below the last stable offset: what a
-  read_committed consumer sees; no aborted record, no marker, nothing of the open
-  transaction nor anything after its start;
+* analytics and the Iceberg export (and the records DataFrame under them, however the
+  batches are split into read tasks) hold exactly the committed records below the last
+  stable offset: what a read_committed consumer sees; no aborted record, no marker,
+  nothing of the open transaction nor anything after its start. Once it commits, the
+  next Iceberg run appends the rest;
 * merge: every marker (offset, producer, type), the aborted-transactions index and the
   high watermarks are as before; read_committed and read_uncommitted consumers see what
   they saw, at the same offsets;
@@ -20,6 +21,7 @@ against that ledger, so the jobs are compared with the broker's own view.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,11 +32,11 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from broker.config import BrokerConfig
-from jobs import analytics, compact, merge, runtime
+from jobs import analytics, compact, iceberg, merge, runtime
 from jobs.decode import ABORT, COMMIT, decode_batch
 from jobs.fetch import read_batches
-from jobs.plan import BatchRef, Selection, snapshot, task_for
-from jobs.read import records
+from jobs.plan import BatchRef, ReadTask, Selection, read_tasks, snapshot, task_for
+from jobs.read import decode_task
 from jobs.rewrite import KEY_PREFIX
 from sluice.cluster import LocalCluster
 from storage.coordinator import FindRequest, ListBatchesRequest
@@ -222,6 +224,25 @@ def spark_rows(collected: Sequence[Any]) -> set[Row]:
     return out
 
 
+def read_rows(
+    config: BrokerConfig, topic: str, tasks: Sequence[ReadTask] | None = None
+) -> set[Row]:
+    """What the jobs read (jobs.read.decode_task, the body of every Spark read task), run
+    here in the driver: the same code as on executors, without a Spark job per check."""
+    snaps = snapshot(config, Selection(topics=(topic,)))
+    if tasks is None:
+        tasks = read_tasks(snaps, 2)
+    out: list[Row] = []
+    for task in tasks:
+        for _t, p, cols in decode_task(config, task, Selection()):
+            out += [
+                (p, o, k, v, tuple(h))
+                for o, k, v, h in zip(cols.offset, cols.key, cols.value, cols.headers, strict=True)
+            ]
+    assert len(set(out)) == len(out), "a record came twice"
+    return set(out)
+
+
 def consume(bootstrap: str, topic: str, partitions: int, expected: int, **iso: object) -> set[Row]:
     got = confluent_consume(bootstrap, topic, list(range(partitions)), expected=expected, **iso)
     return rows(got)
@@ -359,11 +380,43 @@ def test_analytics_and_merge_with_transactions(
         lso = led.lso(parts)
         assert lso == led.high_watermarks(parts)
         want = led.committed_view(lso)
-        df, _ = records(spark, config, Selection(topics=(topic,)))
-        assert spark_rows(df.collect()) == want
+        assert read_rows(config, topic) == want
+        # The Iceberg export resumes at the LSO it stopped at: now it appends the open
+        # transaction's records and what came after them, and nothing twice.
+        appended = _iceberg(spark, config, topic, tmp_path)
+        assert appended == want
+        assert _iceberg_next(config, topic, tmp_path) == {str(p): lso[p] for p in every}
     finally:
         if led.still_open():
             c.abort_transaction(30)
+
+
+def _iceberg(spark: Any, config: BrokerConfig, topic: str, tmp_path: Path) -> set[Row]:
+    """One incremental export run; every row of the table after it."""
+    warehouse = str(tmp_path / "warehouse")
+    options = iceberg.IcebergOptions(warehouse)
+    iceberg.run(spark, config, options, iceberg.Selection(topics=(topic,)))
+    table = iceberg.catalog(config, warehouse).load_table(iceberg.table_name(topic))
+    cols = table.scan().to_arrow().to_pylist()
+    out = {
+        (
+            r["partition"],
+            r["offset"],
+            r["key"],
+            r["value"],
+            tuple((h["key"], h["value"]) for h in r["headers"] or []),
+        )
+        for r in cols
+    }
+    assert len(out) == len(cols), "a record exported twice"
+    return out
+
+
+def _iceberg_next(config: BrokerConfig, topic: str, tmp_path: Path) -> dict[str, int]:
+    table = iceberg.catalog(config, str(tmp_path / "warehouse")).load_table(
+        iceberg.table_name(topic)
+    )
+    return dict(json.loads(table.properties[iceberg.NEXT_OFFSETS]))
 
 
 def _check_everything(
@@ -398,17 +451,25 @@ def _check_everything(
     by_partition = {
         r["partition"]: r for r in spark.read.parquet(str(out / "partitions")).collect()
     }
+    [topic_row] = spark.read.parquet(str(out / "topics")).collect()
+    assert topic_row["records"] == len(want)
+    windows = spark.read.parquet(str(out / "windows")).collect()
+    assert sum(w["records"] for w in windows) == len(want)
     for p in range(parts):
         mine = sorted(o for q, o, *_ in want if q == p)
         r = by_partition[p]
         assert (r["records"], r["first_offset"], r["last_offset"]) == (len(mine), mine[0], mine[-1])
-        assert r["high_watermark"] == hw[p]
+        assert (r["high_watermark"], r["last_stable_offset"]) == (hw[p], lso[p])
         assert r["null_keys"] == sum(1 for q, _o, k, *_ in want if q == p and k is None)
+
+    # The Iceberg export too, and it stops at the LSO for the next run to go on from.
+    assert _iceberg(spark, config, topic, tmp_path) == want
+    assert _iceberg_next(config, topic, tmp_path) == {str(p): lso[p] for p in range(parts)}
 
     # However the batches are split into read tasks (a transaction's records, the
     # markers deciding them and other transactions in between in different tasks), the
     # records are the same.
-    _same_records_in_any_split(spark, config, topic, want)
+    _same_records_in_any_split(config, topic, want)
 
     # Merge: objects rewritten, markers and the aborted index untouched.
     markers_before = markers(stored(config, topic))
@@ -432,17 +493,14 @@ def _check_everything(
         assert sorted(o for s in view if s.partition == p for o in s.offsets) == list(range(hw[p]))
     assert consume(cluster.bootstrap, topic, parts, len(want), **COMMITTED) == want
     assert consume(cluster.bootstrap, topic, parts, len(everything), **UNCOMMITTED) == everything
-    df, _ = records(spark, config, Selection(topics=(topic,)))
-    assert spark_rows(df.collect()) == want
+    assert read_rows(config, topic) == want
 
 
 def _snapshot_batches(config: BrokerConfig, topic: str) -> list[Any]:
     return [b for s in snapshot(config, Selection(topics=(topic,))) for b in s.batches]
 
 
-def _same_records_in_any_split(
-    spark: Any, config: BrokerConfig, topic: str, want: set[Row]
-) -> None:
+def _same_records_in_any_split(config: BrokerConfig, topic: str, want: set[Row]) -> None:
     snaps = snapshot(config, Selection(topics=(topic,)))
     refs = [r for s in snaps for r in s.refs()]
     decoded = {r: s for r, s in zip(refs, _controls(config, refs), strict=True)}
@@ -465,8 +523,7 @@ def _same_records_in_any_split(
     }
     for name, groups in splits.items():
         tasks = [task_for(i, g, snaps) for i, g in enumerate(g for g in groups if g)]
-        df, _ = records(spark, config, Selection(topics=(topic,)), tasks=tasks, snapshots=snaps)
-        assert spark_rows(df.collect()) == want, name
+        assert read_rows(config, topic, tasks) == want, name
 
 
 def _controls(config: BrokerConfig, refs: Sequence[BatchRef]) -> list[int | None]:
