@@ -81,7 +81,11 @@ class Ledger:
         self.markers = 0  # control batches the transactions wrote (one per partition)
         # (partition, first offset) of each aborted transaction: the aborted index's keys
         self.aborted: set[tuple[int, int]] = set()
-        self.plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # Idempotent: a retry on a busy machine must not write a record twice (the
+        # ledger is exact); its batches carry a producer id without being transactional.
+        self.plain = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        )
         self._txn: dict[Producer, list[Rec]] = {}
 
     def producer(self, **extra: object) -> Producer:
