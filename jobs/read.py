@@ -8,7 +8,6 @@ the JVM (``mapInArrow``: columns cross in Arrow's format, not as pickled rows).
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -156,44 +155,43 @@ LOOKAHEAD_PAGE = 64
 # (key: version and type, value: version and coordinator epoch). Only batches that
 # small can be markers, so looking for markers reads those and skips all data.
 MARKER_MAX_BYTES = 256
+# Offsets listed at first when looking for markers (then 4 times more each step).
+MARKER_WINDOW = 4096
 
 
 def _maybe_marker(r: BatchRef) -> bool:
     return r.base_offset == r.last_offset and r.byte_size <= MARKER_MAX_BYTES
 
 
-class _Markers:
-    """The batches of one partition from the task's first gap to the snapshot's end
-    that may be markers, listed once (one coordinator call) when first needed."""
+def resolve_markers(
+    config: BrokerConfig,
+    topic_id: Any,
+    topic: str,
+    partition: int,
+    f: CommittedFilter,
+    start: int,
+    stop: int,
+) -> None:
+    """Feed ``f`` the markers of its held producers in offsets [start, stop), the first
+    one of each producer only (a later one ends a later transaction).
 
-    def __init__(
-        self, config: BrokerConfig, task: ReadTask, topic: str, partition: int, end: int
-    ) -> None:
-        self.config, self.task, self.topic, self.partition = config, task, topic, partition
-        self.end = end
-        self.refs: list[BatchRef] | None = None
-
-    def resolve(self, f: CommittedFilter, start: int, stop: int) -> None:
-        """Feed ``f`` the markers of its held producers in offsets [start, stop), the
-        first one of each producer only (a later one ends a later transaction)."""
-        if not f.pending or start >= stop:
-            return
-        if self.refs is None:
-            tid = self.task.topic_ids[self.topic]
-            listed = runtime.run(
-                _list_range(self.config, tid, self.topic, self.partition, start, self.end)
-            )
-            self.refs = [r for r in listed if _maybe_marker(r)]
-        lo = bisect.bisect_left(self.refs, start, key=lambda r: r.base_offset)
-        hi = bisect.bisect_left(self.refs, stop, key=lambda r: r.base_offset)
-        for i in range(lo, hi, LOOKAHEAD_PAGE):
-            page = self.refs[i : min(hi, i + LOOKAHEAD_PAGE)]
-            for r, data in runtime.run(_read_page(self.config, page)):
-                d = decode_batch(data, self.topic, self.partition, r.base_offset)
+    The range is listed in windows growing from ``MARKER_WINDOW`` offsets: a marker
+    usually follows its transaction closely, and a window bounds what one listing holds
+    (the range can be the rest of a partition)."""
+    pos, window = start, MARKER_WINDOW
+    while f.pending and pos < stop:
+        upto = min(stop, pos + window)
+        listed = runtime.run(_list_range(config, topic_id, topic, partition, pos, upto))
+        # The listing may reach one batch back (the one holding ``pos``): never a marker.
+        candidates = [r for r in listed if r.base_offset >= pos and _maybe_marker(r)]
+        for i in range(0, len(candidates), LOOKAHEAD_PAGE):
+            for r, data in runtime.run(_read_page(config, candidates[i : i + LOOKAHEAD_PAGE])):
+                d = decode_batch(data, topic, partition, r.base_offset)
                 if d.control is not None and d.producer_id in f.pending:
                     f.feed(d)
             if not f.pending:
                 return
+        pos, window = upto, window * 4
 
 
 def decode_task(
@@ -217,7 +215,7 @@ def decode_task_with_aborted(
         f = CommittedFilter(keep_aborted)
         stable = task.stable.get((topic, partition))
         end = task.ends.get((topic, partition))
-        markers = _Markers(config, task, topic, partition, end if end is not None else -1)
+        tid = task.topic_ids.get(topic)
         last = -1
         for r, data in items:
             if stable is not None and r.base_offset >= stable:
@@ -227,13 +225,13 @@ def decode_task_with_aborted(
             if last >= 0 and r.base_offset > last + 1 and end is not None:
                 # Other tasks hold the batches in between: a held transaction may have
                 # ended there, and must be decided before this producer's next batch.
-                markers.resolve(f, last + 1, r.base_offset)
+                resolve_markers(config, tid, topic, partition, f, last + 1, r.base_offset)
             f.feed(decode_batch(data, topic, partition, r.base_offset))
             last = r.last_offset
         if end is not None:
             # A transaction whose marker lies beyond this task: read on until every held
             # producer has one or the snapshot ends (then it is open: dropped).
-            markers.resolve(f, last + 1, end)
+            resolve_markers(config, tid, topic, partition, f, last + 1, end)
         yield topic, partition, f.out, f.aborted
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfig, load_config
-from jobs import runtime
+from jobs import read, runtime
 from jobs.decode import ABORT, COMMIT
 from jobs.plan import ReadTask, Selection, read_tasks, snapshot, task_for
 from jobs.read import decode_task, decode_task_with_aborted
@@ -130,7 +130,12 @@ def test_objects_rewritten_since_the_plan_are_read_where_they_are(config: Broker
     assert values(config, task) == [(0, b"x"), (1, b"y"), (2, b"z")]
 
 
-def test_markers_in_the_gaps_of_a_task_decide_its_transactions(config: BrokerConfig) -> None:
+@pytest.mark.parametrize("window", [1, 4096])
+def test_markers_in_the_gaps_of_a_task_decide_its_transactions(
+    config: BrokerConfig, window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Listing one offset at a time first (windows 1, 4, 16...) must find the same.
+    monkeypatch.setattr(read, "MARKER_WINDOW", window)
     topic = new_topic(config)
     txn = {"producer_id": 7, "transactional": True}
     # Producer 7: a committed transaction, then an aborted one, each marker in an object
