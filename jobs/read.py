@@ -2,8 +2,10 @@
 
 The driver takes one coordinator snapshot and splits it into read tasks (plan.py); each
 Spark task runs one read task in a Python worker: coalesced ranged GETs (fetch.py), whole
-batches decoded (decode.py), read-committed filtering, and Arrow record batches handed to
-the JVM (``mapInArrow``: columns cross in Arrow's format, not as pickled rows).
+batches decoded (decode.py), read-committed filtering up to the snapshot's last stable
+offset (each transaction decided by its producer's next marker in the partition, looked up
+wherever it is), and Arrow record batches handed to the JVM (``mapInArrow``: columns cross
+in Arrow's format, not as pickled rows).
 """
 
 from __future__ import annotations
