@@ -5,7 +5,9 @@ re-run after a crash simply replaces what a crashed run left):
 
 * ``partitions``: per topic and partition: records, key/value/header bytes, null keys,
   tombstones, first/last offset, first/last record timestamp, approximate distinct keys,
-  plus the snapshot's log start offset, high watermark and stored (batch) bytes;
+  plus the snapshot's log start offset, high watermark, last stable offset and stored
+  (batch) bytes. Records are read committed: up to the last stable offset, no record of
+  an aborted transaction, no marker;
 * ``topics``: the same rolled up per topic (distinct keys approximated across partitions);
 * ``windows``: per topic, partition and time window (``window_ms``): records and bytes;
 * ``records`` (optional, ``--records``): every record, partitioned by topic, for ad-hoc SQL.
@@ -126,6 +128,7 @@ def run(
                 T.StructField("partition", T.IntegerType(), False),
                 T.StructField("log_start_offset", T.LongType(), False),
                 T.StructField("high_watermark", T.LongType(), False),
+                T.StructField("last_stable_offset", T.LongType(), False),
                 T.StructField("batches", T.LongType(), False),
                 T.StructField("stored_bytes", T.LongType(), False),
             ]
@@ -137,6 +140,7 @@ def run(
                     s.partition,
                     s.log_start_offset,
                     s.high_watermark,
+                    s.stable_end,
                     len(s.batches),
                     sum(b.byte_size for b in s.batches),
                 )

@@ -50,7 +50,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", action="append", help="only this topic (repeatable)")
     p.add_argument("--partition", type=int, action="append", help="only this partition")
     p.add_argument("--from-offset", type=int, default=0)
-    p.add_argument("--to-offset", type=int, default=-1, help="exclusive; -1: high watermark")
+    p.add_argument(
+        "--to-offset", type=int, default=-1, help="exclusive; -1: the end (the last stable offset)"
+    )
     p.add_argument("--from-time", type=int, help="record timestamp (ms), inclusive")
     p.add_argument("--to-time", type=int, help="record timestamp (ms), exclusive")
     p.add_argument("--log-level", default="INFO")

@@ -10,6 +10,12 @@
   keep their offset deltas), batches left empty disappear; gaps appear, as in Kafka;
 * records without a key are kept (Kafka refuses them on compacted topics; Sluice does
   not yet, and never drops data it cannot compact); control batches are kept whole.
+* transactions: records of aborted transactions are dropped and never count as their
+  key's latest; nothing at or past the last stable offset (the first record of a
+  transaction still open) is cleaned, and records there do not supersede older ones
+  yet; markers (control batches) are all kept, which is always correct: Kafka removes
+  a marker only once no record of its transaction is left, after delete.retention.ms,
+  and the jobs' own reads need the COMMIT markers of the records that remain.
 
 Two Spark stages: (1) read key, offset, timestamp and tombstone flag of every cleanable
 record and find, per key, the latest offset (a shuffle by key: the offset map of Kafka's
@@ -30,7 +36,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 
-from .plan import MiB, PartitionSnapshot, ReadTask, Selection, now_ms, snapshot
+from .plan import MiB, PartitionSnapshot, Selection, now_ms, snapshot, task_for
 from .read import records
 from .rewrite import RewriteTask, Run, run_task, summarize
 
@@ -60,8 +66,11 @@ def plan(
     for s in snapshots:
         lag = _int_config(s.topic.configs, "min.compaction.lag.ms", options.min_compaction_lag_ms)
         cleanable = []
+        stable = s.stable_end
         for b in s.batches[:-1]:  # the last batch is the active tail
-            if b.timestamp > now - lag:
+            # Kafka's first uncleanable offset: the lag, and the first unstable offset
+            # (an open transaction's records may yet commit or abort).
+            if b.timestamp > now - lag or b.last_offset >= stable:
                 break
             cleanable.append(b)
         current: list[Any] = []
@@ -106,7 +115,9 @@ def run(
 
     # Stage 1: which offsets go. Only key, offset, time and a tombstone flag cross to
     # the JVM (keys_only), each row tagged with its rewrite task.
-    read = [ReadTask(t.index, [r for run in t.runs for r in run.refs]) for t in tasks]
+    # With the snapshot's bounds: the markers of the tasks' transactions may lie past
+    # their batches (up to the high watermark) and are looked up there.
+    read = [task_for(t.index, [r for run in t.runs for r in run.refs], snaps) for t in tasks]
     df, _ = records(spark, config, keys_only=True, tasks=read, snapshots=snaps)
     horizons = spark.createDataFrame(
         [
@@ -119,15 +130,22 @@ def run(
         ],
         "topic string, horizon long",
     )
-    latest = F.max("offset").over(Window.partitionBy("topic", "partition", "key"))
+    # A key's latest is its latest record not aborted (null for a key with only
+    # aborted records: they all go anyway).
+    latest = F.max(F.when(~F.col("aborted"), F.col("offset"))).over(
+        Window.partitionBy("topic", "partition", "key")
+    )
     dropped = (
         df.join(F.broadcast(horizons), "topic")
         .withColumn("latest", latest)
         .where(
-            F.col("key").isNotNull()
-            & (
-                (F.col("offset") < F.col("latest"))
-                | (F.col("tombstone") & (F.col("timestamp") < F.col("horizon")))
+            F.col("aborted")
+            | (
+                F.col("key").isNotNull()
+                & (
+                    (F.col("offset") < F.col("latest"))
+                    | (F.col("tombstone") & (F.col("timestamp") < F.col("horizon")))
+                )
             )
         )
         .groupBy("task")

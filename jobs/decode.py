@@ -129,20 +129,29 @@ class CommittedFilter:
 
     Control batches are never output. A transactional batch is held back until the
     producer's next control marker in this partition says COMMIT (out) or ABORT
-    (dropped). Whatever is still held at the end is resolved by the caller: by reading
-    further, or dropped as an open transaction (Kafka's last stable offset).
+    (dropped, or kept apart in ``aborted`` when ``keep_aborted``: compaction removes
+    those records). Whatever is still held at the end is resolved by the caller: by
+    feeding the markers that lie beyond (or between) the batches fed, or dropped as an
+    open transaction (Kafka's last stable offset).
+
+    Batches may be fed with gaps (a read task holds parts of a partition), but then the
+    markers in each gap must be fed before the next batch: held records belong to the
+    producer's transaction in progress at the last batch fed, and only its next marker
+    decides them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_aborted: bool = False) -> None:
         self.out = Columns()
+        self.aborted: Columns | None = Columns() if keep_aborted else None
         self.pending: dict[int, list[Columns]] = {}
 
     def feed(self, d: Decoded) -> None:
         if d.control is not None:
             held = self.pending.pop(d.producer_id, [])
-            if d.control == COMMIT:
+            target = self.out if d.control == COMMIT else self.aborted
+            if target is not None:
                 for cols in held:
-                    self.out.extend(cols)
+                    target.extend(cols)
             return
         assert d.columns is not None
         if d.transactional:
@@ -206,7 +215,7 @@ def record_offsets(data: bytes | memoryview, base_offset: int) -> list[int]:
 
 
 def columns_to_arrow(
-    cols: Columns, schema: object, keys_only: bool = False, task: int = 0
+    cols: Columns, schema: object, keys_only: bool = False, task: int = 0, aborted: bool = False
 ) -> object:
     """One Arrow record batch of decoded columns (pyarrow converts lists in C)."""
     import pyarrow as pa
@@ -231,6 +240,7 @@ def columns_to_arrow(
     if keys_only:
         arrays.append(pa.array([v is None for v in cols.value], pa.bool_()))
         arrays.append(pa.repeat(pa.scalar(task, pa.int32()), n))
+        arrays.append(pa.repeat(pa.scalar(aborted, pa.bool_()), n))
     else:
         arrays += [
             pa.array(cols.value, pa.binary()),

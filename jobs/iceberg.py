@@ -8,9 +8,11 @@ default's data dir); the data files go to ``--warehouse`` (a local path or
 through the same catalog.
 
 Incremental: a table's ``sluice.next-offsets`` property holds, per partition, the offset the
-last run stopped at (that run's snapshot high watermark). A run appends only records at or
-past it, up to its own snapshot, and moves the property in the same Iceberg commit as the
-data, so a crashed run leaves the table as it was and the next one appends the same range.
+last run stopped at: that run's snapshot last stable offset, which is the high watermark
+unless a transaction is open; its records and everything after them wait for a run after it
+ended (stopping at the high watermark would skip them for good). A run appends only records
+at or past it, up to its own snapshot, and moves the property in the same Iceberg commit as
+the data, so a crashed run leaves the table as it was and the next one appends the same range.
 A topic deleted and created again under the same name (another topic id) starts its table
 over.
 """
@@ -118,7 +120,7 @@ def run(
         if done:
             df = df.where(F.col("offset") >= F.coalesce(marks[F.col("partition")], F.lit(0)))
         new = df.select(*schema.names).toArrow().cast(schema)
-        next_offsets = {str(s.partition): s.high_watermark for s in snaps}
+        next_offsets = {str(s.partition): s.stable_end for s in snaps}
         with table.transaction() as tx:
             if new.num_rows:
                 tx.append(new)

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 
 from broker.config import BrokerConfig
 from storage.catalog import Topic
-from storage.coordinator import ListBatchesRequest, StoredBatch
+from storage.coordinator import (
+    LATEST_TIMESTAMP,
+    ListBatchesRequest,
+    ListOffsetsRequest,
+    StoredBatch,
+)
 
 from . import runtime
 
@@ -62,6 +67,16 @@ class PartitionSnapshot:
     log_start_offset: int
     high_watermark: int
     batches: list[StoredBatch]
+    # Where read_committed stops: the first offset of the oldest transaction still open
+    # (-1: unknown, taken as the high watermark). Everything below it is decided, and
+    # every marker deciding it is in the snapshot (see _snapshot).
+    last_stable_offset: int = -1
+
+    @property
+    def stable_end(self) -> int:
+        if self.last_stable_offset < 0:
+            return self.high_watermark
+        return min(self.last_stable_offset, self.high_watermark)
 
     def refs(self, batches: Iterable[StoredBatch] | None = None) -> list[BatchRef]:
         return [ref(self.topic.name, self.partition, b) for b in (batches or self.batches)]
@@ -104,6 +119,15 @@ async def _snapshot(config: BrokerConfig, selection: Selection) -> list[Partitio
         for p in range(t.partitions)
         if selection.partitions is None or p in selection.partitions
     ]
+    # The last stable offsets are read BEFORE the batches: every transaction with a
+    # record below an LSO had ended when it was read, so its marker is in the listing
+    # taken after it. (Read after, a transaction ending in between would leave records
+    # below the LSO whose marker the listing does not have.) LSOs only move forward, so
+    # this one is at most the listing's own.
+    stable = await coordinator.list_offsets(
+        [ListOffsetsRequest(t.topic_id, p, LATEST_TIMESTAMP) for t, p in keys],
+        read_committed=True,
+    )
     # ONE call, one read transaction: every partition is seen at the same moment.
     listings = await coordinator.list_batches(
         [
@@ -112,7 +136,7 @@ async def _snapshot(config: BrokerConfig, selection: Selection) -> list[Partitio
         ]
     )
     out = []
-    for (t, p), listing in zip(keys, listings, strict=True):
+    for (t, p), listing, lso in zip(keys, listings, stable, strict=True):
         if listing.error:
             continue  # deleted between the catalog read and the snapshot
         batches = listing.batches
@@ -121,7 +145,14 @@ async def _snapshot(config: BrokerConfig, selection: Selection) -> list[Partitio
             # (CreateTime records need not be ordered, so no bound for the end.)
             batches = [b for b in batches if b.timestamp >= selection.from_time]
         out.append(
-            PartitionSnapshot(t, p, listing.log_start_offset, listing.high_watermark, batches)
+            PartitionSnapshot(
+                t,
+                p,
+                listing.log_start_offset,
+                listing.high_watermark,
+                batches,
+                lso.offset if lso.error == 0 else -1,
+            )
         )
     return out
 
@@ -133,12 +164,15 @@ def snapshot(config: BrokerConfig, selection: Selection | None = None) -> list[P
 @dataclass(slots=True)
 class ReadTask:
     """Batches one executor task reads. ``ends`` is each partition's high watermark in
-    the snapshot (the read-committed bound for transactions left open)."""
+    the snapshot (how far to look for the markers of the task's transactions);
+    ``stable`` its last stable offset (no record at or past it is read: that is where
+    read_committed stops). A partition missing from either has no bound there."""
 
     index: int
     refs: list[BatchRef]
     ends: dict[tuple[str, int], int] = field(default_factory=dict)
     topic_ids: dict[str, object] = field(default_factory=dict)
+    stable: dict[tuple[str, int], int] = field(default_factory=dict)
 
     @property
     def bytes(self) -> int:
@@ -153,11 +187,7 @@ def read_tasks(
     into tasks of at most ``max_task_bytes`` (smaller when that leaves cores idle); one
     object larger than that is split by batches."""
     by_object: dict[str, list[BatchRef]] = defaultdict(list)
-    ends: dict[tuple[str, int], int] = {}
-    topic_ids: dict[str, object] = {}
     for s in snapshots:
-        ends[(s.topic.name, s.partition)] = s.high_watermark
-        topic_ids[s.topic.name] = s.topic.topic_id
         for r in s.refs():
             by_object[r.object_key].append(r)
     total = sum(r.byte_size for refs in by_object.values() for r in refs)
@@ -165,18 +195,26 @@ def read_tasks(
     target = max(min(max_task_bytes, total // max(1, 2 * parallelism) + 1), 1)
     objects = [(k, sorted(refs, key=lambda r: r.byte_offset)) for k, refs in by_object.items()]
     groups = pack(sorted(objects, key=lambda o: o[0]), target)
-    tasks = []
-    for i, refs in enumerate(groups):
-        parts = {(r.topic, r.partition) for r in refs}
-        tasks.append(
-            ReadTask(
-                i,
-                refs,
-                {k: ends[k] for k in parts},
-                {t: topic_ids[t] for t, _ in parts},
-            )
-        )
-    return tasks
+    return [task_for(i, refs, snapshots) for i, refs in enumerate(groups)]
+
+
+def task_for(index: int, refs: list[BatchRef], snapshots: Sequence[PartitionSnapshot]) -> ReadTask:
+    """The read task of ``refs`` (any batches of the snapshot), with the bounds of their
+    partitions it needs to resolve transactions."""
+    parts = {(r.topic, r.partition) for r in refs}
+    ends = {
+        (s.topic.name, s.partition): s.high_watermark
+        for s in snapshots
+        if (s.topic.name, s.partition) in parts
+    }
+    stable = {
+        (s.topic.name, s.partition): s.stable_end
+        for s in snapshots
+        if (s.topic.name, s.partition) in parts
+    }
+    names = {t for t, _ in parts}
+    topic_ids = {s.topic.name: s.topic.topic_id for s in snapshots if s.topic.name in names}
+    return ReadTask(index, refs, ends, topic_ids, stable)
 
 
 def pack(objects: Sequence[tuple[str, list[BatchRef]]], target: int) -> list[list[BatchRef]]:

@@ -2,8 +2,10 @@
 
 The driver takes one coordinator snapshot and splits it into read tasks (plan.py); each
 Spark task runs one read task in a Python worker: coalesced ranged GETs (fetch.py), whole
-batches decoded (decode.py), read-committed filtering, and Arrow record batches handed to
-the JVM (``mapInArrow``: columns cross in Arrow's format, not as pickled rows).
+batches decoded (decode.py), read-committed filtering up to the snapshot's last stable
+offset (each transaction decided by its producer's next marker in the partition, looked up
+wherever it is), and Arrow record batches handed to the JVM (``mapInArrow``: columns cross
+in Arrow's format, not as pickled rows).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def spark_schema(keys_only: bool = False) -> Any:
         fields += [
             T.StructField("tombstone", T.BooleanType(), False),
             T.StructField("task", T.IntegerType(), False),
+            # Records of aborted transactions (keys_only reads only: compaction drops
+            # them, as Kafka's cleaner does); every other read leaves them out.
+            T.StructField("aborted", T.BooleanType(), False),
         ]
     else:
         header = T.StructType(
@@ -74,7 +79,11 @@ def arrow_schema(keys_only: bool = False) -> Any:
         pa.field("key", pa.binary()),
     ]
     if keys_only:
-        fields += [pa.field("tombstone", pa.bool_(), False), pa.field("task", pa.int32(), False)]
+        fields += [
+            pa.field("tombstone", pa.bool_(), False),
+            pa.field("task", pa.int32(), False),
+            pa.field("aborted", pa.bool_(), False),
+        ]
     else:
         fields += [
             pa.field("value", pa.binary()),
@@ -127,7 +136,7 @@ def _order(item: tuple[BatchRef, Any]) -> tuple[str, int, int]:
     return item[0].topic, item[0].partition, item[0].base_offset
 
 
-async def _list_after(
+async def _list_range(
     config: BrokerConfig, topic_id: Any, topic: str, partition: int, start: int, end: int
 ) -> list[BatchRef]:
     coordinator = await runtime.coordinator(config)
@@ -142,38 +151,90 @@ async def _read_page(config: BrokerConfig, refs: Sequence[BatchRef]) -> list[tup
     return sorted(got.items(), key=_order)
 
 
-# Batches read per step while looking for transaction markers past a task's end.
+# Batches read per step while looking for transaction markers outside a task's batches.
 LOOKAHEAD_PAGE = 64
+# A marker is a one-record batch of one offset: 61 bytes of header and a record of 17
+# (key: version and type, value: version and coordinator epoch). Only batches that
+# small can be markers, so looking for markers reads those and skips all data.
+MARKER_MAX_BYTES = 256
+# Offsets listed at first when looking for markers (then 4 times more each step).
+MARKER_WINDOW = 4096
+
+
+def _maybe_marker(r: BatchRef) -> bool:
+    return r.base_offset == r.last_offset and r.byte_size <= MARKER_MAX_BYTES
+
+
+def resolve_markers(
+    config: BrokerConfig,
+    topic_id: Any,
+    topic: str,
+    partition: int,
+    f: CommittedFilter,
+    start: int,
+    stop: int,
+) -> None:
+    """Feed ``f`` the markers of its held producers in offsets [start, stop), the first
+    one of each producer only (a later one ends a later transaction).
+
+    The range is listed in windows growing from ``MARKER_WINDOW`` offsets: a marker
+    usually follows its transaction closely, and a window bounds what one listing holds
+    (the range can be the rest of a partition)."""
+    pos, window = start, MARKER_WINDOW
+    while f.pending and pos < stop:
+        upto = min(stop, pos + window)
+        listed = runtime.run(_list_range(config, topic_id, topic, partition, pos, upto))
+        # The listing may reach one batch back (the one holding ``pos``): never a marker.
+        candidates = [r for r in listed if r.base_offset >= pos and _maybe_marker(r)]
+        for i in range(0, len(candidates), LOOKAHEAD_PAGE):
+            for r, data in runtime.run(_read_page(config, candidates[i : i + LOOKAHEAD_PAGE])):
+                d = decode_batch(data, topic, partition, r.base_offset)
+                if d.control is not None and d.producer_id in f.pending:
+                    f.feed(d)
+            if not f.pending:
+                return
+        pos, window = upto, window * 4
 
 
 def decode_task(
     config: BrokerConfig, task: ReadTask, selection: Selection
 ) -> Iterator[tuple[str, int, Columns]]:
     """Decoded, committed records of one task, per partition."""
+    for topic, partition, cols, _aborted in decode_task_with_aborted(config, task, False):
+        yield topic, partition, cols
+
+
+def decode_task_with_aborted(
+    config: BrokerConfig, task: ReadTask, keep_aborted: bool
+) -> Iterator[tuple[str, int, Columns, Columns | None]]:
+    """Per partition: the committed records of the task below its last stable offset,
+    and (with ``keep_aborted``) the records of aborted transactions apart."""
     batches = runtime.run(_read(config, task.refs, task.topic_ids))
     by_partition: dict[tuple[str, int], list[tuple[BatchRef, Any]]] = defaultdict(list)
     for r, data in batches:
         by_partition[(r.topic, r.partition)].append((r, data))
     for (topic, partition), items in by_partition.items():
-        f = CommittedFilter()
+        f = CommittedFilter(keep_aborted)
+        stable = task.stable.get((topic, partition))
+        end = task.ends.get((topic, partition))
+        tid = task.topic_ids.get(topic)
         last = -1
         for r, data in items:
+            if stable is not None and r.base_offset >= stable:
+                # Read_committed ends here: an open transaction starts at this batch
+                # (or this is the high watermark). Nothing past it is read.
+                break
+            if last >= 0 and r.base_offset > last + 1 and end is not None:
+                # Other tasks hold the batches in between: a held transaction may have
+                # ended there, and must be decided before this producer's next batch.
+                resolve_markers(config, tid, topic, partition, f, last + 1, r.base_offset)
             f.feed(decode_batch(data, topic, partition, r.base_offset))
             last = r.last_offset
-        end = task.ends.get((topic, partition), last + 1)
-        if f.pending and last + 1 < end:
-            # A transaction whose marker lies beyond this task: read on until every
-            # held producer has one or the snapshot ends (then it is open: dropped).
-            tid = task.topic_ids[topic]
-            after = runtime.run(_list_after(config, tid, topic, partition, last + 1, end))
-            for i in range(0, len(after), LOOKAHEAD_PAGE):
-                for r, data in runtime.run(_read_page(config, after[i : i + LOOKAHEAD_PAGE])):
-                    d = decode_batch(data, topic, partition, r.base_offset)
-                    if d.control is not None and d.producer_id in f.pending:
-                        f.feed(d)
-                if not f.pending:
-                    break
-        yield topic, partition, f.out
+        if end is not None:
+            # A transaction whose marker lies beyond this task: read on until every held
+            # producer has one or the snapshot ends (then it is open: dropped).
+            resolve_markers(config, tid, topic, partition, f, last + 1, end)
+        yield topic, partition, f.out, f.aborted
 
 
 def arrow_batches(
@@ -182,12 +243,21 @@ def arrow_batches(
     import pyarrow.compute as pc
 
     schema = arrow_schema(keys_only)
-    for _topic, _partition, cols in decode_task(config, task, selection):
-        for start in range(0, len(cols), ARROW_ROWS):
-            part = cols if len(cols) <= ARROW_ROWS else _slice(cols, start, start + ARROW_ROWS)
-            batch = columns_to_arrow(part, schema, keys_only, task.index)
-            mask = _range_mask(batch, selection, pc)
-            yield batch if mask is None else batch.filter(mask)
+    # Compaction's reads (keys_only) also get the aborted records, flagged: they go.
+    for _topic, _partition, cols, aborted in decode_task_with_aborted(config, task, keys_only):
+        parts = [(cols, False)]
+        if aborted is not None and len(aborted):
+            parts.append((aborted, True))
+        for part_cols, is_aborted in parts:
+            for start in range(0, len(part_cols), ARROW_ROWS):
+                part = (
+                    part_cols
+                    if len(part_cols) <= ARROW_ROWS
+                    else _slice(part_cols, start, start + ARROW_ROWS)
+                )
+                batch = columns_to_arrow(part, schema, keys_only, task.index, is_aborted)
+                mask = _range_mask(batch, selection, pc)
+                yield batch if mask is None else batch.filter(mask)
 
 
 def _slice(cols: Columns, start: int, end: int) -> Columns:

@@ -115,6 +115,13 @@ def test_control_batches_and_aborted_transactions_are_skipped() -> None:
     assert f.out.offset == [0, 1]
     # The open transaction's records wait for a marker beyond what was read.
     assert list(f.pending) == [9]
+    # Compaction's reads keep the aborted records apart (they are dropped).
+    kept = CommittedFilter(keep_aborted=True)
+    for i, data in enumerate([plain, committed, aborted, control(COMMIT, 7), control(ABORT, 8)]):
+        kept.feed(decode_batch(data, "t", 0, i))
+    assert kept.out.value == [b"plain", b"committed"]
+    assert kept.aborted is not None and kept.aborted.value == [b"aborted"]
+    assert f.aborted is None
 
 
 @pytest.mark.parametrize("codec", CODECS)

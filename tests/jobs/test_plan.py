@@ -65,6 +65,24 @@ def test_compaction_never_touches_the_active_tail() -> None:
     assert compact_plan([snap(0, *snaps[0].batches, topic=configured)], CompactOptions(), NOW) == []
 
 
+def test_compaction_stops_at_the_last_stable_offset() -> None:
+    s = snap(0, b("a", 0, 1), b("b", 2, 3), b("c", 4, 5), b("d", 6, 7))
+    s.last_stable_offset = 4  # a transaction still open begins at offset 4
+    runs = [
+        [r.base_offset for r in run.refs]
+        for t in compact_plan([s], CompactOptions(), NOW)
+        for run in t.runs
+    ]
+    assert runs == [[0, 2]]
+    s.last_stable_offset = 3  # inside a batch: that batch is not cleanable either
+    runs = [
+        [r.base_offset for r in run.refs]
+        for t in compact_plan([s], CompactOptions(), NOW)
+        for run in t.runs
+    ]
+    assert runs == [[0]]
+
+
 def test_read_tasks_group_by_object_and_use_every_core() -> None:
     snaps = [snap(0, b("a", 0, 1), b("b", 2, 3)), snap(1, b("a", 0, 0), b("b", 1, 1))]
     tasks = read_tasks(snaps, parallelism=2)

@@ -1,6 +1,7 @@
 """The executor side of reading, on the embedded storage (SQLite + local directory), no
-Spark: transaction markers found past a task's end, and objects rewritten and deleted
-between the plan and the read."""
+Spark: transaction markers found past a task's end and in the gaps between its batches,
+the last stable offset as the end of a read, and objects rewritten and deleted between the
+plan and the read."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfig, load_config
-from jobs import runtime
+from jobs import read, runtime
 from jobs.decode import ABORT, COMMIT
-from jobs.plan import ReadTask, Selection, read_tasks, snapshot
-from jobs.read import decode_task
+from jobs.plan import ReadTask, Selection, read_tasks, snapshot, task_for
+from jobs.read import decode_task, decode_task_with_aborted
 from storage.catalog import Topic
 from storage.coordinator import (
     BatchReplacement,
@@ -127,3 +128,54 @@ def test_objects_rewritten_since_the_plan_are_read_where_they_are(config: Broker
 
     runtime.run(merge_and_clean())
     assert values(config, task) == [(0, b"x"), (1, b"y"), (2, b"z")]
+
+
+@pytest.mark.parametrize("window", [1, 4096])
+def test_markers_in_the_gaps_of_a_task_decide_its_transactions(
+    config: BrokerConfig, window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Listing one offset at a time first (windows 1, 4, 16...) must find the same.
+    monkeypatch.setattr(read, "MARKER_WINDOW", window)
+    topic = new_topic(config)
+    txn = {"producer_id": 7, "transactional": True}
+    # Producer 7: a committed transaction, then an aborted one, each marker in an object
+    # of its own; the task below holds the data objects only.
+    first = put_and_commit(config, topic, [make_batch([Record(b"a", b"t1")], **txn)])  # 0
+    put_and_commit(config, topic, [control(COMMIT, 7)])  # 1
+    second = put_and_commit(config, topic, [make_batch([Record(b"a", b"t2")], **txn)])  # 2
+    put_and_commit(config, topic, [make_batch([Record(b"b", b"plain")])])  # 3
+    put_and_commit(config, topic, [control(ABORT, 7)])  # 4
+    third = put_and_commit(config, topic, [make_batch([Record(b"a", b"t3")], **txn)])  # 5
+    put_and_commit(config, topic, [control(COMMIT, 7)])  # 6
+    [snap] = snapshot(config, Selection(topics=(topic.name,)))
+    held = [r for r in snap.refs() if r.object_key in (first, second, third)]
+    task = task_for(0, held, [snap])
+    # Each record is decided by the first marker of its producer after it: in a gap of
+    # the task, not by a later one the task holds or finds past its end.
+    assert values(config, task) == [(0, b"t1"), (5, b"t3")]
+    aborted = [
+        list(zip(a.offset, a.value, strict=True))
+        for *_, a in decode_task_with_aborted(config, task, keep_aborted=True)
+        if a is not None
+    ]
+    assert aborted == [[(2, b"t2")]]
+
+
+def test_nothing_at_or_past_the_last_stable_offset_is_read(config: BrokerConfig) -> None:
+    topic = new_topic(config)
+    put_and_commit(
+        config,
+        topic,
+        [
+            make_batch([Record(b"a", b"plain")]),  # 0
+            make_batch([Record(b"b", b"open")], producer_id=7, transactional=True),  # 1
+            make_batch([Record(b"c", b"after")]),  # 2
+        ],
+    )
+    [snap] = snapshot(config, Selection(topics=(topic.name,)))
+    # As the snapshot shows an open transaction starting at offset 1 (this coordinator
+    # knows of none: the batches were committed without their producer's transaction).
+    snap.last_stable_offset = 1
+    task = task_for(0, snap.refs(), [snap])
+    assert task.stable == {(topic.name, 0): 1}
+    assert values(config, task) == [(0, b"plain")]
