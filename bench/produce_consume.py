@@ -53,6 +53,24 @@ class ProduceResult:
         return percentile(self.latencies, q) * 1000
 
 
+def producer_config(bootstrap: str, batch_size: int, queue_kib: int) -> dict[str, object]:
+    """The benchmark producer's settings (acks=all, linger.ms=5), shared by every target so
+    their figures stay comparable."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "linger.ms": 5,
+        "batch.size": batch_size,
+        "acks": "all",
+        # 1 MiB batches plus framing must fit the client's own request limit.
+        "message.max.bytes": 2 * MiB,
+        # A bounded client buffer: with librdkafka's default (1 GiB) the whole run is
+        # queued at once, so latency would mostly be time in the local queue and the
+        # budget could not stop a slow run (enqueueing never blocks).
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": queue_kib,
+    }
+
+
 def produce(
     bootstrap: str,
     topic: str,
@@ -76,19 +94,7 @@ def produce(
     payload = os.urandom(RECORD_SIZE)
     errors: list[str] = []
     paced = rate_mib_s is not None and rate_mib_s > 0
-    config: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
-        "linger.ms": 5,
-        "batch.size": batch_size,
-        "acks": "all",
-        # 1 MiB batches plus framing must fit the client's own request limit.
-        "message.max.bytes": 2 * MiB,
-        # A bounded client buffer: with librdkafka's default (1 GiB) the whole run is
-        # queued at once, so latency would mostly be time in the local queue and the
-        # budget could not stop a slow run (enqueueing never blocks).
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": queue_kib,
-    }
+    config = producer_config(bootstrap, batch_size, queue_kib)
     if not paced:
         config["delivery.report.only.error"] = True
         config["on_delivery"] = lambda err, msg: errors.append(str(err))
@@ -112,7 +118,7 @@ def produce(
     truncated = False
     produced = 0
     if not paced:
-        produced, truncated = _produce_flat_out(producer, topic, payload, n, deadline)
+        produced, truncated = produce_flat_out(producer, topic, payload, n, deadline)
         n = 0  # done: skip the per-record loop below
     for i in range(n):
         if paced and i % per_tick == 0:
@@ -149,7 +155,7 @@ def produce(
 _CHUNK = 1024
 
 
-def _produce_flat_out(
+def produce_flat_out(
     producer: Producer, topic: str, payload: bytes, n: int, deadline: float
 ) -> tuple[int, bool]:
     """Hand ``n`` records to the client in produce_batch calls: ~1.1 µs of client CPU per

@@ -1,10 +1,10 @@
 """Throughput, latency and cost of the broker with a stock client, against this machine's limits.
 
-    .venv/bin/python -m bench.run            # both targets, 256 MiB per run, 3 runs, ~6 min
+    .venv/bin/python -m bench.run            # every target, 256 MiB per run, 3 runs
     .venv/bin/python -m bench.run --quick    # ~1 min smoke run
     bench/run --targets s3 --batch-sizes 16384 -o fetch.cache.max.bytes=67108864
 
-Two targets, each measured in the same run as the machine limits it is compared with:
+Targets, each measured in the same run as the machine limits it is compared with:
 
 ``dev``  ``sluice dev`` (local directory + SQLite): produce and consume 1 KiB records with
          confluent-kafka into a 6-partition topic, against loopback TCP and fsync'd writes.
@@ -15,6 +15,8 @@ Two targets, each measured in the same run as the machine limits it is compared 
          consume it all back (CPU per MiB fetched), then produce at half that rate for
          latency. Upload, commit_file and find_batches times come from the broker's own
          histograms (/metrics), per phase. The issue's targets are judged on the medians.
+``commit`` produce latency across loads for both group-commit modes (bench.commit_latency).
+``scale`` 1 vs 2 broker processes on this host behind the same storage (bench.scale_out).
 
 Every figure is the median of --repeats runs; machines are shared and noisy.
 """
@@ -478,9 +480,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--targets",
-        default="dev,s3,commit",
+        default="dev,s3,commit,scale",
         help="dev, s3, commit (group-commit latency across loads, both commit modes, on "
-        "both stores; bench.commit_latency) or any of them (default all three)",
+        "both stores; bench.commit_latency), scale (1 vs 2 broker processes on this host, "
+        "same storage; bench.scale_out) or any of them (default all four)",
     )
     ap.add_argument("--quick", action="store_true", help="~1 min: 64 MiB, 1 run, 1 MiB batches")
     ap.add_argument(
@@ -513,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tail_mib = 32.0
     args.tail_fetches = 40 if args.quick else 100
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"dev", "s3", "commit"}
+    unknown = set(targets) - {"dev", "s3", "commit", "scale"}
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)}")
 
@@ -535,6 +538,16 @@ def main(argv: list[str] | None = None) -> int:
             commit_latency.main(
                 ["--repeats", str(args.repeats), "--mib", str(min(args.mib, 128))]
                 + (["--seconds", "3", "--lone-records", "50"] if args.quick else [])
+            )
+        if "scale" in targets:
+            from . import scale_out
+
+            # Medians of 3 runs per layout even in --quick: a 2/1 ratio of single runs on a
+            # shared machine says little. -o applies to every broker, as for the s3 target.
+            scale_out.main(
+                (["--quick"] if args.quick else ["--repeats", str(args.repeats)])
+                + ["--batch-sizes", ",".join(map(str, args.batch_sizes))]
+                + [arg for k, v in args.options for arg in ("-o", f"{k}={v}")]
             )
         if verdicts:
             _print("\ntargets (issue 3), on the medians above:")

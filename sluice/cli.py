@@ -42,6 +42,30 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask, which containers and taskset narrow),
+    not the machine's count: a broker per core only helps on cores it can use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _broker_count(value: str) -> int:
+    """``--brokers``: a count, or ``cores`` for one broker process per usable core. A broker
+    is one Python process with one event loop, so it uses about one core; more processes
+    are how one host's other cores get used (they share the storage, see README)."""
+    if value.strip().lower() == "cores":
+        return usable_cores()
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'cores', got {value!r}") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError("the number of brokers cannot be negative")
+    return count
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -125,7 +149,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     cluster_sub = cluster.add_subparsers(dest="action", required=True)
     up = cluster_sub.add_parser("up", help="start it and leave it running")
-    up.add_argument("--brokers", type=int, default=6, help="number of brokers (default 6)")
+    up.add_argument(
+        "--brokers",
+        type=_broker_count,
+        default=6,
+        help="number of brokers (default 6), or 'cores': one broker process per CPU this "
+        "process may run on, the layout for scaling out on one host",
+    )
     up.add_argument(
         "--controllers",
         type=int,
