@@ -2,7 +2,7 @@
 behind the same SeaweedFS (``weed mini``) and PostgreSQL.
 
     .venv/bin/python -m bench.scale_out            # 512 MiB x 3 runs per layout, 16 KiB and 1 MiB
-    .venv/bin/python -m bench.scale_out --quick    # ~2 min: 128 MiB x 3 runs, 1 MiB batches
+    .venv/bin/python -m bench.scale_out --quick    # ~2 min: 256 MiB x 3 runs, 1 MiB batches
     .venv/bin/python -m bench.run --targets scale  # the same, as a target of bench.run
 
 One :class:`sluice.cluster.LocalCluster` with as many brokers as the largest layout (one rack,
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     from .run import workdir
 
     ap = argparse.ArgumentParser(prog="bench.scale_out", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib", type=float, default=None, help="MiB per run (default 512; quick 128)")
+    ap.add_argument("--mib", type=float, default=None, help="MiB per run (default 512; quick 256)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per layout (default 3)")
     ap.add_argument(
         "--batch-sizes",
@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         help="producer processes, each flat out (default 2: one per core of this machine's "
         "size; the clients share the cores with brokers, weed and PostgreSQL)",
     )
-    ap.add_argument("--quick", action="store_true", help="~2 min: 128 MiB, 1 MiB batches")
+    ap.add_argument("--quick", action="store_true", help="~2 min: 256 MiB, 1 MiB batches")
     ap.add_argument(
         "--budget", type=float, default=None, help="seconds before a produce phase is cut short"
     )
@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, data)")
     args = ap.parse_args(argv)
-    args.mib = args.mib or (128.0 if args.quick else 512.0)
+    args.mib = args.mib or (256.0 if args.quick else 512.0)
     args.batch_sizes = [
         int(x)
         for x in (args.batch_sizes or ("1048576" if args.quick else "16384,1048576")).split(",")
