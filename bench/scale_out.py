@@ -61,6 +61,7 @@ LIVENESS = {
 # Producers are handed the moment to start; creating them, their first metadata request and
 # the process pool's first use must fit before it.
 START_MARGIN_S = 1.5
+BACKGROUND_PROBE_S = 0.5
 
 
 def _print(line: str = "") -> None:
@@ -155,6 +156,7 @@ class Run:
     broker_cores: list[float]  # each broker's CPU seconds per second of the phase
     cpu_split: dict[str, float]  # ms of CPU per MiB, by process kind
     machine_busy: float  # fraction of all cores busy during the phase
+    background_busy: float  # the same just before it, brokers idle: other programs' share
     shares: list[float]  # each broker's fraction of the bytes committed
     puts_per_s: list[float]  # each broker's objects written per second
     object_mib: float
@@ -298,6 +300,11 @@ class Bench:
         brokers = self.cluster.brokers[:count]
         bootstrap = self.bootstrap(count)
         topic = create_topic(bootstrap)
+        # The machine is shared: how busy it is with nothing of this benchmark running
+        # (brokers idle) says how much of a run's figures other programs took.
+        idle0 = _machine_busy_ticks()
+        time.sleep(BACKGROUND_PROBE_S)
+        idle1 = _machine_busy_ticks()
         procs = [ProcStats(b.pid) for b in brokers]
         watches = [MetricsWatch(b.metrics) for b in brokers]
         phases = [w.phase() for w in watches]
@@ -352,6 +359,7 @@ class Bench:
             broker_cores=[(b - a) / seconds for a, b in zip(cpu0, cpu1, strict=True)],
             cpu_split=split,
             machine_busy=(busy1 - busy0) / max(total1 - total0, 1),
+            background_busy=(idle1[0] - idle0[0]) / max(idle1[1] - idle0[1], 1),
             shares=[c / max(sum(committed), 1) for c in committed],
             puts_per_s=[o.flushes / seconds for o in ops],
             object_mib=object_bytes / MiB,
@@ -422,7 +430,8 @@ def report(batch_size: int, rs: Sequence[Run], layouts: Sequence[int]) -> dict[s
         row(
             "  machine busy (all cores)",
             f"{m(of, lambda r: r.machine_busy):>8.0%}",
-            f"of {os.cpu_count()} cores",
+            f"of {os.cpu_count()} cores; {m(of, lambda r: r.background_busy):.0%} just before "
+            f"the run, with the brokers idle (other programs)",
         )
         row(
             "  machine CPU ceiling",
