@@ -156,7 +156,8 @@ class Run:
     broker_cores: list[float]  # each broker's CPU seconds per second of the phase
     cpu_split: dict[str, float]  # ms of CPU per MiB, by process kind
     machine_busy: float  # fraction of all cores busy during the phase
-    background_busy: float  # the same just before it, brokers idle: other programs' share
+    background_busy: float  # the same just before it, no load: mostly other programs
+    background_ours: float  # of which this benchmark's brokers, store and database
     shares: list[float]  # each broker's fraction of the bytes committed
     puts_per_s: list[float]  # each broker's objects written per second
     object_mib: float
@@ -298,6 +299,11 @@ class Bench:
             at_start()
         return [f.result(self.args.budget + 180) for f in futures]
 
+    def _our_cpu_seconds(self, brokers: list[ProcStats]) -> float:
+        return sum(p.cpu_seconds() for p in brokers) + sum(
+            p.tree_cpu_seconds() for p in self.peers.values()
+        )
+
     def run(self, count: int, batch_size: int) -> Run:
         brokers = self.cluster.brokers[:count]
         bootstrap = self.bootstrap(count)
@@ -308,10 +314,12 @@ class Bench:
         topic = create_topic(bootstrap)
         # The machine is shared: how busy it is with nothing of this benchmark running
         # (brokers idle) says how much of a run's figures other programs took.
+        procs = [ProcStats(b.pid) for b in brokers]
+        ours0 = self._our_cpu_seconds(procs)
         idle0 = _machine_busy_ticks()
         time.sleep(BACKGROUND_PROBE_S)
         idle1 = _machine_busy_ticks()
-        procs = [ProcStats(b.pid) for b in brokers]
+        ours = (self._our_cpu_seconds(procs) - ours0) / ((os.cpu_count() or 1) * BACKGROUND_PROBE_S)
         watches = [MetricsWatch(b.metrics) for b in brokers]
         phases = [w.phase() for w in watches]
         for ph in phases:
@@ -366,6 +374,7 @@ class Bench:
             cpu_split=split,
             machine_busy=(busy1 - busy0) / max(total1 - total0, 1),
             background_busy=(idle1[0] - idle0[0]) / max(idle1[1] - idle0[1], 1),
+            background_ours=ours,
             shares=[c / max(sum(committed), 1) for c in committed],
             puts_per_s=[o.flushes / seconds for o in ops],
             object_mib=object_bytes / MiB,
@@ -437,7 +446,8 @@ def report(batch_size: int, rs: Sequence[Run], layouts: Sequence[int]) -> dict[s
             "  machine busy (all cores)",
             f"{m(of, lambda r: r.machine_busy):>8.0%}",
             f"of {os.cpu_count()} cores; {m(of, lambda r: r.background_busy):.0%} just before "
-            f"the run, with the brokers idle (other programs)",
+            f"the run, without load ({m(of, lambda r: r.background_ours):.0%} of it brokers, "
+            f"weed and PostgreSQL; the rest other programs)",
         )
         row(
             "  machine CPU ceiling",

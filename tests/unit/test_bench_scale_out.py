@@ -19,6 +19,7 @@ def _run(brokers: int, mib_s: float) -> Run:
         cpu_split={"brokers": 4.0, "store": 10.0, "coordinator": 1.0, "clients": 5.0},
         machine_busy=0.9,
         background_busy=0.05,
+        background_ours=0.01,
         shares=[1 / brokers] * brokers,
         puts_per_s=[5.0] * brokers,
         object_mib=8.0,
