@@ -2,7 +2,7 @@
 behind the same SeaweedFS (``weed mini``) and PostgreSQL.
 
     .venv/bin/python -m bench.scale_out            # 512 MiB x 3 runs per layout, 16 KiB and 1 MiB
-    .venv/bin/python -m bench.scale_out --quick    # ~2 min: 256 MiB x 3 runs, 1 MiB batches
+    .venv/bin/python -m bench.scale_out --quick    # ~1 min: 256 MiB x 3 runs, 1 MiB batches
     .venv/bin/python -m bench.run --targets scale  # the same, as a target of bench.run
 
 One :class:`sluice.cluster.LocalCluster` with as many brokers as the largest layout (one rack,
@@ -509,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         help="producer processes, each flat out (default 2: one per core of this machine's "
         "size; the clients share the cores with brokers, weed and PostgreSQL)",
     )
-    ap.add_argument("--quick", action="store_true", help="~2 min: 256 MiB, 1 MiB batches")
+    ap.add_argument("--quick", action="store_true", help="~1 min: 256 MiB, 1 MiB batches")
     ap.add_argument(
         "--budget", type=float, default=None, help="seconds before a produce phase is cut short"
     )
