@@ -94,6 +94,8 @@ class BrokerConfig:
     # producer may ask for, and how often the coordinator aborts timed-out transactions.
     transaction_max_timeout_ms: int = 900_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    # A transactional id without an ongoing transaction for this long is forgotten.
+    transactional_id_expiration_ms: int = 604_800_000
 
     def __post_init__(self) -> None:
         if self.produce_commit_mode not in ("adaptive", "fixed"):

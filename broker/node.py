@@ -101,6 +101,7 @@ class Broker:
             lambda: self._membership.live() if self._membership is not None else [],
             config.transaction_max_timeout_ms,
             config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            config.transactional_id_expiration_ms,
         )
         self.cluster_id = ""
         self._server: KafkaServer | None = None

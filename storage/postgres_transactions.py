@@ -52,6 +52,21 @@ _EXPIRED = (
     f" WHERE t.state = '{ONGOING}' AND t.started_ms + t.timeout_ms < $1"
     " ORDER BY t.started_ms, t.transactional_id LIMIT $2"
 )
+# One statement: the CTEs delete an id's rows of every table together (for an id that is
+# not ONGOING the set tables hold nothing, but nothing may outlive its id). A concurrent
+# InitProducerId that changed the row first makes PostgreSQL re-check it: then it stays.
+_FORGET_IDLE = (
+    "WITH gone AS ("
+    f" DELETE FROM transactions WHERE transactional_id IN ("
+    f"  SELECT transactional_id FROM transactions WHERE state <> '{ONGOING}' AND updated_ms < $1"
+    "   ORDER BY transactional_id LIMIT $2 FOR UPDATE SKIP LOCKED)"
+    f" AND state <> '{ONGOING}' AND updated_ms < $1"
+    " RETURNING transactional_id),"
+    " p AS (DELETE FROM txn_partitions WHERE transactional_id IN (SELECT * FROM gone)),"
+    " g AS (DELETE FROM txn_groups WHERE transactional_id IN (SELECT * FROM gone)),"
+    " o AS (DELETE FROM txn_offsets WHERE transactional_id IN (SELECT * FROM gone))"
+    " SELECT transactional_id FROM gone ORDER BY 1"
+)
 _PENDING_OFFSETS = (
     "SELECT group_id, topic_id, partition FROM txn_offsets WHERE group_id = ANY($1::text[])"
 )
@@ -209,6 +224,10 @@ class PostgresTransactions:
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
         rows = await self._pool.fetch(_EXPIRED, now_ms, limit, write=False)
         return [_state(r, True) for r in rows]
+
+    async def txn_forget_idle(self, idle_before_ms: int, limit: int) -> list[str]:
+        rows = await self._pool.fetch(_FORGET_IDLE, idle_before_ms, limit, write=True)
+        return [r[0] for r in rows]
 
     async def txn_pending_offsets(self, group_ids: Sequence[str]) -> dict[str, set[PartitionKey]]:
         rows = await self._pool.fetch(_PENDING_OFFSETS, list(group_ids), write=False)

@@ -457,6 +457,23 @@ def txn_expired(cur: sqlite3.Cursor, now_ms: int, limit: int) -> list[Transactio
     return [_with_sets(cur, _state(r)) for r in rows]
 
 
+def txn_forget_idle(cur: sqlite3.Cursor, idle_before_ms: int, limit: int) -> list[str]:
+    ids = [
+        r[0]
+        for r in cur.execute(
+            "SELECT transactional_id FROM transactions WHERE state <> ? AND updated_ms < ?"
+            " ORDER BY transactional_id LIMIT ?",
+            (ONGOING, idle_before_ms, limit),
+        )
+    ]
+    params = [(i,) for i in ids]
+    # Not ONGOING: no partitions, groups or pending offsets are left, but a row of any of
+    # them must never outlive its id.
+    for table in ("txn_partitions", "txn_groups", "txn_offsets", "transactions"):
+        cur.executemany(f"DELETE FROM {table} WHERE transactional_id = ?", params)
+    return ids
+
+
 def txn_pending_offsets(cur: sqlite3.Cursor, group_ids: list[str]) -> dict[str, set[PartitionKey]]:
     out: dict[str, set[PartitionKey]] = {}
     for group_id in group_ids:
@@ -557,3 +574,6 @@ class SqliteTransactions:
 
     async def txn_pending_offsets(self, group_ids: Sequence[str]) -> dict[str, set[PartitionKey]]:
         return await self._read(txn_pending_offsets, list(group_ids))
+
+    async def txn_forget_idle(self, idle_before_ms: int, limit: int) -> list[str]:
+        return await self._write(txn_forget_idle, idle_before_ms, limit)

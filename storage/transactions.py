@@ -234,6 +234,12 @@ class TransactionStore(ABC):
         UNSTABLE_OFFSET_COMMIT until the transaction ends (KIP-447)."""
 
     @abstractmethod
+    async def txn_forget_idle(self, idle_before_ms: int, limit: int) -> list[str]:
+        """``transactional.id.expiration.ms``: delete (at most ``limit``) ids that are not
+        ONGOING and whose last state change is before ``idle_before_ms``; returns them,
+        sorted. A later InitProducerId of such an id starts afresh (a new producer id)."""
+
+    @abstractmethod
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
         """ONGOING transactions with ``started_ms + timeout_ms < now_ms``, oldest first
         (by ``started_ms``, then id), at most ``limit``, with their partitions and groups:

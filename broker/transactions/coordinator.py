@@ -58,6 +58,7 @@ class TransactionCoordinator:
         live_brokers: Callable[[], Sequence[HasNodeId]],
         max_timeout_ms: int,
         sweep_interval_ms: int,
+        id_expiration_ms: int = 604_800_000,
     ) -> None:
         self._db = coordinator
         self._markers = markers
@@ -65,6 +66,7 @@ class TransactionCoordinator:
         self._live = live_brokers
         self._max_timeout_ms = max_timeout_ms
         self._sweep_interval = sweep_interval_ms / 1000
+        self._id_expiration_ms = id_expiration_ms
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -181,11 +183,20 @@ class TransactionCoordinator:
                 )
         return aborted
 
+    async def forget_idle_ids(self) -> int:
+        """``transactional.id.expiration.ms``: ids without a transaction for that long go
+        (any broker may do it: deleting is idempotent)."""
+        gone = await self._db.txn_forget_idle(now_ms() - self._id_expiration_ms, 1000)
+        if gone:
+            log.info("forgot %d idle transactional ids, e.g. %r", len(gone), gone[0])
+        return len(gone)
+
     async def _sweep_loop(self) -> None:
         while True:
             # Jitter spreads the sweeps of brokers sharing one database.
             await asyncio.sleep(self._sweep_interval * random.uniform(0.5, 1.5))
             try:
                 await self.abort_expired()
+                await self.forget_idle_ids()
             except Exception:
                 log.exception("aborting timed-out transactions failed")

@@ -375,3 +375,36 @@ def test_admin_lists_and_describes_transactions(broker: SluiceBroker, topic: str
             admin.describe_transactions([f"missing-{uuid.uuid4().hex[:8]}"])
     finally:
         admin.close()
+
+
+def test_idle_transactional_ids_are_forgotten(tmp_path: Path) -> None:
+    """transactional.id.expiration.ms: an id with no transaction for that long is gone."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TransactionalIdNotFoundError
+
+    broker = SluiceBroker(tmp_path, {"transactional.id.expiration.ms": "1500"})
+    broker.start()
+    try:
+        topic = f"idle-{uuid.uuid4().hex[:8]}"
+        confluent_create_topic(broker.bootstrap, topic, partitions=1)
+        producer = txn_producer(broker.bootstrap, "idle-id")
+        producer.begin_transaction()
+        producer.produce(topic, value=b"x")
+        producer.commit_transaction(30)
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=15_000)
+        try:
+            assert admin.describe_transactions(["idle-id"])["idle-id"].producer_id >= 0
+
+            def forgotten() -> bool:
+                try:
+                    admin.describe_transactions(["idle-id"])
+                except TransactionalIdNotFoundError:
+                    return True
+                return False
+
+            wait_until(forgotten, "the idle id to be forgotten", 30)
+        finally:
+            admin.close()
+        txn_producer(broker.bootstrap, "idle-id")  # starts afresh
+    finally:
+        broker.stop()

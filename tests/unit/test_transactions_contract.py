@@ -997,6 +997,25 @@ async def test_expired_transactions_oldest_first(coordinator: BatchCoordinator) 
     assert [s.transactional_id for s in await c.txn_expired(NOW + 10**6, 10)] == ["b"]
 
 
+async def test_idle_ids_are_forgotten_but_never_ongoing_ones(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    a, b, e = Producer(c, "a"), Producer(c, "b"), Producer(c, "e")
+    await a.begin(P10)
+    assert (await a.end(True, P10)).error == NONE  # CompleteCommit, last change at NOW
+    await b.begin(P11)  # Ongoing since NOW
+    await e.init()  # Empty since NOW
+    assert await c.txn_forget_idle(NOW, 10) == []  # changed at the cutoff: not before it
+    assert await c.txn_forget_idle(NOW + 1, 1) == ["a"]
+    assert await c.txn_forget_idle(NOW + 1, 10) == ["e"]
+    got = await c.txn_get(["a", "b", "e"])
+    assert got[0] is None and got[2] is None
+    assert got[1] is not None and got[1].state == ONGOING
+    again = await c.txn_init("a", TIMEOUT, -1, -1, NOW + 2)  # starts afresh
+    assert again.error == NONE and again.producer_epoch == 0
+    assert again.producer_id not in (a.pid, b.pid, e.pid)
+
+
 async def test_list_filters_by_state_producer_and_duration(coordinator: BatchCoordinator) -> None:
     await setup_logs(coordinator)
     c = coordinator
