@@ -16,6 +16,7 @@ from storage.coordinator import PartitionKey
 from storage.group_store import CommittedOffset
 from storage.transactions import (
     ONGOING,
+    ActiveProducer,
     CompleteResult,
     InitResult,
     Marker,
@@ -66,6 +67,26 @@ _FORGET_IDLE = (
     " g AS (DELETE FROM txn_groups WHERE transactional_id IN (SELECT * FROM gone)),"
     " o AS (DELETE FROM txn_offsets WHERE transactional_id IN (SELECT * FROM gone))"
     " SELECT transactional_id FROM gone ORDER BY 1"
+)
+# One statement for every log asked about; a log without producers gives one row of NULLs
+# (so it is told apart from an unknown log, which has no logs row).
+_PRODUCERS = (
+    "SELECT k.i, l.high_watermark, x.producer_id, x.producer_epoch, x.last_sequence, x.ts,"
+    " x.first_offset"
+    " FROM unnest($1::uuid[], $2::integer[]) WITH ORDINALITY AS k(topic_id, part, i)"
+    " LEFT JOIN logs l ON l.topic_id = k.topic_id AND l.partition = k.part"
+    " LEFT JOIN LATERAL ("
+    "  SELECT DISTINCT ON (s.producer_id) s.producer_id, s.producer_epoch, s.last_sequence,"
+    "   CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.max_timestamp END AS ts,"
+    "   o.first_offset"
+    "  FROM producer_state s"
+    "  LEFT JOIN batches b ON b.topic_id = s.topic_id AND b.partition = s.partition"
+    "   AND b.last_offset = s.last_offset"
+    "  LEFT JOIN open_txns o ON o.topic_id = s.topic_id AND o.partition = s.partition"
+    "   AND o.producer_id = s.producer_id"
+    "  WHERE l.high_watermark IS NOT NULL AND s.topic_id = k.topic_id AND s.partition = k.part"
+    "  ORDER BY s.producer_id, s.base_offset DESC) x ON true"
+    " ORDER BY k.i, x.producer_id"
 )
 _PENDING_OFFSETS = (
     "SELECT group_id, topic_id, partition FROM txn_offsets WHERE group_id = ANY($1::text[])"
@@ -224,6 +245,27 @@ class PostgresTransactions:
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
         rows = await self._pool.fetch(_EXPIRED, now_ms, limit, write=False)
         return [_state(r, True) for r in rows]
+
+    async def describe_producers(
+        self, logs: Sequence[PartitionKey]
+    ) -> list[list[ActiveProducer] | None]:
+        rows = await self._pool.fetch(
+            _PRODUCERS, [k.topic_id for k in logs], [k.partition for k in logs], write=False
+        )
+        out: list[list[ActiveProducer] | None] = [None] * len(logs)
+        for i, hwm, pid, epoch, seq, ts, first in rows:
+            if hwm is None:
+                continue  # unknown log
+            found = out[i - 1]
+            if found is None:
+                found = out[i - 1] = []
+            if pid is not None:
+                found.append(
+                    ActiveProducer(
+                        pid, epoch, seq, -1 if ts is None else ts, -1 if first is None else first
+                    )
+                )
+        return out
 
     async def txn_forget_idle(self, idle_before_ms: int, limit: int) -> list[str]:
         rows = await self._pool.fetch(_FORGET_IDLE, idle_before_ms, limit, write=True)

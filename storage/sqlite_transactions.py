@@ -35,6 +35,7 @@ from storage.transactions import (
     ONGOING,
     PRODUCER_FENCED,
     AbortedTransaction,
+    ActiveProducer,
     CompleteResult,
     InitResult,
     Marker,
@@ -457,6 +458,47 @@ def txn_expired(cur: sqlite3.Cursor, now_ms: int, limit: int) -> list[Transactio
     return [_with_sets(cur, _state(r)) for r in rows]
 
 
+_PRODUCERS = (
+    "SELECT s.producer_id, s.producer_epoch, s.last_sequence,"
+    " CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.max_timestamp END,"
+    " o.first_offset"
+    " FROM producer_state s"
+    " LEFT JOIN batches b ON b.topic_id = s.topic_id AND b.partition = s.partition"
+    "  AND b.last_offset = s.last_offset"
+    " LEFT JOIN open_txns o ON o.topic_id = s.topic_id AND o.partition = s.partition"
+    "  AND o.producer_id = s.producer_id"
+    " WHERE s.topic_id = ? AND s.partition = ? AND s.base_offset = ("
+    "  SELECT max(base_offset) FROM producer_state n WHERE n.topic_id = s.topic_id"
+    "  AND n.partition = s.partition AND n.producer_id = s.producer_id)"
+    " ORDER BY s.producer_id"
+)
+
+
+def describe_producers(
+    cur: sqlite3.Cursor, logs: list[PartitionKey]
+) -> list[list[ActiveProducer] | None]:
+    out: list[list[ActiveProducer] | None] = []
+    for k in logs:
+        tid = k.topic_id.bytes
+        if (
+            cur.execute(
+                "SELECT 1 FROM logs WHERE topic_id = ? AND partition = ?", (tid, k.partition)
+            ).fetchone()
+            is None
+        ):
+            out.append(None)
+            continue
+        out.append(
+            [
+                ActiveProducer(
+                    pid, epoch, seq, -1 if ts is None else ts, -1 if first is None else first
+                )
+                for pid, epoch, seq, ts, first in cur.execute(_PRODUCERS, (tid, k.partition))
+            ]
+        )
+    return out
+
+
 def txn_forget_idle(cur: sqlite3.Cursor, idle_before_ms: int, limit: int) -> list[str]:
     ids = [
         r[0]
@@ -577,3 +619,8 @@ class SqliteTransactions:
 
     async def txn_forget_idle(self, idle_before_ms: int, limit: int) -> list[str]:
         return await self._write(txn_forget_idle, idle_before_ms, limit)
+
+    async def describe_producers(
+        self, logs: Sequence[PartitionKey]
+    ) -> list[list[ActiveProducer] | None]:
+        return await self._read(describe_producers, list(logs))

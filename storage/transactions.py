@@ -104,6 +104,17 @@ class CompleteResult:
 
 
 @dataclass(slots=True)
+class ActiveProducer:
+    """A producer with retained state in a partition (DescribeProducers, KIP-664)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int  # of its newest retained batch; -1 when that batch is gone
+    current_txn_start_offset: int  # first offset of its open transaction, -1 if none
+
+
+@dataclass(slots=True)
 class AbortedTransaction:
     producer_id: int
     first_offset: int
@@ -232,6 +243,13 @@ class TransactionStore(ABC):
         """Per group (only those that have any), the partitions with offsets pending in an
         ongoing transaction: OffsetFetch with ``require_stable`` answers them
         UNSTABLE_OFFSET_COMMIT until the transaction ends (KIP-447)."""
+
+    @abstractmethod
+    async def describe_producers(
+        self, logs: Sequence[PartitionKey]
+    ) -> list[list[ActiveProducer] | None]:
+        """Per log, in order (None: unknown log): the producers with retained idempotence
+        state, by producer id, each with its newest batch and its open transaction."""
 
     @abstractmethod
     async def txn_forget_idle(self, idle_before_ms: int, limit: int) -> list[str]:

@@ -1,5 +1,6 @@
 """The transactional APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
-DescribeTransactions, ListTransactions (InitProducerId is in producer_ids).
+DescribeTransactions, ListTransactions, DescribeProducers (InitProducerId is in
+producer_ids).
 
 Each handler resolves names against the topic registry and makes one call of the
 transaction coordinator (broker/transactions/), which keeps everything in the database.
@@ -340,5 +341,67 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
                 if broker.transactions.owns(s.transactional_id)
                 and (pattern is None or pattern.fullmatch(s.transactional_id))
             ],
+        }
+    )
+
+
+async def describe_producers(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    """DescribeProducers (KIP-664): the producers with state in each partition and where
+    their open transaction began; what `kafka-transactions.sh describe-producers` and
+    `find-hanging` read. Any broker answers for any partition."""
+    await broker.topics.ensure((t.name, p) for t in request.topics for p in t.partition_indexes)
+    slots: list[tuple[str, dict[str, Any], PartitionKey | None]] = []
+    for entry in request.topics:
+        topic = broker.topics.get(entry.name)
+        for index in entry.partition_indexes:
+            answer: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": 0,
+                "error_message": None,
+                "active_producers": [],
+            }
+            key = None
+            if topic is not None and 0 <= index < topic.partitions:
+                key = PartitionKey(topic.topic_id, index)
+            else:
+                answer["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+            slots.append((entry.name, answer, key))
+    keys = [k for _, _, k in slots if k is not None]
+    if keys:
+        try:
+            found = await broker.coordinator.describe_producers(keys)
+        except CoordinatorUnavailable as exc:
+            error = _unavailable(exc, "describing producers")
+            found = [None] * len(keys)
+            for _, answer, key in slots:
+                if key is not None:
+                    answer["error_code"] = error
+        else:
+            it = iter(found)
+            for _, answer, key in slots:
+                if key is None:
+                    continue
+                producers = next(it)
+                if producers is None:
+                    answer["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                answer["active_producers"] = [
+                    {
+                        "producer_id": p.producer_id,
+                        "producer_epoch": p.producer_epoch,
+                        "last_sequence": p.last_sequence,
+                        "last_timestamp": p.last_timestamp,
+                        "coordinator_epoch": -1,
+                        "current_txn_start_offset": p.current_txn_start_offset,
+                    }
+                    for p in producers
+                ]
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for name, answer, _ in slots:
+        topics.setdefault(name, []).append(answer)
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
         }
     )

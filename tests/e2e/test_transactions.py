@@ -365,8 +365,19 @@ def test_admin_lists_and_describes_transactions(broker: SluiceBroker, topic: str
         assert len(mine) == 1 and mine[0].producer_id == desc.producer_id
         ongoing = admin.list_transactions(state_filters=["Ongoing"])
         assert txn_id in {t.transactional_id for ts in ongoing.values() for t in ts}
+        # DescribeProducers (`kafka-transactions.sh describe-producers`): the open
+        # transaction began at offset 0 of partition 1.
+        from kafka import TopicPartition as KTP
+
+        states = admin.describe_producers([KTP(topic, 1), KTP(topic, 0)])
+        [active] = states[KTP(topic, 1)].active_producers
+        assert active.producer_id == desc.producer_id
+        assert active.current_transaction_start_offset == 0
+        assert states[KTP(topic, 0)].active_producers == []
 
         producer.commit_transaction(30)
+        states = admin.describe_producers([KTP(topic, 1)])
+        assert states[KTP(topic, 1)].active_producers[0].current_transaction_start_offset == -1
         desc = admin.describe_transactions([txn_id])[txn_id]
         assert str(desc.state.value) == "CompleteCommit" and not desc.topic_partitions
         ongoing = admin.list_transactions(state_filters=["Ongoing"])

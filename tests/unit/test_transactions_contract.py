@@ -50,6 +50,7 @@ from storage.transactions import (
     ONGOING,
     PRODUCER_FENCED,
     AbortedTransaction,
+    ActiveProducer,
     CompleteResult,
     Marker,
     TransactionState,
@@ -1014,6 +1015,33 @@ async def test_idle_ids_are_forgotten_but_never_ongoing_ones(coordinator: BatchC
     again = await c.txn_init("a", TIMEOUT, -1, -1, NOW + 2)  # starts afresh
     assert again.error == NONE and again.producer_epoch == 0
     assert again.producer_id not in (a.pid, b.pid, e.pid)
+
+
+async def test_describe_producers_shows_each_producers_newest_batch_and_open_transaction(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    # An idempotent producer (id 900): two batches, the newest tells its state.
+    await commit(c, batch(P10, 900, 3, 0, count=2, ts=50, transactional=False))
+    await commit(c, batch(P10, 900, 3, 2, count=3, ts=70, transactional=False))
+    t = Producer(c, "t")
+    await t.begin(P10)
+    assert (await t.send(P10, count=2, ts=80)).base_offset == 5
+    got = await c.describe_producers([P10, P11, PartitionKey(T2, 9)])
+    assert got[0] == sorted(
+        [
+            ActiveProducer(900, 3, 4, 70, -1),
+            ActiveProducer(t.pid, t.epoch, 1, 80, 5),  # open since offset 5
+        ],
+        key=lambda p: p.producer_id,
+    )
+    assert got[1] == []  # no producer wrote there
+    assert got[2] is None  # no such log
+    assert (await t.end(True, P10)).error == NONE
+    [after] = await c.describe_producers([P10])
+    assert after is not None
+    assert [p.current_txn_start_offset for p in after] == [-1, -1]
 
 
 async def test_list_filters_by_state_producer_and_duration(coordinator: BatchCoordinator) -> None:
