@@ -36,3 +36,18 @@ def platformatic_produce(bootstrap: str, topic: str, count: int, prefix: str) ->
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines, f"node printed nothing (exit {done.returncode}): {done.stderr[-2000:]}"
     return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def kafkajs_transactions(bootstrap: str, topic: str, count: int) -> dict[str, object]:
+    """kafkajs: one committed and one aborted transaction of ``count`` records, then what a
+    kafkajs consumer (read_committed, its default) reads; see kafkajs_transactions.mjs."""
+    done = subprocess.run(
+        [_node(), str(NODE_DIR / "kafkajs_transactions.mjs"), bootstrap, topic, str(count)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=NODE_DIR,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"node printed nothing (exit {done.returncode}): {done.stderr[-2000:]}"
+    return json.loads(lines[-1])  # type: ignore[no-any-return]

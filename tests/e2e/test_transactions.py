@@ -419,3 +419,11 @@ def test_idle_transactional_ids_are_forgotten(tmp_path: Path) -> None:
         txn_producer(broker.bootstrap, "idle-id")  # starts afresh
     finally:
         broker.stop()
+
+
+def test_kafkajs_transactions(broker: SluiceBroker, topic: str) -> None:
+    from ._nodejs import kafkajs_transactions
+
+    confluent_create_topic(broker.bootstrap, topic, partitions=2)
+    got = kafkajs_transactions(broker.bootstrap, topic, 10)
+    assert sorted(got["values"]) == sorted(f"committed-{i}" for i in range(10))  # type: ignore[arg-type]
