@@ -19,14 +19,17 @@ _VERSION = 0
 
 
 class EpochCache:
-    def __init__(self, path: str) -> None:
+    """``path`` None keeps the cache in memory only (the replication simulator)."""
+
+    def __init__(self, path: str | None) -> None:
         self.path = path
         self._epochs: list[int] = []
         self._starts: list[int] = []
-        if os.path.exists(path):
+        if path is not None and os.path.exists(path):
             self._load()
 
     def _load(self) -> None:
+        assert self.path is not None
         with open(self.path) as f:
             lines = f.read().split("\n")
         if int(lines[0]) != _VERSION:
@@ -37,6 +40,8 @@ class EpochCache:
             self._starts.append(int(start))
 
     def _save(self) -> None:
+        if self.path is None:
+            return
         body = [str(_VERSION), str(len(self._epochs))]
         body += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
         tmp = self.path + ".tmp"
