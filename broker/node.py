@@ -36,6 +36,7 @@ from .membership import (
 from .metadata_follower import BrokerStorageListener
 from .metrics import METRICS
 from .producer_ids import ProducerIdAllocator
+from .security.authorizer import Authorizer, parse_super_users
 from .server import KafkaServer
 from .topics import TopicRegistry
 from .transactions.coordinator import TransactionCoordinator
@@ -103,6 +104,7 @@ class Broker:
             config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             config.transactional_id_expiration_ms,
         )
+        self.authorizer = _make_authorizer(config, self.controller)
         self.cluster_id = ""
         self._server: KafkaServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -362,6 +364,25 @@ class Broker:
                 await self.delete_orphans()
             except Exception:
                 log.exception("deleting orphaned objects failed")
+
+
+def _make_authorizer(
+    config: BrokerConfig, controller: ControllerCatalog | None
+) -> Authorizer | None:
+    """The ACL authorizer ``authorizer.class.name`` asks for, reading the ACLs of the
+    metadata image this broker follows; None (everything allowed) without one."""
+    if not config.authorizer_class_name:
+        return None
+    if controller is None:
+        raise ValueError(
+            "authorizer.class.name needs controller mode: ACLs are kept in the controllers' "
+            "metadata log (controller.quorum.bootstrap.servers)"
+        )
+    return Authorizer(
+        lambda: controller.image.acls,
+        parse_super_users(config.super_users),
+        config.allow_everyone_if_no_acl_found,
+    )
 
 
 def _proposed_cluster_id(config: BrokerConfig) -> str:

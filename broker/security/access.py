@@ -1,0 +1,65 @@
+"""The checks handlers make: one short call each, True at once when no authorizer is set.
+
+Handlers ask here instead of holding an Authorizer so that "no authorizer configured" (every
+request allowed, Sluice's behaviour without ``authorizer.class.name``) is decided in one
+place, and so the principal and host always come from the request's context.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..authorized_operations import NOT_REQUESTED, authorized
+from .acl import CLUSTER_NAME, AclOperation, ResourceType
+
+if TYPE_CHECKING:
+    from ..node import Broker
+    from ..server import RequestContext
+
+Op = AclOperation
+
+
+def allowed(
+    broker: Broker, ctx: RequestContext, operation: Op, resource_type: ResourceType, name: str
+) -> bool:
+    authorizer = broker.authorizer
+    return authorizer is None or authorizer.authorize(
+        ctx.principal, ctx.client_host, operation, resource_type, name
+    )
+
+
+def topic(broker: Broker, ctx: RequestContext, operation: Op, name: str) -> bool:
+    return allowed(broker, ctx, operation, ResourceType.TOPIC, name)
+
+
+def group(broker: Broker, ctx: RequestContext, operation: Op, name: str) -> bool:
+    return allowed(broker, ctx, operation, ResourceType.GROUP, name)
+
+
+def cluster(broker: Broker, ctx: RequestContext, operation: Op) -> bool:
+    return allowed(broker, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def transactional_id(broker: Broker, ctx: RequestContext, operation: Op, name: str) -> bool:
+    return allowed(broker, ctx, operation, ResourceType.TRANSACTIONAL_ID, name)
+
+
+def idempotent_write(broker: Broker, ctx: RequestContext) -> bool:
+    """An idempotent producer without a transactional id: IDEMPOTENT_WRITE on the cluster,
+    or, since KIP-679, WRITE on any topic."""
+    authorizer = broker.authorizer
+    if authorizer is None or cluster(broker, ctx, Op.IDEMPOTENT_WRITE):
+        return True
+    return authorizer.authorize_any(ctx.principal, ctx.client_host, Op.WRITE, ResourceType.TOPIC)
+
+
+def operations(
+    broker: Broker, ctx: RequestContext, kind: str, name: str, requested: bool = True
+) -> int:
+    """A KIP-430 authorized-operations bit set for ``kind`` ("topic", "group", "cluster")."""
+    if not requested:
+        return NOT_REQUESTED
+    authorizer = broker.authorizer
+    if authorizer is None:
+        return authorized(kind)
+    return authorizer.operations(ctx.principal, ctx.client_host, kind, name)
