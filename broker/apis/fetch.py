@@ -22,6 +22,8 @@ from storage.object_store import ObjectStoreError
 
 from ..client_az import az_from_client_id, count_fetch
 from ..fetch import leader_epoch_error
+from ..security import access
+from ..security.acl import AclOperation
 from ..transformer import preferred_read_replica, route_without_replicas
 
 if TYPE_CHECKING:
@@ -93,6 +95,13 @@ def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int]
     return find
 
 
+def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None) -> bool:
+    """READ on the topic. A topic asked for by an id this broker does not know has no name
+    to check: it answers UNKNOWN_TOPIC_ID, as Kafka does."""
+    name = key if isinstance(key, str) else topic.name if topic is not None else None
+    return name is None or access.topic(broker, ctx, AclOperation.READ, name)
+
+
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
     slots: list[_Slot] = []
@@ -114,9 +123,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             key = fetch_topic.topic
             topic = broker.topics.get(key)
             missing = ErrorCode.unknown_topic_or_partition
+        denied = access.enabled(broker) and not _may_read(broker, ctx, key, topic)
         for part in fetch_topic.partitions:
             error = 0
-            if topic is None:
+            if denied:
+                error = int(ErrorCode.topic_authorization_failed)
+            elif topic is None:
                 error = int(missing)
             elif not 0 <= part.partition < topic.partitions:
                 error = int(ErrorCode.unknown_topic_or_partition)

@@ -21,6 +21,8 @@ from .. import recompress
 from ..append import PartitionAppend, PartitionResult
 from ..client_az import count_produce
 from ..refusals import REFUSALS
+from ..security import access
+from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -50,14 +52,21 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             )
             break
     precheck_error, precheck_message = _precheck(request, acks)
+    if precheck_error is None and access.enabled(broker):
+        precheck_error, precheck_message = _transactional_check(broker, ctx, request)
     now_ms = int(time.time() * 1000)
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = topics.get(name)
         if topic is not None:
             max_batch_bytes, log_append, rules = _settings(topics, topic)
+        denied = access.enabled(broker) and not access.topic(
+            broker, ctx, AclOperation.WRITE, name
+        )
         for part in topic_data.partition_data:
             error, message = precheck_error, precheck_message
+            if error is None and denied:
+                error, message = ErrorCode.topic_authorization_failed, None
             if error is None and (topic is None or not 0 <= part.index < topic.partitions):
                 error = ErrorCode.unknown_topic_or_partition
                 message = "This server does not host this topic-partition."
@@ -178,6 +187,18 @@ def _refuse_old_zstd(batches: list[BatchHeader], target: recompress.Target | Non
             ErrorCode.unsupported_compression_type,
             f"zstd needs Produce v{ZSTD_MIN_PRODUCE_VERSION} or later",
         )
+
+
+def _transactional_check(
+    broker: Broker, ctx: RequestContext, request: Any
+) -> tuple[ErrorCode | None, str | None]:
+    """A transactional producer needs WRITE on its transactional id (as Kafka checks)."""
+    transactional_id = request.transactional_id
+    if transactional_id is not None and not access.transactional_id(
+        broker, ctx, AclOperation.WRITE, transactional_id
+    ):
+        return ErrorCode.transactional_id_authorization_failed, None
+    return None, None
 
 
 def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
