@@ -10,6 +10,7 @@ import os
 import random
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from controller.placement import managed_replication_factor
 from storage.block_cache import BlockCache
@@ -20,6 +21,7 @@ from storage.object_store import ObjectStore, is_data_key
 
 from .append import Appender
 from .background import cancel_and_wait
+from .client_quotas import ClientQuotas, user_of
 from .config import BrokerConfig
 from .controller_catalog import ControllerCatalog
 from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
@@ -42,7 +44,11 @@ from .topics import TopicRegistry
 from .transactions.coordinator import TransactionCoordinator
 from .transactions.markers import MarkerWriter
 
+if TYPE_CHECKING:
+    from .server import RequestContext
+
 log = logging.getLogger(__name__)
+_NO_QUOTAS: dict[object, dict[str, float]] = {}
 
 
 def now_ms() -> int:
@@ -105,6 +111,13 @@ class Broker:
             config.transactional_id_expiration_ms,
         )
         self.authorizer = _make_authorizer(config, self.controller)
+        # Client quotas come from the metadata image (none without a controller).
+        controller = self.controller
+        self.quotas = ClientQuotas(
+            (lambda: controller.image.quotas) if controller is not None else lambda: _NO_QUOTAS,
+            config.quota_window_num,
+            config.quota_window_size_seconds,
+        )
         self.cluster_id = ""
         self._server: KafkaServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -181,6 +194,7 @@ class Broker:
             self.config.port,
             self.config.socket_request_max_bytes,
             pending_bytes=self.config.connection_pending_max_bytes,
+            request_quota=self._request_time if self.controller is not None else None,
         )
         await self._server.start()
         self._membership = self._make_membership()
@@ -228,6 +242,13 @@ class Broker:
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()
+
+    def _request_time(self, ctx: RequestContext, seconds: float) -> int:
+        """The request quota's throttle time for a request handled in ``seconds`` (Kafka
+        counts request time in percent of a second: 100 per second)."""
+        return self.quotas.request.record(
+            user_of(ctx.principal), ctx.header.client_id or "", seconds * 100
+        )
 
     def not_ready_reason(self) -> str | None:
         """None when this broker should get Kafka traffic (see http_endpoint)."""

@@ -21,6 +21,7 @@ from storage.coordinator import (
 from storage.object_store import ObjectStoreError
 
 from ..client_az import az_from_client_id, count_fetch
+from ..client_quotas import user_of
 from ..fetch import leader_epoch_error
 from ..security import access
 from ..security.acl import AclOperation
@@ -217,6 +218,18 @@ async def _fetch(
         results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
         records = [None] * len(finds)
     count_fetch(broker, az, records)
+    throttle_ms = 0
+    quotas = getattr(broker, "quotas", None)  # stand-in brokers of unit tests have none
+    quota = quotas.fetch if quotas is not None else None
+    if quota is not None and quota.enabled():
+        user, client_id = user_of(ctx.principal), ctx.header.client_id or ""
+        size = sum(len(r) for r in records if r is not None)
+        throttle_ms = quota.record(user, client_id, size)
+        if throttle_ms:
+            # As Kafka: a throttled fetch is answered without records, and they are not
+            # counted; the consumer asks again once its throttle time has passed.
+            quota.unrecord(user, client_id, size)
+            records = [None] * len(records)
     # Redirected partitions carry no records but, as in Kafka, their offsets: one lookup for
     # all of them (a consumer is redirected once per partition, then fetches elsewhere).
     redirected = [slot for slot in slots if slot.log is not None]
@@ -264,7 +277,7 @@ async def _fetch(
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(
         {
-            "throttle_time": 0,
+            "throttle_time": throttle_ms,
             "error_code": 0,
             "session_id": 0,  # no fetch sessions: clients keep sending full requests
             "responses": [{key_field: key, "partitions": parts} for key, parts in topics.items()],

@@ -20,6 +20,7 @@ from storage.catalog import Topic
 from .. import recompress
 from ..append import PartitionAppend, PartitionResult
 from ..client_az import count_produce
+from ..client_quotas import user_of
 from ..refusals import REFUSALS
 from ..security import access
 from ..security.acl import AclOperation
@@ -112,6 +113,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             appends.append(
                 PartitionAppend(topic.topic_id, part.index, records, batches, log_append)
             )
+    throttle_ms = _produce_quota(broker, ctx, request)
     committed = broker.appender.submit(appends)
     count_produce(broker, ctx.header.client_id, appends)
     # The answer is completed by a callback on the commit, not by a task awaiting it:
@@ -133,7 +135,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             answer.set_result(None)
         else:
             try:
-                answer.set_result(_encode(version, slots, done.result()))
+                answer.set_result(_encode(version, slots, done.result(), throttle_ms))
             except Exception as encode_error:
                 answer.set_exception(encode_error)
 
@@ -207,7 +209,19 @@ def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
     return None, None
 
 
-def _encode(version: int, slots: list[_Slot], results: list[PartitionResult]) -> EncodedResponse:
+def _produce_quota(broker: Broker, ctx: RequestContext, request: Any) -> int:
+    """The produce quota's throttle time for this request's record bytes (0: none set)."""
+    quotas = getattr(broker, "quotas", None)  # stand-in brokers of unit tests have none
+    if quotas is None or not quotas.produce.enabled():
+        return 0
+    quota = quotas.produce
+    size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
+    return quota.record(user_of(ctx.principal), ctx.header.client_id or "", size)
+
+
+def _encode(
+    version: int, slots: list[_Slot], results: list[PartitionResult], throttle_ms: int = 0
+) -> EncodedResponse:
     topics: dict[str, list[PartitionAnswer]] = {}
     for name, index, slot, message, record_errors in slots:
         result = results[slot] if isinstance(slot, int) else slot
@@ -222,4 +236,4 @@ def _encode(version: int, slots: list[_Slot], results: list[PartitionResult]) ->
                 record_errors,
             )
         )
-    return encode_produce_response(version, list(topics.items()))
+    return encode_produce_response(version, list(topics.items()), throttle_ms)
