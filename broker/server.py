@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import ctypes
 import dataclasses
 import datetime
@@ -156,6 +157,18 @@ class _Request:
         self.failure = failure
 
 
+# A handler that throttles its client says so here (it runs in the connection's task): the
+# connection then admits nothing more until the throttle time has passed. Waiting for the
+# answer to be written would be too late: requests pipelined behind it were admitted by then.
+_THROTTLE: contextvars.ContextVar[int] = contextvars.ContextVar("throttle_ms", default=0)
+
+
+def throttle_connection(throttle_ms: int) -> None:
+    """Called by a handler whose answer will carry ``throttle_ms`` (quotas, KIP-219)."""
+    if throttle_ms > _THROTTLE.get():
+        _THROTTLE.set(throttle_ms)
+
+
 # Measures a request's handling time (seconds) against the client's request quota and
 # returns the throttle time in ms (broker/client_quotas.py).
 RequestTimeQuota = Callable[["RequestContext", float], int]
@@ -291,6 +304,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _end_throttle(self) -> None:
         self._unmute = None
+        self._wakeup.set()
         self._update_reading()
 
     def _abort(self, reason: str, detail: str) -> None:
@@ -302,7 +316,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _run(self) -> None:
         while not self._closed:
-            if not self._inbox:
+            if not self._inbox or self._unmute is not None:
+                # Nothing to do, or muted: a throttled client's next request waits.
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
@@ -357,6 +372,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         ctx = RequestContext(header, response_type, *self._peer)
         _request_counter(api.name).inc()
         started = time.perf_counter() if self._request_quota is not None else 0.0
+        _THROTTLE.set(0)
         try:
             result = await api.handler(ctx, request.body)
         except Exception:
@@ -366,6 +382,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if result is None:
                 self._abort("internal", f"{api.name} handler failed")
                 return
+        if (throttle_ms := _THROTTLE.get()) > 0:
+            self._throttle(throttle_ms)
         if self._request_quota is not None:
             result = self._charge_request_time(ctx, result, time.perf_counter() - started)
         if result is None:

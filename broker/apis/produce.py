@@ -24,6 +24,7 @@ from ..client_quotas import user_of
 from ..refusals import REFUSALS
 from ..security import access
 from ..security.acl import AclOperation
+from ..server import throttle_connection
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -216,7 +217,10 @@ def _produce_quota(broker: Broker, ctx: RequestContext, request: Any) -> int:
         return 0
     quota = quotas.produce
     size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
-    return quota.record(user_of(ctx.principal), ctx.header.client_id or "", size)
+    throttle_ms = quota.record(user_of(ctx.principal), ctx.header.client_id or "", size)
+    if throttle_ms:
+        throttle_connection(throttle_ms)
+    return throttle_ms
 
 
 def _encode(
