@@ -28,26 +28,28 @@ MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 NO_CONTROLLER = "Client quotas are kept in the controllers' metadata log: controller mode only"
 
 
-def _matches(entity: QuotaEntity, components: Any, strict: bool) -> bool | None:
-    """Whether the entity passes the filter; None for a malformed component."""
+def _valid(components: Any) -> bool:
+    """Each entity type once, a known match type, a name to match exactly (Kafka's checks)."""
+    types = [c.entity_type for c in components]
+    return len(set(types)) == len(types) and all(
+        c.match_type in (MATCH_DEFAULT, MATCH_ANY)
+        or (c.match_type == MATCH_EXACT and c.match is not None)
+        for c in components
+    )
+
+
+def _matches(entity: QuotaEntity, components: Any, strict: bool) -> bool:
+    """Whether the entity passes the (valid) filter."""
     names = dict(entity)
-    seen = set()
     for c in components:
-        if c.entity_type in seen:
-            return None
-        seen.add(c.entity_type)
-        if c.match_type == MATCH_EXACT:
-            if c.match is None or names.get(c.entity_type, "\0missing") != c.match:
-                return False
-        elif c.match_type == MATCH_DEFAULT:
-            if c.entity_type not in names or names[c.entity_type] is not None:
-                return False
-        elif c.match_type == MATCH_ANY:
-            if c.entity_type not in names:
-                return False
-        else:
-            return None
-    return not strict or set(names) == seen
+        if c.entity_type not in names:
+            return False
+        name = names[c.entity_type]
+        if c.match_type == MATCH_EXACT and name != c.match:
+            return False
+        if c.match_type == MATCH_DEFAULT and name is not None:
+            return False
+    return not strict or len(names) == len(components)
 
 
 async def describe_client_quotas(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -60,12 +62,11 @@ async def describe_client_quotas(broker: Broker, ctx: RequestContext, request: A
         return error(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
     if broker.controller is None:
         return error(ErrorCode.invalid_request, NO_CONTROLLER)
+    if not _valid(request.components):
+        return error(ErrorCode.invalid_request, "Invalid quota filter component")
     entries = []
     for entity, values in sorted(broker.controller.image.quotas.items(), key=repr):
-        verdict = _matches(entity, request.components, request.strict)
-        if verdict is None:
-            return error(ErrorCode.invalid_request, "Invalid quota filter component")
-        if verdict:
+        if _matches(entity, request.components, request.strict):
             entries.append(
                 {
                     "entity": [{"entity_type": t, "entity_name": n} for t, n in entity],

@@ -400,6 +400,9 @@ def test_prefixed_literal_wildcard_and_deny(secured: Secured) -> None:
             allow(f"{fam}-", AclOperation.READ, pattern=prefixed),
             allow(f"{fam}-", AclOperation.READ, rtype=ResourceType.GROUP, pattern=prefixed),
             allow(f"{fam}-auto-", AclOperation.CREATE, pattern=prefixed),
+            allow(
+                f"{fam}-", AclOperation.WRITE, rtype=ResourceType.TRANSACTIONAL_ID, pattern=prefixed
+            ),
             # Everyone may describe the shared topic; nobody may read the denied one.
             allow(shared, AclOperation.DESCRIBE, EVERYONE),
             allow(denied, AclOperation.READ, EVERYONE, permission=AclPermissionType.DENY),
@@ -436,6 +439,22 @@ def test_prefixed_literal_wildcard_and_deny(secured: Secured) -> None:
     consumer.commit(asynchronous=False)
     assert consumer.committed([TopicPartition(mine, 0)], timeout=10)[0].offset == 3
     consumer.close()
+    # Group operations allowed by READ on the group: READ and DESCRIBE (KIP-430).
+    group_info = admin.describe_consumer_groups([group], include_authorized_operations=True)[
+        group
+    ].result(10)
+    assert set(group_info.authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    # A transaction: WRITE on the transactional id and the topic, READ on the group.
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{fam}-tx"})
+    txn.init_transactions(15)
+    txn.begin_transaction()
+    txn.produce(mine, b"in-txn", partition=0)
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    txn.send_offsets_to_transaction(
+        [TopicPartition(mine, 0, 3)], member.consumer_group_metadata(), 15
+    )
+    txn.commit_transaction(15)
+    member.close()
     # DENY wins over the prefixed ALLOW: writing is fine, reading is not.
     assert produce_error(bootstrap, denied) is None
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
@@ -450,6 +469,16 @@ def test_prefixed_literal_wildcard_and_deny(secured: Secured) -> None:
     reader.close()
     records = admin.delete_records([TopicPartition(shared, 0, 0)])
     assert code_of(lambda: records[TopicPartition(shared, 0, 0)].result(10)) == TOPIC_DENIED
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TopicAuthorizationFailedError
+
+    kadmin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):  # DescribeProducers needs READ
+            kadmin.describe_producers([KTopicPartition(shared, 0)])
+    finally:
+        kadmin.close()
     # WRITE on some topic lets a producer be idempotent (KIP-679).
     assert produce_error(bootstrap, mine, **{"enable.idempotence": True}) is None
     # Auto-creation needs CREATE: granted for the fam-auto- family only.
