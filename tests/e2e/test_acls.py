@@ -118,9 +118,25 @@ def create_acls(admin: AdminClient, acls: list[AclBinding]) -> None:
 
 
 def create_topics(admin: AdminClient, *names: str) -> None:
-    futures = admin.create_topics([NewTopic(n, 1) for n in names], operation_timeout=15)
-    for future in futures.values():
-        future.result(20)
+    import time
+
+    # A broker listens a moment before its first heartbeat unfences it; until then the
+    # controller cannot place replicas (INVALID_REPLICATION_FACTOR): ask again.
+    deadline = time.monotonic() + 10
+    pending = list(names)
+    while pending:
+        futures = admin.create_topics([NewTopic(n, 1) for n in pending], operation_timeout=15)
+        for name, future in futures.items():
+            try:
+                future.result(20)
+            except KafkaException as exc:
+                unplaced = exc.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
+                if not unplaced or time.monotonic() > deadline:
+                    raise
+                continue
+            pending.remove(name)
+        if pending:
+            time.sleep(0.2)
 
 
 def code_of(call: Callable[[], Any]) -> int:
