@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from ._kafka import confluent_create_topic
 from ._nodejs import platformatic_quotas
@@ -150,3 +151,29 @@ def test_consumer_byte_rate_throttles_a_stock_consumer(broker_factory: BrokerFac
     rate = got / elapsed
     print(f"limited consumer: {rate / MiB:.2f} MiB/s")
     assert quota / 2 < rate < quota * 1.6, f"{rate / MiB:.2f} MiB/s against a 1 MiB/s quota"
+
+
+def test_request_percentage_throttles_a_busy_client(broker_factory: BrokerFactory) -> None:
+    broker = broker_factory(**WINDOWS)
+    busy, idle = f"busy-{uuid.uuid4().hex[:6]}", f"idle-{uuid.uuid4().hex[:6]}"
+    # A thousandth of a percent of a handler: any few requests exceed it.
+    alter(broker.bootstrap, entity(client_id=busy), "request_percentage", 0.001)
+
+    def throttles_seen(client_id: str) -> list[float]:
+        seen: list[float] = []
+        admin = AdminClient(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "client.id": client_id,
+                "throttle_cb": lambda event: seen.append(event.throttle_time),
+            }
+        )
+        for _ in range(10):  # a throttled client waits its throttle time: stop at the first
+            admin.list_topics(timeout=10)
+            admin.poll(0.1)
+            if seen:
+                break
+        return seen
+
+    assert any(t > 0 for t in throttles_seen(busy))
+    assert throttles_seen(idle) == []
