@@ -18,9 +18,7 @@ KEY_GROUP = 0
 KEY_TRANSACTION = 1
 
 
-def _coordinator(
-    broker: Broker, ctx: RequestContext, key: str, key_type: int
-) -> dict[str, Any]:
+def _coordinator(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "key": key,
         "node_id": -1,

@@ -151,9 +151,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 
     if requested is None or (version == 0 and not requested):
         # Listing all topics: those the caller may not describe are left out.
-        entries = [
-            entry_of(t) for t in broker.topics.all() if may(AclOperation.DESCRIBE, t.name)
-        ]
+        entries = [entry_of(t) for t in broker.topics.all() if may(AclOperation.DESCRIBE, t.name)]
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         entries = []

@@ -62,9 +62,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         topic = topics.get(name)
         if topic is not None:
             max_batch_bytes, log_append, rules = _settings(topics, topic)
-        denied = access.enabled(broker) and not access.topic(
-            broker, ctx, AclOperation.WRITE, name
-        )
+        denied = access.enabled(broker) and not access.topic(broker, ctx, AclOperation.WRITE, name)
         for part in topic_data.partition_data:
             error, message = precheck_error, precheck_message
             if error is None and denied:

@@ -408,9 +408,7 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
                 # ask every broker: listing all of them everywhere would repeat each one.
                 if broker.transactions.owns(s.transactional_id)
                 and (pattern is None or pattern.fullmatch(s.transactional_id))
-                and access.transactional_id(
-                    broker, ctx, AclOperation.DESCRIBE, s.transactional_id
-                )
+                and access.transactional_id(broker, ctx, AclOperation.DESCRIBE, s.transactional_id)
             ],
         }
     )
