@@ -24,6 +24,7 @@ from .background import cancel_and_wait
 from .client_quotas import ClientQuotas, user_of
 from .config import BrokerConfig
 from .controller_catalog import ControllerCatalog
+from .controller_client import ControllerRefused
 from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
 from .groups.coordinator import GroupConfig
 from .groups.service import GroupService
@@ -187,6 +188,8 @@ class Broker:
         if self.controller is not None:
             # Topics come from the image: follow the metadata log before serving.
             await self.controller.follower.start(BrokerStorageListener(self))
+            if self.authorizer is not None:
+                await self._catch_up_acls()
         await self.topics.load()
         self._server = KafkaServer(
             build_api_table(self),
@@ -242,6 +245,16 @@ class Broker:
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()
+
+    async def _catch_up_acls(self) -> None:
+        """Before serving, read the log up to the active controller's end: the follower's
+        first answer may come from a controller that lags, and enforcing an older ACL set
+        (an ALLOW since revoked) would be a hole, not just staleness."""
+        assert self.controller is not None
+        try:
+            await self.controller.follower.catch_up()
+        except ControllerRefused as exc:
+            log.warning("ACLs may lag until the active controller answers: %s", exc.message)
 
     def _request_time(self, ctx: RequestContext, seconds: float) -> int:
         """The request quota's throttle time for a request handled in ``seconds`` (Kafka
