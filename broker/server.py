@@ -372,7 +372,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         ctx = RequestContext(header, response_type, *self._peer)
         _request_counter(api.name).inc()
         started = time.perf_counter() if self._request_quota is not None else 0.0
-        _THROTTLE.set(0)
+        if _THROTTLE.get():
+            _THROTTLE.set(0)
         try:
             result = await api.handler(ctx, request.body)
         except Exception:
