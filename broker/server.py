@@ -401,7 +401,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         its throttle time (when the answer is at hand: a future only mutes)."""
         assert self._request_quota is not None
         throttle_ms = self._request_quota(ctx, seconds)
-        if throttle_ms <= 0 or result is None:
+        if throttle_ms <= 0:
             return result
         fields = getattr(result, "__dataclass_fields__", None)
         if fields is not None and "throttle_time" in fields:
