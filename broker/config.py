@@ -96,12 +96,31 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # A transactional id without an ongoing transaction for this long is forgotten.
     transactional_id_expiration_ms: int = 604_800_000
+    # Authorization (Kafka's names; broker/security/authorizer.py). Empty: no authorizer,
+    # every request is allowed. Kafka's StandardAuthorizer class name (or "acl") turns ACLs
+    # on; they live in the controller's metadata log, so it needs controller mode.
+    authorizer_class_name: str = ""
+    super_users: str = ""  # "User:admin;User:ops"
+    allow_everyone_if_no_acl_found: bool = False
+    # Client quotas: rates are measured over quota.window.num samples of
+    # quota.window.size.seconds each (Kafka's names and defaults).
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
 
     def __post_init__(self) -> None:
         if self.produce_commit_mode not in ("adaptive", "fixed"):
             raise ValueError(
                 f"produce.commit.mode must be adaptive or fixed, not {self.produce_commit_mode!r}"
             )
+        from .security.authorizer import AUTHORIZER_NAMES
+
+        if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_NAMES:
+            raise ValueError(
+                f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
+            )
+        if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
+            raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")
 
     @property
     def advertised(self) -> str:

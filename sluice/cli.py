@@ -451,6 +451,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             config = broker_config(args)
             config.static_brokers()  # fail early on a malformed list
+            # ACLs live in the controllers' log (`sluice dev` embeds a controller).
+            broker_alone = args.command == "broker" and not config.controller_mode
+            if broker_alone and config.authorizer_class_name:
+                raise ValueError(
+                    "authorizer.class.name needs controller.quorum.bootstrap.servers: "
+                    "ACLs are kept in the controllers' metadata log"
+                )
         except (OSError, ValueError) as exc:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2

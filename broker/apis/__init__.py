@@ -56,6 +56,10 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     # v5 is KIP-890 part 2 (an epoch bump per transaction), which needs transaction.version 2.
     (26, "EndTxn", 0, 4),
     (28, "TxnOffsetCommit", 0, 4),
+    # The ACL APIs' v0 is gone from Kafka 4 (and kio); v1 added pattern types (KIP-290).
+    (29, "DescribeAcls", 1, 3),
+    (30, "CreateAcls", 1, 3),
+    (31, "DeleteAcls", 1, 3),
     (32, "DescribeConfigs", 1, 4),
     (33, "AlterConfigs", 0, 2),
     (37, "CreatePartitions", 0, 3),
@@ -64,6 +68,8 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (45, "AlterPartitionReassignments", 0, 1),
     (46, "ListPartitionReassignments", 0, 0),
     (47, "OffsetDelete", 0, 0),
+    (48, "DescribeClientQuotas", 0, 1),
+    (49, "AlterClientQuotas", 0, 1),
     (60, "DescribeCluster", 0, 1),
     (61, "DescribeProducers", 0, 0),
     (65, "DescribeTransactions", 0, 0),
@@ -74,7 +80,9 @@ VERSIONS: list[tuple[int, str, int, int]] = [
 
 def build_api_table(broker: Broker) -> ApiTable:
     from . import (
+        acls,
         api_versions,
+        client_quotas,
         cluster,
         configs,
         describe_topic_partitions,
@@ -118,6 +126,9 @@ def build_api_table(broker: Broker) -> ApiTable:
         25: transactions.add_offsets_to_txn,
         26: transactions.end_txn,
         28: transactions.txn_offset_commit,
+        29: acls.describe_acls,
+        30: acls.create_acls,
+        31: acls.delete_acls,
         32: configs.describe_configs,
         33: configs.alter_configs,
         37: topics_admin.create_partitions,
@@ -126,6 +137,8 @@ def build_api_table(broker: Broker) -> ApiTable:
         45: reassignments.alter_partition_reassignments,
         46: reassignments.list_partition_reassignments,
         47: group_offsets.offset_delete,
+        48: client_quotas.describe_client_quotas,
+        49: client_quotas.alter_client_quotas,
         60: cluster.handle,
         61: transactions.describe_producers,
         65: transactions.describe_transactions,

@@ -9,12 +9,15 @@ import pytest
 
 from controller.records import (
     RECORD_TYPES,
+    AccessControlEntry,
     BrokerEpochCounter,
+    ClientQuota,
     DecodeError,
     FenceBroker,
     Partition,
     PartitionChange,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
     Topic,
     TopicConfig,
@@ -44,6 +47,13 @@ SAMPLES = [
     PartitionChange(TID, 0, replicas=(1, 2), adding_replicas=(), removing_replicas=()),
     PartitionChange(TID, 0, leader=-1, isr=()),
     RemoveTopic(TID),
+]
+# Authorization: ACLs and client quotas.
+SAMPLES += [
+    AccessControlEntry(uuid.UUID(int=9), 2, "orders", 3, "User:alice", "*", 3, 3),
+    RemoveAccessControlEntry(uuid.UUID(int=9)),
+    ClientQuota(("client-id", "user"), (None, "alice"), "producer_byte_rate", "1024.0"),
+    ClientQuota(("user",), ("alice",), "producer_byte_rate", None),
 ]
 
 
