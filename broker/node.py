@@ -21,6 +21,7 @@ from storage.object_store import ObjectStore, is_data_key
 
 from .append import Appender
 from .background import cancel_and_wait
+from .classic.replica_manager import ReplicaManager
 from .client_quotas import ClientQuotas, user_of
 from .config import BrokerConfig
 from .controller_catalog import ControllerCatalog
@@ -119,6 +120,9 @@ class Broker:
             config.quota_window_num,
             config.quota_window_size_seconds,
         )
+        # Classic topics (local logs, leader-follower replication) need the controllers'
+        # leaders and epochs: controller mode only.
+        self.classic = ReplicaManager(self) if self.controller is not None else None
         self.cluster_id = ""
         self._server: KafkaServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -191,6 +195,8 @@ class Broker:
             if self.authorizer is not None:
                 await self._catch_up_acls()
         await self.topics.load()
+        if self.classic is not None:
+            await self.classic.start()
         self._server = KafkaServer(
             build_api_table(self),
             self.config.host,
@@ -236,6 +242,8 @@ class Broker:
         if self._server is not None:
             await self._server.close()
         await cancel_and_wait(self._tasks)
+        if self.classic is not None:
+            await self.classic.stop()
         await self.transactions.stop()
         if self._membership is not None:
             await self._membership.stop()

@@ -142,6 +142,13 @@ class TopicRegistry:
         if not 0 < partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(f"Number of partitions must be 1..{MAX_PARTITIONS}")
         topic_config.validate(configs)
+        if self._controller is None and str(configs.get("diskless.enable", "true")).lower() == (
+            "false"
+        ):
+            # Classic topics need leaders, ISRs and epochs: the controllers' metadata.
+            raise topic_config.InvalidConfig(
+                "diskless.enable=false needs controller mode (controller.quorum.bootstrap.servers)"
+            )
         topic = Topic(
             name=name, topic_id=uuid.uuid4(), partitions=partitions, configs=dict(configs)
         )

@@ -34,6 +34,7 @@ from controller.records import encode_batch
 from controller.requests import (
     AlterTopicConfigs,
     BrokerRegistrationRequest,
+    IsrChange,
     NewPartitions,
     NewTopic,
     Outcome,
@@ -63,6 +64,10 @@ class ControllerSettings:
     cluster_id: str | None = None
     # Seed 000's background task: expand legacy RF=1 diskless topics to one replica per rack.
     expand_legacy_topics: bool = False
+    # The kind of a topic created without diskless.enable (log.diskless.enable), and the RF
+    # of a classic topic created with -1 (default.replication.factor).
+    default_diskless: bool = True
+    default_replication_factor: int = 1
     raft_options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -94,6 +99,10 @@ class ControllerService:
             validate_configs=validate,
             list_config_keys=LIST_KEYS,
             config_defaults={name: KEYS[name].default for name in LIST_KEYS},
+            default_diskless=settings.default_diskless,
+            default_replication_factor=settings.default_replication_factor,
+            # Brokers serve classic topics (broker/classic): diskless.enable=false is allowed.
+            classic_topics=True,
         )
         self.logic = ControllerLogic(config)
         self._lock = asyncio.Lock()
@@ -127,6 +136,7 @@ class ControllerService:
             web.post("/v1/acls/create", self._create_acls),
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
+            web.post("/v1/partitions/isr", self._alter_partition),
         ]
         app.add_routes(routes)
         # Long polls are woken at stop() and the runner's shutdown wait is bounded.
@@ -368,6 +378,18 @@ class ControllerService:
             request,
             lambda b: self.logic.alter_partition_reassignments(
                 self.state.image, [from_json(Reassignment, r) for r in b["reassignments"]]
+            ),
+        )
+
+    async def _alter_partition(self, request: web.Request) -> web.Response:
+        # AlterPartition from a classic partition's leader (ISR shrink/expand).
+        return await self._answer(
+            request,
+            lambda b: self.logic.alter_partition(
+                self.state.image,
+                int(b["broker_id"]),
+                int(b["broker_epoch"]),
+                [from_json(IsrChange, c) for c in b["changes"]],
             ),
         )
 
