@@ -238,6 +238,8 @@ class Broker:
         if self._server is not None:
             self._server.stop_accepting()
         self.groups.resign_all()  # answers JoinGroup/SyncGroup waiting on a rebalance
+        if self.classic is not None:
+            self.classic.stop_serving()
         await self.appender.close()
         if self._server is not None:
             await self._server.close()
@@ -348,6 +350,8 @@ class Broker:
                 self.topics.int_config(topic, "retention.bytes"),
             )
             for topic in self.topics.all()
+            # Classic logs are local: broker/classic enforces their retention.
+            if self.classic is None or not self.classic.is_classic(topic.topic_id)
             for partition in range(topic.partitions)
         ]
         if policies:

@@ -138,7 +138,8 @@ class TopicRegistry:
         matter in controller mode only (elsewhere the handler refuses them first)."""
         check_name(name)
         if partitions == -1:
-            partitions = self._config.num_partitions
+            # With a manual assignment the partitions are its entries (Kafka sends -1).
+            partitions = len(assignments) if assignments else self._config.num_partitions
         if not 0 < partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(f"Number of partitions must be 1..{MAX_PARTITIONS}")
         topic_config.validate(configs)

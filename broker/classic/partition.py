@@ -67,6 +67,7 @@ class ClassicPartition:
         self._waiters: list[tuple[int, int, asyncio.Future[PartitionResult]]] = []
         # An ISR change asked of the controller and not answered yet (one at a time).
         self.isr_change_pending = False
+        self.isr_retry_at = 0.0  # ms: a refused ISR change is not asked again before
         # min.insync.replicas of the last acks=all produce: checked again when the HW
         # completes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank meanwhile).
         self._min_isr = 1

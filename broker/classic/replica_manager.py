@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+ISR_RETRY_MS = 1000  # after a refused or failed AlterPartition
 TOPIC_ID_FILE = "partition.metadata"  # Kafka's name: the topic id a log directory belongs to
 
 
@@ -76,6 +77,15 @@ class ReplicaManager:
         self.reconcile()
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
+
+    def stop_serving(self) -> None:
+        """Shutdown begins: produces waiting for acks=all are answered now (retriable
+        NOT_LEADER_OR_FOLLOWER: the producer retries on the next leader) instead of holding
+        the server's drain, and no follower fetches any more."""
+        for fetcher in self._fetchers.values():
+            fetcher.stop()
+        for p in self.partitions.values():
+            p.fail_waiters(ErrorCode.not_leader_or_follower)
 
     async def stop(self) -> None:
         await cancel_and_wait(self._tasks)
@@ -185,9 +195,9 @@ class ReplicaManager:
     def check_isr(self, p: ClassicPartition) -> None:
         """Ask the controller for an ISR change if the leader's view calls for one."""
         ls = p.leader_state
-        if ls is None or p.isr_change_pending or p.role != LEADER:
-            return
         now = time.time() * 1000
+        if ls is None or p.isr_change_pending or p.role != LEADER or now < p.isr_retry_at:
+            return
         isr = set(p.isr)
         new = (isr - ls.to_remove(now)) | ls.to_add()
         if new == isr:
@@ -210,6 +220,8 @@ class ReplicaManager:
                 log.warning("AlterPartition refused: %s", result.error_code.name)
             for r in result.partitions:
                 if r.error_code != ErrorCode.none:
+                    # Refused (e.g. the follower is still fenced): not again at every fetch.
+                    p.isr_retry_at = time.time() * 1000 + ISR_RETRY_MS
                     log.info(
                         "%s-%d: ISR change to %s refused: %s %s",
                         p.topic,
@@ -224,7 +236,7 @@ class ReplicaManager:
             await controller.follower.wait_for(applied, 5.0)
         except Exception as exc:
             log.warning("%s-%d: AlterPartition failed: %r", p.topic, p.index, exc)
-            await asyncio.sleep(0.5)
+            p.isr_retry_at = time.time() * 1000 + ISR_RETRY_MS
         finally:
             p.isr_change_pending = False
             self.reconcile_soon()

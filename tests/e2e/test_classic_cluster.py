@@ -79,7 +79,9 @@ def create(
     assignment: list[list[int]] | None = None,
 ) -> None:
     if assignment is not None:
-        new = NewTopic(topic, replica_assignment=assignment, config={**CLASSIC, **configs})
+        new = NewTopic(
+            topic, len(assignment), replica_assignment=assignment, config={**CLASSIC, **configs}
+        )
     else:
         new = NewTopic(topic, 1, 3, config={**CLASSIC, **configs})
     admin.create_topics([new])[topic].result(20)
@@ -134,9 +136,9 @@ def test_stopped_follower_leaves_the_isr_and_rejoins(healthy: LocalCluster, topi
     create(admin, topic, {"min.insync.replicas": "2"}, [[1, 2, 3]])
     strict = topic + "-strict"
     create(admin, strict, {"min.insync.replicas": "3"}, [[1, 2, 3]])
-    producer = Producer(
-        {"bootstrap.servers": healthy.bootstrap, "acks": "all", "message.timeout.ms": 20000}
-    )
+    # No retries: NOT_ENOUGH_REPLICAS is retriable, a retrying producer would only report
+    # its own timeout.
+    producer = Producer({"bootstrap.servers": healthy.bootstrap, "acks": "all", "retries": 0})
     os.kill(_pid(healthy, 3), signal.SIGSTOP)
     try:
         wait_until(lambda: describe(admin, topic)[0][2] == [1, 2], "the ISR to shrink", 15)
