@@ -483,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         default="dev,s3,commit,scale",
         help="dev, s3, commit (group-commit latency across loads, both commit modes, on "
         "both stores; bench.commit_latency), scale (1 vs 2 broker processes on this host, "
-        "same storage; bench.scale_out) or any of them (default all four)",
+        "same storage; bench.scale_out), classic (classic RF=3 vs diskless topics on 3 "
+        "brokers; bench.classic) or any of them (default the first four)",
     )
     ap.add_argument("--quick", action="store_true", help="~1 min: 64 MiB, 1 run, 1 MiB batches")
     ap.add_argument(
@@ -516,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tail_mib = 32.0
     args.tail_fetches = 40 if args.quick else 100
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"dev", "s3", "commit", "scale"}
+    unknown = set(targets) - {"dev", "s3", "commit", "scale", "classic"}
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)}")
 
@@ -548,6 +549,14 @@ def main(argv: list[str] | None = None) -> int:
                 (["--quick"] if args.quick else ["--repeats", str(args.repeats)])
                 + ["--batch-sizes", ",".join(map(str, args.batch_sizes))]
                 + [arg for k, v in args.options for arg in ("-o", f"{k}={v}")]
+            )
+        if "classic" in targets:
+            from . import classic
+
+            # Classic (local logs, RF=3) vs diskless on one 3-broker cluster.
+            classic.main(
+                ["--repeats", str(args.repeats)]
+                + (["--quick"] if args.quick else ["--mib", str(min(args.mib, 128))])
             )
         if verdicts:
             _print("\ntargets (issue 3), on the medians above:")

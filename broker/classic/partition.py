@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from controller.image import PartitionState
 from protocol.record_scan import first_at_or_after, max_timestamp_record
 from protocol.records import BatchHeader, stamp_log_append_time
-from replication.leader import LeaderState
+from replication.leader import LeaderState, Progress
 from storage.classic.batches import walk
 from storage.classic.log import Log, OffsetOutOfRange
 from storage.coordinator import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -99,9 +99,14 @@ class ClassicPartition:
                 self._become_leader(state)
                 on_change(self)
             else:
-                assert self.leader_state is not None
-                self.leader_state.isr = set(state.isr)
-                self.leader_state.replicas = list(state.replicas)
+                ls = self.leader_state
+                assert ls is not None
+                ls.isr = set(state.isr)
+                ls.replicas = list(state.replicas)
+                for r in state.replicas:
+                    # A reassignment's new replica: tracked from now on.
+                    if r != self.me and r not in ls.progress:
+                        ls.progress[r] = Progress(-1, now_ms())
                 self.isr_change_pending = False
                 self._advance()
         else:
@@ -246,8 +251,11 @@ class ClassicPartition:
         if replica >= 0:
             if self.role != LEADER or self.leader_state is None:
                 return int(ErrorCode.not_leader_or_follower), b""
+            if replica not in self.leader_state.progress:
+                # Not a replica of this partition: no uncommitted data for it.
+                return int(ErrorCode.not_leader_or_follower), b""
             end = self.log.log_end_offset
-            if replica in self.leader_state.progress and offset <= end:
+            if offset <= end:
                 self.leader_state.on_fetch(replica, offset, end, now_ms())
                 self._advance()
             limit = None
