@@ -41,7 +41,7 @@ def classic_slot(
     if replica_id == -2:
         slot.error = int(ErrorCode.cluster_authorization_failed)
         return slot
-    if p is None:
+    if p is None or manager.stopping:
         slot.error = int(ErrorCode.not_leader_or_follower)
         return slot
     if replica_id >= 0:

@@ -48,7 +48,7 @@ class ReplicaManager:
         self._classic: set[UUID] = set()
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._version = -1
+        self.stopping = False
 
     # ---------------------------------------------------------------- queries
 
@@ -63,7 +63,7 @@ class ReplicaManager:
     ) -> tuple[ClassicPartition | None, int]:
         """(the partition, 0) when this broker leads it, else (None, Kafka error)."""
         p = self.partitions.get((topic_id, partition))
-        if p is None or p.role != LEADER:
+        if p is None or p.role != LEADER or self.stopping:
             return None, int(ErrorCode.not_leader_or_follower)
         return p, 0
 
@@ -81,7 +81,9 @@ class ReplicaManager:
     def stop_serving(self) -> None:
         """Shutdown begins: produces waiting for acks=all are answered now (retriable
         NOT_LEADER_OR_FOLLOWER: the producer retries on the next leader) instead of holding
-        the server's drain, and no follower fetches any more."""
+        the server's drain; no follower fetches any more, and fetches of other brokers'
+        followers are refused at once so their connections go idle and can be closed."""
+        self.stopping = True
         for fetcher in self._fetchers.values():
             fetcher.stop()
         for p in self.partitions.values():

@@ -116,12 +116,27 @@ def test_rf3_acks_all_with_confluent_consumed_by_kafka_python_and_aiokafka(
     ):
         assert [int(g.value or b"-1") for g in got] == list(range(2000))
         assert [g.offset for g in got] == list(range(2000))
+    # KIP-392: a consumer in a follower's rack is sent to that follower and reads there.
+    rack_of = {b.node_id: b.rack for b in healthy.brokers}
+    follower = next(r for r in replicas if r != leader)
+    before = _fetches_served(healthy, follower)
+    got = confluent_consume(
+        healthy.bootstrap, topic, expected=2000, **{"client.rack": rack_of[follower]}
+    )
+    assert [int(g.value or b"-1") for g in got] == list(range(2000))
+    assert _fetches_served(healthy, follower) > before
     # Every replica holds the log locally, byte for byte the leader's.
     sizes = set()
     for b in healthy.brokers:
         directory = b.data_dir / f"{topic}-0"
         sizes.add(sum(f.stat().st_size for f in directory.glob("*.log")))
     wait_until(lambda: len(sizes) == 1, "equal replicas", 1)
+
+
+def _fetches_served(cluster: LocalCluster, node: int) -> float:
+    """Fetch requests broker ``node`` has answered (its /metrics)."""
+    metrics = cluster.broker(node).metrics()
+    return metrics.get('sluice_requests_total{api="Fetch"}', 0.0)
 
 
 def _pid(cluster: LocalCluster, node: int) -> int:
