@@ -279,13 +279,18 @@ async def _fetch(
     quota = quotas.fetch if quotas is not None else None
     if quota is not None and quota.enabled():
         user, client_id = user_of(ctx.principal), ctx.header.client_id or ""
-        size = sum(len(r) for r in records if r is not None)
+        # Classic partitions' bytes count too; a follower's replication fetch does not (as
+        # in Kafka, client quotas do not apply to replication).
+        consumed = [s for s in slots if s.classic is not None and s.replica < 0]
+        size = sum(len(r) for r in records if r is not None) + sum(len(s.data) for s in consumed)
         throttle_ms = quota.record(user, client_id, size)
         if throttle_ms:
             # As Kafka: a throttled fetch is answered without records, and they are not
             # counted; the consumer asks again once its throttle time has passed.
             quota.unrecord(user, client_id, size)
             records = [None] * len(records)
+            for s in consumed:
+                s.data = b""
     # Redirected partitions carry no records but, as in Kafka, their offsets: one lookup for
     # all of them (a consumer is redirected once per partition, then fetches elsewhere).
     redirected = [slot for slot in slots if slot.log is not None]

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from controller.image import MetadataImage
 from controller.requests import IsrChange
 from storage.catalog import Topic
-from storage.classic.log import Log, LogConfig
+from storage.classic.log import NO_LIMIT, Log, LogConfig
 
 from ..background import cancel_and_wait
 from .partition import LEADER, ClassicPartition
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FLUSH_CHECK_S = 1.0
 ISR_RETRY_MS = 1000  # after a refused or failed AlterPartition
 TOPIC_ID_FILE = "partition.metadata"  # Kafka's name: the topic id a log directory belongs to
 
@@ -77,6 +78,7 @@ class ReplicaManager:
         self.reconcile()
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
+        self._tasks.append(asyncio.create_task(self._flush_loop()))
 
     def stop_serving(self) -> None:
         """Shutdown begins: produces waiting for acks=all are answered now (retriable
@@ -274,10 +276,27 @@ class ReplicaManager:
             await asyncio.sleep(interval)
             try:
                 self.enforce_retention()
-                # flush.ms without appends: Kafka's log flusher runs on a schedule too.
-                for p in list(self.partitions.values()):
-                    cfg = p.log.config
-                    if cfg.flush_ms < 2**63 - 1 and p.log._unflushed:
-                        p.log.flush()
             except Exception:
                 log.exception("retention of classic logs failed")
+
+    def flush_due(self, now: float) -> int:
+        """fsync logs whose ``flush.ms`` passed with records unflushed; returns how many."""
+        flushed = 0
+        for p in list(self.partitions.values()):
+            plog = p.log
+            if plog.config.flush_ms >= NO_LIMIT or not plog.unflushed:
+                continue
+            if (now - plog.last_flush) * 1000 >= plog.config.flush_ms:
+                plog.flush()
+                flushed += 1
+        return flushed
+
+    async def _flush_loop(self) -> None:
+        # flush.ms holds without new appends too (Kafka's log.flush.scheduler.interval.ms);
+        # off by default, so this usually finds nothing to do.
+        while True:
+            await asyncio.sleep(FLUSH_CHECK_S)
+            try:
+                self.flush_due(time.time())
+            except Exception:
+                log.exception("flushing classic logs failed")

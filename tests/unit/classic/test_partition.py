@@ -179,3 +179,23 @@ def test_list_offsets_by_time_and_latest_stop_at_the_high_watermark(tmp_path: Pa
         assert p.end_offset_for(1) == (1, 4)
 
     asyncio.run(run())
+
+
+def test_flush_ms_is_honoured_without_new_appends(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from broker.classic.replica_manager import ReplicaManager
+
+    async def run() -> None:
+        plog = Log(str(tmp_path / "f"), LogConfig(flush_ms=100))
+        p = ClassicPartition(TOPIC_ID, "t", 0, plog, 1, 1000)
+        lead(p, isr=(1,))
+        produce(p, records(1))
+        assert plog.unflushed == 1
+        manager = ReplicaManager.__new__(ReplicaManager)
+        manager.partitions = {(TOPIC_ID, 0): p}
+        manager.broker = SimpleNamespace()
+        assert manager.flush_due(plog.last_flush + 0.05) == 0
+        assert manager.flush_due(plog.last_flush + 0.2) == 1 and plog.unflushed == 0
+
+    asyncio.run(run())
