@@ -31,7 +31,7 @@ from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
 
 from .kafka_client import ConnectionLost, KafkaConnection
-from .partition import ClassicPartition
+from .partition import FOLLOWER, ClassicPartition
 
 if TYPE_CHECKING:
     from .replica_manager import ReplicaManager
@@ -69,7 +69,9 @@ class ReplicaFetcher:
         backoff = self.config.replica_fetch_backoff_ms / 1000
         while True:
             try:
-                parts = [p for p in self._partitions if p.leader == self.leader_id]
+                parts = [
+                    p for p in self._partitions if p.leader == self.leader_id and p.role == FOLLOWER
+                ]
                 if not parts:
                     self._changed.clear()
                     with contextlib.suppress(TimeoutError):
@@ -79,7 +81,11 @@ class ReplicaFetcher:
                 if truncating:
                     await self._truncate(truncating)
                 ready = [p for p in parts if not p.needs_truncation]
-                if ready and not await self._fetch(ready):
+                if ready:
+                    if not await self._fetch(ready):
+                        await asyncio.sleep(backoff)
+                elif truncating:
+                    # The leader refused (its metadata or ours lags): not in a tight loop.
                     await asyncio.sleep(backoff)
             except asyncio.CancelledError:
                 raise
@@ -134,6 +140,9 @@ class ReplicaFetcher:
                 return
             answers = await self._ask_epochs(asks)
             for p, epoch in asks:
+                if p.role != FOLLOWER or p.leader != self.leader_id:
+                    del pending[id(p)]  # the image moved on while the request was out
+                    continue
                 error, leader_epoch, leader_end = answers.get(
                     (p.topic, p.index), (int(ErrorCode.unknown_server_error), -1, -1)
                 )
@@ -193,7 +202,12 @@ class ReplicaFetcher:
         for t in response.responses:
             for r in t.partitions:
                 p = index.get((t.topic, int(r.partition_index)))
-                if p is None or p.leader != self.leader_id or p.needs_truncation:
+                if (
+                    p is None
+                    or p.leader != self.leader_id
+                    or p.role != FOLLOWER
+                    or p.needs_truncation
+                ):
                     continue  # the image moved on while the fetch was in flight
                 error = int(r.error_code)
                 if error == 0:
