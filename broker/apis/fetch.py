@@ -21,6 +21,7 @@ from storage.coordinator import (
 from storage.object_store import ObjectStoreError
 
 from ..classic.fetch import (
+    DENIED_REPLICA,
     classic_entry,
     classic_interests,
     classic_slot,
@@ -148,7 +149,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         and not access.cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
     ):
         # Replication is a broker's privilege (Kafka: CLUSTER_ACTION on the cluster).
-        replica_id = -2
+        replica_id = DENIED_REPLICA
     for fetch_topic in request.topics:
         if by_id:
             key = fetch_topic.topic_id
@@ -181,10 +182,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 )
                 slots.append(slot)
                 redirected = redirected or slot.preferred >= 0
-                continue
-            if replica_id >= 0:
-                # Diskless partitions have no followers to replicate to.
-                slots.append(_Slot(key, part.partition, int(ErrorCode.not_leader_or_follower), -1))
                 continue
             if prefer is not None and (preferred := prefer(topic, part.partition)) >= 0:
                 # Like Kafka: no records, only the replica to switch to (librdkafka skips

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 # Consumers may fetch from a follower from Fetch v11 on (KIP-392), as Kafka allows.
 FOLLOWER_FETCH_VERSION = 11
+# A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client
+# can send: consumers use -1, debugging consumers -2).
+DENIED_REPLICA = -1000
 
 
 def classic_slot(
@@ -38,7 +41,7 @@ def classic_slot(
 
     slot = _Slot(key, part.partition, 0, -1)
     p = manager.get(topic.topic_id, part.partition)
-    if replica_id == -2:
+    if replica_id == DENIED_REPLICA:
         slot.error = int(ErrorCode.cluster_authorization_failed)
         return slot
     if p is None or manager.stopping:
