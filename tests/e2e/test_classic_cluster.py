@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.cluster import LocalCluster
@@ -184,9 +184,22 @@ def test_leader_killed_repeatedly_loses_and_duplicates_nothing(
     admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
     create(admin, topic, {"min.insync.replicas": "2"})
 
+    kills: list[int] = []  # the high watermark when each kill happened
+    watcher = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "watch"})
+
+    def high_watermark() -> int:
+        # Right after a kill the client's metadata may still name the old leader.
+        for _attempt in range(50):
+            try:
+                return int(watcher.get_watermark_offsets(TopicPartition(topic, 0), 5)[1])
+            except KafkaException:
+                time.sleep(0.2)
+        raise AssertionError("no high watermark")
+
     def kill_leaders() -> None:
         for _round in range(3):
             leader = describe(admin, topic)[0][0]
+            kills.append(high_watermark())
             broker = healthy.broker(leader)
             broker.stop(signal.SIGKILL)
             wait_until(
@@ -200,6 +213,10 @@ def test_leader_killed_repeatedly_loses_and_duplicates_nothing(
                 lambda: len(describe(admin, topic)[0][2]) == 3, "the restarted replica in sync", 20
             )
 
-    stream = stream_through(healthy.bootstrap, topic, 3000, kill_leaders, after_fraction=0.1)
-    got = confluent_consume(healthy.bootstrap, topic, expected=3000)
+    # ~15 s of paced records: the three kills (a few seconds each) all land mid-stream.
+    total = 24_000
+    stream = stream_through(healthy.bootstrap, topic, total, kill_leaders, after_fraction=0.05)
+    watcher.close()
+    assert len(kills) == 3 and kills[-1] < total, f"kills at offsets {kills} of {total}"
+    got = confluent_consume(healthy.bootstrap, topic, expected=total)
     assert_exactly_once(stream, got, 1)
