@@ -199,3 +199,41 @@ def test_flush_ms_is_honoured_without_new_appends(tmp_path: Path) -> None:
         assert manager.flush_due(plog.last_flush + 0.2) == 1 and plog.unflushed == 0
 
     asyncio.run(run())
+
+
+def test_a_returning_leader_cuts_its_divergent_tail_kip_279(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from broker.classic.replica_fetcher import ReplicaFetcher
+
+    async def run() -> None:
+        old = partition(tmp_path, 1, "old")  # leader at epoch 1
+        new = partition(tmp_path, 2, "new")
+        lead(old, isr=(1, 2), epoch=1)
+        new.apply(PartitionState((1, 2, 3), (1, 2), 1, 1, 1), lambda _p: None)
+        produce(old, records(3))
+        _, data = old.read(0, 1 << 20, 2)
+        new.append_fetched(data, 0, 0)
+        produce(old, records(3))  # offsets 3-5: never replicated (the old leader dies)
+        # Broker 2 leads at epoch 2 and writes offsets 3-4 of its own.
+        new.apply(PartitionState((1, 2, 3), (2,), 2, 2, 2), lambda _p: None)
+        assert new.role == LEADER
+        produce(new, records(2))
+        old.apply(PartitionState((1, 2, 3), (2,), 2, 2, 3), lambda _p: None)
+        assert old.role == FOLLOWER and old.needs_truncation
+
+        broker = SimpleNamespace(config=SimpleNamespace(replica_fetch_backoff_ms=10))
+        fetcher = ReplicaFetcher(SimpleNamespace(me=1, broker=broker), 2, "h", 1)  # type: ignore[arg-type]
+
+        async def ask(asks: list[tuple[ClassicPartition, int]]) -> dict:
+            return {(p.topic, p.index): (0, *new.end_offset_for(e)) for p, e in asks}
+
+        fetcher._ask_epochs = ask  # type: ignore[method-assign]
+        await fetcher._truncate([old])
+        assert old.log.log_end_offset == 3 and not old.needs_truncation
+        _, data = new.read(3, 1 << 20, 1)
+        old.append_fetched(data, 5, 0)
+        assert old.log.read(0, 1 << 20) == new.log.read(0, 1 << 20)
+        assert old.log.epochs.entries == [(1, 0), (2, 3)]
+
+    asyncio.run(run())
