@@ -30,6 +30,7 @@ from ..classic.fetch import (
 from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import leader_epoch_error
+from ..metrics import METRICS
 from ..security import access
 from ..security.acl import AclOperation
 from ..transformer import preferred_read_replica, route_without_replicas
@@ -270,7 +271,10 @@ async def _fetch(
         log.warning("fetch failed: %s", exc)
         results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
         records = [None] * len(finds)
-    count_fetch(broker, az, records)
+    classic_read = [s.data for s in slots if s.classic is not None and s.replica < 0 and s.data]
+    if classic_read:
+        METRICS.fetched_bytes.inc(sum(len(d) for d in classic_read))
+    count_fetch(broker, az, [*records, *classic_read] if classic_read else records)
     throttle_ms = 0
     quotas = getattr(broker, "quotas", None)  # stand-in brokers of unit tests have none
     quota = quotas.fetch if quotas is not None else None

@@ -11,6 +11,7 @@ from protocol.records import BatchHeader
 from storage.catalog import Topic
 
 from ..append import PartitionResult
+from ..metrics import METRICS
 
 if TYPE_CHECKING:
     from ..topics import TopicRegistry
@@ -45,6 +46,8 @@ def classic_append(
     except OSError:
         # The disk refused (full, I/O error): retriable for the client, as Kafka answers.
         return PartitionResult(int(ErrorCode.kafka_storage_error))
+    if not isinstance(result, PartitionResult) or result.error == 0:
+        METRICS.produced_bytes.inc(len(records))
     # Followers long-polling this partition have new data; so do consumers if the HW moved.
     manager.broker.watch.notify([(p.topic_id, p.index, p.log.log_end_offset)])
     return result
