@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -122,6 +123,21 @@ class BrokerProcess(SluiceProcess):
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Until ``/readyz`` answers 200 (the broker is part of the cluster: registered,
+        unfenced, reaching its coordinator)."""
+        deadline = time.monotonic() + timeout
+        status, body = 0, ""
+        while time.monotonic() < deadline:
+            try:
+                status, body = self.http_get("/readyz", timeout=2.0)
+            except OSError as exc:
+                status, body = 0, str(exc)
+            if status == 200:
+                return
+            time.sleep(0.1)
+        raise ClusterError(f"broker {self.node_id} not ready within {timeout:.0f}s: {body.strip()}")
 
     def metrics(self) -> dict[str, float]:
         """Current samples, keyed like ``name{label="v",...}`` (labels sorted)."""
@@ -336,7 +352,9 @@ class LocalCluster:
     # ---------------------------------------------------------------- lifecycle
 
     def up(self) -> None:
-        """Start everything and wait until every broker accepts connections."""
+        """Start everything and wait until every broker accepts connections and is ready
+        (registered and unfenced): a topic created before a broker is unfenced gets no
+        replica led by it."""
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             if self._postgres_dsn is None and self.brokers:
@@ -359,6 +377,8 @@ class LocalCluster:
                 b.start(wait=False)  # in parallel: each takes a second or two to import
             for b in self.brokers:
                 b.wait_ready()
+            for b in self.brokers:
+                b.wait_serving()
         except BaseException:
             self.down()
             raise
