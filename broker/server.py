@@ -23,6 +23,7 @@ import functools
 import gc
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -46,7 +47,10 @@ from protocol.framing import FrameReader, FrameTooLarge
 from .log_budget import LineBudget
 from .metrics import METRICS
 from .refusals import REFUSALS
+from .security import sasl as sasl_mod
+from .security.listeners import DEFAULT_LISTENER
 from .security.principal import ANONYMOUS
+from .security.tls import HANDSHAKE_TIMEOUT_S, certificate_principal
 
 if TYPE_CHECKING:
     from .apis import Api, ApiTable
@@ -106,6 +110,8 @@ class RequestContext(NamedTuple):
     client_port: int
     # The connection's Kafka principal ("User:name"), ANONYMOUS until authenticated.
     principal: str = ANONYMOUS
+    # The listener the client came in on: Metadata and friends answer with its addresses.
+    listener: str = DEFAULT_LISTENER
 
     def respond(self, data: dict[str, Any]) -> Any:
         return build(self.response_type, data)
@@ -154,6 +160,17 @@ class _Request:
         self.failure = failure
 
 
+class ListenerSecurity(NamedTuple):
+    """How one listener's connections authenticate: TLS (SSL, SASL_SSL), SASL, both, neither."""
+
+    name: str = DEFAULT_LISTENER
+    ssl_context: ssl.SSLContext | None = None
+    sasl: sasl_mod.SaslAuthenticator | None = None
+
+
+PLAINTEXT = ListenerSecurity()
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(
         self,
@@ -161,10 +178,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         max_frame: int,
         registry: set[KafkaConnection],
         pending_bytes: int = DEFAULT_PENDING_BYTES,
+        security: ListenerSecurity = PLAINTEXT,
     ) -> None:
         self._apis = apis
+        self._security = security
+        self._principal = ANONYMOUS
+        self._sasl: sasl_mod.SaslSession | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self._close_when_written = False
         self._registry = registry
         self._draining = False
+        self._max_frame = max_frame
         self._reader = FrameReader(max_frame)
         self._budget = pending_bytes
         self._pending = 0  # bytes charged for the inbox and for unwritten answers
@@ -188,6 +212,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._security.ssl_context is not None:
+            # Called once the TLS handshake is done: the client certificate is known.
+            ssl_object = transport.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            try:
+                self._principal = certificate_principal(der)
+            except ValueError:
+                self._principal = ANONYMOUS
+        if self._security.sasl is not None:
+            self._sasl = sasl_mod.SaslSession(self._security.sasl)
+            # Until authenticated, frames are small (Kafka's sasl.server.max.receive.size).
+            self._reader.max_size = min(self._reader.max_size, sasl_mod.MAX_UNAUTHENTICATED_FRAME)
         self._registry.add(self)
         self._worker = asyncio.create_task(self._run())
 
@@ -214,6 +250,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
         self._closed = True
+        if self._expiry is not None:
+            self._expiry.cancel()
         self._wakeup.set()
         for answer in self._answers:
             if not answer.future.done():
@@ -313,10 +351,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         header, api, response_type = request.header, request.api, request.response_type
         assert header is not None and api is not None and response_type is not None
+        key = header.api_key
+        sasl = self._sasl
+        if sasl is not None and key not in sasl_mod.PRE_AUTH_APIS:
+            # Kafka closes a connection that sends anything else before authenticating,
+            # and one whose session (KIP-368) ended without re-authentication.
+            if not sasl.authenticated:
+                self._abort("sasl", f"{api.name} request before SASL authentication")
+                return
+            if sasl.expired():
+                self._abort("reauth", "SASL session expired without re-authentication")
+                return
         if request.ready_answer is not None:
             self._queue(header, request.ready_answer, response_type, api.name, request.cost)
             return
-        ctx = RequestContext(header, response_type, *self._peer)
+        if key in (sasl_mod.SASL_HANDSHAKE_KEY, sasl_mod.SASL_AUTHENTICATE_KEY):
+            self._sasl_request(header, response_type, api.name, request)
+            return
+        ctx = RequestContext(
+            header, response_type, *self._peer, self._principal, self._security.name
+        )
         _request_counter(api.name).inc()
         try:
             result = await api.handler(ctx, request.body)
@@ -335,6 +389,65 @@ class KafkaConnection(asyncio.BufferedProtocol):
             result.add_done_callback(self._on_answer_done)
         else:
             self._queue(header, result, response_type, api.name, request.cost)
+
+    def _sasl_request(
+        self, header: RequestHeader, response_type: type, name: str, request: _Request
+    ) -> None:
+        """SaslHandshake and SaslAuthenticate: connection state, so answered here."""
+        sasl, body, close = self._sasl, request.body, False
+        if sasl is None:
+            # Kafka's answer on a listener without SASL.
+            answer: dict[str, Any] = {
+                "error_code": int(ErrorCode.illegal_sasl_state),
+                "error_message": f"SASL is not enabled on listener {self._security.name}",
+            }
+            close = header.api_key == sasl_mod.SASL_AUTHENTICATE_KEY
+        else:
+            try:
+                if header.api_key == sasl_mod.SASL_HANDSHAKE_KEY:
+                    answer = sasl.handshake(header.api_version, body.mechanism)
+                else:
+                    was = sasl.principal
+                    answer, close = sasl.authenticate(header.api_version, body.auth_bytes)
+                    if not close and sasl.principal is not None:
+                        self._authenticated(was)
+            except sasl_mod.CloseConnection as exc:
+                self._abort("sasl", str(exc))
+                return
+            if close:
+                _CLOSE_LOG.closing(self._peer, answer.get("error_message") or "SASL failed")
+                METRICS.bad_frames.labels("sasl").inc()
+        if close:
+            # The answer goes out first: it carries the message the client shows its user.
+            self._close_when_written = True
+            self._pending_stop_reading()
+        self._queue(header, build(response_type, answer), response_type, name, request.cost)
+
+    def _authenticated(self, previous: str | None) -> None:
+        sasl = self._sasl
+        assert sasl is not None and sasl.principal is not None
+        if previous is None:
+            self._principal = sasl.principal
+            self._reader.max_size = self._max_frame
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        if sasl.expires_at is not None:
+            # Closed at the end of the session unless it re-authenticates (KIP-368); a
+            # request arriving after that is refused in _admit too.
+            loop = asyncio.get_running_loop()
+            delay = max(sasl.expires_at - time.monotonic(), 0.0)
+            self._expiry = loop.call_at(loop.time() + delay, self._session_ended)
+
+    def _session_ended(self) -> None:
+        self._expiry = None
+        if self._sasl is not None and self._sasl.expired() and not self._closed:
+            self._abort("reauth", "SASL session expired without re-authentication")
+
+    def _pending_stop_reading(self) -> None:
+        self._draining = True
+        self._pending -= sum(r.cost for r in self._inbox)
+        self._inbox.clear()
 
     def _queue(
         self, header: RequestHeader, response: Any, response_type: type, name: str, cost: int
@@ -380,6 +493,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
             out += encode_response(header.correlation_id, response)
         if out and transport is not None and not self._closed:
             transport.writelines(out)
+        if self._close_when_written and not self._answers and not self._closed:
+            self._closed = True
+            if transport is not None:
+                transport.close()  # after the buffered answer is sent
+            return
         self._update_reading()
 
 
@@ -430,8 +548,12 @@ class KafkaServer:
         port: int,
         max_frame: int,
         pending_bytes: int = DEFAULT_PENDING_BYTES,
+        security: ListenerSecurity = PLAINTEXT,
+        tune_process: bool = True,
     ) -> None:
         self._apis = apis
+        self._security = security
+        self._tune_process = tune_process
         self._host = host
         self._port = port
         self._max_frame = max_frame
@@ -452,20 +574,25 @@ class KafkaServer:
         # everything loaded at start (modules, kio schemas, botocore's service model).
         # Frozen, that start-up state is never scanned again; a larger first threshold
         # lets most request objects die by reference counting before any collection.
-        gc.freeze()
-        gc.set_threshold(GC_THRESHOLD_0, *gc.get_threshold()[1:])
-        trim = _malloc_trim()
-        if trim is not None:
-            self._trimmer = asyncio.create_task(_trim_periodically(trim))
+        # Once per process: with several listeners only the first server does it.
+        if self._tune_process:
+            gc.freeze()
+            gc.set_threshold(GC_THRESHOLD_0, *gc.get_threshold()[1:])
+            trim = _malloc_trim()
+            if trim is not None:
+                self._trimmer = asyncio.create_task(_trim_periodically(trim))
         loop = asyncio.get_running_loop()
+        tls = self._security.ssl_context
         self._server = await loop.create_server(
             lambda: KafkaConnection(
-                self._apis, self._max_frame, self._connections, self._pending_bytes
+                self._apis, self._max_frame, self._connections, self._pending_bytes, self._security
             ),
-            self._host,
+            self._host or None,  # empty: every interface, as Kafka's PLAINTEXT://:9092
             self._port,
             reuse_address=True,
             backlog=1024,
+            ssl=tls,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls is not None else None,
         )
 
     def stop_accepting(self) -> None:

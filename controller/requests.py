@@ -36,6 +36,7 @@ class BrokerRegistrationRequest:
     port: int
     rack: str | None = None
     cluster_id: str | None = None
+    listeners: tuple[str, ...] = ()  # "NAME://host:port" of every advertised listener
 
 
 @dataclass(frozen=True)

@@ -281,8 +281,12 @@ async def run_broker(
         jobs = ScheduledJobs(config.data_dir, jobs_every_s)
     try:
         coordinator, catalog = coordinator_and_catalog(config)
+        try:
+            broker = Broker(config, object_store(config), coordinator, catalog)
+        except ValueError as exc:  # listeners, TLS files, SASL settings
+            raise StartFailed(str(exc)) from None
         await _serve(
-            Broker(config, object_store(config), coordinator, catalog),
+            broker,
             after_start=jobs.start if jobs is not None else None,
         )
     finally:

@@ -15,7 +15,7 @@ KEY_GROUP = 0
 KEY_TRANSACTION = 1
 
 
-def _coordinator(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
+def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "key": key,
         "node_id": -1,
@@ -37,6 +37,7 @@ def _coordinator(broker: Broker, key: str, key_type: int) -> dict[str, Any]:
             error_message="No live broker",
         )
         return entry
+    chosen = chosen.on_listener(listener)  # the address on the client's own listener
     entry.update(node_id=chosen.node_id, host=chosen.host, port=chosen.port)
     return entry
 
@@ -48,10 +49,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             {
                 "throttle_time": 0,
                 "coordinators": [
-                    _coordinator(broker, key, key_type) for key in request.coordinator_keys
+                    _coordinator(broker, key, key_type, ctx.listener)
+                    for key in request.coordinator_keys
                 ],
             }
         )
-    entry = _coordinator(broker, request.key, key_type)
+    entry = _coordinator(broker, request.key, key_type, ctx.listener)
     del entry["key"]
     return ctx.respond({"throttle_time": 0, **entry})
