@@ -81,6 +81,10 @@ class ControllerCatalog(TopicCatalog):
                 applied,
             )
 
+    async def caught_up(self, applied: int) -> None:
+        """Wait (bounded) until this broker's image includes metadata index ``applied``."""
+        await self._caught_up(applied)
+
     @staticmethod
     def _check(code: ErrorCode, message: str | None) -> None:
         if code != OK:

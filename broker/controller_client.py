@@ -39,6 +39,9 @@ from controller.requests import (
     Reassignment,
     ReassignmentResult,
     RegistrationResult,
+    ScramDeletion,
+    ScramResult,
+    ScramUpsertion,
     TopicResult,
 )
 from controller.wire import from_json, to_json
@@ -293,6 +296,15 @@ class ControllerClient:
     async def list_reassignments(self) -> list[OngoingReassignment]:
         data = await self.request("GET", "/v1/reassignments")
         return self._results(OngoingReassignment, data)
+
+    # --- SCRAM credentials -----------------------------------------------------------------
+
+    async def alter_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> tuple[list[ScramResult], int]:
+        body = {"deletions": to_json(list(deletions)), "upsertions": to_json(list(upsertions))}
+        data, applied = await self._write("/v1/scram", body)
+        return self._results(ScramResult, data), applied
 
     # --- the metadata log ----------------------------------------------------------------
 

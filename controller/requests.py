@@ -149,3 +149,32 @@ class OngoingReassignment:
     replicas: tuple[int, ...]
     adding_replicas: tuple[int, ...]
     removing_replicas: tuple[int, ...]
+
+
+# --- authentication: SCRAM credentials (KIP-554) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScramUpsertion:
+    """A credential as the broker derived it from AlterUserScramCredentials: salted keys,
+    never the password (nor the salted password)."""
+
+    name: str
+    mechanism: str
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True)
+class ScramDeletion:
+    name: str
+    mechanism: str
+
+
+@dataclass(frozen=True)
+class ScramResult:
+    user: str
+    error_code: ErrorCode
+    error_message: str | None = None

@@ -37,6 +37,8 @@ from controller.requests import (
     NewTopic,
     Outcome,
     Reassignment,
+    ScramDeletion,
+    ScramUpsertion,
 )
 from controller.state import MetadataStateMachine
 from controller.wire import from_json, to_json
@@ -123,6 +125,7 @@ class ControllerService:
             web.post("/v1/topics/configs", self._alter_configs),
             web.post("/v1/reassignments", self._alter_reassignments),
             web.get("/v1/reassignments", self._list_reassignments),
+            web.post("/v1/scram", self._alter_scram),
         ]
         app.add_routes(routes)
         # Long polls are woken at stop() and the runner's shutdown wait is bounded.
@@ -364,6 +367,18 @@ class ControllerService:
             request,
             lambda b: self.logic.alter_partition_reassignments(
                 self.state.image, [from_json(Reassignment, r) for r in b["reassignments"]]
+            ),
+        )
+
+    async def _alter_scram(self, request: web.Request) -> web.Response:
+        from controller.scram_admin import alter_scram_credentials
+
+        return await self._answer(
+            request,
+            lambda b: alter_scram_credentials(
+                self.state.image,
+                [from_json(ScramDeletion, d) for d in b.get("deletions", ())],
+                [from_json(ScramUpsertion, u) for u in b.get("upsertions", ())],
             ),
         )
 
