@@ -97,6 +97,7 @@ class ScramExchange:
                 return self._server.get_server_first().encode()
             if self._step == 1:
                 self._step = 2
+                self._accept_repeated_client_nonce(text)
                 self._server.set_client_final(text)
                 self.done = True
                 return self._server.get_server_final().encode()
@@ -108,3 +109,17 @@ class ScramExchange:
             # scramp parses hostile messages; whatever it trips on is a failed exchange.
             raise ScramFailure(f"malformed message: {type(exc).__name__}") from None
         raise ScramFailure("unexpected SCRAM message after the exchange ended")
+
+    def _accept_repeated_client_nonce(self, client_final: str) -> None:
+        """librdkafka 2.0 sends its own nonce again in front of the combined one in its
+        final message (r=<client nonce><client nonce><server nonce>). Kafka's server only
+        checks that the final nonce *ends with* the combined nonce, so those clients work
+        against Kafka; the same check here. The proof is still verified over the message
+        exactly as the client sent it, so this accepts nothing a wrong password could pass."""
+        expected = str(self._server.nonce)
+        for attribute in client_final.split(","):
+            if attribute.startswith("r="):
+                sent = attribute[2:]
+                if sent != expected and sent.endswith(expected):
+                    self._server.nonce = scramp_core.Nonce(sent)
+                return
