@@ -79,6 +79,8 @@ _UNSCANNED_APIS = frozenset((0, 1, API_VERSIONS_KEY))
 # Past this many lines a second, closes are only counted (the bad_frames metric) and the
 # next line logged says how many went unlogged.
 CLOSE_LOG_LINES_PER_S = 20
+# Kafka's connection.failed.authentication.delay.ms default.
+FAILED_AUTH_CLOSE_DELAY_S = 0.1
 
 
 class CloseLog:
@@ -441,8 +443,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _session_ended(self) -> None:
         self._expiry = None
-        if self._sasl is not None and self._sasl.expired() and not self._closed:
+        sasl = self._sasl
+        if sasl is None or sasl.expires_at is None or self._closed:
+            return
+        if sasl.expired():
             self._abort("reauth", "SASL session expired without re-authentication")
+            return
+        # Timers may fire a millisecond early, and a re-authentication may have moved the
+        # end: wait for the rest.
+        remaining = max(sasl.expires_at - time.monotonic(), 0.0) + 0.01
+        self._expiry = asyncio.get_running_loop().call_later(remaining, self._session_ended)
 
     def _pending_stop_reading(self) -> None:
         self._draining = True
@@ -494,9 +504,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if out and transport is not None and not self._closed:
             transport.writelines(out)
         if self._close_when_written and not self._answers and not self._closed:
+            # As Kafka (connection.failed.authentication.delay.ms): close a moment after
+            # the failure answer, so the client reads the answer before it sees the end of
+            # the connection (kafka-python reported only "disconnected" otherwise), and a
+            # client retrying wrong passwords in a loop is slowed down.
             self._closed = True
             if transport is not None:
-                transport.close()  # after the buffered answer is sent
+                asyncio.get_running_loop().call_later(FAILED_AUTH_CLOSE_DELAY_S, transport.close)
             return
         self._update_reading()
 
