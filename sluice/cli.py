@@ -169,6 +169,13 @@ def _parser() -> argparse.ArgumentParser:
         help="racks (availability zones) assigned to brokers in turn (default az-a,az-b,az-c)",
     )
     up.add_argument(
+        "--secure",
+        action="store_true",
+        help="SASL_SSL listeners with a generated CA (under DIR/tls), HTTPS with client "
+        "certificates to the controllers, and a SCRAM-SHA-512 user 'admin' whose password "
+        "is printed",
+    )
+    up.add_argument(
         "-o",
         dest="overrides",
         action="append",
@@ -207,6 +214,7 @@ def run_cluster(args: argparse.Namespace) -> int:
                 racks,
                 _overrides(args.overrides),
                 controllers=args.controllers,
+                secure=args.secure,
             )
             if os.path.exists(os.path.join(args.dir, cluster.STATE_FILE)):
                 print(f"sluice: a cluster is already up in {args.dir}", file=sys.stderr)
@@ -231,13 +239,25 @@ def run_cluster(args: argparse.Namespace) -> int:
 def _print_addresses(state: dict[str, object]) -> None:
     """Where a local cluster's controllers and brokers listen (`up` and `status`)."""
     for c in state.get("controllers", ()):  # type: ignore[attr-defined]
-        print(f"controller {c['node_id']} http://127.0.0.1:{c['http_port']}")
+        scheme = "https" if state.get("security") else "http"
+        print(f"controller {c['node_id']} {scheme}://127.0.0.1:{c['http_port']}")
     for b in state.get("brokers", ()):  # type: ignore[attr-defined]
         print(
             f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}"
             f" (metrics http://127.0.0.1:{b['http_port']}/metrics)"
         )
     print(f"bootstrap.servers={state['bootstrap']}")
+    security = state.get("security")
+    if isinstance(security, dict):
+        with open(security["password_file"]) as f:
+            password = f.read().strip()
+        print("security.protocol=SASL_SSL")
+        print("sasl.mechanism=SCRAM-SHA-512")
+        print("sasl.username=admin")
+        print(f"sasl.password={password}")
+        print(f"ssl.ca.location={security['ssl.ca.location']}")
+        properties = security["client_properties"]
+        print(f"(all of the above, for librdkafka clients and kcat -F: {properties})")
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
