@@ -162,7 +162,9 @@ class ControllerProcess(SluiceProcess):
     ) -> None:
         self.workdir = workdir
         self.node_id = node_id
-        self.tls_ca: str | None = None  # set when the API is HTTPS (--secure)
+        # Set when the API is HTTPS with client certificates (--secure).
+        self.tls_ca: str | None = None
+        self.tls_client: tuple[str, str] | None = None
         self.raft_port = raft_port or free_port()
         self.config_path = workdir / "controller.properties"
         self.data_dir = workdir / "data"
@@ -181,6 +183,8 @@ class ControllerProcess(SluiceProcess):
         import ssl
 
         context = ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else None
+        if context is not None and self.tls_client is not None:
+            context.load_cert_chain(*self.tls_client)
         with urllib.request.urlopen(
             self.url + "/v1/status", timeout=2, context=context
         ) as response:
@@ -382,6 +386,7 @@ class LocalCluster:
                 generate(self.root / "tls", sorted({c.host for c in self.controllers}))
                 for c in self.controllers:
                     c.tls_ca = str(self.tls.ca)
+                    c.tls_client = (str(self.tls.client_cert), str(self.tls.client_key))
             for c in self.controllers:
                 c.write_config(self.controller_settings(c))
                 c.start(wait=False)
