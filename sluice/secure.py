@@ -234,3 +234,35 @@ async def create_admin(files: SecureFiles, controllers: list[str], secret: str) 
     for result in results:
         if result.error_code != 0:
             raise RuntimeError(f"creating the admin user: {result.error_message}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sluice.secure certs DIR --hosts ...`` makes the CA, certificates and admin
+    password of a deployment (docker-compose.secure.yml); ``admin DIR --controllers ...
+    --secret ...`` writes the admin's SCRAM credential through the controllers' API."""
+    import argparse
+    import asyncio
+
+    parser = argparse.ArgumentParser(prog="python -m sluice.secure")
+    sub = parser.add_subparsers(dest="action", required=True)
+    certs = sub.add_parser("certs", help="generate the CA, certificates and admin password")
+    certs.add_argument("dir")
+    certs.add_argument("--hosts", default="", help="server names and IPs, comma separated")
+    admin = sub.add_parser("admin", help="create the SCRAM-SHA-512 user 'admin'")
+    admin.add_argument("dir")
+    admin.add_argument("--controllers", required=True, help="https://host:port,...")
+    admin.add_argument("--secret", default=os.environ.get("SLUICE_CONTROLLER_SECRET", ""))
+    args = parser.parse_args(argv)
+    if args.action == "certs":
+        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+        files = generate(Path(args.dir), hosts)
+        print(f"CA {files.ca}; admin password in {files.admin_password_file}")
+        return 0
+    files = SecureFiles(Path(args.dir))
+    asyncio.run(create_admin(files, args.controllers.split(","), args.secret))
+    print("SCRAM-SHA-512 user 'admin' created")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
