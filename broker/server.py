@@ -186,7 +186,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._security = security
         self._principal = ANONYMOUS
         self._sasl: sasl_mod.SaslSession | None = None
-        self._expiry: asyncio.TimerHandle | None = None
         self._close_when_written = False
         self._registry = registry
         self._draining = False
@@ -252,8 +251,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
         self._closed = True
-        if self._expiry is not None:
-            self._expiry.cancel()
         self._wakeup.set()
         for answer in self._answers:
             if not answer.future.done():
@@ -357,12 +354,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sasl = self._sasl
         if sasl is not None and key not in sasl_mod.PRE_AUTH_APIS:
             # Kafka closes a connection that sends anything else before authenticating,
-            # and one whose session (KIP-368) ended without re-authentication.
+            # and one used for anything but re-authentication after its session (KIP-368)
+            # ended. An idle expired connection is left alone, as in Kafka: it can still
+            # re-authenticate, and serves nothing until it does.
             if not sasl.authenticated:
                 self._abort("sasl", f"{api.name} request before SASL authentication")
                 return
             if sasl.expired():
-                self._abort("reauth", "SASL session expired without re-authentication")
+                self._abort("reauth", f"{api.name} request after the SASL session expired")
                 return
         if request.ready_answer is not None:
             self._queue(header, request.ready_answer, response_type, api.name, request.cost)
@@ -431,28 +430,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if previous is None:
             self._principal = sasl.principal
             self._reader.max_size = self._max_frame
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
-        if sasl.expires_at is not None:
-            # Closed at the end of the session unless it re-authenticates (KIP-368); a
-            # request arriving after that is refused in _admit too.
-            loop = asyncio.get_running_loop()
-            delay = max(sasl.expires_at - time.monotonic(), 0.0)
-            self._expiry = loop.call_at(loop.time() + delay, self._session_ended)
-
-    def _session_ended(self) -> None:
-        self._expiry = None
-        sasl = self._sasl
-        if sasl is None or sasl.expires_at is None or self._closed:
-            return
-        if sasl.expired():
-            self._abort("reauth", "SASL session expired without re-authentication")
-            return
-        # Timers may fire a millisecond early, and a re-authentication may have moved the
-        # end: wait for the rest.
-        remaining = max(sasl.expires_at - time.monotonic(), 0.0) + 0.01
-        self._expiry = asyncio.get_running_loop().call_later(remaining, self._session_ended)
 
     def _pending_stop_reading(self) -> None:
         self._draining = True

@@ -308,6 +308,11 @@ class SaslSession:
     def expired(self) -> bool:
         return self.expires_at is not None and self._clock() >= self.expires_at
 
+    @property
+    def in_exchange(self) -> bool:
+        """A (re-)authentication exchange has started and not ended."""
+        return self._exchange is not None
+
     def handshake(self, version: int, mechanism: str) -> dict[str, Any]:
         if self._exchange is not None:
             # A second handshake in the middle of an exchange.
