@@ -24,6 +24,7 @@ import gc
 import logging
 import socket
 import ssl
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -141,7 +142,16 @@ class _Request:
     """A decoded request waiting in the inbox: a body for the handler, an answer known
     already (unsupported version), or the reason to close the connection."""
 
-    __slots__ = ("api", "body", "cost", "failure", "header", "ready_answer", "response_type")
+    __slots__ = (
+        "api",
+        "body",
+        "cost",
+        "failure",
+        "header",
+        "raw_token",
+        "ready_answer",
+        "response_type",
+    )
 
     def __init__(
         self,
@@ -152,8 +162,10 @@ class _Request:
         body: Any = None,
         ready_answer: Any = None,
         failure: tuple[str, str] | None = None,
+        raw_token: bytes | None = None,
     ) -> None:
         self.cost = cost
+        self.raw_token = raw_token  # a bare SASL token (after SaslHandshake v0)
         self.header = header
         self.api = api
         self.response_type = response_type
@@ -240,8 +252,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not frames or self._draining or self._closed:
             return
         # Decoded now: the frames are views of the read buffer, reused by the next read.
+        sasl = self._sasl
         for frame in frames:
-            request = self._decode(frame)
+            if sasl is not None and sasl.raw_tokens:
+                # The frame after a SaslHandshake v0 answer is a bare SASL token. Clients
+                # wait for each answer, so the flag is set before their next frame arrives.
+                request = _Request(len(frame) + REQUEST_OVERHEAD_BYTES, raw_token=bytes(frame))
+            else:
+                request = self._decode(frame)
             self._pending += request.cost
             self._inbox.append(request)
         self._reader.release()
@@ -348,6 +366,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if request.failure is not None:
             self._abort(*request.failure)
             return
+        if request.raw_token is not None:
+            self._sasl_raw_token(request)
+            return
         header, api, response_type = request.header, request.api, request.response_type
         assert header is not None and api is not None and response_type is not None
         key = header.api_key
@@ -423,6 +444,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._close_when_written = True
             self._pending_stop_reading()
         self._queue(header, build(response_type, answer), response_type, name, request.cost)
+
+    def _sasl_raw_token(self, request: _Request) -> None:
+        """A bare token of a SaslHandshake v0 exchange, answered with a bare token."""
+        sasl, transport = self._sasl, self._transport
+        assert sasl is not None and request.raw_token is not None
+        if self._answers or transport is None:
+            self._abort("sasl", "SASL token while answers are pending")
+            return
+        try:
+            challenge = sasl.authenticate_raw(request.raw_token)
+        except sasl_mod.AuthenticationFailed as exc:
+            self._abort("sasl", str(exc))  # v0 cannot carry an error: Kafka just closes
+            return
+        self._pending -= request.cost
+        transport.write(struct.pack(">i", len(challenge)) + challenge)
+        if sasl.principal is not None:
+            self._authenticated(None)
 
     def _authenticated(self, previous: str | None) -> None:
         sasl = self._sasl

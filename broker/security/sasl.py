@@ -300,6 +300,9 @@ class SaslSession:
         self._exchange: Exchange | None = None
         self.principal: str | None = None  # set once authenticated
         self.expires_at: float | None = None  # clock time the session ends (KIP-368)
+        # After SaslHandshake v0 the client sends bare SASL tokens, each only length-prefixed
+        # (no Kafka request header), until the exchange ends.
+        self.raw_tokens = False
 
     @property
     def authenticated(self) -> bool:
@@ -328,13 +331,26 @@ class SaslSession:
             }
         if self.authenticated and mechanism != self.mechanism:
             raise CloseConnection("re-authentication must use the same SASL mechanism")
-        if version < 1:
-            # v0 means the client sends raw tokens next, without a Kafka header; every
-            # supported client negotiates v1 (SaslAuthenticate), which carries errors.
-            raise CloseConnection("SaslHandshake v0 (unframed SASL tokens) is not supported")
         self.mechanism = mechanism
         self._exchange = self._auth.exchange(mechanism)
+        self.raw_tokens = version == 0
         return {"error_code": 0, "mechanisms": enabled}
+
+    def authenticate_raw(self, token: bytes) -> bytes:
+        """One bare token after SaslHandshake v0: the bare answer. A failure raises
+        AuthenticationFailed: v0 has no way to carry an error, so Kafka just closes."""
+        if self._exchange is None:
+            raise AuthenticationFailed("unexpected SASL token")
+        if len(token) > MAX_TOKEN_BYTES:
+            raise AuthenticationFailed("SASL token too large")
+        challenge = self._exchange.step(token)
+        if self._exchange.done:
+            self.principal = self._exchange.principal
+            lifetime_ms = self._lifetime_ms(self._exchange.expires_at_ms)
+            self.expires_at = None if lifetime_ms is None else self._clock() + lifetime_ms / 1000
+            self._exchange = None
+            self.raw_tokens = False
+        return challenge
 
     def authenticate(self, version: int, token: bytes) -> tuple[dict[str, Any], bool]:
         """The SaslAuthenticate answer, and whether to close the connection after it."""

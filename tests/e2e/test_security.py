@@ -380,6 +380,33 @@ def test_plain_over_sasl_plaintext(secured: Secured, topic: str) -> None:
     assert kafka_python_roundtrip(kp, topic + "-kp") == expected()
 
 
+@pytest.mark.parametrize(
+    ("mechanism", "user", "password"),
+    [("PLAIN", BOB, BOB_PW), ("SCRAM-SHA-512", ALICE, ALICE_PW)],
+)
+def test_unframed_sasl_tokens_after_handshake_v0(
+    secured: Secured, topic: str, mechanism: str, user: str, password: str
+) -> None:
+    """A client pinned to Kafka 0.10 (kafka-python's api_version) uses SaslHandshake v0 and
+    then sends bare SASL tokens, as Kafka still accepts."""
+    admin = KafkaAdminClient(
+        bootstrap_servers=secured.bootstrap("SASL_PLAINTEXT"),
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism=mechanism,
+        sasl_plain_username=user,
+        sasl_plain_password=password,
+        api_version=(0, 10, 1),
+        request_timeout_ms=10000,
+    )
+    try:
+        mark = secured.broker.log_size()
+        admin.list_topics()
+        logged = secured.broker.log_path.read_bytes()[mark:].decode(errors="replace")
+        assert "closing connection" not in logged
+    finally:
+        admin.close()
+
+
 def test_oauthbearer_confluent(secured: Secured, topic: str) -> None:
     def oauth_cb(_config: str) -> tuple[str, float]:
         return secured.token(), time.time() + 300
