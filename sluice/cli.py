@@ -475,6 +475,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             config = broker_config(args)
             config.static_brokers()  # fail early on a malformed list
+            from broker.security.listeners import listener_plan
+
+            listener_plan(config)  # and on listeners that do not fit together
         except (OSError, ValueError) as exc:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2
