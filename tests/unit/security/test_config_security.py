@@ -200,3 +200,40 @@ def test_certificate_principal_is_the_rfc2253_subject() -> None:
     der = x509.load_pem_x509_certificate(cert.cert_chain_pems[0].bytes()).public_bytes(Encoding.DER)
     assert certificate_principal(der) == "User:CN=alice,OU=eng,O=Example"
     assert certificate_principal(None) == "User:ANONYMOUS"
+
+
+def test_tls_context_with_an_encrypted_key(tmp_path: Path) -> None:
+    import ssl
+
+    from cryptography.hazmat.primitives import serialization
+
+    from broker.security.tls import server_context
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / "server.pem"))
+    key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+    (tmp_path / "server.key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"key-pass"),
+        )
+    )
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    settings = {
+        "ssl.certificate.location": str(tmp_path / "server.pem"),
+        "ssl.key.location": str(tmp_path / "server.key"),
+        "ssl.ca.location": str(tmp_path / "ca.pem"),
+        "listener.name.ssl.ssl.client.auth": "required",
+    }
+    context = server_context(load_config({**settings, "ssl.key.password": "key-pass"}), "SSL")
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    with pytest.raises(ValueError) as refused:
+        server_context(load_config({**settings, "ssl.key.password": "wrong-pass"}), "SSL")
+    assert "wrong-pass" not in str(refused.value)
+    with pytest.raises(ValueError, match=r"needs ssl\.ca\.location"):
+        server_context(
+            load_config({**settings, "ssl.ca.location": "", "ssl.key.password": "key-pass"}),
+            "SSL",
+        )
