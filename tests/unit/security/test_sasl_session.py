@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from broker.config import load_config
@@ -154,3 +156,60 @@ def test_handshake_v0_then_bare_tokens() -> None:
     assert s.raw_tokens
     assert s.authenticate_raw(b"\x00bob\x00pw") == b""
     assert s.principal == "User:bob" and not s.raw_tokens
+
+
+def oauth_session(tmp_path: Any, **settings: str) -> tuple[SaslSession, Any]:
+    import json
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    (tmp_path / "jwks.json").write_text(json.dumps({"keys": [{**jwk, "kid": "k"}]}))
+    config = load_config(
+        {
+            "sasl.enabled.mechanisms": "OAUTHBEARER",
+            "sasl.oauthbearer.jwks.endpoint.url": f"file://{tmp_path / 'jwks.json'}",
+            **settings,
+        }
+    )
+    authenticator = SaslAuthenticator(config, "SASL_SSL", lambda u, m: None)
+    return SaslSession(authenticator), key
+
+
+def bearer(key: Any, **claims: Any) -> bytes:
+    import time
+
+    import jwt
+
+    body = {"exp": int(time.time()) + 600, **claims}
+    token = jwt.encode(body, key, algorithm="RS256", headers={"kid": "k"})
+    return f"n,,\x01auth=Bearer {token}\x01\x01".encode()
+
+
+def test_oauthbearer_subject_claim_and_token_bound_session(tmp_path: Any) -> None:
+    s, key = oauth_session(
+        tmp_path,
+        **{"sasl.oauthbearer.sub.claim.name": "client_id", "connections.max.reauth.ms": "3600000"},
+    )
+    s.handshake(1, "OAUTHBEARER")
+    answer, close = s.authenticate(1, bearer(key, client_id="svc-orders", sub="ignored"))
+    assert answer["error_code"] == 0 and not close
+    assert s.principal == "User:svc-orders"
+    # The session ends no later than the token does (600 s), not after the hour.
+    assert 590_000 <= answer["session_lifetime"] <= 600_000
+
+
+def test_oauthbearer_refuses_unsigned_and_hmac_tokens(tmp_path: Any) -> None:
+    import jwt
+
+    s, _key = oauth_session(tmp_path)
+    for token in (
+        jwt.encode({"sub": "x", "exp": 4_000_000_000}, None, algorithm="none"),
+        jwt.encode({"sub": "x", "exp": 4_000_000_000}, "k" * 32, algorithm="HS256"),
+    ):
+        s.handshake(1, "OAUTHBEARER")
+        answer, close = s.authenticate(1, f"n,,\x01auth=Bearer {token}\x01\x01".encode())
+        assert answer["error_code"] == 58 and close
+        s = oauth_session(tmp_path)[0]
