@@ -231,7 +231,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
             try:
                 self._principal = certificate_principal(der)
-            except ValueError:
+            except Exception:
+                # OpenSSL accepted the certificate; one cryptography cannot read gets no
+                # name rather than taking the connection (or the broker) down.
+                log.warning("unreadable client certificate from %s:%s", *self._peer)
                 self._principal = ANONYMOUS
         if self._security.sasl is not None:
             self._sasl = sasl_mod.SaslSession(self._security.sasl)
