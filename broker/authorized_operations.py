@@ -2,9 +2,8 @@
 DescribeTopicPartitions (KIP-430).
 
 Kafka answers with the operations the caller may perform on the resource: with no
-authorizer configured, every operation the resource type supports. Sluice has no ACLs yet,
-so that is the answer; an authorizer would filter ``SUPPORTED`` here, the one place the
-handlers ask.
+authorizer configured, every operation the resource type supports (``authorized``); with
+one, the supported operations its ACLs allow (``broker.security.access.operations``).
 """
 
 from __future__ import annotations

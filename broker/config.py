@@ -128,6 +128,16 @@ class BrokerConfig:
     # listener.name.<listener>.<key>=value overrides (Kafka's per-listener prefix), e.g.
     # listener.name.sasl_ssl.ssl.client.auth or listener.name.sasl_ssl.plain.sasl.jaas.config.
     listener_name_configs: tuple[tuple[str, str], ...] = ()
+    # Authorization (Kafka's names; broker/security/authorizer.py). Empty: no authorizer,
+    # every request is allowed. Kafka's StandardAuthorizer class name (or "acl") turns ACLs
+    # on; they live in the controller's metadata log, so it needs controller mode.
+    authorizer_class_name: str = ""
+    super_users: str = ""  # "User:admin;User:ops"
+    allow_everyone_if_no_acl_found: bool = False
+    # Client quotas: rates are measured over quota.window.num samples of
+    # quota.window.size.seconds each (Kafka's names and defaults).
+    quota_window_num: int = 11
+    quota_window_size_seconds: int = 1
 
     def __post_init__(self) -> None:
         if self.produce_commit_mode not in ("adaptive", "fixed"):
@@ -138,6 +148,15 @@ class BrokerConfig:
             raise ValueError(
                 f"ssl.client.auth must be required, requested or none, not {self.ssl_client_auth!r}"
             )
+        from .security.authorizer import AUTHORIZER_NAMES
+
+        if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_NAMES:
+            raise ValueError(
+                f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
+            )
+        if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
+            raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")
 
     def __repr__(self) -> str:
         # A config may end up in a traceback or a debug line: never with its secrets.

@@ -27,6 +27,14 @@ from uuid import UUID
 import aiohttp
 from kio.schema.errors import ErrorCode
 
+from controller.acl_admin import (
+    AclCreationResult,
+    AclDeletionResult,
+    AclFilterSpec,
+    AclSpec,
+    QuotaAlteration,
+    QuotaResult,
+)
 from controller.requests import (
     AlterTopicConfigs,
     BrokerRegistrationRequest,
@@ -325,6 +333,27 @@ class ControllerClient:
         body = {"deletions": to_json(list(deletions)), "upsertions": to_json(list(upsertions))}
         data, applied = await self._write("/v1/scram", body)
         return self._results(ScramResult, data), applied
+
+    # --- authorization: ACLs and client quotas --------------------------------------------
+
+    async def create_acls(
+        self, creations: Sequence[AclSpec]
+    ) -> tuple[list[AclCreationResult], int]:
+        data, applied = await self._write("/v1/acls/create", {"creations": to_json(creations)})
+        return self._results(AclCreationResult, data), applied
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilterSpec]
+    ) -> tuple[list[AclDeletionResult], int]:
+        data, applied = await self._write("/v1/acls/delete", {"filters": to_json(filters)})
+        return self._results(AclDeletionResult, data), applied
+
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaAlteration], validate_only: bool
+    ) -> tuple[list[QuotaResult], int]:
+        body = {"entries": to_json(entries), "validate_only": validate_only}
+        data, applied = await self._write("/v1/quotas/alter", body)
+        return self._results(QuotaResult, data), applied
 
     # --- the metadata log ----------------------------------------------------------------
 

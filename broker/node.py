@@ -10,6 +10,7 @@ import os
 import random
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from controller.placement import managed_replication_factor
 from storage.block_cache import BlockCache
@@ -20,8 +21,10 @@ from storage.object_store import ObjectStore, is_data_key
 
 from .append import Appender
 from .background import cancel_and_wait
+from .client_quotas import ClientQuotas, user_of
 from .config import BrokerConfig
 from .controller_catalog import ControllerCatalog
+from .controller_client import ControllerRefused
 from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
 from .groups.coordinator import GroupConfig
 from .groups.service import GroupService
@@ -36,6 +39,7 @@ from .membership import (
 from .metadata_follower import BrokerStorageListener
 from .metrics import METRICS
 from .producer_ids import ProducerIdAllocator
+from .security.authorizer import Authorizer, parse_super_users
 from .security.listeners import ListenerPlan, listener_plan
 from .security.sasl import SaslAuthenticator
 from .security.scram import ScramCredential
@@ -45,7 +49,11 @@ from .topics import TopicRegistry
 from .transactions.coordinator import TransactionCoordinator
 from .transactions.markers import MarkerWriter
 
+if TYPE_CHECKING:
+    from .server import RequestContext
+
 log = logging.getLogger(__name__)
+_NO_QUOTAS: dict[object, dict[str, float]] = {}
 
 
 def now_ms() -> int:
@@ -106,6 +114,14 @@ class Broker:
             config.transaction_max_timeout_ms,
             config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             config.transactional_id_expiration_ms,
+        )
+        self.authorizer = _make_authorizer(config, self.controller)
+        # Client quotas come from the metadata image (none without a controller).
+        controller = self.controller
+        self.quotas = ClientQuotas(
+            (lambda: controller.image.quotas) if controller is not None else lambda: _NO_QUOTAS,
+            config.quota_window_num,
+            config.quota_window_size_seconds,
         )
         self.cluster_id = ""
         # Checked here, before anything starts: a bad listener setting fails the start.
@@ -218,6 +234,8 @@ class Broker:
         if self.controller is not None:
             # Topics come from the image: follow the metadata log before serving.
             await self.controller.follower.start(BrokerStorageListener(self))
+            if self.authorizer is not None:
+                await self._catch_up_acls()
         await self.topics.load()
         table = build_api_table(self)
         for number, listener in enumerate(self.listener_plan.bound):
@@ -229,6 +247,7 @@ class Broker:
                 pending_bytes=self.config.connection_pending_max_bytes,
                 security=self._security[listener.name],
                 tune_process=number == 0,
+                request_quota=self._request_time if self.controller is not None else None,
             )
             self._servers[listener.name] = server
             await server.start()
@@ -291,6 +310,23 @@ class Broker:
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()
+
+    async def _catch_up_acls(self) -> None:
+        """Before serving, read the log up to the active controller's end: the follower's
+        first answer may come from a controller that lags, and enforcing an older ACL set
+        (an ALLOW since revoked) would be a hole, not just staleness."""
+        assert self.controller is not None
+        try:
+            await self.controller.follower.catch_up()
+        except ControllerRefused as exc:
+            log.warning("ACLs may lag until the active controller answers: %s", exc.message)
+
+    def _request_time(self, ctx: RequestContext, seconds: float) -> int:
+        """The request quota's throttle time for a request handled in ``seconds`` (Kafka
+        counts request time in percent of a second: 100 per second)."""
+        return self.quotas.request.record(
+            user_of(ctx.principal), ctx.header.client_id or "", seconds * 100
+        )
 
     def not_ready_reason(self) -> str | None:
         """None when this broker should get Kafka traffic (see http_endpoint)."""
@@ -433,6 +469,25 @@ class Broker:
                 await self.delete_orphans()
             except Exception:
                 log.exception("deleting orphaned objects failed")
+
+
+def _make_authorizer(
+    config: BrokerConfig, controller: ControllerCatalog | None
+) -> Authorizer | None:
+    """The ACL authorizer ``authorizer.class.name`` asks for, reading the ACLs of the
+    metadata image this broker follows; None (everything allowed) without one."""
+    if not config.authorizer_class_name:
+        return None
+    if controller is None:
+        raise ValueError(
+            "authorizer.class.name needs controller mode: ACLs are kept in the controllers' "
+            "metadata log (controller.quorum.bootstrap.servers)"
+        )
+    return Authorizer(
+        lambda: controller.image.acls,
+        parse_super_users(config.super_users),
+        config.allow_everyone_if_no_acl_found,
+    )
 
 
 def _proposed_cluster_id(config: BrokerConfig) -> str:

@@ -18,7 +18,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import ctypes
+import dataclasses
+import datetime
 import functools
 import gc
 import logging
@@ -185,6 +188,24 @@ class ListenerSecurity(NamedTuple):
 PLAINTEXT = ListenerSecurity()
 
 
+# A handler that throttles its client says so here (it runs in the connection's task): the
+# connection then admits nothing more until the throttle time has passed. Waiting for the
+# answer to be written would be too late: requests pipelined behind it were admitted by then.
+_THROTTLE: contextvars.ContextVar[int] = contextvars.ContextVar("throttle_ms", default=0)
+
+
+def throttle_connection(throttle_ms: int) -> None:
+    """Called by a handler whose answer will carry ``throttle_ms`` (quotas, KIP-219)."""
+    if throttle_ms > _THROTTLE.get():
+        _THROTTLE.set(throttle_ms)
+
+
+# Measures a request's handling time (seconds) against the client's request quota and
+# returns the throttle time in ms (broker/client_quotas.py).
+RequestTimeQuota = Callable[["RequestContext", float], int]
+_NO_THROTTLE = datetime.timedelta(0)
+
+
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(
         self,
@@ -193,12 +214,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         registry: set[KafkaConnection],
         pending_bytes: int = DEFAULT_PENDING_BYTES,
         security: ListenerSecurity = PLAINTEXT,
+        request_quota: RequestTimeQuota | None = None,
     ) -> None:
         self._apis = apis
         self._security = security
         self._principal = ANONYMOUS
         self._sasl: sasl_mod.SaslSession | None = None
         self._close_when_written = False
+        self._request_quota = request_quota
+        # KIP-219: after answering a throttled request the connection is not read from
+        # until this loop time (the client waits out its throttle time too).
+        self._muted_until = 0.0
+        self._unmute: asyncio.TimerHandle | None = None
         self._registry = registry
         self._draining = False
         self._max_frame = max_frame
@@ -273,6 +300,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._registry.discard(self)
         self._closed = True
         self._wakeup.set()
+        if self._unmute is not None:
+            self._unmute.cancel()
+            self._unmute = None
         for answer in self._answers:
             if not answer.future.done():
                 answer.future.cancel()
@@ -305,13 +335,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self._transport is None or self._closed:
             return
-        busy = self._draining or self._writing_paused or self._pending >= self._budget
+        busy = (
+            self._draining
+            or self._writing_paused
+            or self._pending >= self._budget
+            or self._unmute is not None
+        )
         if busy and not self._reading_paused:
             self._transport.pause_reading()
             self._reading_paused = True
         elif not busy and self._reading_paused:
             self._transport.resume_reading()
             self._reading_paused = False
+
+    def _throttle(self, throttle_ms: int) -> None:
+        """Stop reading from this client for ``throttle_ms`` (KIP-219's muted channel)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + throttle_ms / 1000
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self._unmute = loop.call_at(until, self._end_throttle)
+        self._update_reading()
+
+    def _end_throttle(self) -> None:
+        self._unmute = None
+        self._wakeup.set()
+        self._update_reading()
 
     def _abort(self, reason: str, detail: str) -> None:
         _CLOSE_LOG.closing(self._peer, detail)
@@ -322,7 +374,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _run(self) -> None:
         while not self._closed:
-            if not self._inbox:
+            if not self._inbox or self._unmute is not None:
+                # Nothing to do, or muted: a throttled client's next request waits.
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
@@ -397,6 +450,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             header, response_type, *self._peer, self._principal, self._security.name
         )
         _request_counter(api.name).inc()
+        started = time.perf_counter() if self._request_quota is not None else 0.0
+        if _THROTTLE.get():
+            _THROTTLE.set(0)
         try:
             result = await api.handler(ctx, request.body)
         except Exception:
@@ -406,6 +462,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if result is None:
                 self._abort("internal", f"{api.name} handler failed")
                 return
+        if (throttle_ms := _THROTTLE.get()) > 0:
+            self._throttle(throttle_ms)
+        if self._request_quota is not None:
+            result = self._charge_request_time(ctx, result, time.perf_counter() - started)
         if result is None:
             self._pending -= request.cost  # nothing to send back
             return
@@ -477,6 +537,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._pending -= sum(r.cost for r in self._inbox)
         self._inbox.clear()
 
+    def _charge_request_time(self, ctx: RequestContext, result: Any, seconds: float) -> Any:
+        """Count the handler's time against the request quota; a throttled answer carries
+        its throttle time (when the answer is at hand: a future only mutes)."""
+        assert self._request_quota is not None
+        throttle_ms = self._request_quota(ctx, seconds)
+        if throttle_ms <= 0:
+            return result
+        fields = getattr(result, "__dataclass_fields__", None)
+        if fields is not None and "throttle_time" in fields:
+            current = result.throttle_time
+            if isinstance(current, datetime.timedelta) and current.total_seconds() * 1000 < (
+                throttle_ms
+            ):
+                return dataclasses.replace(
+                    result, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
+                )
+            return result
+        self._throttle(throttle_ms)
+        return result
+
     def _queue(
         self, header: RequestHeader, response: Any, response_type: type, name: str, cost: int
     ) -> None:
@@ -515,6 +595,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 response = future.result()
             if response is None:
                 continue  # acks=0 produce: held its bytes until committed, sends nothing
+            if type(response) is EncodedResponse:
+                if response.throttle_ms > 0:
+                    self._throttle(response.throttle_ms)
+            else:
+                throttled = getattr(response, "throttle_time", _NO_THROTTLE)
+                if isinstance(throttled, datetime.timedelta) and throttled > _NO_THROTTLE:
+                    self._throttle(round(throttled.total_seconds() * 1000))
             header = answer.header
             if header.api_key not in _UNSCANNED_APIS and type(response) is not EncodedResponse:
                 REFUSALS.note_response(header.client_id, *self._peer, answer.api_name, response)
@@ -582,10 +669,12 @@ class KafkaServer:
         pending_bytes: int = DEFAULT_PENDING_BYTES,
         security: ListenerSecurity = PLAINTEXT,
         tune_process: bool = True,
+        request_quota: RequestTimeQuota | None = None,
     ) -> None:
         self._apis = apis
         self._security = security
         self._tune_process = tune_process
+        self._request_quota = request_quota
         self._host = host
         self._port = port
         self._max_frame = max_frame
@@ -617,7 +706,12 @@ class KafkaServer:
         tls = self._security.ssl_context
         self._server = await loop.create_server(
             lambda: KafkaConnection(
-                self._apis, self._max_frame, self._connections, self._pending_bytes, self._security
+                self._apis,
+                self._max_frame,
+                self._connections,
+                self._pending_bytes,
+                security=self._security,
+                request_quota=self._request_quota,
             ),
             self._host or None,  # empty: every interface, as Kafka's PLAINTEXT://:9092
             self._port,

@@ -1,4 +1,5 @@
-"""Leader and ISR of diskless partitions, from which brokers are alive.
+"""Leader and ISR of diskless partitions, from which brokers are alive (classic partitions:
+``controller.classic_election``; ``desired_for`` picks the rule of a partition's topic).
 
 A diskless partition has no local data to fall behind on, so its ISR is simply its alive
 (registered, unfenced) replicas, in replica order, and any of them can lead:
@@ -23,8 +24,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Set
 from uuid import UUID
 
-from .image import MetadataImage, PartitionState
+from .classic_election import classic_desired_state
+from .image import MetadataImage, PartitionState, TopicImage
 from .records import NO_LEADER, PartitionChange
+
+UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
 
 
 def desired_state(
@@ -44,6 +48,17 @@ def desired_state(
     return PartitionState(
         replicas, isr, leader, p.leader_epoch, p.partition_epoch, adding, removing
     )
+
+
+def desired_for(
+    topic: TopicImage, p: PartitionState, alive: Set[int], returning: Set[int] = frozenset()
+) -> PartitionState:
+    """The state ``p`` of ``topic`` should have: diskless and classic partitions differ in
+    who may be in the ISR."""
+    if topic.diskless:
+        return desired_state(p, alive, returning)
+    unclean = topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
+    return classic_desired_state(p, alive, unclean)
 
 
 def change_to(
@@ -75,7 +90,9 @@ def reelect(
     (the brokers that will be alive once the caller's other records apply)."""
     out: list[PartitionChange] = []
     for topic, index, state in image.iter_partitions():
-        change = change_to(topic.topic_id, index, state, desired_state(state, alive, returning))
+        change = change_to(
+            topic.topic_id, index, state, desired_for(topic, state, alive, returning)
+        )
         if change is not None:
             out.append(change)
     return out

@@ -19,12 +19,15 @@ from uuid import UUID
 
 from .records import (
     NO_LEADER,
+    AccessControlEntry,
     BrokerEpochCounter,
+    ClientQuota,
     FenceBroker,
     Partition,
     PartitionChange,
     Record,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
     RemoveUserScramCredential,
     Topic,
@@ -134,6 +137,9 @@ class MetadataImage:
         self._names: dict[str, UUID] = {}
         # Largest broker epoch ever handed out; new registrations get a larger one.
         self.last_broker_epoch = 0
+        # Authorization (see the block at the end): replaced, never mutated, on a change.
+        self.acls: dict[UUID, AccessControlEntry] = {}
+        self.quotas: dict[QuotaEntity, dict[str, float]] = {}
         # SCRAM credentials by (user, mechanism): authentication (UserScramCredential).
         self.scram_credentials: dict[tuple[str, str], ScramEntry] = {}
 
@@ -195,6 +201,7 @@ class MetadataImage:
         saved_topics: dict[UUID, TopicImage | None] = {}
         saved_names: dict[str, UUID] | None = None  # copied at the first Topic/RemoveTopic
         saved_epoch = self.last_broker_epoch
+        saved_acls, saved_quotas = self.acls, self.quotas
         saved_scram = dict(self.scram_credentials)
         try:
             for record in records:
@@ -222,6 +229,7 @@ class MetadataImage:
             if saved_names is not None:
                 self._names = saved_names
             self.last_broker_epoch = saved_epoch
+            self.acls, self.quotas = saved_acls, saved_quotas
             self.scram_credentials = saved_scram
             raise
 
@@ -396,6 +404,7 @@ class MetadataImage:
                         p.removing_replicas,
                     )
                 )
+        out.extend(_authorization_snapshot(self))
         out.extend(self._scram_snapshot())
         return out
 
@@ -413,6 +422,7 @@ class MetadataImage:
         other.topics = {tid: t.copy() for tid, t in self.topics.items()}
         other._names = dict(self._names)
         other.last_broker_epoch = self.last_broker_epoch
+        other.acls, other.quotas = self.acls, self.quotas  # immutable: shared
         other.scram_credentials = dict(self.scram_credentials)
         return other
 
@@ -423,6 +433,8 @@ class MetadataImage:
             self.brokers == other.brokers
             and self.topics == other.topics
             and self.last_broker_epoch == other.last_broker_epoch
+            and self.acls == other.acls
+            and self.quotas == other.quotas
             and self.scram_credentials == other.scram_credentials
         )
 
@@ -449,3 +461,63 @@ _HANDLERS = {
     UserScramCredential: MetadataImage._scram_credential,
     RemoveUserScramCredential: MetadataImage._remove_scram_credential,
 }
+
+
+# --- authorization: ACLs and client quotas ---------------------------------------------------
+# A quota entity: its (type, name) pairs sorted by type; a None name is the type's default.
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+def quota_entity(types: Iterable[str], names: Iterable[str | None]) -> QuotaEntity:
+    return tuple(sorted(zip(types, names, strict=True), key=lambda pair: pair[0]))
+
+
+def _apply_acl(image: MetadataImage, r: AccessControlEntry) -> None:
+    if r.acl_id in image.acls:
+        raise ImageError(f"AccessControlEntry: id {r.acl_id} already exists")
+    image.acls = {**image.acls, r.acl_id: r}
+
+
+def _remove_acl(image: MetadataImage, r: RemoveAccessControlEntry) -> None:
+    if r.acl_id not in image.acls:
+        raise ImageError(f"RemoveAccessControlEntry: unknown id {r.acl_id}")
+    image.acls = {k: v for k, v in image.acls.items() if k != r.acl_id}
+
+
+def _apply_quota(image: MetadataImage, r: ClientQuota) -> None:
+    if len(r.entity_types) != len(r.entity_names) or not r.entity_types:
+        raise ImageError("ClientQuota: entity types and names do not pair up")
+    entity = quota_entity(r.entity_types, r.entity_names)
+    values = dict(image.quotas.get(entity, {}))
+    if r.value is None:
+        values.pop(r.key, None)
+    else:
+        try:
+            values[r.key] = float(r.value)
+        except ValueError:
+            raise ImageError(f"ClientQuota: {r.key} is not a number: {r.value!r}") from None
+    quotas = dict(image.quotas)
+    if values:
+        quotas[entity] = values
+    else:
+        quotas.pop(entity, None)
+    image.quotas = quotas
+
+
+def _authorization_snapshot(image: MetadataImage) -> list[Record]:
+    out: list[Record] = [image.acls[k] for k in sorted(image.acls)]
+    for entity in sorted(image.quotas, key=repr):
+        types = tuple(t for t, _ in entity)
+        names = tuple(n for _, n in entity)
+        for key, value in sorted(image.quotas[entity].items()):
+            out.append(ClientQuota(types, names, key, repr(value)))
+    return out
+
+
+_HANDLERS.update(
+    {
+        AccessControlEntry: _apply_acl,
+        RemoveAccessControlEntry: _remove_acl,
+        ClientQuota: _apply_quota,
+    }
+)

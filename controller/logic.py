@@ -25,10 +25,12 @@ Every fence/unfence comes with the PartitionChange records that move leaders and
 FenceBroker, the UnfenceBroker before those that give leaderships back.
 
 Topic requests live in ``controller.topic_admin``, reassignments in
-``controller.reassignment``; ``ControllerLogic`` gathers them. Only diskless topics are
-created (the seed's managed RF): ``diskless.enable=false`` is refused with INVALID_CONFIG, as
-classic topics would need replication-lag-driven ISR changes (AlterPartition) that Sluice has
-no use for.
+``controller.reassignment``, classic partitions' ISR changes in ``controller.alter_partition``;
+``ControllerLogic`` gathers them. Diskless topics get the seed's managed RF (one replica per
+rack); classic topics (``diskless.enable=false``) Kafka's rack-aware placement with any RF
+(``controller.classic_placement``) and leader election from the ISR
+(``controller.classic_election``). Until brokers serve classic topics, creating one is
+refused unless ``ControllerConfig.classic_topics`` is set.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from .alter_partition import IsrAdmin
 from .election import alive_after, reelect
 from .image import BrokerRegistration, MetadataImage
 from .reassignment import ReassignmentAdmin
@@ -74,10 +77,18 @@ class ControllerConfig:
     list_config_keys: frozenset[str] = frozenset({"cleanup.policy"})
     config_defaults: Mapping[str, str] = field(default_factory=lambda: {"cleanup.policy": "delete"})
     new_uuid: Callable[[], UUID] = uuid.uuid4
+    # The kind of a topic created without ``diskless.enable`` (brokers' log.diskless.enable).
+    default_diskless: bool = True
+    # RF of a classic topic created with -1 (Kafka's default.replication.factor).
+    default_replication_factor: int = 1
+    # Classic topics are created only once brokers serve them (issue: classic topics); until
+    # then ``diskless.enable=false`` is refused. Tests of the controller's side set it.
+    classic_topics: bool = False
 
 
-class ControllerLogic(TopicAdmin, ReassignmentAdmin):
-    """The whole API: broker lifecycle here, topics and reassignments from the mixins."""
+class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin):
+    """The whole API: broker lifecycle here; topics, reassignments and classic partitions'
+    ISR changes from the mixins."""
 
     def __init__(self, config: ControllerConfig | None = None) -> None:
         self.config = config or ControllerConfig()

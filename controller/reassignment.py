@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
 
-from .election import change_to, desired_state
+from .election import change_to, desired_for
 from .image import MetadataImage
 from .records import Record
 from .requests import OngoingReassignment, Outcome, Reassignment, ReassignmentResult
@@ -29,7 +29,9 @@ class ReassignmentAdmin:
         replica is alive, at once if they are, else when the last of them is unfenced.
         ``replicas=None`` cancels: back to the original replicas. As in KRaft, the image
         keeps only the target order during a reassignment, so a cancel restores the original
-        replica set in that order (the preferred leader may change)."""
+        replica set in that order (the preferred leader may change). A classic partition's
+        reassignment completes once every added replica has caught up and joined the ISR
+        (``controller.classic_election``)."""
         counts = Counter((r.topic, r.partition) for r in requests)
         alive = image.alive_brokers()
         records: list[Record] = []
@@ -68,7 +70,7 @@ class ReassignmentAdmin:
                     adding_replicas=tuple(x for x in target if x not in original),
                     removing_replicas=removing,
                 )
-            change = change_to(topic.topic_id, r.partition, p, desired_state(proposed, alive))
+            change = change_to(topic.topic_id, r.partition, p, desired_for(topic, proposed, alive))
             if change is not None:
                 records.append(change)
             results.append(ReassignmentResult(r.topic, r.partition, OK))

@@ -157,6 +157,48 @@ class RemoveTopic:
     topic_id: UUID
 
 
+# --- authorization: ACLs and client quotas ---------------------------------------------------
+# (Kafka's AccessControlEntryRecord / RemoveAccessControlEntryRecord / ClientQuotaRecord.)
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControlEntry:
+    """An ACL (codes as in broker/security/acl.py). The controller gives each a random id;
+    deleting an ACL removes it by id, so a delete and a re-create never get mixed up."""
+
+    TYPE: ClassVar[str] = "AccessControlEntry"
+    VERSION: ClassVar[int] = 1
+    acl_id: UUID
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntry:
+    TYPE: ClassVar[str] = "RemoveAccessControlEntry"
+    VERSION: ClassVar[int] = 1
+    acl_id: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class ClientQuota:
+    """Sets (``value``, a float's repr) or removes (None) one quota key of an entity. The
+    entity is its types (``user``, ``client-id``) with their names; a None name is the
+    type's default entity."""
+
+    TYPE: ClassVar[str] = "ClientQuota"
+    VERSION: ClassVar[int] = 1
+    entity_types: tuple[str, ...]
+    entity_names: tuple[str | None, ...]
+    key: str
+    value: str | None
+
+
 # --- authentication: SCRAM credentials (KIP-554) ---------------------------------------------
 # In the metadata log so every broker, also one started later or after a controller
 # failover, checks SCRAM logins against the same credentials. Never a password: the salted
@@ -199,6 +241,9 @@ Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     Partition,
     PartitionChange,
     RemoveTopic,
+    AccessControlEntry,
+    RemoveAccessControlEntry,
+    ClientQuota,
     UserScramCredential,
     RemoveUserScramCredential,
 ]

@@ -151,6 +151,42 @@ class OngoingReassignment:
     removing_replicas: tuple[int, ...]
 
 
+# --- AlterPartition (classic partitions' ISR changes, from their leaders) -------------------
+
+
+@dataclass(frozen=True)
+class IsrChange:
+    """One partition of an AlterPartition request: the leader's view (its leader epoch and
+    the partition epoch it last saw) and the ISR it wants."""
+
+    topic_id: UUID
+    partition: int
+    leader_epoch: int
+    partition_epoch: int
+    new_isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class IsrChangeResult:
+    """The partition's state once the request's records are committed (or as it is, on an
+    error), so the leader can carry on without waiting for the metadata log."""
+
+    topic_id: UUID
+    partition: int
+    error_code: ErrorCode
+    error_message: str | None = None
+    leader: int = -1
+    leader_epoch: int = -1
+    isr: tuple[int, ...] = ()
+    partition_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class AlterPartitionResult:
+    error_code: ErrorCode  # STALE_BROKER_EPOCH for the whole request, else NONE
+    partitions: list[IsrChangeResult] = field(default_factory=list)
+
+
 # --- authentication: SCRAM credentials (KIP-554) ---------------------------------------------
 
 

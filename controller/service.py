@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 
 from broker.background import cancel_and_wait
 from broker.http_endpoint import serve
+from controller import acl_admin
 from controller import metrics as image_metrics
 from controller.logic import ControllerConfig, ControllerLogic
 from controller.raft.messages import CommitUnknown, NotLeader
@@ -160,6 +161,9 @@ class ControllerService:
             web.post("/v1/topics/configs", self._alter_configs),
             web.post("/v1/reassignments", self._alter_reassignments),
             web.get("/v1/reassignments", self._list_reassignments),
+            web.post("/v1/acls/create", self._create_acls),
+            web.post("/v1/acls/delete", self._delete_acls),
+            web.post("/v1/quotas/alter", self._alter_quotas),
             web.post("/v1/scram", self._alter_scram),
         ]
         app.add_routes(routes)
@@ -425,6 +429,34 @@ class ControllerService:
             await self._ensure_active()
             ongoing = self.logic.list_partition_reassignments(self.state.image)
         return web.json_response({"results": to_json(ongoing), "applied": self.state.applied})
+
+    # ---------------------------------------------------------------- authorization
+
+    async def _create_acls(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: acl_admin.create_acls(
+                self.state.image, [from_json(acl_admin.AclSpec, c) for c in b["creations"]]
+            ),
+        )
+
+    async def _delete_acls(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: acl_admin.delete_acls(
+                self.state.image, [from_json(acl_admin.AclFilterSpec, f) for f in b["filters"]]
+            ),
+        )
+
+    async def _alter_quotas(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: acl_admin.alter_client_quotas(
+                self.state.image,
+                [from_json(acl_admin.QuotaAlteration, e) for e in b["entries"]],
+                bool(b.get("validate_only", False)),
+            ),
+        )
 
     # ---------------------------------------------------------------- metrics
 

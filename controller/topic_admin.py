@@ -18,6 +18,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from .classic_placement import ClassicPlacementError, manual_assignment_error, place_classic
 from .election import desired_state
 from .image import DISKLESS_ENABLE, MetadataImage, PartitionState, TopicImage
 from .placement import (
@@ -124,10 +125,24 @@ class TopicAdmin:
                     f"Topic '{t.name}' collides with existing topic: {other}",
                 )
                 continue
-            if refusal := replication_factor_error(t.replication_factor, t.assignments, racks):
+            diskless = self._diskless(t.configs)
+            if diskless and (
+                refusal := replication_factor_error(t.replication_factor, t.assignments, racks)
+            ):
                 fail(t, *refusal)
                 continue
-            partitions = cfg.default_partitions if t.num_partitions == -1 else t.num_partitions
+            if not diskless and t.assignments:
+                if t.num_partitions != -1 or t.replication_factor != -1:
+                    fail(
+                        t,
+                        ErrorCode.invalid_request,
+                        "Both numPartitions or replicationFactor and replicasAssignments "
+                        "were set. Both cannot be used at the same time.",
+                    )
+                    continue
+                partitions = len(t.assignments)
+            else:
+                partitions = cfg.default_partitions if t.num_partitions == -1 else t.num_partitions
             if not 0 < partitions <= cfg.max_partitions:
                 fail(
                     t,
@@ -140,9 +155,15 @@ class TopicAdmin:
                 continue
             load = Load.of(image) if load is None else load
             try:
-                assignment = place_partitions(image.brokers, load, partitions)
+                if diskless:
+                    assignment = place_partitions(image.brokers, load, partitions)
+                else:
+                    assignment = self._classic_assignment(image, load, t, partitions)
             except PlacementError as exc:
                 fail(t, ErrorCode.invalid_replication_factor, f"Unable to place replicas: {exc}")
+                continue
+            except ClassicPlacementError as exc:
+                fail(t, exc.code, str(exc))
                 continue
             taken[_collision_key(t.name)] = t.name
             topic_id = t.topic_id or cfg.new_uuid()
@@ -150,6 +171,10 @@ class TopicAdmin:
                 fail(t, ErrorCode.invalid_request, f"Topic id {topic_id} is taken.")
                 continue
             configs = {k: v for k, v in sorted(t.configs.items()) if v is not None}
+            if not diskless:
+                # Recorded explicitly: a topic's kind must not follow a default that another
+                # node, or a later configuration, may see differently.
+                configs[DISKLESS_ENABLE] = "false"
             records.append(Topic(t.name, topic_id))
             records.extend(TopicConfig(topic_id, k, v) for k, v in configs.items())
             for index, replicas in enumerate(assignment):
@@ -168,6 +193,41 @@ class TopicAdmin:
             )
         return Outcome([] if validate_only else records, results)
 
+    def _diskless(self, configs: Mapping[str, str | None]) -> bool:
+        """The kind of a new topic: its own ``diskless.enable``, else the cluster default
+        (``log.diskless.enable``)."""
+        value = configs.get(DISKLESS_ENABLE)
+        if value is None:
+            return self.config.default_diskless
+        return str(value).lower() != "false"
+
+    def _classic_assignment(
+        self, image: MetadataImage, load: Load, t: NewTopic, partitions: int
+    ) -> list[tuple[int, ...]]:
+        if t.assignments:
+            if sorted(t.assignments) != list(range(len(t.assignments))):
+                raise ClassicPlacementError(
+                    ErrorCode.invalid_replica_assignment,
+                    "Partitions should be a consecutive 0-based integer sequence.",
+                )
+            assignment = [tuple(t.assignments[i]) for i in range(len(t.assignments))]
+            if (reason := manual_assignment_error(image.brokers, assignment)) is not None:
+                raise ClassicPlacementError(ErrorCode.invalid_replica_assignment, reason)
+            if not any(image.is_alive(r) for replicas in assignment for r in replicas):
+                raise ClassicPlacementError(
+                    ErrorCode.invalid_replica_assignment,
+                    "All brokers specified in the manual partition assignment are fenced.",
+                )
+            for replicas in assignment:
+                load.add(replicas)
+            return assignment
+        rf = (
+            self.config.default_replication_factor
+            if t.replication_factor == -1
+            else t.replication_factor
+        )
+        return place_classic(image.brokers, load, partitions, rf)
+
     def _config_error(self, configs: Mapping[str, str | None], creating: bool) -> str | None:
         if creating:
             for key, value in configs.items():
@@ -177,10 +237,11 @@ class TopicAdmin:
             self.config.validate_configs(configs)
         except ValueError as exc:
             return str(exc)
-        if str(configs.get(DISKLESS_ENABLE, "true")).lower() == "false":
+        if creating and not self.config.classic_topics and not self._diskless(configs):
             return (
-                "diskless.enable=false is not supported: every topic is diskless, with a "
-                "replication factor managed by the controller"
+                "diskless.enable=false is not supported yet: brokers do not serve classic "
+                "topics, every topic is diskless with a replication factor managed by the "
+                "controller"
             )
         return None
 
@@ -238,7 +299,7 @@ class TopicAdmin:
                     ErrorCode.unknown_topic_or_partition,
                     f"Topic '{r.name}' does not exist.",
                 )
-            elif r.assignments:
+            elif r.assignments and topic.diskless:
                 error = (
                     ErrorCode.invalid_request,
                     "Manual partition assignments are not supported for diskless topics: the "
@@ -261,7 +322,10 @@ class TopicAdmin:
             load = Load.of(image) if load is None else load
             first = len(topic.partitions)
             try:
-                assignment = place_partitions(image.brokers, load, r.count - first)
+                if topic.diskless:
+                    assignment = place_partitions(image.brokers, load, r.count - first)
+                else:
+                    assignment = self._classic_new_partitions(image, load, topic, r)
             except PlacementError as exc:
                 results.append(
                     TopicResult(
@@ -270,6 +334,9 @@ class TopicAdmin:
                         f"Unable to place replicas: {exc}",
                     )
                 )
+                continue
+            except ClassicPlacementError as exc:
+                results.append(TopicResult(r.name, exc.code, str(exc)))
                 continue
             for offset, replicas in enumerate(assignment):
                 state = desired_state(PartitionState(replicas, (), -1), alive)
@@ -280,6 +347,34 @@ class TopicAdmin:
                 )
             results.append(TopicResult(r.name, OK))
         return Outcome([] if validate_only else records, results)
+
+    @staticmethod
+    def _classic_new_partitions(
+        image: MetadataImage, load: Load, topic: TopicImage, r: NewPartitions
+    ) -> list[tuple[int, ...]]:
+        first = len(topic.partitions)
+        rf = len(topic.partitions[0].target_replicas) if topic.partitions else 1
+        if not r.assignments:
+            return place_classic(image.brokers, load, r.count - first, rf, first)
+        code = ErrorCode.invalid_replica_assignment
+        if len(r.assignments) != r.count - first:
+            raise ClassicPlacementError(
+                code,
+                f"Increasing the number of partitions by {r.count - first} but "
+                f"{len(r.assignments)} assignments provided.",
+            )
+        assignment = [tuple(replicas) for replicas in r.assignments]
+        if (reason := manual_assignment_error(image.brokers, assignment)) is not None:
+            raise ClassicPlacementError(code, reason)
+        if any(len(replicas) != rf for replicas in assignment):
+            raise ClassicPlacementError(
+                code,
+                f"Inconsistent replication factor between partitions: the topic has {rf}, "
+                f"the new assignment {[len(x) for x in assignment]}.",
+            )
+        for replicas in assignment:
+            load.add(replicas)
+        return assignment
 
     def alter_configs(
         self,
@@ -325,6 +420,19 @@ class TopicAdmin:
                 continue
             if (config_error := self._config_error(changes, creating=False)) is not None:
                 results.append(TopicResult(res.name, ErrorCode.invalid_config, config_error))
+                continue
+            if (
+                DISKLESS_ENABLE in changes
+                and (str(changes[DISKLESS_ENABLE] or "true").lower() != "false") != topic.diskless
+            ):
+                results.append(
+                    TopicResult(
+                        res.name,
+                        ErrorCode.invalid_config,
+                        "Changing diskless.enable of an existing topic (a migration between "
+                        "classic and diskless) is not supported yet",
+                    )
+                )
                 continue
             for key, value in sorted(changes.items()):
                 if topic.configs.get(key) != value:

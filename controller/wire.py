@@ -22,6 +22,10 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   ``GET /v1/reassignments`` → {results},
   ``POST /v1/scram`` {deletions: [ScramDeletion], upsertions: [ScramUpsertion]} → {results:
   [ScramResult]} (salted keys only, base64; controller/scram_admin.py).
+  Authorization (controller/acl_admin.py): ``POST /v1/acls/create`` {creations: [AclSpec]} →
+  {results: [AclCreationResult]}, ``POST /v1/acls/delete`` {filters: [AclFilterSpec]} →
+  {results: [AclDeletionResult]}, ``POST /v1/quotas/alter`` {entries: [QuotaAlteration],
+  validate_only} → {results: [QuotaResult]}.
   Every write answer carries ``applied``: the metadata index that includes it, so a broker can
   wait until its own copy of the image has caught up before answering its client.
 """

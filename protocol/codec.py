@@ -55,11 +55,13 @@ class RecordChunks:
 class EncodedResponse:
     """A response body already encoded (hot paths that skip kio's writer)."""
 
-    __slots__ = ("body", "flexible_header")
+    __slots__ = ("body", "flexible_header", "throttle_ms")
 
-    def __init__(self, body: bytes, flexible_header: bool) -> None:
+    def __init__(self, body: bytes, flexible_header: bool, throttle_ms: int = 0) -> None:
         self.body = body
         self.flexible_header = flexible_header
+        # The throttle time encoded in the body, for the connection to honour (KIP-219).
+        self.throttle_ms = throttle_ms
 
 
 class _Collector(list):  # type: ignore[type-arg]

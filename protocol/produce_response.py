@@ -103,7 +103,7 @@ def encode_produce_response(
         out += _I32.pack(throttle_ms)
     if flexible:
         out.append(0)
-    return EncodedResponse(bytes(out), flexible_header=flexible)
+    return EncodedResponse(bytes(out), flexible_header=flexible, throttle_ms=throttle_ms)
 
 
 _NO_ERRORS = _I32.pack(0) + _I16.pack(-1)

@@ -478,6 +478,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             from broker.security.listeners import listener_plan
 
             listener_plan(config)  # and on listeners that do not fit together
+            # ACLs live in the controllers' log (`sluice dev` embeds a controller).
+            broker_alone = args.command == "broker" and not config.controller_mode
+            if broker_alone and config.authorizer_class_name:
+                raise ValueError(
+                    "authorizer.class.name needs controller.quorum.bootstrap.servers: "
+                    "ACLs are kept in the controllers' metadata log"
+                )
         except (OSError, ValueError) as exc:
             print(f"sluice: {exc}", file=sys.stderr)
             return 2

@@ -57,6 +57,10 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     # v5 is KIP-890 part 2 (an epoch bump per transaction), which needs transaction.version 2.
     (26, "EndTxn", 0, 4),
     (28, "TxnOffsetCommit", 0, 4),
+    # The ACL APIs' v0 is gone from Kafka 4 (and kio); v1 added pattern types (KIP-290).
+    (29, "DescribeAcls", 1, 3),
+    (30, "CreateAcls", 1, 3),
+    (31, "DeleteAcls", 1, 3),
     (32, "DescribeConfigs", 1, 4),
     (33, "AlterConfigs", 0, 2),
     (36, "SaslAuthenticate", 0, 2),
@@ -66,6 +70,8 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (45, "AlterPartitionReassignments", 0, 1),
     (46, "ListPartitionReassignments", 0, 0),
     (47, "OffsetDelete", 0, 0),
+    (48, "DescribeClientQuotas", 0, 1),
+    (49, "AlterClientQuotas", 0, 1),
     (50, "DescribeUserScramCredentials", 0, 0),
     (51, "AlterUserScramCredentials", 0, 0),
     (60, "DescribeCluster", 0, 1),
@@ -84,7 +90,9 @@ async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: 
 
 def build_api_table(broker: Broker) -> ApiTable:
     from . import (
+        acls,
         api_versions,
+        client_quotas,
         cluster,
         configs,
         describe_topic_partitions,
@@ -130,6 +138,9 @@ def build_api_table(broker: Broker) -> ApiTable:
         25: transactions.add_offsets_to_txn,
         26: transactions.end_txn,
         28: transactions.txn_offset_commit,
+        29: acls.describe_acls,
+        30: acls.create_acls,
+        31: acls.delete_acls,
         32: configs.describe_configs,
         33: configs.alter_configs,
         36: _answered_by_connection,
@@ -139,6 +150,8 @@ def build_api_table(broker: Broker) -> ApiTable:
         45: reassignments.alter_partition_reassignments,
         46: reassignments.list_partition_reassignments,
         47: group_offsets.offset_delete,
+        48: client_quotas.describe_client_quotas,
+        49: client_quotas.alter_client_quotas,
         50: scram_credentials.describe,
         51: scram_credentials.alter,
         60: cluster.handle,

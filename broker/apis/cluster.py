@@ -6,7 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..authorized_operations import authorized
+from ..authorized_operations import NOT_REQUESTED
+from ..security import access
+from ..security.acl import CLUSTER_NAME, AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -33,6 +35,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 "cluster_authorized_operations": -2147483648,
             }
         )
+    if not access.cluster(broker, ctx, AclOperation.DESCRIBE):
+        return ctx.respond(
+            {
+                "error_code": int(ErrorCode.cluster_authorization_failed),
+                "error_message": "Cluster authorization failed.",
+                "endpoint_type": ENDPOINT_BROKERS,
+                "cluster_id": broker.cluster_id,
+                "controller_id": -1,
+                "brokers": [],
+                "cluster_authorized_operations": NOT_REQUESTED,
+            }
+        )
     return ctx.respond(
         {
             "error_code": 0,
@@ -43,8 +57,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
                 for b in broker.endpoints_on(ctx.listener)
             ],
-            "cluster_authorized_operations": authorized(
-                "cluster", bool(request.include_cluster_authorized_operations)
+            "cluster_authorized_operations": access.operations(
+                broker,
+                ctx,
+                "cluster",
+                CLUSTER_NAME,
+                bool(request.include_cluster_authorized_operations),
             ),
         }
     )

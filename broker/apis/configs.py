@@ -15,6 +15,8 @@ from storage.catalog import TopicNotFound
 from .. import topic_config, topic_config_keys
 from ..config import SENSITIVE_KEYS, BrokerConfig, is_sensitive
 from ..controller_client import ControllerRefused
+from ..security import access
+from ..security.acl import AclOperation
 from ..topic_config import InvalidConfig
 
 if TYPE_CHECKING:
@@ -104,6 +106,9 @@ async def describe_configs(broker: Broker, ctx: RequestContext, request: Any) ->
         }
         results.append(entry)
         keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+        if denied := _denied(broker, ctx, res, AclOperation.DESCRIBE_CONFIGS):
+            entry.update(error_code=denied)
+            continue
         if res.resource_type == RESOURCE_TOPIC:
             if broker.topics.get(res.resource_name) is None:
                 entry.update(
@@ -184,8 +189,21 @@ def _refuse_broker_resource(broker: Broker, name: str, keys: list[str]) -> None:
         )
 
 
+def _denied(broker: Broker, ctx: RequestContext, res: Any, operation: AclOperation) -> int:
+    """The authorization error for a config resource, 0 when allowed: topic configs are
+    the topic's, broker configs the cluster's (as Kafka checks them)."""
+    if not access.enabled(broker):
+        return 0
+    if res.resource_type == RESOURCE_TOPIC:
+        return access.topic_error(broker, ctx, operation, res.resource_name)
+    if res.resource_type == RESOURCE_BROKER and not access.cluster(broker, ctx, operation):
+        return int(ErrorCode.cluster_authorization_failed)
+    return 0
+
+
 async def _alter(
     broker: Broker,
+    ctx: RequestContext,
     request: Any,
     changes_of: Callable[[dict[str, str], Mapping[str, str], Any], dict[str, str | None]],
 ) -> list[dict[str, Any]]:
@@ -205,6 +223,9 @@ async def _alter(
         try:
             if seen[(res.resource_type, res.resource_name)] > 1:
                 raise _Refused(ErrorCode.invalid_request, "Duplicate resource in request")
+            if denied := _denied(broker, ctx, res, AclOperation.ALTER_CONFIGS):
+                entry.update(error_code=denied)
+                continue
             names = [c.name for c in res.configs]
             if len(set(names)) != len(names):
                 raise _Refused(ErrorCode.invalid_request, "Duplicate config keys in request")
@@ -238,7 +259,7 @@ async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request
     def changes(effective: dict[str, str], explicit: Any, given: Any) -> dict[str, str | None]:
         return {c.name: _apply(effective, c.name, c.config_operation, c.value) for c in given}
 
-    responses = await _alter(broker, request, changes)
+    responses = await _alter(broker, ctx, request, changes)
     return ctx.respond({"throttle_time": 0, "responses": responses})
 
 
@@ -249,5 +270,5 @@ async def alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> An
     def changes(effective: dict[str, str], explicit: Any, given: Any) -> dict[str, str | None]:
         return _replace_all(explicit, given)
 
-    responses = await _alter(broker, request, changes)
+    responses = await _alter(broker, ctx, request, changes)
     return ctx.respond({"throttle_time": 0, "responses": responses})

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from ..authorized_operations import authorized
+from ..authorized_operations import NOT_REQUESTED, authorized
+from ..security import access
+from ..security.acl import AclOperation
 from .metadata import partition_entry, request_routing
 
 if TYPE_CHECKING:
@@ -24,14 +26,14 @@ if TYPE_CHECKING:
 MAX_PARTITIONS_PER_RESPONSE = 2000
 
 
-def _error_topic(name: str, error: ErrorCode) -> dict[str, Any]:
+def _error_topic(name: str, error: ErrorCode, operations: int | None = None) -> dict[str, Any]:
     return {
         "error_code": int(error),
         "name": name,
         "topic_id": None,
         "is_internal": False,
         "partitions": [],
-        "topic_authorized_operations": authorized("topic"),
+        "topic_authorized_operations": authorized("topic") if operations is None else operations,
     }
 
 
@@ -47,6 +49,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         return ctx.respond({"throttle_time": 0, "topics": topics, "next_cursor": None})
     await broker.topics.ensure((name, None) for name in wanted)
     names = sorted(set(wanted)) if wanted else sorted(t.name for t in broker.topics.all())
+    checked = access.enabled(broker)
+
+    def may_describe(name: str) -> bool:
+        return not checked or access.topic(broker, ctx, AclOperation.DESCRIBE, name)
+
+    if not wanted:
+        # Listing all topics: those the caller may not describe are left out.
+        names = [name for name in names if may_describe(name)]
     start_topic, start_partition = (
         (cursor.topic_name, cursor.partition_index) if cursor else ("", 0)
     )
@@ -57,6 +67,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     budget = limit
     for name in names:
         if name < start_topic:
+            continue
+        if not may_describe(name):
+            denied = ErrorCode.topic_authorization_failed
+            topics.append(_error_topic(name, denied, NOT_REQUESTED))
             continue
         topic: Topic | None = broker.topics.get(name)
         if topic is None:
@@ -81,7 +95,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 "topic_id": topic.topic_id,
                 "is_internal": False,
                 "partitions": partitions,
-                "topic_authorized_operations": authorized("topic"),
+                "topic_authorized_operations": access.operations(broker, ctx, "topic", name),
             }
         )
         if last < topic.partitions:

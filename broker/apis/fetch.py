@@ -21,7 +21,10 @@ from storage.coordinator import (
 from storage.object_store import ObjectStoreError
 
 from ..client_az import az_from_client_id, count_fetch
+from ..client_quotas import user_of
 from ..fetch import leader_epoch_error
+from ..security import access
+from ..security.acl import AclOperation
 from ..transformer import preferred_read_replica, route_without_replicas
 
 if TYPE_CHECKING:
@@ -93,6 +96,13 @@ def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int]
     return find
 
 
+def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None) -> bool:
+    """READ on the topic. A topic asked for by an id this broker does not know has no name
+    to check: it answers UNKNOWN_TOPIC_ID, as Kafka does."""
+    name = key if isinstance(key, str) else topic.name if topic is not None else None
+    return name is None or access.topic(broker, ctx, AclOperation.READ, name)
+
+
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
     slots: list[_Slot] = []
@@ -114,9 +124,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             key = fetch_topic.topic
             topic = broker.topics.get(key)
             missing = ErrorCode.unknown_topic_or_partition
+        denied = access.enabled(broker) and not _may_read(broker, ctx, key, topic)
         for part in fetch_topic.partitions:
             error = 0
-            if topic is None:
+            if denied:
+                error = int(ErrorCode.topic_authorization_failed)
+            elif topic is None:
                 error = int(missing)
             elif not 0 <= part.partition < topic.partitions:
                 error = int(ErrorCode.unknown_topic_or_partition)
@@ -205,6 +218,18 @@ async def _fetch(
         results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
         records = [None] * len(finds)
     count_fetch(broker, az, records)
+    throttle_ms = 0
+    quotas = getattr(broker, "quotas", None)  # stand-in brokers of unit tests have none
+    quota = quotas.fetch if quotas is not None else None
+    if quota is not None and quota.enabled():
+        user, client_id = user_of(ctx.principal), ctx.header.client_id or ""
+        size = sum(len(r) for r in records if r is not None)
+        throttle_ms = quota.record(user, client_id, size)
+        if throttle_ms:
+            # As Kafka: a throttled fetch is answered without records, and they are not
+            # counted; the consumer asks again once its throttle time has passed.
+            quota.unrecord(user, client_id, size)
+            records = [None] * len(records)
     # Redirected partitions carry no records but, as in Kafka, their offsets: one lookup for
     # all of them (a consumer is redirected once per partition, then fetches elsewhere).
     redirected = [slot for slot in slots if slot.log is not None]
@@ -252,7 +277,7 @@ async def _fetch(
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(
         {
-            "throttle_time": 0,
+            "throttle_time": throttle_ms,
             "error_code": 0,
             "session_id": 0,  # no fetch sessions: clients keep sending full requests
             "responses": [{key_field: key, "partitions": parts} for key, parts in topics.items()],

@@ -7,6 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from ..security import access
+from ..security.acl import AclOperation
+
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
@@ -15,7 +18,7 @@ KEY_GROUP = 0
 KEY_TRANSACTION = 1
 
 
-def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> dict[str, Any]:
+def _coordinator(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "key": key,
         "node_id": -1,
@@ -30,6 +33,15 @@ def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> dict
             error_message=f"Unsupported coordinator key type {key_type}",
         )
         return entry
+    # DESCRIBE on the group or transactional id (Kafka checks before looking anything up).
+    if key_type == KEY_GROUP and not access.group(broker, ctx, AclOperation.DESCRIBE, key):
+        entry.update(error_code=int(ErrorCode.group_authorization_failed))
+        return entry
+    if key_type == KEY_TRANSACTION and not access.transactional_id(
+        broker, ctx, AclOperation.DESCRIBE, key
+    ):
+        entry.update(error_code=int(ErrorCode.transactional_id_authorization_failed))
+        return entry
     chosen: Any = broker.groups.coordinator.coordinator_of(key)
     if chosen is None:
         entry.update(
@@ -37,7 +49,7 @@ def _coordinator(broker: Broker, key: str, key_type: int, listener: str) -> dict
             error_message="No live broker",
         )
         return entry
-    chosen = chosen.on_listener(listener)  # the address on the client's own listener
+    chosen = chosen.on_listener(ctx.listener)  # the address on the client's own listener
     entry.update(node_id=chosen.node_id, host=chosen.host, port=chosen.port)
     return entry
 
@@ -49,11 +61,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             {
                 "throttle_time": 0,
                 "coordinators": [
-                    _coordinator(broker, key, key_type, ctx.listener)
-                    for key in request.coordinator_keys
+                    _coordinator(broker, ctx, key, key_type) for key in request.coordinator_keys
                 ],
             }
         )
-    entry = _coordinator(broker, request.key, key_type, ctx.listener)
+    entry = _coordinator(broker, ctx, request.key, key_type)
     del entry["key"]
     return ctx.respond({"throttle_time": 0, **entry})

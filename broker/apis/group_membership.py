@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..groups.coordinator import LeavingMember
 from ..groups.group import JoinResult, SyncResult
+from ..security import access
+from ..security.acl import AclOperation
 from ._deferred import answer_when_done
 
 if TYPE_CHECKING:
@@ -31,6 +33,8 @@ def client_host(ctx: RequestContext) -> str:
 
 
 async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
+        return refusal
     version = ctx.header.api_version
     session_ms = millis(request.session_timeout)
     # v0 has no rebalance timeout: the session timeout served as both.
@@ -76,6 +80,8 @@ async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 
 
 async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
+        return refusal
     future = broker.groups.coordinator.sync_group(
         request.group_id,
         request.generation_id,
@@ -101,6 +107,8 @@ async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 
 
 async def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
+        return refusal
     error = broker.groups.coordinator.heartbeat(
         request.group_id,
         request.member_id,
@@ -111,6 +119,8 @@ async def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 
 
 async def leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
+        return refusal
     version = ctx.header.api_version
     if version >= 3:
         leaving = [LeavingMember(m.member_id, m.group_instance_id) for m in request.members]

@@ -15,6 +15,8 @@ from storage.coordinator import CoordinatorUnavailable
 from storage.group_store import CommittedOffset, OffsetKey
 
 from ..groups.offsets import FetchedGroup, OffsetToCommit, store_error
+from ..security import access
+from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -45,12 +47,23 @@ async def offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> An
     # Per request partition: its answer entry, and its index in to_commit if valid.
     slots: list[tuple[dict[str, Any], int | None]] = []
     topics_out = []
+    # READ on the group for the whole request, READ on each topic for its partitions.
+    group_denied = not access.group(broker, ctx, AclOperation.READ, request.group_id)
     for entry in request.topics:
         topic, unknown = _topic(broker, entry, by_id)
+        denied = int(ErrorCode.group_authorization_failed) if group_denied else 0
+        if not denied and topic is not None:
+            denied = access.topic_error(broker, ctx, AclOperation.READ, topic.name)
+        elif not denied and not by_id:
+            denied = access.topic_error(broker, ctx, AclOperation.READ, entry.name)
         partitions_out = []
         for p in entry.partitions:
             answer: dict[str, Any] = {"partition_index": p.partition_index, "error_code": 0}
             partitions_out.append(answer)
+            if denied:
+                answer["error_code"] = denied
+                slots.append((answer, None))
+                continue
             if topic is None or not 0 <= p.partition_index < topic.partitions:
                 answer["error_code"] = int(
                     unknown if topic is None else ErrorCode.unknown_topic_or_partition
@@ -115,15 +128,28 @@ def _stable(
 class _GroupAsk:
     """One group of an OffsetFetch: what was asked, and how to answer it."""
 
-    def __init__(self, broker: Broker, group_id: str, topics: Any, by_id: bool) -> None:
+    def __init__(
+        self, broker: Broker, ctx: RequestContext, group_id: str, topics: Any, by_id: bool
+    ) -> None:
         self.group_id = group_id
         self.by_id = by_id
         self.all = topics is None
+        # DESCRIBE on each topic, as Kafka checks (None: no authorizer, all allowed).
+        self.may_describe = (
+            None
+            if not access.enabled(broker)
+            else lambda name: access.topic(broker, ctx, AclOperation.DESCRIBE, name)
+        )
         # (request topic entry, topic or None)
         self.topics: list[tuple[Any, Topic | None]] = []
+        self.denied: set[int] = set()  # indexes into self.topics
         self.keys: list[OffsetKey] = []
         for entry in topics or ():
             topic, _ = _topic(broker, entry, by_id)
+            name = topic.name if topic is not None else None if by_id else entry.name
+            if name is not None and self.may_describe and not self.may_describe(name):
+                self.denied.add(len(self.topics))
+                topic = None
             self.topics.append((entry, topic))
             if topic is not None:
                 self.keys.extend(OffsetKey(topic.topic_id, p) for p in entry.partition_indexes)
@@ -136,6 +162,8 @@ class _GroupAsk:
             by_name: dict[str, tuple[Topic, list[CommittedOffset]]] = {}
             for key, found in fetched.offsets.items():
                 topic = broker.topics.get_by_id(key.topic_id)
+                if topic is not None and self.may_describe and not self.may_describe(topic.name):
+                    continue  # listing all: topics the caller may not describe are left out
                 if topic is not None:  # else: offsets of a topic deleted a moment ago
                     by_name.setdefault(topic.name, (topic, []))[1].append(found)
             return [
@@ -149,10 +177,13 @@ class _GroupAsk:
                 for _, (topic, offs) in sorted(by_name.items())
             ]
         out = []
-        for entry, topic in self.topics:
+        for position, (entry, topic) in enumerate(self.topics):
             partitions = []
             for index in entry.partition_indexes:
-                if topic is None:
+                if position in self.denied:
+                    denied = int(ErrorCode.topic_authorization_failed)
+                    partitions.append(_partition(index, None, denied))
+                elif topic is None:
                     # By name Kafka answers "no offset"; an unknown id is an error.
                     error = int(ErrorCode.unknown_topic_id) if self.by_id else 0
                     partitions.append(_partition(index, None, error))
@@ -167,18 +198,28 @@ async def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
     version = ctx.header.api_version
     by_id = version >= 10
     if version >= 8:
-        asks = [_GroupAsk(broker, g.group_id, g.topics, by_id) for g in request.groups]
+        asks = [_GroupAsk(broker, ctx, g.group_id, g.topics, by_id) for g in request.groups]
     else:
-        asks = [_GroupAsk(broker, request.group_id, request.topics, by_id)]
+        asks = [_GroupAsk(broker, ctx, request.group_id, request.topics, by_id)]
     wanted: dict[str, list[OffsetKey] | None] = {}
+    # DESCRIBE on the group (Kafka's check for OffsetFetch); denied groups are not fetched.
+    denied_groups = {
+        ask.group_id
+        for ask in asks
+        if not access.group(broker, ctx, AclOperation.DESCRIBE, ask.group_id)
+    }
     for ask in asks:  # a group asked twice (v8+) is fetched once, for both asks
+        if ask.group_id in denied_groups:
+            continue
         if ask.all:
             wanted[ask.group_id] = None
         elif ask.group_id not in wanted:
             wanted[ask.group_id] = list(ask.keys)
         elif (keys := wanted[ask.group_id]) is not None:
             keys.extend(ask.keys)
-    fetched = await broker.groups.offsets.fetch(wanted)
+    fetched = await broker.groups.offsets.fetch(wanted) if wanted else {}
+    for group_id in denied_groups:
+        fetched[group_id] = FetchedGroup(ErrorCode.group_authorization_failed, {})
     unstable: dict[str, set[OffsetKey]] = {}
     if getattr(request, "require_stable", False):
         stable_asked = [g for g in wanted if not fetched[g].error]
@@ -238,6 +279,8 @@ async def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
 
 
 async def offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.DELETE, request.group_id):
+        return refusal
     deletable: list[tuple[str, OffsetKey]] = []
     slots: list[tuple[dict[str, Any], int | None]] = []
     topics_out = []
@@ -247,6 +290,10 @@ async def offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> An
         for p in entry.partitions:
             answer: dict[str, Any] = {"partition_index": p.partition_index, "error_code": 0}
             partitions_out.append(answer)
+            if denied := access.topic_error(broker, ctx, AclOperation.READ, entry.name):
+                answer["error_code"] = denied
+                slots.append((answer, None))
+                continue
             if topic is None or not 0 <= p.partition_index < topic.partitions:
                 answer["error_code"] = int(ErrorCode.unknown_topic_or_partition)
                 slots.append((answer, None))

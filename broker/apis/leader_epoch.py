@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from storage.coordinator import PartitionKey
 
 from ..fetch import leader_epoch_error
+from ..security import access
+from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
 
 if TYPE_CHECKING:
@@ -30,6 +32,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             }
             entries.append((topic_req.topic, entry))
             topic, error = resolve_partition(broker, topic_req.topic, part.partition)
+            if denied := access.topic_error(broker, ctx, AclOperation.DESCRIBE, topic_req.topic):
+                topic, error = None, denied
             current = -1
             if topic is not None:
                 current = broker.leader_epoch(topic.topic_id, part.partition)

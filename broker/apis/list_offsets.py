@@ -8,6 +8,8 @@ from protocol.record_scan import first_at_or_after, max_timestamp_record
 from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest
 
 from ..fetch import leader_epoch_error
+from ..security import access
+from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
 
 READ_COMMITTED = 1
@@ -35,6 +37,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             }
             entries.append((topic_req.name, entry))
             topic, error = resolve_partition(broker, topic_req.name, part.partition_index)
+            if denied := access.topic_error(broker, ctx, AclOperation.DESCRIBE, topic_req.name):
+                topic, error = None, denied
             if topic is not None:
                 error = leader_epoch_error(
                     getattr(part, "current_leader_epoch", -1),

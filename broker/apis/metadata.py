@@ -8,10 +8,12 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic, TopicExists
 
-from ..authorized_operations import NOT_REQUESTED, authorized
+from ..authorized_operations import NOT_REQUESTED
 from ..client_az import client_az
 from ..controller_client import ControllerRefused
 from ..metrics import METRICS
+from ..security import access
+from ..security.acl import CLUSTER_NAME, AclOperation
 from ..topics import InvalidTopic
 from ..transformer import DECISIONS, Routing, route, route_without_replicas
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def topic_entry(
-    broker: Broker, topic: Topic, routing: Routing | None = None, operations: bool = False
+    broker: Broker, topic: Topic, routing: Routing | None = None, operations: int = NOT_REQUESTED
 ) -> dict[str, Any]:
     return {
         "error_code": 0,
@@ -29,7 +31,7 @@ def topic_entry(
         "topic_id": topic.topic_id,
         "is_internal": False,
         "partitions": [partition_entry(broker, topic, p, routing) for p in range(topic.partitions)],
-        "topic_authorized_operations": authorized("topic", operations),
+        "topic_authorized_operations": operations,
     }
 
 
@@ -138,8 +140,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     requested = request.topics
     routing = request_routing(broker, ctx, request)
     topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
+    checked = access.enabled(broker)
+
+    def entry_of(topic: Topic) -> dict[str, Any]:
+        ops = access.operations(broker, ctx, "topic", topic.name, topic_ops)
+        return topic_entry(broker, topic, routing, ops)
+
+    def may(operation: AclOperation, name: str) -> bool:
+        return not checked or access.topic(broker, ctx, operation, name)
+
     if requested is None or (version == 0 and not requested):
-        entries = [topic_entry(broker, t, routing, topic_ops) for t in broker.topics.all()]
+        # Listing all topics: those the caller may not describe are left out.
+        entries = [entry_of(t) for t in broker.topics.all() if may(AclOperation.DESCRIBE, t.name)]
     else:
         allow_auto = getattr(request, "allow_auto_topic_creation", True)
         entries = []
@@ -153,13 +165,31 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             topic_id = getattr(item, "topic_id", None)
             if name is None:
                 topic = broker.topics.get_by_id(topic_id) if topic_id else None
-                entries.append(
-                    topic_entry(broker, topic, routing, topic_ops)
-                    if topic
-                    else _error_entry(None, topic_id, ErrorCode.unknown_topic_id)
-                )
+                if topic is None:
+                    entries.append(_error_entry(None, topic_id, ErrorCode.unknown_topic_id))
+                elif not may(AclOperation.DESCRIBE, topic.name):
+                    denied = ErrorCode.topic_authorization_failed
+                    entries.append(_error_entry(None, topic_id, denied))
+                else:
+                    entries.append(entry_of(topic))
+                continue
+            if not may(AclOperation.DESCRIBE, name):
+                entries.append(_error_entry(name, None, ErrorCode.topic_authorization_failed))
                 continue
             topic = broker.topics.get(name)
+            if (
+                topic is None
+                and allow_auto
+                and broker.config.auto_create_topics_enable
+                and checked
+                and not (
+                    access.cluster(broker, ctx, AclOperation.CREATE)
+                    or may(AclOperation.CREATE, name)
+                )
+            ):
+                # Auto-creation needs CREATE on the cluster or on the topic.
+                entries.append(_error_entry(name, None, ErrorCode.topic_authorization_failed))
+                continue
             if topic is None and allow_auto and broker.config.auto_create_topics_enable:
                 topic, error = await auto_create(broker, name)
                 if topic is None:
@@ -168,7 +198,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if topic is None:
                 entries.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
             else:
-                entries.append(topic_entry(broker, topic, routing, topic_ops))
+                entries.append(entry_of(topic))
     return ctx.respond(
         {
             "throttle_time": 0,
@@ -179,8 +209,12 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             "cluster_id": broker.cluster_id,
             "controller_id": broker.controller_id,
             "topics": entries,
-            "cluster_authorized_operations": authorized(
-                "cluster", bool(getattr(request, "include_cluster_authorized_operations", False))
+            "cluster_authorized_operations": access.operations(
+                broker,
+                ctx,
+                "cluster",
+                CLUSTER_NAME,
+                bool(getattr(request, "include_cluster_authorized_operations", False)),
             ),
             "error_code": 0,
         }

@@ -20,7 +20,11 @@ from storage.catalog import Topic
 from .. import recompress
 from ..append import PartitionAppend, PartitionResult
 from ..client_az import count_produce
+from ..client_quotas import user_of
 from ..refusals import REFUSALS
+from ..security import access
+from ..security.acl import AclOperation
+from ..server import throttle_connection
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -50,14 +54,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             )
             break
     precheck_error, precheck_message = _precheck(request, acks)
+    if precheck_error is None and access.enabled(broker):
+        precheck_error, precheck_message = _transactional_check(broker, ctx, request)
     now_ms = int(time.time() * 1000)
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = topics.get(name)
         if topic is not None:
             max_batch_bytes, log_append, rules = _settings(topics, topic)
+        denied = access.enabled(broker) and not access.topic(broker, ctx, AclOperation.WRITE, name)
         for part in topic_data.partition_data:
             error, message = precheck_error, precheck_message
+            if error is None and denied:
+                error, message = ErrorCode.topic_authorization_failed, None
             if error is None and (topic is None or not 0 <= part.index < topic.partitions):
                 error = ErrorCode.unknown_topic_or_partition
                 message = "This server does not host this topic-partition."
@@ -103,6 +112,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             appends.append(
                 PartitionAppend(topic.topic_id, part.index, records, batches, log_append)
             )
+    throttle_ms = _produce_quota(broker, ctx, request)
     committed = broker.appender.submit(appends)
     count_produce(broker, ctx.header.client_id, appends)
     # The answer is completed by a callback on the commit, not by a task awaiting it:
@@ -124,7 +134,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             answer.set_result(None)
         else:
             try:
-                answer.set_result(_encode(version, slots, done.result()))
+                answer.set_result(_encode(version, slots, done.result(), throttle_ms))
             except Exception as encode_error:
                 answer.set_exception(encode_error)
 
@@ -180,13 +190,40 @@ def _refuse_old_zstd(batches: list[BatchHeader], target: recompress.Target | Non
         )
 
 
+def _transactional_check(
+    broker: Broker, ctx: RequestContext, request: Any
+) -> tuple[ErrorCode | None, str | None]:
+    """A transactional producer needs WRITE on its transactional id (as Kafka checks)."""
+    transactional_id = request.transactional_id
+    if transactional_id is not None and not access.transactional_id(
+        broker, ctx, AclOperation.WRITE, transactional_id
+    ):
+        return ErrorCode.transactional_id_authorization_failed, None
+    return None, None
+
+
 def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
     if acks not in VALID_ACKS:
         return ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
     return None, None
 
 
-def _encode(version: int, slots: list[_Slot], results: list[PartitionResult]) -> EncodedResponse:
+def _produce_quota(broker: Broker, ctx: RequestContext, request: Any) -> int:
+    """The produce quota's throttle time for this request's record bytes (0: none set)."""
+    quotas = getattr(broker, "quotas", None)  # stand-in brokers of unit tests have none
+    if quotas is None or not quotas.produce.enabled():
+        return 0
+    quota = quotas.produce
+    size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
+    throttle_ms = quota.record(user_of(ctx.principal), ctx.header.client_id or "", size)
+    if throttle_ms:
+        throttle_connection(throttle_ms)
+    return throttle_ms
+
+
+def _encode(
+    version: int, slots: list[_Slot], results: list[PartitionResult], throttle_ms: int = 0
+) -> EncodedResponse:
     topics: dict[str, list[PartitionAnswer]] = {}
     for name, index, slot, message, record_errors in slots:
         result = results[slot] if isinstance(slot, int) else slot
@@ -201,4 +238,4 @@ def _encode(version: int, slots: list[_Slot], results: list[PartitionResult]) ->
                 record_errors,
             )
         )
-    return encode_produce_response(version, list(topics.items()))
+    return encode_produce_response(version, list(topics.items()), throttle_ms)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
 from storage.transactions import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 from ..groups.offsets import store_error
+from ..security import access
+from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -18,6 +22,16 @@ FENCED_SINCE = 4
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    # WRITE on the transactional id; without one, idempotence needs IDEMPOTENT_WRITE on the
+    # cluster or WRITE on some topic (KIP-679).
+    denied = None
+    if request.transactional_id is not None:
+        if not access.transactional_id(broker, ctx, AclOperation.WRITE, request.transactional_id):
+            denied = ErrorCode.transactional_id_authorization_failed
+    elif not access.idempotent_write(broker, ctx):
+        denied = ErrorCode.cluster_authorization_failed
+    if denied is not None:
+        return ctx.respond({"error_code": int(denied), "producer_id": -1, "producer_epoch": -1})
     if request.transactional_id is not None:
         try:
             error, producer_id, epoch = await broker.transactions.init_producer_id(

@@ -10,6 +10,8 @@ from kio.schema.errors import ErrorCode
 from controller.requests import Reassignment, ReassignmentResult
 
 from ..controller_client import ControllerRefused
+from ..security import access
+from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -22,6 +24,8 @@ NO_CONTROLLER = (
 
 
 async def alter_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.cluster_refusal(broker, ctx, AclOperation.ALTER):
+        return refusal
     allow_rf_change = getattr(request, "allow_replication_factor_change", True)
     wanted = [
         (t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
@@ -79,6 +83,8 @@ async def alter_partition_reassignments(broker: Broker, ctx: RequestContext, req
 
 
 async def list_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.cluster_refusal(broker, ctx, AclOperation.DESCRIBE):
+        return refusal
     if broker.controller is None:
         return ctx.respond(
             {

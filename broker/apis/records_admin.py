@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from storage.coordinator import PartitionKey
 
 from ..node import now_ms
+from ..security import access
+from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
 
 if TYPE_CHECKING:
@@ -30,6 +32,8 @@ async def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> A
             }
             entries.append((topic_req.name, entry))
             topic, error = resolve_partition(broker, topic_req.name, part.partition_index)
+            if denied := access.topic_error(broker, ctx, AclOperation.DELETE, topic_req.name):
+                topic, error = None, denied
             if topic is None:
                 entry["error_code"] = error
                 continue

@@ -16,7 +16,8 @@ from kio.schema.errors import ErrorCode
 from controller.requests import ScramDeletion, ScramUpsertion
 
 from ..controller_client import ControllerRefused
-from ..security import scram
+from ..security import access, scram
+from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -28,6 +29,9 @@ _NO_CONTROLLER = "SCRAM credentials need the controller (controller mode or `slu
 
 
 async def describe(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    # Kafka: DESCRIBE on the cluster.
+    if refusal := access.cluster_refusal(broker, ctx, AclOperation.DESCRIBE):
+        return refusal
     if broker.controller is None:
         return ctx.respond(
             {
@@ -72,6 +76,9 @@ async def describe(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 
 async def alter(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     names = [c.name for c in (*request.deletions, *request.upsertions)]
+    if not access.cluster(broker, ctx, AclOperation.ALTER):  # Kafka: ALTER on the cluster
+        refused = ErrorCode.cluster_authorization_failed
+        return ctx.respond({"results": [_error(n, refused, None) for n in dict.fromkeys(names)]})
     if broker.controller is None:
         return ctx.respond(
             {"results": [_error(n, ErrorCode.unsupported_version, _NO_CONTROLLER) for n in names]}

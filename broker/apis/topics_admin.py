@@ -10,6 +10,8 @@ from storage.catalog import TopicExists, TopicNotFound
 
 from ..controller_client import ControllerRefused
 from ..node import now_ms
+from ..security import access
+from ..security.acl import AclOperation
 from ..topic_config import InvalidConfig
 from ..topics import InvalidPartitions, InvalidTopic
 
@@ -37,6 +39,8 @@ def _replication_error(broker: Broker, factor: int, assignments: Any) -> str | N
 async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     validate_only = getattr(request, "validate_only", False)
     results = []
+    # CREATE on the cluster allows every topic; otherwise CREATE on each (Kafka's rule).
+    create_any = access.cluster(broker, ctx, AclOperation.CREATE)
     for item in request.topics:
         entry: dict[str, Any] = {
             "name": item.name,
@@ -48,6 +52,9 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
             "configs": [],
         }
         results.append(entry)
+        if not create_any and not access.topic(broker, ctx, AclOperation.CREATE, item.name):
+            entry.update(error_code=int(ErrorCode.topic_authorization_failed))
+            continue
         # In controller mode the controller decides about the replication factor.
         controller_mode = broker.controller is not None
         reason = (
@@ -92,6 +99,15 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
         except InvalidConfig as exc:
             entry.update(error_code=int(ErrorCode.invalid_config), error_message=str(exc))
             continue
+        if not access.topic(broker, ctx, AclOperation.DESCRIBE_CONFIGS, item.name):
+            # Created, but its configs are not the caller's to see (Kafka, KIP-525).
+            entry.update(
+                topic_id=None if validate_only else topic.topic_id,
+                num_partitions=topic.partitions,
+                replication_factor=broker.replication_factor(topic),
+                topic_config_error_code=int(ErrorCode.topic_authorization_failed),
+            )
+            continue
         entry.update(
             topic_id=None if validate_only else topic.topic_id,
             num_partitions=topic.partitions,
@@ -128,6 +144,9 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
         if name is None:
             entry["error_code"] = int(ErrorCode.unknown_topic_id)
             continue
+        if denied := access.topic_error(broker, ctx, AclOperation.DELETE, name):
+            entry["error_code"] = denied
+            continue
         try:
             topic = await broker.topics.delete(name, now_ms())
             entry["topic_id"] = topic.topic_id
@@ -146,6 +165,9 @@ async def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -
     for item in request.topics:
         entry: dict[str, Any] = {"name": item.name, "error_code": 0, "error_message": None}
         results.append(entry)
+        if denied := access.topic_error(broker, ctx, AclOperation.ALTER, item.name):
+            entry["error_code"] = denied
+            continue
         controller_mode = broker.controller is not None
         if item.assignments and not controller_mode:
             entry.update(

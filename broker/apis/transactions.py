@@ -19,6 +19,8 @@ from storage.group_store import CommittedOffset
 from storage.transactions import ONGOING, PRODUCER_FENCED, STATES
 
 from ..groups.offsets import store_error
+from ..security import access
+from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -30,6 +32,9 @@ OPERATION_NOT_ATTEMPTED = int(ErrorCode.operation_not_attempted)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
 TRANSACTIONAL_ID_NOT_FOUND = int(ErrorCode.transactional_id_not_found)
 NOT_COORDINATOR = int(ErrorCode.not_coordinator)
+TXN_ID_DENIED = int(ErrorCode.transactional_id_authorization_failed)
+TOPIC_DENIED = int(ErrorCode.topic_authorization_failed)
+GROUP_DENIED = int(ErrorCode.group_authorization_failed)
 
 # Every state name Kafka knows: a ListTransactions filter naming another is "unknown".
 # Sluice never enters the Prepare*/Dead/PrepareEpochFence states (see storage.transactions).
@@ -59,6 +64,7 @@ async def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: An
         # One transaction, from the producer itself.
         topic_results = await _add_partitions(
             broker,
+            ctx,
             version,
             request.v3_and_below_transactional_id,
             request.v3_and_below_producer_id,
@@ -67,7 +73,16 @@ async def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: An
             verify_only=False,
         )
         return ctx.respond({"throttle_time": 0, "results_by_topic_v3_and_below": topic_results})
-    # v4+: batches of transactions, sent by partition leaders to verify (KIP-890).
+    # v4+: batches of transactions, sent by partition leaders to verify (KIP-890): a
+    # broker's request, so CLUSTER_ACTION on the cluster (as Kafka checks).
+    if not access.cluster(broker, ctx, AclOperation.CLUSTER_ACTION):
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": int(ErrorCode.cluster_authorization_failed),
+                "results_by_transaction": [],
+            }
+        )
     results = []
     for txn in request.transactions:
         results.append(
@@ -75,6 +90,7 @@ async def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: An
                 "transactional_id": txn.transactional_id,
                 "topic_results": await _add_partitions(
                     broker,
+                    ctx,
                     version,
                     txn.transactional_id,
                     txn.producer_id,
@@ -89,6 +105,7 @@ async def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: An
 
 async def _add_partitions(
     broker: Broker,
+    ctx: RequestContext,
     version: int,
     transactional_id: str,
     producer_id: int,
@@ -106,7 +123,18 @@ async def _add_partitions(
                 key = PartitionKey(topic.topic_id, index)
             keys.append((entry.name, index, key))
     errors: list[int]
-    if any(k is None for _, _, k in keys):
+    # WRITE on the transactional id, then on each topic; a refusal adds nothing (Kafka).
+    denied_topics = {
+        name for name, _, _ in keys if not access.topic(broker, ctx, AclOperation.WRITE, name)
+    }
+    if not access.transactional_id(broker, ctx, AclOperation.WRITE, transactional_id):
+        errors = [TXN_ID_DENIED] * len(keys)
+    elif denied_topics:
+        errors = [
+            TOPIC_DENIED if name in denied_topics else OPERATION_NOT_ATTEMPTED
+            for name, _, _ in keys
+        ]
+    elif any(k is None for _, _, k in keys):
         # As Kafka: nothing is added; the unknown ones say why, the others were not tried.
         errors = [
             UNKNOWN_TOPIC_OR_PARTITION if k is None else OPERATION_NOT_ATTEMPTED for _, _, k in keys
@@ -143,6 +171,11 @@ async def _add_partitions(
 
 
 async def add_offsets_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    denied = _txn_denied(broker, ctx, request.transactional_id)
+    if not denied and not access.group(broker, ctx, AclOperation.READ, request.group_id):
+        denied = GROUP_DENIED
+    if denied:
+        return ctx.respond({"throttle_time": 0, "error_code": denied})
     try:
         error = await broker.transactions.add(
             request.transactional_id,
@@ -163,7 +196,23 @@ async def add_offsets_to_txn(broker: Broker, ctx: RequestContext, request: Any) 
 # --------------------------------------------------------------------------- EndTxn
 
 
+def _txn_denied(broker: Broker, ctx: RequestContext, transactional_id: str) -> int:
+    """TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the caller may WRITE the id, else 0."""
+    if access.transactional_id(broker, ctx, AclOperation.WRITE, transactional_id):
+        return 0
+    return TXN_ID_DENIED
+
+
 async def end_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if denied := _txn_denied(broker, ctx, request.transactional_id):
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": denied,
+                "producer_id": request.producer_id,
+                "producer_epoch": request.producer_epoch,
+            }
+        )
     try:
         error = await broker.transactions.end(
             request.transactional_id,
@@ -194,7 +243,13 @@ async def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -
     groups = broker.groups.coordinator
     # Sent to the group's coordinator, which checks the member when the producer names
     # one (KIP-447, v3+); without a member the commit is the producer's alone.
-    if member_id or generation >= 0 or instance_id is not None:
+    # Authorization first: WRITE on the transactional id, READ on the group and topics.
+    group_error = _txn_denied(broker, ctx, request.transactional_id)
+    if not group_error and not access.group(broker, ctx, AclOperation.READ, request.group_id):
+        group_error = GROUP_DENIED
+    if group_error:
+        pass
+    elif member_id or generation >= 0 or instance_id is not None:
         group_error = int(groups.check_commit(request.group_id, member_id, instance_id, generation))
     else:
         group_error = 0 if groups.owns(request.group_id) else NOT_COORDINATOR
@@ -209,6 +264,9 @@ async def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -
             answer = {"partition_index": p.partition_index, "error_code": group_error}
             answers.append((entry.name, answer))
             if group_error:
+                continue
+            if denied := access.topic_error(broker, ctx, AclOperation.READ, entry.name):
+                answer["error_code"] = denied
                 continue
             if topic is None or not 0 <= p.partition_index < topic.partitions:
                 answer["error_code"] = UNKNOWN_TOPIC_OR_PARTITION
@@ -257,7 +315,9 @@ async def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -
 
 
 async def describe_transactions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    ids = list(request.transactional_ids)
+    wanted = list(request.transactional_ids)
+    # DESCRIBE on each transactional id; the others are answered without a lookup.
+    ids = [t for t in wanted if access.transactional_id(broker, ctx, AclOperation.DESCRIBE, t)]
     try:
         states = await broker.transactions.get(ids)
     except CoordinatorUnavailable as exc:
@@ -266,7 +326,12 @@ async def describe_transactions(broker: Broker, ctx: RequestContext, request: An
     else:
         error = 0
     out = []
-    for txn_id, state in zip(ids, states, strict=True):
+    found = dict(zip(ids, states, strict=True))
+    for txn_id in wanted:
+        if txn_id not in found:
+            out.append({"error_code": TXN_ID_DENIED, "transactional_id": txn_id, "topics": []})
+            continue
+        state = found[txn_id]
         entry: dict[str, Any] = {
             "error_code": error or TRANSACTIONAL_ID_NOT_FOUND,
             "transactional_id": txn_id,
@@ -281,7 +346,10 @@ async def describe_transactions(broker: Broker, ctx: RequestContext, request: An
             topics: dict[str, list[int]] = {}
             for key in state.partitions:
                 topic = broker.topics.get_by_id(key.topic_id)
-                if topic is not None:
+                # Topics the caller may not describe are left out, as Kafka does.
+                if topic is not None and access.topic(
+                    broker, ctx, AclOperation.DESCRIBE, topic.name
+                ):
                     topics.setdefault(topic.name, []).append(key.partition)
             entry.update(
                 error_code=0,
@@ -340,6 +408,7 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
                 # ask every broker: listing all of them everywhere would repeat each one.
                 if broker.transactions.owns(s.transactional_id)
                 and (pattern is None or pattern.fullmatch(s.transactional_id))
+                and access.transactional_id(broker, ctx, AclOperation.DESCRIBE, s.transactional_id)
             ],
         }
     )
@@ -361,7 +430,9 @@ async def describe_producers(broker: Broker, ctx: RequestContext, request: Any) 
                 "active_producers": [],
             }
             key = None
-            if topic is not None and 0 <= index < topic.partitions:
+            if denied := access.topic_error(broker, ctx, AclOperation.READ, entry.name):
+                answer["error_code"] = denied
+            elif topic is not None and 0 <= index < topic.partitions:
                 key = PartitionKey(topic.topic_id, index)
             else:
                 answer["error_code"] = UNKNOWN_TOPIC_OR_PARTITION

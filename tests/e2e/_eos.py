@@ -23,7 +23,13 @@ def fill(bootstrap: str, topic: str, n: int, partitions: int) -> None:
 
 
 def start_processor(
-    bootstrap: str, source: str, sink: str, group: str, transactional_id: str, log: Path
+    bootstrap: str,
+    source: str,
+    sink: str,
+    group: str,
+    transactional_id: str,
+    log: Path,
+    pause_s: float = 0.0,
 ) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen(
@@ -36,6 +42,7 @@ def start_processor(
                 sink,
                 group,
                 transactional_id,
+                str(pause_s),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

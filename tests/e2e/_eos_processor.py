@@ -1,21 +1,39 @@
 """A consume-transform-produce processor for the exactly-once tests, run as its own
 process so the test can SIGKILL it anywhere.
 
-usage: python -m tests.e2e._eos_processor BOOTSTRAP SOURCE SINK GROUP TRANSACTIONAL_ID
+usage: python -m tests.e2e._eos_processor BOOTSTRAP SOURCE SINK GROUP TRANSACTIONAL_ID [PAUSE_S]
 
 Reads SOURCE with the group (read_committed, static membership so a restart takes the old
 member's place at once), writes each value prefixed with "out:" to SINK and commits the
-consumed offsets in the same transaction, a few records at a time, until killed.
+consumed offsets in the same transaction, a few records at a time, until killed. PAUSE_S
+(default 0) is slept after each commit, so a test can be sure to kill something while the
+processor is still busy.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+
+_COORDINATOR_MOVING = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+)
 
 
-def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: str) -> None:
+def main(
+    bootstrap: str, source: str, sink: str, group: str, transactional_id: str, pause_s: str = "0"
+) -> None:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -39,12 +57,27 @@ def main(bootstrap: str, source: str, sink: str, group: str, transactional_id: s
         producer.begin_transaction()
         for m in msgs:
             producer.produce(sink, key=m.key(), value=b"out:" + m.value(), partition=m.partition())
-        if not _commit(producer, consumer):
+        if _commit(producer, consumer):
+            time.sleep(float(pause_s))
+        else:
             # Aborted: rewind to the committed offsets, the records are read again.
-            for tp in consumer.committed(consumer.assignment(), 30):
+            for tp in _committed(consumer):
                 if tp.offset < 0:
                     tp.offset = OFFSET_BEGINNING
                 consumer.seek(tp)
+
+
+def _committed(consumer: Consumer) -> list[TopicPartition]:
+    """The group's committed offsets, retrying retriable errors (NOT_COORDINATOR while the
+    group's coordinator moves, say), as an application would."""
+    while True:
+        try:
+            return consumer.committed(consumer.assignment(), 30)
+        except KafkaException as exc:
+            # librdkafka does not flag NOT_COORDINATOR as retriable here, but it is.
+            if not exc.args[0].retriable() and exc.args[0].code() not in _COORDINATOR_MOVING:
+                raise
+            time.sleep(0.2)
 
 
 def _commit(producer: Producer, consumer: Consumer) -> bool:
@@ -73,4 +106,4 @@ def _commit(producer: Producer, consumer: Consumer) -> bool:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])

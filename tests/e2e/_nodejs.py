@@ -51,3 +51,24 @@ def kafkajs_transactions(bootstrap: str, topic: str, count: int) -> dict[str, ob
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines, f"node printed nothing (exit {done.returncode}): {done.stderr[-2000:]}"
     return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def platformatic_quotas(bootstrap: str, action: str, payload: object) -> dict[str, object]:
+    """@platformatic/kafka's admin client: ``alter`` (AlterClientQuotas entries) or
+    ``describe`` (DescribeClientQuotas components); what platformatic_quotas.mjs printed."""
+    done = subprocess.run(
+        [
+            _node(),
+            str(NODE_DIR / "platformatic_quotas.mjs"),
+            bootstrap,
+            action,
+            json.dumps(payload),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=NODE_DIR,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"node printed nothing (exit {done.returncode}): {done.stderr[-2000:]}"
+    return json.loads(lines[-1])  # type: ignore[no-any-return]

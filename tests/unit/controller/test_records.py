@@ -9,12 +9,15 @@ import pytest
 
 from controller.records import (
     RECORD_TYPES,
+    AccessControlEntry,
     BrokerEpochCounter,
+    ClientQuota,
     DecodeError,
     FenceBroker,
     Partition,
     PartitionChange,
     RegisterBroker,
+    RemoveAccessControlEntry,
     RemoveTopic,
     RemoveUserScramCredential,
     Topic,
@@ -50,6 +53,13 @@ SAMPLES = [
     RegisterBroker(3, uuid.UUID(int=9), 14, "b3", 9092, None, True, ("SASL_SSL://b3:9093",)),
     UserScramCredential("alice", "SCRAM-SHA-512", "c2FsdA==", "c3RvcmVk", "c2VydmVy", 4096),
     RemoveUserScramCredential("alice", "SCRAM-SHA-512"),
+]
+# Authorization: ACLs and client quotas.
+SAMPLES += [
+    AccessControlEntry(uuid.UUID(int=9), 2, "orders", 3, "User:alice", "*", 3, 3),
+    RemoveAccessControlEntry(uuid.UUID(int=9)),
+    ClientQuota(("client-id", "user"), (None, "alice"), "producer_byte_rate", "1024.0"),
+    ClientQuota(("user",), ("alice",), "producer_byte_rate", None),
 ]
 
 

@@ -1,0 +1,314 @@
+"""Each API handler refuses what the principal's ACLs do not allow, with Kafka's error code,
+before touching storage. These are the refusals stock clients cannot reach on their own
+(they fail earlier, on Metadata): the handlers run with a stand-in broker whose storage
+would fail the test if it were used, and every answer is encoded and decoded."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import uuid
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from broker.apis import (
+    acls,
+    client_quotas,
+    configs,
+    fetch,
+    leader_epoch,
+    list_offsets,
+    metadata,
+    producer_ids,
+    reassignments,
+    records_admin,
+    topics_admin,
+    transactions,
+)
+from broker.config import BrokerConfig
+from broker.security.acl import AclBinding
+from broker.security.authorizer import Authorizer
+from broker.server import RequestContext
+from protocol.build import build
+from protocol.codec import RequestHeader, encode_response
+from storage.catalog import Topic
+
+E = ErrorCode
+TOPIC = Topic("orders", uuid.UUID(int=7), 3)
+PRINCIPAL = "User:alice"
+
+
+class Untouchable:
+    """Storage the refused requests must never reach."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"storage used: {name}")
+
+
+class Topics:
+    async def ensure(self, wanted: Any) -> None:
+        list(wanted)
+
+    def get(self, name: str) -> Topic | None:
+        return TOPIC if name == TOPIC.name else None
+
+    def get_by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return TOPIC if topic_id == TOPIC.topic_id else None
+
+    def all(self) -> list[Topic]:
+        return [TOPIC]
+
+
+class FakeBroker:
+    def __init__(self, *allowed: AclBinding) -> None:
+        table = {uuid.uuid4(): a for a in allowed}
+        self.authorizer = Authorizer(lambda: table)
+        self.topics = Topics()
+        self.coordinator = self.transactions = self.groups = Untouchable()
+        self.controller = Untouchable()
+        self.config = BrokerConfig()
+        self.quotas = None
+        self.fetcher = NoFetches()
+        self.cluster_id = "unit-cluster"
+        self.controller_id = 1
+
+    def endpoints(self) -> list[Any]:
+        return []
+
+    def endpoints_on(self, listener: str) -> list[Any]:
+        return []
+
+
+class NoFetches:
+    async def read(self, results: list[Any], epochs: list[int]) -> list[Any]:
+        assert not results, "a refused fetch read records"
+        return []
+
+
+async def call(handler: Any, broker: FakeBroker, key: int, version: int, data: dict) -> Any:
+    request = build(load_request_schema(key, version), data)
+    ctx = RequestContext(
+        RequestHeader(key, version, 1, "unit"),
+        load_response_schema(key, version),
+        "10.0.0.9",
+        4242,
+        PRINCIPAL,
+    )
+    response = await handler(broker, ctx, request)
+    if isinstance(response, asyncio.Future):
+        response = await asyncio.wait_for(response, 5)
+    encoded = b"".join(bytes(part) for part in encode_response(1, response))
+    schema = type(response)
+    start = 9 if schema.__header_schema__.__flexible__ else 8
+    decoded, _ = entity_reader(schema)(memoryview(encoded), start)
+    return decoded
+
+
+def describe_only() -> FakeBroker:
+    # DESCRIBE on the topic (so a client would get past Metadata), nothing else.
+    return FakeBroker(AclBinding(2, "orders", 3, PRINCIPAL, "*", 8, 3))
+
+
+async def test_list_offsets_and_leader_epoch_need_describe() -> None:
+    broker = FakeBroker()
+    answer = await call(
+        list_offsets.handle,
+        broker,
+        2,
+        8,
+        {"replica_id": -1, "topics": [{"name": "orders", "partitions": [{"partition_index": 0}]}]},
+    )
+    assert answer.topics[0].partitions[0].error_code == E.topic_authorization_failed
+    answer = await call(
+        leader_epoch.handle,
+        broker,
+        23,
+        4,
+        {"topics": [{"topic": "orders", "partitions": [{"partition": 0, "leader_epoch": 0}]}]},
+    )
+    assert answer.topics[0].partitions[0].error_code == E.topic_authorization_failed
+
+
+async def test_fetch_needs_read() -> None:
+    answer = await call(
+        fetch.handle,
+        describe_only(),
+        1,
+        12,
+        {
+            "max_wait": datetime.timedelta(milliseconds=0),
+            "topics": [{"topic": "orders", "partitions": [{"partition": 0, "fetch_offset": 0}]}],
+        },
+    )
+    assert answer.responses[0].partitions[0].error_code == E.topic_authorization_failed
+
+
+async def test_records_and_topic_admin_need_delete_create_alter() -> None:
+    broker = describe_only()
+    answer = await call(
+        records_admin.delete_records,
+        broker,
+        21,
+        2,
+        {"topics": [{"name": "orders", "partitions": [{"partition_index": 0, "offset": 1}]}]},
+    )
+    assert answer.topics[0].partitions[0].error_code == E.topic_authorization_failed
+    answer = await call(
+        topics_admin.create_topics, broker, 19, 7, {"topics": [{"name": "new-topic"}]}
+    )
+    assert answer.topics[0].error_code == E.topic_authorization_failed
+    answer = await call(topics_admin.delete_topics, broker, 20, 6, {"topics": [{"name": "orders"}]})
+    assert answer.responses[0].error_code == E.topic_authorization_failed
+    answer = await call(
+        topics_admin.create_partitions, broker, 37, 3, {"topics": [{"name": "orders", "count": 5}]}
+    )
+    assert answer.results[0].error_code == E.topic_authorization_failed
+
+
+async def test_configs_need_describe_and_alter_configs() -> None:
+    broker = describe_only()
+    answer = await call(
+        configs.describe_configs,
+        broker,
+        32,
+        4,
+        {
+            "resources": [
+                {"resource_type": 2, "resource_name": "orders"},
+                {"resource_type": 4, "resource_name": ""},
+            ]
+        },
+    )
+    assert [r.error_code for r in answer.results] == [
+        E.topic_authorization_failed,
+        E.cluster_authorization_failed,
+    ]
+    answer = await call(
+        configs.incremental_alter_configs,
+        broker,
+        44,
+        1,
+        {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": "orders",
+                    "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1"}],
+                }
+            ]
+        },
+    )
+    assert answer.responses[0].error_code == E.topic_authorization_failed
+
+
+async def test_transactions_and_producer_ids() -> None:
+    broker = describe_only()
+    answer = await call(
+        producer_ids.handle,
+        broker,
+        22,
+        5,
+        {"transactional_id": "tx", "transaction_timeout": datetime.timedelta(seconds=60)},
+    )
+    assert answer.error_code == E.transactional_id_authorization_failed
+    answer = await call(
+        producer_ids.handle,
+        broker,
+        22,
+        5,
+        {"transactional_id": None, "transaction_timeout": datetime.timedelta(seconds=60)},
+    )
+    assert answer.error_code == E.cluster_authorization_failed
+    answer = await call(
+        transactions.add_partitions_to_txn,
+        broker,
+        24,
+        3,
+        {
+            "v3_and_below_transactional_id": "tx",
+            "v3_and_below_producer_id": 1,
+            "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": "orders", "partitions": [0]}],
+        },
+    )
+    result = answer.results_by_topic_v3_and_below[0].results_by_partition[0]
+    assert result.partition_error_code == E.transactional_id_authorization_failed
+    answer = await call(
+        transactions.add_offsets_to_txn,
+        broker,
+        25,
+        4,
+        {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "group_id": "g"},
+    )
+    assert answer.error_code == E.transactional_id_authorization_failed
+    answer = await call(
+        transactions.end_txn,
+        broker,
+        26,
+        4,
+        {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "committed": True},
+    )
+    assert answer.error_code == E.transactional_id_authorization_failed
+    answer = await call(
+        transactions.describe_producers,
+        broker,
+        61,
+        0,
+        {"topics": [{"name": "orders", "partition_indexes": [0]}]},
+    )
+    assert answer.topics[0].partitions[0].error_code == E.topic_authorization_failed
+
+
+async def test_cluster_apis_need_cluster_operations() -> None:
+    broker = describe_only()
+    answer = await call(reassignments.list_partition_reassignments, broker, 46, 0, {"topics": None})
+    assert answer.error_code == E.cluster_authorization_failed
+    answer = await call(
+        client_quotas.describe_client_quotas, broker, 48, 1, {"components": [], "strict": False}
+    )
+    assert answer.error_code == E.cluster_authorization_failed
+    answer = await call(
+        acls.create_acls,
+        broker,
+        30,
+        3,
+        {
+            "creations": [
+                {
+                    "resource_type": 2,
+                    "resource_name": "t",
+                    "resource_pattern_type": 3,
+                    "principal": PRINCIPAL,
+                    "host": "*",
+                    "operation": 3,
+                    "permission_type": 3,
+                }
+            ]
+        },
+    )
+    assert answer.results[0].error_code == E.cluster_authorization_failed
+
+
+async def test_metadata_hides_and_refuses() -> None:
+    answer = await call(metadata.handle, FakeBroker(), 3, 12, {"topics": None})
+    assert answer.topics == ()
+    answer = await call(
+        metadata.handle,
+        FakeBroker(),
+        3,
+        12,
+        {"topics": [{"name": "orders"}], "allow_auto_topic_creation": False},
+    )
+    assert answer.topics[0].error_code == E.topic_authorization_failed
+
+
+@pytest.fixture(autouse=True)
+def _no_routing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Metadata's AZ routing reads the broker's endpoints; none matter here.
+    from broker.apis import metadata as metadata_module
+
+    monkeypatch.setattr(metadata_module, "request_routing", lambda *_: None)
