@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from broker.config import resolve_secret_reference
+
 from .service import ControllerSettings
 
 DEFAULTS: dict[str, str] = {
@@ -26,6 +28,12 @@ DEFAULTS: dict[str, str] = {
     "controller.fsync": "true",
     # Expand legacy RF=1 diskless topics to RF = rack count in the background (off by default).
     "controller.legacy.rf.expansion.enable": "false",
+    # TLS for the HTTP API (PEM files); empty: plain HTTP.
+    "ssl.certificate.location": "",
+    "ssl.key.location": "",
+    "ssl.key.password": "",
+    "ssl.ca.location": "",
+    "ssl.client.auth": "none",  # required: brokers present a certificate (mTLS)
 }
 
 
@@ -59,6 +67,10 @@ def load_settings(
         if env and var in env:
             merged[key] = env[var]
     try:
+        # ${file:/path} and ${env:NAME} for secrets, as in the broker's config.
+        merged = {k: resolve_secret_reference(k, v, env) for k, v in merged.items()}
+        if merged["ssl.client.auth"] not in ("required", "requested", "none"):
+            raise ValueError("ssl.client.auth must be required, requested or none")
         node_id = int(merged["node.id"])
         voters = parse_voters(merged["controller.quorum.voters"])
         if node_id not in voters:
@@ -80,6 +92,11 @@ def load_settings(
             default_partitions=int(merged["num.partitions"]),
             cluster_id=merged["cluster.id"] or None,
             expand_legacy_topics=expand == "true",
+            ssl_certificate_location=merged["ssl.certificate.location"],
+            ssl_key_location=merged["ssl.key.location"],
+            ssl_key_password=merged["ssl.key.password"],
+            ssl_ca_location=merged["ssl.ca.location"],
+            ssl_client_auth=merged["ssl.client.auth"],
             raft_options={
                 "election_ticks": int(merged["controller.election.ticks"]),
                 "fsync": fsync == "true",
