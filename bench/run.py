@@ -17,6 +17,8 @@ Targets, each measured in the same run as the machine limits it is compared with
          histograms (/metrics), per phase. The issue's targets are judged on the medians.
 ``commit`` produce latency across loads for both group-commit modes (bench.commit_latency).
 ``scale`` 1 vs 2 broker processes on this host behind the same storage (bench.scale_out).
+``tls``  produce/consume MiB/s and broker CPU per MiB over an SSL listener vs PLAINTEXT on
+         the same broker, with TLS/plaintext ratios (bench.tls; not in the default set).
 
 Every figure is the median of --repeats runs; machines are shared and noisy.
 """
@@ -483,8 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         default="dev,s3,commit,scale",
         help="dev, s3, commit (group-commit latency across loads, both commit modes, on "
         "both stores; bench.commit_latency), scale (1 vs 2 broker processes on this host, "
-        "same storage; bench.scale_out), classic (classic RF=3 vs diskless topics on 3 "
-        "brokers; bench.classic) or any of them (default the first four)",
+        "same storage; bench.scale_out), tls (TLS vs plaintext; bench.tls), classic (classic "
+        "RF=3 vs diskless topics on 3 brokers; bench.classic) or any of them "
+        "(default dev,s3,commit,scale)",
     )
     ap.add_argument("--quick", action="store_true", help="~1 min: 64 MiB, 1 run, 1 MiB batches")
     ap.add_argument(
@@ -517,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tail_mib = 32.0
     args.tail_fetches = 40 if args.quick else 100
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"dev", "s3", "commit", "scale", "classic"}
+    unknown = set(targets) - {"dev", "s3", "commit", "scale", "tls", "classic"}
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)}")
 
@@ -550,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
                 + ["--batch-sizes", ",".join(map(str, args.batch_sizes))]
                 + [arg for k, v in args.options for arg in ("-o", f"{k}={v}")]
             )
+        if "tls" in targets:
+            from . import tls
+
+            tls.main(["--quick"] if args.quick else ["--repeats", str(args.repeats)])
         if "classic" in targets:
             from . import classic
 

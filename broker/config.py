@@ -7,6 +7,7 @@ underscores, upper case), then ``-o key=value`` on the command line.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -109,6 +110,37 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # A transactional id without an ongoing transaction for this long is forgotten.
     transactional_id_expiration_ms: int = 604_800_000
+    # --- Security (broker/security/; Kafka's names). Empty listeners: one PLAINTEXT
+    # listener on host:port, exactly the single-port broker this was before listeners.
+    listeners: str = ""  # e.g. PLAINTEXT://:9092,SASL_SSL://:9093
+    advertised_listeners: str = ""  # empty: as listeners (an empty host: advertised.host)
+    listener_security_protocol_map: str = ""  # NAME:PROTOCOL,...; empty: Kafka's default map
+    inter_broker_listener_name: str = ""  # the address registered as the broker's own
+    ssl_certificate_location: str = ""  # PEM certificate (chain) of this broker
+    ssl_key_location: str = ""  # PEM private key
+    ssl_key_password: str = ""
+    ssl_ca_location: str = ""  # PEM CA bundle that client certificates are checked against
+    ssl_client_auth: str = "none"  # required | requested | none
+    sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    # JAAS-style config for PLAIN's users: ... PlainLoginModule required user_alice="pw";
+    sasl_jaas_config: str = ""
+    sasl_oauthbearer_jwks_endpoint_url: str = ""  # file:///path/jwks.json
+    sasl_oauthbearer_expected_audience: str = ""  # comma separated; empty: not checked
+    sasl_oauthbearer_expected_issuer: str = ""  # empty: not checked
+    sasl_oauthbearer_sub_claim_name: str = "sub"
+    sasl_oauthbearer_clock_skew_seconds: int = 30
+    # KIP-368: an authenticated SASL session lasts this long unless the client
+    # re-authenticates; 0: no limit (Kafka's default).
+    connections_max_reauth_ms: int = 0
+    # TLS to the controllers' HTTP API (https:// in controller.quorum.bootstrap.servers):
+    # the CA their certificates are checked against, and this broker's own certificate
+    # and key when the controllers ask for one (mTLS).
+    controller_ssl_ca_location: str = ""
+    controller_ssl_certificate_location: str = ""
+    controller_ssl_key_location: str = ""
+    # listener.name.<listener>.<key>=value overrides (Kafka's per-listener prefix), e.g.
+    # listener.name.sasl_ssl.ssl.client.auth or listener.name.sasl_ssl.plain.sasl.jaas.config.
+    listener_name_configs: tuple[tuple[str, str], ...] = ()
     # Authorization (Kafka's names; broker/security/authorizer.py). Empty: no authorizer,
     # every request is allowed. Kafka's StandardAuthorizer class name (or "acl") turns ACLs
     # on; they live in the controller's metadata log, so it needs controller mode.
@@ -125,6 +157,10 @@ class BrokerConfig:
             raise ValueError(
                 f"produce.commit.mode must be adaptive or fixed, not {self.produce_commit_mode!r}"
             )
+        if self.ssl_client_auth not in ("required", "requested", "none"):
+            raise ValueError(
+                f"ssl.client.auth must be required, requested or none, not {self.ssl_client_auth!r}"
+            )
         from .security.authorizer import AUTHORIZER_NAMES
 
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_NAMES:
@@ -134,6 +170,29 @@ class BrokerConfig:
             )
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")
+
+    def __repr__(self) -> str:
+        # A config may end up in a traceback or a debug line: never with its secrets.
+        shown = []
+        for f in fields(self):
+            key = f.name.replace("_", ".")
+            value = getattr(self, f.name)
+            if is_sensitive(key) and value:
+                value = "[hidden]"
+            elif f.name == "listener_name_configs":
+                value = tuple((k, "[hidden]" if is_sensitive(k) else v) for k, v in value)
+            shown.append(f"{f.name}={value!r}")
+        return f"BrokerConfig({', '.join(shown)})"
+
+    def listener_config(self, listener: str, key: str) -> str:
+        """``key`` for one listener: ``listener.name.<listener>.<key>`` if set, else the
+        broker-wide value (as Kafka resolves its per-listener prefix)."""
+        prefixed = f"listener.name.{listener.lower()}.{key}"
+        for name, value in self.listener_name_configs:
+            if name == prefixed:
+                return value
+        attr = _KEYS.get(key)
+        return str(getattr(self, attr)) if attr is not None else ""
 
     @property
     def advertised(self) -> str:
@@ -177,6 +236,25 @@ _KEYS["broker.id"] = "node_id"
 _KEYS["node.id"] = "node_id"
 _KEYS["broker.rack"] = "rack"
 _KEYS["message.max.bytes"] = "message_max_bytes"
+del _KEYS["listener.name.configs"]  # set through listener.name.<listener>.<key> keys
+LISTENER_PREFIX = "listener.name."
+
+# Values DescribeConfigs shows as null and logs never show. Kafka marks passwords and JAAS
+# configs sensitive; so is anything that embeds a password (coordinator.dsn).
+SENSITIVE_KEYS = frozenset(
+    {
+        "s3.secret.key",
+        "coordinator.dsn",
+        "controller.secret",
+        "ssl.key.password",
+        "sasl.jaas.config",
+    }
+)
+
+
+def is_sensitive(key: str) -> bool:
+    """True for secret configs, also under a ``listener.name.<l>.`` prefix."""
+    return key in SENSITIVE_KEYS or key.endswith(("sasl.jaas.config", ".password"))
 
 
 def _coerce(name: str, raw: str) -> Any:
@@ -201,7 +279,15 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
             if var in env:
                 merged[key] = env[var]
     values: dict[str, Any] = {}
+    per_listener: list[tuple[str, str]] = []
     for key, raw in merged.items():
+        raw = resolve_secret_reference(key, raw, env)
+        if key.startswith(LISTENER_PREFIX):
+            listener, _, rest = key[len(LISTENER_PREFIX) :].partition(".")
+            if not listener or not rest:
+                raise ValueError(f"config {key}: expected listener.name.<listener>.<config>")
+            per_listener.append((f"{LISTENER_PREFIX}{listener.lower()}.{rest}", raw))
+            continue
         name = _KEYS.get(key)
         if name is None:
             raise ValueError(f"unknown config {key!r}")
@@ -209,7 +295,31 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
             values[name] = _coerce(name, raw)
         except ValueError as exc:
             raise ValueError(f"config {key}: {exc}") from None
+    if per_listener:
+        values["listener_name_configs"] = tuple(sorted(per_listener))
     return BrokerConfig(**values)
+
+
+def resolve_secret_reference(key: str, raw: str, env: Mapping[str, str] | None = None) -> str:
+    """A value written ``${file:/path}`` is the file's content (trailing newline dropped);
+    ``${env:NAME}`` is that environment variable. Kafka's config providers use the same
+    syntax: secrets then stay out of properties files, command lines and process lists."""
+    if not (raw.startswith("${") and raw.endswith("}")):
+        return raw
+    kind, sep, ref = raw[2:-1].partition(":")
+    if not sep or kind not in ("file", "env"):
+        return raw
+    if kind == "env":
+        source = os.environ if env is None else env
+        if ref not in source:
+            raise ValueError(f"config {key}: environment variable {ref} is not set")
+        return source[ref]
+    try:
+        with open(ref) as f:
+            return f.read().rstrip("\r\n")
+    except OSError as exc:
+        # The path is not secret; the content is never echoed.
+        raise ValueError(f"config {key}: cannot read {ref}: {exc.strerror or exc}") from None
 
 
 def parse_config_file(text: str) -> dict[str, str]:

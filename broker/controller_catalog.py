@@ -33,7 +33,7 @@ from controller.requests import (
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
 
 from .config import BrokerConfig
-from .controller_client import ControllerClient, ControllerRefused
+from .controller_client import ControllerClient, ControllerRefused, client_ssl_context
 from .metadata_follower import MetadataFollower
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,15 @@ class ControllerCatalog(TopicCatalog):
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ControllerCatalog:
-        client = ControllerClient(config.controller_servers(), config.controller_secret)
+        client = ControllerClient(
+            config.controller_servers(),
+            config.controller_secret,
+            ssl_context=client_ssl_context(
+                config.controller_ssl_ca_location,
+                config.controller_ssl_certificate_location,
+                config.controller_ssl_key_location,
+            ),
+        )
         return cls(client, MetadataFollower(client))
 
     @property
@@ -80,6 +88,10 @@ class ControllerCatalog(TopicCatalog):
                 self.follower.applied,
                 applied,
             )
+
+    async def caught_up(self, applied: int) -> None:
+        """Wait (bounded) until this broker's image includes metadata index ``applied``."""
+        await self._caught_up(applied)
 
     @staticmethod
     def _check(code: ErrorCode, message: str | None) -> None:

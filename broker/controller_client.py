@@ -18,6 +18,7 @@ import asyncio
 import base64
 import json
 import logging
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -49,6 +50,9 @@ from controller.requests import (
     Reassignment,
     ReassignmentResult,
     RegistrationResult,
+    ScramDeletion,
+    ScramResult,
+    ScramUpsertion,
     TopicResult,
 )
 from controller.wire import from_json, to_json
@@ -96,9 +100,22 @@ class MetadataChunk:
     entries: list[tuple[int, bytes]]
 
 
-def base_url(address: str) -> str:
+def base_url(address: str, scheme: str = "http") -> str:
     address = address.strip().rstrip("/")
-    return address if "://" in address else f"http://{address}"
+    return address if "://" in address else f"{scheme}://{address}"
+
+
+def client_ssl_context(
+    ca_location: str, certificate_location: str = "", key_location: str = ""
+) -> ssl.SSLContext | None:
+    """TLS to the controllers: their certificates checked against ``ca_location``; this
+    broker's own certificate presented when given (controllers with ssl.client.auth)."""
+    if not ca_location:
+        return None
+    context = ssl.create_default_context(cafile=ca_location)
+    if certificate_location:
+        context.load_cert_chain(certificate_location, key_location or None)
+    return context
 
 
 class ControllerClient:
@@ -108,10 +125,15 @@ class ControllerClient:
         secret: str = "",
         request_timeout: float = 5.0,
         deadline: float = 15.0,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not servers:
             raise ValueError("no controller given (controller.quorum.bootstrap.servers)")
-        self._urls = [base_url(s) for s in servers]
+        # With TLS settings, a bare host:port means https (never send the secret in clear
+        # to a controller that was meant to be reached over TLS).
+        scheme = "https" if ssl_context is not None else "http"
+        self._urls = [base_url(s, scheme) for s in servers]
+        self._ssl = ssl_context
         self._headers = {SECRET_HEADER: secret} if secret else {}
         self.request_timeout = request_timeout
         self.deadline = deadline
@@ -121,7 +143,8 @@ class ControllerClient:
 
     async def start(self) -> None:
         if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self._headers)
+            connector = aiohttp.TCPConnector(ssl=self._ssl) if self._ssl is not None else None
+            self._session = aiohttp.ClientSession(headers=self._headers, connector=connector)
 
     async def close(self) -> None:
         if self._session is not None:
@@ -303,6 +326,15 @@ class ControllerClient:
     async def list_reassignments(self) -> list[OngoingReassignment]:
         data = await self.request("GET", "/v1/reassignments")
         return self._results(OngoingReassignment, data)
+
+    # --- SCRAM credentials -----------------------------------------------------------------
+
+    async def alter_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> tuple[list[ScramResult], int]:
+        body = {"deletions": to_json(list(deletions)), "upsertions": to_json(list(upsertions))}
+        data, applied = await self._write("/v1/scram", body)
+        return self._results(ScramResult, data), applied
 
     # --- authorization: ACLs and client quotas --------------------------------------------
 

@@ -34,9 +34,23 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
     node_id: int
-    host: str
+    host: str  # the inter-broker listener's advertised address
     port: int
     rack: str | None
+    # Every advertised listener, "NAME://host:port"; empty when only host:port is known
+    # (other brokers without a controller).
+    listeners: tuple[str, ...] = ()
+
+    def on_listener(self, name: str) -> BrokerEndpoint:
+        """This broker as a client of listener ``name`` must reach it. A broker that does
+        not advertise that listener keeps its inter-broker address (a cluster is expected
+        to list the same listener names on every broker)."""
+        prefix = f"{name}://"
+        for entry in self.listeners:
+            if entry.startswith(prefix):
+                host, _, port = entry[len(prefix) :].rpartition(":")
+                return BrokerEndpoint(self.node_id, host.strip("[]"), int(port), self.rack)
+        return self
 
 
 class NodeIdInUse(RuntimeError):
@@ -227,7 +241,7 @@ class ControllerMembership(Membership):
             return live
         image = self._follower.image
         live = [
-            BrokerEndpoint(b.node_id, b.host, b.port, b.rack)
+            BrokerEndpoint(b.node_id, b.host, b.port, b.rack, b.listeners)
             for b in image.brokers.values()
             if not b.fenced and b.node_id != self._me.node_id
         ]
@@ -259,6 +273,7 @@ class ControllerMembership(Membership):
             self._me.port,
             self._me.rack,
             self._cluster_id,
+            self._me.listeners,
         )
         while True:
             try:

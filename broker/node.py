@@ -41,7 +41,11 @@ from .metadata_follower import BrokerStorageListener
 from .metrics import METRICS
 from .producer_ids import ProducerIdAllocator
 from .security.authorizer import Authorizer, parse_super_users
-from .server import KafkaServer
+from .security.listeners import ListenerPlan, listener_plan
+from .security.sasl import SaslAuthenticator
+from .security.scram import ScramCredential
+from .security.tls import server_context
+from .server import KafkaServer, ListenerSecurity
 from .topics import TopicRegistry
 from .transactions.coordinator import TransactionCoordinator
 from .transactions.markers import MarkerWriter
@@ -124,7 +128,20 @@ class Broker:
         # leaders and epochs: controller mode only.
         self.classic = ReplicaManager(self) if self.controller is not None else None
         self.cluster_id = ""
-        self._server: KafkaServer | None = None
+        # Checked here, before anything starts: a bad listener setting fails the start.
+        self.listener_plan: ListenerPlan = listener_plan(config)
+        self._security = {
+            listener.name: ListenerSecurity(
+                listener.name,
+                server_context(config, listener.name) if listener.protocol.tls else None,
+                SaslAuthenticator(config, listener.name, self.scram_credential)
+                if listener.protocol.sasl
+                else None,
+            )
+            for listener in self.listener_plan.bound
+        }
+        self._servers: dict[str, KafkaServer] = {}
+        self._server: KafkaServer | None = None  # the inter-broker listener's
         self._tasks: list[asyncio.Task[None]] = []
         self._membership: Membership | None = None
         self._http: HttpEndpoint | None = None
@@ -141,6 +158,35 @@ class Broker:
         """Live brokers, listed in Metadata. The seam the controller issue replaces."""
         assert self._membership is not None, "not started"
         return self._membership.live()
+
+    def endpoints_on(self, listener: str) -> list[BrokerEndpoint]:
+        """Live brokers at the addresses of ``listener`` (the one a client came in on)."""
+        return [b.on_listener(listener) for b in self.endpoints()]
+
+    def listener_port(self, name: str) -> int:
+        """The port listener ``name`` is bound to (tests and tools; 0 in a setting
+        means any free port)."""
+        return self._servers[name.upper()].port
+
+    def advertised_listeners(self) -> tuple[str, ...]:
+        """ "NAME://host:port" of every listener, as registered with the controller."""
+        out = []
+        for name, listener in self.listener_plan.advertised.items():
+            port = listener.port or self._servers[name].port
+            host = f"[{listener.host}]" if ":" in listener.host else listener.host
+            out.append(f"{name}://{host}:{port}")
+        return tuple(out)
+
+    def scram_credential(self, username: str, mechanism: str) -> ScramCredential | None:
+        """A SCRAM user's keys from the metadata image (AlterUserScramCredentials)."""
+        if self.controller is None:
+            return None
+        found = self.controller.image.scram_credentials.get((username, mechanism))
+        if found is None:
+            return None
+        return ScramCredential(
+            mechanism, found.salt, found.stored_key, found.server_key, found.iterations
+        )
 
     @property
     def multi_broker(self) -> bool:
@@ -197,15 +243,21 @@ class Broker:
         await self.topics.load()
         if self.classic is not None:
             await self.classic.start()
-        self._server = KafkaServer(
-            build_api_table(self),
-            self.config.host,
-            self.config.port,
-            self.config.socket_request_max_bytes,
-            pending_bytes=self.config.connection_pending_max_bytes,
-            request_quota=self._request_time if self.controller is not None else None,
-        )
-        await self._server.start()
+        table = build_api_table(self)
+        for number, listener in enumerate(self.listener_plan.bound):
+            server = KafkaServer(
+                table,
+                listener.host,
+                listener.port,
+                self.config.socket_request_max_bytes,
+                pending_bytes=self.config.connection_pending_max_bytes,
+                security=self._security[listener.name],
+                tune_process=number == 0,
+                request_quota=self._request_time if self.controller is not None else None,
+            )
+            self._servers[listener.name] = server
+            await server.start()
+        self._server = self._servers[self.listener_plan.inter_broker]
         self._membership = self._make_membership()
         await self._membership.start()
         if self.config.http_port >= 0:
@@ -222,27 +274,40 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._cleaner_loop()))
         self._tasks.append(asyncio.create_task(self._orphan_loop()))
         await self.transactions.start()
-        log.info(
-            "sluice broker %d listening on %s:%d (cluster %s, data in %s)",
-            self.config.node_id,
-            self.config.host,
-            self.port,
-            self.cluster_id,
-            self.config.data_dir,
-        )
+        if self.config.listeners:
+            bound = ", ".join(
+                f"{b.name} {b.protocol.value} on {b.host or '*'}:{self._servers[b.name].port}"
+                for b in self.listener_plan.bound
+            )
+            log.info(
+                "sluice broker %d listening: %s (cluster %s, data in %s)",
+                self.config.node_id,
+                bound,
+                self.cluster_id,
+                self.config.data_dir,
+            )
+        else:
+            log.info(
+                "sluice broker %d listening on %s:%d (cluster %s, data in %s)",
+                self.config.node_id,
+                self.config.host,
+                self.port,
+                self.cluster_id,
+                self.config.data_dir,
+            )
 
     async def stop(self) -> None:
         # Order matters: stop admitting requests, flush what was admitted so every
         # producer waiting on it is answered, then disconnect and close storage.
         self._stopping = True
-        if self._server is not None:
-            self._server.stop_accepting()
+        for server in self._servers.values():
+            server.stop_accepting()
         self.groups.resign_all()  # answers JoinGroup/SyncGroup waiting on a rebalance
         if self.classic is not None:
             self.classic.stop_serving()
         await self.appender.close()
-        if self._server is not None:
-            await self._server.close()
+        for server in self._servers.values():
+            await server.close()
         await cancel_and_wait(self._tasks)
         if self.classic is not None:
             await self.classic.stop()
@@ -286,8 +351,14 @@ class Broker:
         return self._http.port if self._http is not None else None
 
     def _make_membership(self) -> Membership:
+        inter = self.listener_plan.advertised[self.listener_plan.inter_broker]
         me = BrokerEndpoint(
-            self.config.node_id, self.config.advertised, self.port, self.config.rack
+            self.config.node_id,
+            inter.host,
+            inter.port or self.port,
+            self.config.rack,
+            # Only with listeners set: a default broker registers exactly as before.
+            self.advertised_listeners() if self.config.listeners else (),
         )
         if self.controller is not None:
             return ControllerMembership(

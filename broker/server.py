@@ -26,6 +26,8 @@ import functools
 import gc
 import logging
 import socket
+import ssl
+import struct
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -49,7 +51,10 @@ from protocol.framing import FrameReader, FrameTooLarge
 from .log_budget import LineBudget
 from .metrics import METRICS
 from .refusals import REFUSALS
+from .security import sasl as sasl_mod
+from .security.listeners import DEFAULT_LISTENER
 from .security.principal import ANONYMOUS
+from .security.tls import HANDSHAKE_TIMEOUT_S, certificate_principal
 
 if TYPE_CHECKING:
     from .apis import Api, ApiTable
@@ -78,6 +83,8 @@ _UNSCANNED_APIS = frozenset((0, 1, API_VERSIONS_KEY))
 # Past this many lines a second, closes are only counted (the bad_frames metric) and the
 # next line logged says how many went unlogged.
 CLOSE_LOG_LINES_PER_S = 20
+# Kafka's connection.failed.authentication.delay.ms default.
+FAILED_AUTH_CLOSE_DELAY_S = 0.1
 
 
 class CloseLog:
@@ -109,6 +116,8 @@ class RequestContext(NamedTuple):
     client_port: int
     # The connection's Kafka principal ("User:name"), ANONYMOUS until authenticated.
     principal: str = ANONYMOUS
+    # The listener the client came in on: Metadata and friends answer with its addresses.
+    listener: str = DEFAULT_LISTENER
 
     def respond(self, data: dict[str, Any]) -> Any:
         return build(self.response_type, data)
@@ -136,7 +145,16 @@ class _Request:
     """A decoded request waiting in the inbox: a body for the handler, an answer known
     already (unsupported version), or the reason to close the connection."""
 
-    __slots__ = ("api", "body", "cost", "failure", "header", "ready_answer", "response_type")
+    __slots__ = (
+        "api",
+        "body",
+        "cost",
+        "failure",
+        "header",
+        "raw_token",
+        "ready_answer",
+        "response_type",
+    )
 
     def __init__(
         self,
@@ -147,14 +165,27 @@ class _Request:
         body: Any = None,
         ready_answer: Any = None,
         failure: tuple[str, str] | None = None,
+        raw_token: bytes | None = None,
     ) -> None:
         self.cost = cost
+        self.raw_token = raw_token  # a bare SASL token (after SaslHandshake v0)
         self.header = header
         self.api = api
         self.response_type = response_type
         self.body = body
         self.ready_answer = ready_answer
         self.failure = failure
+
+
+class ListenerSecurity(NamedTuple):
+    """How one listener's connections authenticate: TLS (SSL, SASL_SSL), SASL, both, neither."""
+
+    name: str = DEFAULT_LISTENER
+    ssl_context: ssl.SSLContext | None = None
+    sasl: sasl_mod.SaslAuthenticator | None = None
+
+
+PLAINTEXT = ListenerSecurity()
 
 
 # A handler that throttles its client says so here (it runs in the connection's task): the
@@ -182,9 +213,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         max_frame: int,
         registry: set[KafkaConnection],
         pending_bytes: int = DEFAULT_PENDING_BYTES,
+        security: ListenerSecurity = PLAINTEXT,
         request_quota: RequestTimeQuota | None = None,
     ) -> None:
         self._apis = apis
+        self._security = security
+        self._principal = ANONYMOUS
+        self._sasl: sasl_mod.SaslSession | None = None
+        self._close_when_written = False
         self._request_quota = request_quota
         # KIP-219: after answering a throttled request the connection is not read from
         # until this loop time (the client waits out its throttle time too).
@@ -192,6 +228,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._unmute: asyncio.TimerHandle | None = None
         self._registry = registry
         self._draining = False
+        self._max_frame = max_frame
         self._reader = FrameReader(max_frame)
         self._budget = pending_bytes
         self._pending = 0  # bytes charged for the inbox and for unwritten answers
@@ -215,6 +252,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._security.ssl_context is not None:
+            # Called once the TLS handshake is done: the client certificate is known.
+            ssl_object = transport.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            try:
+                self._principal = certificate_principal(der)
+            except Exception:
+                # OpenSSL accepted the certificate; one cryptography cannot read gets no
+                # name rather than taking the connection (or the broker) down.
+                log.warning("unreadable client certificate from %s:%s", *self._peer)
+                self._principal = ANONYMOUS
+        if self._security.sasl is not None:
+            self._sasl = sasl_mod.SaslSession(self._security.sasl)
+            # Until authenticated, frames are small (Kafka's sasl.server.max.receive.size).
+            self._reader.max_size = min(self._reader.max_size, sasl_mod.MAX_UNAUTHENTICATED_FRAME)
         self._registry.add(self)
         self._worker = asyncio.create_task(self._run())
 
@@ -230,8 +282,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not frames or self._draining or self._closed:
             return
         # Decoded now: the frames are views of the read buffer, reused by the next read.
+        sasl = self._sasl
         for frame in frames:
-            request = self._decode(frame)
+            if sasl is not None and sasl.raw_tokens:
+                # The frame after a SaslHandshake v0 answer is a bare SASL token. Clients
+                # wait for each answer, so the flag is set before their next frame arrives.
+                request = _Request(len(frame) + REQUEST_OVERHEAD_BYTES, raw_token=bytes(frame))
+            else:
+                request = self._decode(frame)
             self._pending += request.cost
             self._inbox.append(request)
         self._reader.release()
@@ -364,12 +422,33 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if request.failure is not None:
             self._abort(*request.failure)
             return
+        if request.raw_token is not None:
+            self._sasl_raw_token(request)
+            return
         header, api, response_type = request.header, request.api, request.response_type
         assert header is not None and api is not None and response_type is not None
+        key = header.api_key
+        sasl = self._sasl
+        if sasl is not None and key not in sasl_mod.PRE_AUTH_APIS:
+            # Kafka closes a connection that sends anything else before authenticating,
+            # and one used for anything but re-authentication after its session (KIP-368)
+            # ended. An idle expired connection is left alone, as in Kafka: it can still
+            # re-authenticate, and serves nothing until it does.
+            if not sasl.authenticated:
+                self._abort("sasl", f"{api.name} request before SASL authentication")
+                return
+            if sasl.expired():
+                self._abort("reauth", f"{api.name} request after the SASL session expired")
+                return
         if request.ready_answer is not None:
             self._queue(header, request.ready_answer, response_type, api.name, request.cost)
             return
-        ctx = RequestContext(header, response_type, *self._peer)
+        if key in (sasl_mod.SASL_HANDSHAKE_KEY, sasl_mod.SASL_AUTHENTICATE_KEY):
+            self._sasl_request(header, response_type, api.name, request)
+            return
+        ctx = RequestContext(
+            header, response_type, *self._peer, self._principal, self._security.name
+        )
         _request_counter(api.name).inc()
         started = time.perf_counter() if self._request_quota is not None else 0.0
         if _THROTTLE.get():
@@ -395,6 +474,68 @@ class KafkaConnection(asyncio.BufferedProtocol):
             result.add_done_callback(self._on_answer_done)
         else:
             self._queue(header, result, response_type, api.name, request.cost)
+
+    def _sasl_request(
+        self, header: RequestHeader, response_type: type, name: str, request: _Request
+    ) -> None:
+        """SaslHandshake and SaslAuthenticate: connection state, so answered here."""
+        sasl, body, close = self._sasl, request.body, False
+        if sasl is None:
+            # Kafka's answer on a listener without SASL.
+            answer: dict[str, Any] = {
+                "error_code": int(ErrorCode.illegal_sasl_state),
+                "error_message": f"SASL is not enabled on listener {self._security.name}",
+            }
+            close = header.api_key == sasl_mod.SASL_AUTHENTICATE_KEY
+        else:
+            try:
+                if header.api_key == sasl_mod.SASL_HANDSHAKE_KEY:
+                    answer = sasl.handshake(header.api_version, body.mechanism)
+                else:
+                    was = sasl.principal
+                    answer, close = sasl.authenticate(header.api_version, body.auth_bytes)
+                    if not close and sasl.principal is not None:
+                        self._authenticated(was)
+            except sasl_mod.CloseConnection as exc:
+                self._abort("sasl", str(exc))
+                return
+            if close:
+                _CLOSE_LOG.closing(self._peer, answer.get("error_message") or "SASL failed")
+                METRICS.bad_frames.labels("sasl").inc()
+        if close:
+            # The answer goes out first: it carries the message the client shows its user.
+            self._close_when_written = True
+            self._pending_stop_reading()
+        self._queue(header, build(response_type, answer), response_type, name, request.cost)
+
+    def _sasl_raw_token(self, request: _Request) -> None:
+        """A bare token of a SaslHandshake v0 exchange, answered with a bare token."""
+        sasl, transport = self._sasl, self._transport
+        assert sasl is not None and request.raw_token is not None
+        if self._answers or transport is None:
+            self._abort("sasl", "SASL token while answers are pending")
+            return
+        try:
+            challenge = sasl.authenticate_raw(request.raw_token)
+        except sasl_mod.AuthenticationFailed as exc:
+            self._abort("sasl", str(exc))  # v0 cannot carry an error: Kafka just closes
+            return
+        self._pending -= request.cost
+        transport.write(struct.pack(">i", len(challenge)) + challenge)
+        if sasl.principal is not None:
+            self._authenticated(None)
+
+    def _authenticated(self, previous: str | None) -> None:
+        sasl = self._sasl
+        assert sasl is not None and sasl.principal is not None
+        if previous is None:
+            self._principal = sasl.principal
+            self._reader.max_size = self._max_frame
+
+    def _pending_stop_reading(self) -> None:
+        self._draining = True
+        self._pending -= sum(r.cost for r in self._inbox)
+        self._inbox.clear()
 
     def _charge_request_time(self, ctx: RequestContext, result: Any, seconds: float) -> Any:
         """Count the handler's time against the request quota; a throttled answer carries
@@ -467,6 +608,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             out += encode_response(header.correlation_id, response)
         if out and transport is not None and not self._closed:
             transport.writelines(out)
+        if self._close_when_written and not self._answers and not self._closed:
+            # As Kafka (connection.failed.authentication.delay.ms): close a moment after
+            # the failure answer, so the client reads the answer before it sees the end of
+            # the connection (kafka-python reported only "disconnected" otherwise), and a
+            # client retrying wrong passwords in a loop is slowed down.
+            self._closed = True
+            if transport is not None:
+                asyncio.get_running_loop().call_later(FAILED_AUTH_CLOSE_DELAY_S, transport.close)
+            return
         self._update_reading()
 
 
@@ -517,9 +667,13 @@ class KafkaServer:
         port: int,
         max_frame: int,
         pending_bytes: int = DEFAULT_PENDING_BYTES,
+        security: ListenerSecurity = PLAINTEXT,
+        tune_process: bool = True,
         request_quota: RequestTimeQuota | None = None,
     ) -> None:
         self._apis = apis
+        self._security = security
+        self._tune_process = tune_process
         self._request_quota = request_quota
         self._host = host
         self._port = port
@@ -541,24 +695,30 @@ class KafkaServer:
         # everything loaded at start (modules, kio schemas, botocore's service model).
         # Frozen, that start-up state is never scanned again; a larger first threshold
         # lets most request objects die by reference counting before any collection.
-        gc.freeze()
-        gc.set_threshold(GC_THRESHOLD_0, *gc.get_threshold()[1:])
-        trim = _malloc_trim()
-        if trim is not None:
-            self._trimmer = asyncio.create_task(_trim_periodically(trim))
+        # Once per process: with several listeners only the first server does it.
+        if self._tune_process:
+            gc.freeze()
+            gc.set_threshold(GC_THRESHOLD_0, *gc.get_threshold()[1:])
+            trim = _malloc_trim()
+            if trim is not None:
+                self._trimmer = asyncio.create_task(_trim_periodically(trim))
         loop = asyncio.get_running_loop()
+        tls = self._security.ssl_context
         self._server = await loop.create_server(
             lambda: KafkaConnection(
                 self._apis,
                 self._max_frame,
                 self._connections,
                 self._pending_bytes,
-                self._request_quota,
+                security=self._security,
+                request_quota=self._request_quota,
             ),
-            self._host,
+            self._host or None,  # empty: every interface, as Kafka's PLAINTEXT://:9092
             self._port,
             reuse_address=True,
             backlog=1024,
+            ssl=tls,
+            ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls is not None else None,
         )
 
     def stop_accepting(self) -> None:

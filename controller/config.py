@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from broker.config import resolve_secret_reference
+
 from .service import ControllerSettings
 
 DEFAULTS: dict[str, str] = {
@@ -30,6 +32,12 @@ DEFAULTS: dict[str, str] = {
     # created with -1 (Kafka's default.replication.factor).
     "log.diskless.enable": "true",
     "default.replication.factor": "1",
+    # TLS for the HTTP API (PEM files); empty: plain HTTP.
+    "ssl.certificate.location": "",
+    "ssl.key.location": "",
+    "ssl.key.password": "",
+    "ssl.ca.location": "",
+    "ssl.client.auth": "none",  # required: brokers present a certificate (mTLS)
 }
 
 
@@ -63,6 +71,10 @@ def load_settings(
         if env and var in env:
             merged[key] = env[var]
     try:
+        # ${file:/path} and ${env:NAME} for secrets, as in the broker's config.
+        merged = {k: resolve_secret_reference(k, v, env) for k, v in merged.items()}
+        if merged["ssl.client.auth"] not in ("required", "requested", "none"):
+            raise ValueError("ssl.client.auth must be required, requested or none")
         node_id = int(merged["node.id"])
         voters = parse_voters(merged["controller.quorum.voters"])
         if node_id not in voters:
@@ -88,6 +100,11 @@ def load_settings(
             expand_legacy_topics=expand == "true",
             default_diskless=diskless == "true",
             default_replication_factor=int(merged["default.replication.factor"]),
+            ssl_certificate_location=merged["ssl.certificate.location"],
+            ssl_key_location=merged["ssl.key.location"],
+            ssl_key_password=merged["ssl.key.password"],
+            ssl_ca_location=merged["ssl.ca.location"],
+            ssl_client_auth=merged["ssl.client.auth"],
             raft_options={
                 "election_ticks": int(merged["controller.election.ticks"]),
                 "fsync": fsync == "true",

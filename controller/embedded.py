@@ -51,7 +51,8 @@ class EmbeddedController:
         await self._import_legacy_catalog()
         return dataclasses.replace(
             self._broker_config,
-            controller_quorum_bootstrap_servers=f"127.0.0.1:{self.service.http_port}",
+            # http:// always: the embedded API is loopback-only, whatever TLS the broker has.
+            controller_quorum_bootstrap_servers=f"http://127.0.0.1:{self.service.http_port}",
             controller_secret=self._secret,
         )
 

@@ -12,6 +12,7 @@ Brokers without a rack are grouped under the rack ``None``: to placement they ar
 
 from __future__ import annotations
 
+from base64 import b64decode, b64encode
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from uuid import UUID
@@ -28,10 +29,12 @@ from .records import (
     RegisterBroker,
     RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     TopicConfig,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredential,
 )
 
 DISKLESS_ENABLE = "diskless.enable"
@@ -50,6 +53,17 @@ class BrokerRegistration:
     port: int
     rack: str | None
     fenced: bool
+    listeners: tuple[str, ...] = ()  # "NAME://host:port"
+
+
+@dataclass(frozen=True, slots=True)
+class ScramEntry:
+    """One SCRAM credential: salted keys only (RFC 5802), never a password."""
+
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +140,8 @@ class MetadataImage:
         # Authorization (see the block at the end): replaced, never mutated, on a change.
         self.acls: dict[UUID, AccessControlEntry] = {}
         self.quotas: dict[QuotaEntity, dict[str, float]] = {}
+        # SCRAM credentials by (user, mechanism): authentication (UserScramCredential).
+        self.scram_credentials: dict[tuple[str, str], ScramEntry] = {}
 
     # --- queries (used by the controller and by brokers) ---------------------------------
 
@@ -186,6 +202,7 @@ class MetadataImage:
         saved_names: dict[str, UUID] | None = None  # copied at the first Topic/RemoveTopic
         saved_epoch = self.last_broker_epoch
         saved_acls, saved_quotas = self.acls, self.quotas
+        saved_scram = dict(self.scram_credentials)
         try:
             for record in records:
                 node_id = getattr(record, "node_id", None)
@@ -213,13 +230,21 @@ class MetadataImage:
                 self._names = saved_names
             self.last_broker_epoch = saved_epoch
             self.acls, self.quotas = saved_acls, saved_quotas
+            self.scram_credentials = saved_scram
             raise
 
     def _register(self, r: RegisterBroker) -> None:
         if r.node_id < 0:
             raise ImageError(f"broker id {r.node_id} is negative")
         self.brokers[r.node_id] = BrokerRegistration(
-            r.node_id, r.incarnation_id, r.broker_epoch, r.host, r.port, r.rack, r.fenced
+            r.node_id,
+            r.incarnation_id,
+            r.broker_epoch,
+            r.host,
+            r.port,
+            r.rack,
+            r.fenced,
+            r.listeners,
         )
         self.last_broker_epoch = max(self.last_broker_epoch, r.broker_epoch)
 
@@ -309,6 +334,36 @@ class MetadataImage:
         del self.topics[r.topic_id]
         del self._names[topic.name]
 
+    # --- authentication: SCRAM credentials -------------------------------------------------
+
+    def _scram_credential(self, r: UserScramCredential) -> None:
+        try:
+            entry = ScramEntry(
+                b64decode(r.salt, validate=True),
+                b64decode(r.stored_key, validate=True),
+                b64decode(r.server_key, validate=True),
+                r.iterations,
+            )
+        except ValueError as exc:
+            raise ImageError(f"UserScramCredential {r.name}: bad base64") from exc
+        self.scram_credentials[(r.name, r.mechanism)] = entry
+
+    def _remove_scram_credential(self, r: RemoveUserScramCredential) -> None:
+        self.scram_credentials.pop((r.name, r.mechanism), None)
+
+    def _scram_snapshot(self) -> list[Record]:
+        return [
+            UserScramCredential(
+                name,
+                mechanism,
+                b64encode(e.salt).decode(),
+                b64encode(e.stored_key).decode(),
+                b64encode(e.server_key).decode(),
+                e.iterations,
+            )
+            for (name, mechanism), e in sorted(self.scram_credentials.items())
+        ]
+
     # --- snapshots, copies, equality --------------------------------------------------------
 
     def snapshot(self) -> list[Record]:
@@ -318,7 +373,14 @@ class MetadataImage:
         for b in sorted(self.brokers.values(), key=lambda b: b.node_id):
             out.append(
                 RegisterBroker(
-                    b.node_id, b.incarnation_id, b.broker_epoch, b.host, b.port, b.rack, b.fenced
+                    b.node_id,
+                    b.incarnation_id,
+                    b.broker_epoch,
+                    b.host,
+                    b.port,
+                    b.rack,
+                    b.fenced,
+                    b.listeners,
                 )
             )
         for topic in sorted(self.topics.values(), key=lambda t: t.name):
@@ -343,6 +405,7 @@ class MetadataImage:
                     )
                 )
         out.extend(_authorization_snapshot(self))
+        out.extend(self._scram_snapshot())
         return out
 
     @classmethod
@@ -360,6 +423,7 @@ class MetadataImage:
         other._names = dict(self._names)
         other.last_broker_epoch = self.last_broker_epoch
         other.acls, other.quotas = self.acls, self.quotas  # immutable: shared
+        other.scram_credentials = dict(self.scram_credentials)
         return other
 
     def __eq__(self, other: object) -> bool:
@@ -371,6 +435,7 @@ class MetadataImage:
             and self.last_broker_epoch == other.last_broker_epoch
             and self.acls == other.acls
             and self.quotas == other.quotas
+            and self.scram_credentials == other.scram_credentials
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable
@@ -393,6 +458,8 @@ _HANDLERS = {
     Partition: MetadataImage._partition,
     PartitionChange: MetadataImage._partition_change,
     RemoveTopic: MetadataImage._remove_topic,
+    UserScramCredential: MetadataImage._scram_credential,
+    RemoveUserScramCredential: MetadataImage._remove_scram_credential,
 }
 
 

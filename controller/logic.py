@@ -136,10 +136,11 @@ class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin):
             # A retry by the same process (its answer was lost): same epoch. Changed
             # listener or rack: the registration is amended, still with the same epoch.
             self._last_heartbeat[request.node_id] = now_ms
-            same = (existing.host, existing.port, existing.rack) == (
+            same = (existing.host, existing.port, existing.rack, existing.listeners) == (
                 request.host,
                 request.port,
                 request.rack,
+                tuple(request.listeners),
             )
             records: list[Record] = []
             if not same:
@@ -152,6 +153,7 @@ class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin):
                         request.port,
                         request.rack,
                         existing.fenced,
+                        tuple(request.listeners),
                     )
                 )
             return Outcome(records, RegistrationResult(OK, None, existing.broker_epoch))
@@ -187,6 +189,7 @@ class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin):
                 request.port,
                 request.rack,
                 fenced=True,
+                listeners=tuple(request.listeners),
             )
         )
         self._last_heartbeat[request.node_id] = now_ms

@@ -50,6 +50,9 @@ class RegisterBroker:
     port: int
     rack: str | None = None
     fenced: bool = True  # a new registration is fenced until its first heartbeat
+    # Every advertised listener, "NAME://host:port" (Kafka's RegisterBrokerRecord lists its
+    # endpoints); host/port above are the inter-broker listener's. Older readers ignore it.
+    listeners: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +199,37 @@ class ClientQuota:
     value: str | None
 
 
+# --- authentication: SCRAM credentials (KIP-554) ---------------------------------------------
+# In the metadata log so every broker, also one started later or after a controller
+# failover, checks SCRAM logins against the same credentials. Never a password: the salted
+# keys of RFC 5802 (base64), from which a password cannot be recovered.
+
+
+@dataclass(frozen=True, slots=True)
+class UserScramCredential:
+    """Sets (or replaces) one user's credential for one mechanism."""
+
+    TYPE: ClassVar[str] = "UserScramCredential"
+    VERSION: ClassVar[int] = 1
+    name: str
+    mechanism: str  # SCRAM-SHA-256 | SCRAM-SHA-512
+    salt: str  # base64
+    stored_key: str  # base64
+    server_key: str  # base64
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveUserScramCredential:
+    TYPE: ClassVar[str] = "RemoveUserScramCredential"
+    VERSION: ClassVar[int] = 1
+    name: str
+    mechanism: str
+
+
+# --- end of authentication records ------------------------------------------------------------
+
+
 Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     RegisterBroker,
     UnregisterBroker,
@@ -210,6 +244,8 @@ Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     AccessControlEntry,
     RemoveAccessControlEntry,
     ClientQuota,
+    UserScramCredential,
+    RemoveUserScramCredential,
 ]
 
 RECORD_TYPES: dict[str, type] = {cls.TYPE: cls for cls in typing.get_args(Record)}

@@ -36,6 +36,7 @@ class BrokerRegistrationRequest:
     port: int
     rack: str | None = None
     cluster_id: str | None = None
+    listeners: tuple[str, ...] = ()  # "NAME://host:port" of every advertised listener
 
 
 @dataclass(frozen=True)
@@ -184,3 +185,32 @@ class IsrChangeResult:
 class AlterPartitionResult:
     error_code: ErrorCode  # STALE_BROKER_EPOCH for the whole request, else NONE
     partitions: list[IsrChangeResult] = field(default_factory=list)
+
+
+# --- authentication: SCRAM credentials (KIP-554) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScramUpsertion:
+    """A credential as the broker derived it from AlterUserScramCredentials: salted keys,
+    never the password (nor the salted password)."""
+
+    name: str
+    mechanism: str
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True)
+class ScramDeletion:
+    name: str
+    mechanism: str
+
+
+@dataclass(frozen=True)
+class ScramResult:
+    user: str
+    error_code: ErrorCode
+    error_message: str | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from controller.requests import (
     NewTopic,
     Outcome,
     Reassignment,
+    ScramDeletion,
+    ScramUpsertion,
 )
 from controller.state import MetadataStateMachine
 from controller.wire import from_json, to_json
@@ -69,6 +72,40 @@ class ControllerSettings:
     default_diskless: bool = True
     default_replication_factor: int = 1
     raft_options: dict[str, Any] = field(default_factory=dict)
+    # TLS for the HTTP API brokers use (PEM files; Kafka's names). Without a certificate
+    # the API is plain HTTP, as before. ssl.client.auth=required: brokers must present a
+    # certificate signed by ssl.ca.location (mTLS), on top of the shared secret.
+    ssl_certificate_location: str = ""
+    ssl_key_location: str = ""
+    ssl_key_password: str = ""
+    ssl_ca_location: str = ""
+    ssl_client_auth: str = "none"
+
+    def __repr__(self) -> str:
+        # Never the secret or the key password (a repr ends up in logs and tracebacks).
+        return (
+            f"ControllerSettings(node_id={self.node_id}, host={self.host!r}, "
+            f"http_port={self.http_port}, data_dir={str(self.data_dir)!r}, "
+            f"tls={bool(self.ssl_certificate_location)})"
+        )
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.ssl_certificate_location:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(
+            self.ssl_certificate_location,
+            self.ssl_key_location or None,
+            password=self.ssl_key_password or None,
+        )
+        if self.ssl_ca_location:
+            context.load_verify_locations(cafile=self.ssl_ca_location)
+        context.verify_mode = {
+            "required": ssl.CERT_REQUIRED,
+            "requested": ssl.CERT_OPTIONAL,
+        }.get(self.ssl_client_auth, ssl.CERT_NONE)
+        return context
 
 
 class NotActive(Exception):
@@ -137,15 +174,19 @@ class ControllerService:
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
             web.post("/v1/partitions/isr", self._alter_partition),
+            web.post("/v1/scram", self._alter_scram),
         ]
         app.add_routes(routes)
         # Long polls are woken at stop() and the runner's shutdown wait is bounded.
-        self._runner, self.http_port = await serve(app, self.settings.host, self.settings.http_port)
+        self._runner, self.http_port = await serve(
+            app, self.settings.host, self.settings.http_port, self.settings.ssl_context()
+        )
         self._tasks.append(asyncio.create_task(self._tick_loop()))
         log.info(
-            "sluice controller %d: raft on %s, api on http://%s:%d",
+            "sluice controller %d: raft on %s, api on %s://%s:%d",
             self.settings.node_id,
             self.node.address,
+            "https" if self.settings.ssl_certificate_location else "http",
             self.settings.host,
             self.http_port,
         )
@@ -390,6 +431,18 @@ class ControllerService:
                 int(b["broker_id"]),
                 int(b["broker_epoch"]),
                 [from_json(IsrChange, c) for c in b["changes"]],
+            ),
+        )
+
+    async def _alter_scram(self, request: web.Request) -> web.Response:
+        from controller.scram_admin import alter_scram_credentials
+
+        return await self._answer(
+            request,
+            lambda b: alter_scram_credentials(
+                self.state.image,
+                [from_json(ScramDeletion, d) for d in b.get("deletions", ())],
+                [from_json(ScramUpsertion, u) for u in b.get("upsertions", ())],
             ),
         )
 

@@ -19,7 +19,9 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   ``POST /v1/topics/partitions`` {topics: [NewPartitions], validate_only} → {results},
   ``POST /v1/topics/configs`` {topics: [AlterTopicConfigs], validate_only} → {results},
   ``POST /v1/reassignments`` {reassignments: [Reassignment]} → {results},
-  ``GET /v1/reassignments`` → {results}.
+  ``GET /v1/reassignments`` → {results},
+  ``POST /v1/scram`` {deletions: [ScramDeletion], upsertions: [ScramUpsertion]} → {results:
+  [ScramResult]} (salted keys only, base64; controller/scram_admin.py).
   Authorization (controller/acl_admin.py): ``POST /v1/acls/create`` {creations: [AclSpec]} →
   {results: [AclCreationResult]}, ``POST /v1/acls/delete`` {filters: [AclFilterSpec]} →
   {results: [AclDeletionResult]}, ``POST /v1/quotas/alter`` {entries: [QuotaAlteration],

@@ -95,6 +95,15 @@ class FrameReader:
     def capacity(self) -> int:
         return len(self._buf)
 
+    @property
+    def max_size(self) -> int:
+        return self._max_size
+
+    @max_size.setter
+    def max_size(self, size: int) -> None:
+        # A SASL listener reads small frames until the client has authenticated.
+        self._max_size = size
+
     def get_buffer(self) -> memoryview:
         """Where the next read goes (never empty)."""
         start, end = self._start, self._end

@@ -169,6 +169,13 @@ def _parser() -> argparse.ArgumentParser:
         help="racks (availability zones) assigned to brokers in turn (default az-a,az-b,az-c)",
     )
     up.add_argument(
+        "--secure",
+        action="store_true",
+        help="SASL_SSL listeners with a generated CA (under DIR/tls), HTTPS with client "
+        "certificates to the controllers, and a SCRAM-SHA-512 user 'admin' whose password "
+        "is printed",
+    )
+    up.add_argument(
         "-o",
         dest="overrides",
         action="append",
@@ -207,6 +214,7 @@ def run_cluster(args: argparse.Namespace) -> int:
                 racks,
                 _overrides(args.overrides),
                 controllers=args.controllers,
+                secure=args.secure,
             )
             if os.path.exists(os.path.join(args.dir, cluster.STATE_FILE)):
                 print(f"sluice: a cluster is already up in {args.dir}", file=sys.stderr)
@@ -231,13 +239,25 @@ def run_cluster(args: argparse.Namespace) -> int:
 def _print_addresses(state: dict[str, object]) -> None:
     """Where a local cluster's controllers and brokers listen (`up` and `status`)."""
     for c in state.get("controllers", ()):  # type: ignore[attr-defined]
-        print(f"controller {c['node_id']} http://127.0.0.1:{c['http_port']}")
+        scheme = "https" if state.get("security") else "http"
+        print(f"controller {c['node_id']} {scheme}://127.0.0.1:{c['http_port']}")
     for b in state.get("brokers", ()):  # type: ignore[attr-defined]
         print(
             f"broker {b['node_id']} {b['rack'] or '-'} 127.0.0.1:{b['port']}"
             f" (metrics http://127.0.0.1:{b['http_port']}/metrics)"
         )
     print(f"bootstrap.servers={state['bootstrap']}")
+    security = state.get("security")
+    if isinstance(security, dict):
+        with open(security["password_file"]) as f:
+            password = f.read().strip()
+        print("security.protocol=SASL_SSL")
+        print("sasl.mechanism=SCRAM-SHA-512")
+        print("sasl.username=admin")
+        print(f"sasl.password={password}")
+        print(f"ssl.ca.location={security['ssl.ca.location']}")
+        properties = security["client_properties"]
+        print(f"(all of the above, for librdkafka clients and kcat -F: {properties})")
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
@@ -281,8 +301,12 @@ async def run_broker(
         jobs = ScheduledJobs(config.data_dir, jobs_every_s)
     try:
         coordinator, catalog = coordinator_and_catalog(config)
+        try:
+            broker = Broker(config, object_store(config), coordinator, catalog)
+        except ValueError as exc:  # listeners, TLS files, SASL settings
+            raise StartFailed(str(exc)) from None
         await _serve(
-            Broker(config, object_store(config), coordinator, catalog),
+            broker,
             after_start=jobs.start if jobs is not None else None,
         )
     finally:
@@ -451,6 +475,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             config = broker_config(args)
             config.static_brokers()  # fail early on a malformed list
+            from broker.security.listeners import listener_plan
+
+            listener_plan(config)  # and on listeners that do not fit together
             # ACLs live in the controllers' log (`sluice dev` embeds a controller).
             broker_alone = args.command == "broker" and not config.controller_mode
             if broker_alone and config.authorizer_class_name:

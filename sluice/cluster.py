@@ -27,6 +27,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -123,6 +124,21 @@ class BrokerProcess(SluiceProcess):
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
 
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Until ``/readyz`` answers 200 (the broker is part of the cluster: registered,
+        unfenced, reaching its coordinator)."""
+        deadline = time.monotonic() + timeout
+        status, body = 0, ""
+        while time.monotonic() < deadline:
+            try:
+                status, body = self.http_get("/readyz", timeout=2.0)
+            except OSError as exc:
+                status, body = 0, str(exc)
+            if status == 200:
+                return
+            time.sleep(0.1)
+        raise ClusterError(f"broker {self.node_id} not ready within {timeout:.0f}s: {body.strip()}")
+
     def metrics(self) -> dict[str, float]:
         """Current samples, keyed like ``name{label="v",...}`` (labels sorted)."""
         from prometheus_client.parser import text_string_to_metric_families
@@ -162,6 +178,9 @@ class ControllerProcess(SluiceProcess):
     ) -> None:
         self.workdir = workdir
         self.node_id = node_id
+        # Set when the API is HTTPS with client certificates (--secure).
+        self.tls_ca: str | None = None
+        self.tls_client: tuple[str, str] | None = None
         self.raft_port = raft_port or free_port()
         self.config_path = workdir / "controller.properties"
         self.data_dir = workdir / "data"
@@ -174,10 +193,17 @@ class ControllerProcess(SluiceProcess):
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls_ca else 'http'}://{self.host}:{self.port}"
 
     def status(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.url + "/v1/status", timeout=2) as response:
+        import ssl
+
+        context = ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else None
+        if context is not None and self.tls_client is not None:
+            context.load_cert_chain(*self.tls_client)
+        with urllib.request.urlopen(
+            self.url + "/v1/status", timeout=2, context=context
+        ) as response:
             return dict(json.load(response))
 
     def write_config(self, settings: Mapping[str, str]) -> None:
@@ -213,9 +239,15 @@ class LocalCluster:
         s3: ExternalS3 | None = None,
         controllers: int = 0,
         controller_options: Mapping[str, str] | None = None,
+        secure: bool = False,
     ) -> None:
         if brokers < 0:
             raise ClusterError("the number of brokers cannot be negative")
+        if secure and not controllers:
+            raise ClusterError("--secure needs a controller quorum (--controllers 1, 3 or 5)")
+        # --secure: brokers listen on SASL_SSL only, the controllers' API is HTTPS with
+        # client certificates, and a SCRAM admin user exists before the first broker starts.
+        self.secure = secure
         self.root = Path(root).absolute()
         self.broker_options = dict(broker_options or {})
         self.postgres: LocalPostgres | None = None
@@ -281,6 +313,13 @@ class LocalCluster:
                 return b
         raise KeyError(node_id)
 
+    @property
+    def tls(self) -> Any:
+        """The generated CA, certificates and admin password (``--secure``)."""
+        from .secure import SecureFiles
+
+        return SecureFiles(self.root / "tls")
+
     def broker_settings(self, b: BrokerProcess) -> dict[str, str]:
         """The config file of one broker: shared storage, its own port, rack and data dir."""
         s3 = self.s3
@@ -306,6 +345,10 @@ class LocalCluster:
                 f"{c.host}:{c.port}" for c in self.controllers
             )
             settings["controller.secret"] = self.secret
+        if self.secure:
+            from .secure import broker_settings
+
+            settings.update(broker_settings(self.tls, b.host, b.port))
         if b.rack:
             settings["broker.rack"] = b.rack
         settings.update(self.broker_options)
@@ -322,6 +365,10 @@ class LocalCluster:
             "data.dir": str(c.data_dir),
             "controller.secret": self.secret,
         }
+        if self.secure:
+            from .secure import controller_settings
+
+            settings.update(controller_settings(self.tls))
         settings.update(self.controller_options)
         return settings
 
@@ -336,7 +383,9 @@ class LocalCluster:
     # ---------------------------------------------------------------- lifecycle
 
     def up(self) -> None:
-        """Start everything and wait until every broker accepts connections."""
+        """Start everything and wait until every broker accepts connections and is ready
+        (registered and unfenced): a topic created before a broker is unfenced gets no
+        replica led by it."""
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             if self._postgres_dsn is None and self.brokers:
@@ -349,21 +398,40 @@ class LocalCluster:
                 self.seaweed.ports = self._ports.ports("seaweedfs")
                 self.seaweed.start()
                 self.seaweed.create_bucket(BUCKET)
+            if self.secure:
+                from .secure import generate
+
+                generate(self.root / "tls", sorted({c.host for c in self.controllers}))
+                for c in self.controllers:
+                    c.tls_ca = str(self.tls.ca)
+                    c.tls_client = (str(self.tls.client_cert), str(self.tls.client_key))
             for c in self.controllers:
                 c.write_config(self.controller_settings(c))
                 c.start(wait=False)
             for c in self.controllers:
                 c.wait_ready()
+            if self.secure:
+                self._create_admin()
             for b in self.brokers:
                 b.write_config(self.broker_settings(b))
                 b.start(wait=False)  # in parallel: each takes a second or two to import
             for b in self.brokers:
                 b.wait_ready()
+            for b in self.brokers:
+                b.wait_serving()
         except BaseException:
             self.down()
             raise
         self._remember_ports()
         log.info("cluster up: %s", self.bootstrap)
+
+    def _create_admin(self) -> None:
+        import asyncio
+
+        from .secure import create_admin, write_client_properties
+
+        asyncio.run(create_admin(self.tls, [c.url for c in self.controllers], self.secret))
+        write_client_properties(self.tls, self.bootstrap)
 
     def _remember_ports(self) -> None:
         ports: dict[str, Any] = {}
@@ -431,6 +499,15 @@ class LocalCluster:
             processes.append(_entry(f"broker-{b.node_id}", b.pid, signal.SIGTERM))
             b.proc = None
         state: dict[str, Any] = {"bootstrap": self.bootstrap, "brokers": [], "processes": []}
+        if self.secure:
+            state["security"] = {
+                "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512",
+                "username": "admin",
+                "password_file": str(self.tls.admin_password_file),
+                "ssl.ca.location": str(self.tls.ca),
+                "client_properties": str(self.tls.client_properties),
+            }
         state["brokers"] = [
             {
                 "node_id": b.node_id,

@@ -55,7 +55,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             "controller_id": broker.controller_id,
             "brokers": [
                 {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in broker.endpoints()
+                for b in broker.endpoints_on(ctx.listener)
             ],
             "cluster_authorized_operations": access.operations(
                 broker,

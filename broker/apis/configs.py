@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from storage.catalog import TopicNotFound
 
 from .. import topic_config, topic_config_keys
-from ..config import BrokerConfig
+from ..config import SENSITIVE_KEYS, BrokerConfig, is_sensitive
 from ..controller_client import ControllerRefused
 from ..security import access
 from ..security.acl import AclOperation
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-# Never shown: a DSN carries the database password.
-SENSITIVE_BROKER_KEYS = frozenset({"s3.secret.key", "coordinator.dsn", "controller.secret"})
+# Never shown (broker/config.py is_sensitive): passwords, JAAS configs, a DSN's password.
+SENSITIVE_BROKER_KEYS = SENSITIVE_KEYS
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
@@ -66,10 +66,10 @@ def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
     out = []
     for f in fields(config):
         key = f.name.replace("_", ".")
-        if keys is not None and key not in keys:
-            continue
+        if f.name == "listener_name_configs" or (keys is not None and key not in keys):
+            continue  # per-listener overrides are not one config of their own
         value = getattr(config, f.name)
-        sensitive = key in SENSITIVE_BROKER_KEYS
+        sensitive = is_sensitive(key)
         if sensitive or value is None:
             shown = None
         else:

@@ -49,6 +49,7 @@ def _coordinator(broker: Broker, ctx: RequestContext, key: str, key_type: int) -
             error_message="No live broker",
         )
         return entry
+    chosen = chosen.on_listener(ctx.listener)  # the address on the client's own listener
     entry.update(node_id=chosen.node_id, host=chosen.host, port=chosen.port)
     return entry
 

@@ -204,7 +204,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             "throttle_time": 0,
             "brokers": [
                 {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in broker.endpoints()
+                for b in broker.endpoints_on(ctx.listener)
             ],
             "cluster_id": broker.cluster_id,
             "controller_id": broker.controller_id,

@@ -75,6 +75,16 @@ class ReplicaManager:
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        plan = getattr(self.broker, "listener_plan", None)
+        if plan is not None and plan.protocol(plan.inter_broker) != "PLAINTEXT":
+            # The replica fetcher speaks plain Kafka only (no TLS/SASL client yet).
+            log.warning(
+                "classic topics: followers fetch over the inter-broker listener %s (%s), which "
+                "the replica fetcher cannot use yet; classic replication needs a PLAINTEXT "
+                "inter-broker listener",
+                plan.inter_broker,
+                plan.protocol(plan.inter_broker),
+            )
         self.reconcile()
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))

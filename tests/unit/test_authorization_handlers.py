@@ -79,6 +79,9 @@ class FakeBroker:
     def endpoints(self) -> list[Any]:
         return []
 
+    def endpoints_on(self, listener: str) -> list[Any]:
+        return []
+
 
 class NoFetches:
     async def read(self, results: list[Any], epochs: list[int]) -> list[Any]:

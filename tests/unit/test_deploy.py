@@ -261,3 +261,35 @@ def test_compose_config_validates() -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+SECURE = ROOT / "docker-compose.secure.yml"
+
+
+def test_secure_compose_override_validates_and_secures_every_broker() -> None:
+    """docker-compose.secure.yml merged over docker-compose.yml (by Compose itself): each
+    broker's environment plus the shared properties is a broker config whose only listener
+    is SASL_SSL on its published port, talking HTTPS to the controllers."""
+    from broker.security.listeners import SecurityProtocol, listener_plan
+
+    proc = subprocess.run(
+        [*_compose_command(), "-f", str(COMPOSE), "-f", str(SECURE), "config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    merged = yaml.safe_load(proc.stdout)["services"]
+    shared = parse_config_file((DEPLOY / "config" / "broker.properties").read_text())
+    for name in BROKERS:
+        service = merged[name]
+        assert "scram-admin" in service["depends_on"]
+        config = load_config(shared, env={k: str(v) for k, v in service["environment"].items()})
+        (listener,) = listener_plan(config).bound
+        assert listener.protocol == SecurityProtocol.SASL_SSL
+        assert [listener.port] == [int(p["published"]) for p in service["ports"]]
+        assert all(s.startswith("https://") for s in config.controller_servers())
+    for name in CONTROLLERS:
+        env = merged[name]["environment"]
+        assert env["SLUICE_SSL_CLIENT_AUTH"] == "required"

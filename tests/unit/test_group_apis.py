@@ -40,6 +40,9 @@ class Endpoint:
     port: int
     rack: str | None = None
 
+    def on_listener(self, name: str) -> Endpoint:
+        return self  # one listener
+
 
 class Topics:
     def get(self, name: str) -> Topic | None:

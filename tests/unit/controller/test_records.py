@@ -19,10 +19,12 @@ from controller.records import (
     RegisterBroker,
     RemoveAccessControlEntry,
     RemoveTopic,
+    RemoveUserScramCredential,
     Topic,
     TopicConfig,
     UnfenceBroker,
     UnregisterBroker,
+    UserScramCredential,
     decode,
     decode_batch,
     encode,
@@ -47,6 +49,10 @@ SAMPLES = [
     PartitionChange(TID, 0, replicas=(1, 2), adding_replicas=(), removing_replicas=()),
     PartitionChange(TID, 0, leader=-1, isr=()),
     RemoveTopic(TID),
+    # authentication
+    RegisterBroker(3, uuid.UUID(int=9), 14, "b3", 9092, None, True, ("SASL_SSL://b3:9093",)),
+    UserScramCredential("alice", "SCRAM-SHA-512", "c2FsdA==", "c3RvcmVk", "c2VydmVy", 4096),
+    RemoveUserScramCredential("alice", "SCRAM-SHA-512"),
 ]
 # Authorization: ACLs and client quotas.
 SAMPLES += [

@@ -1,0 +1,110 @@
+"""`sluice cluster up --secure`: SASL_SSL brokers, HTTPS to a three-voter controller quorum,
+and SCRAM credentials that live in the metadata log: made through one broker, they survive
+the active controller's death and work on a broker that starts only afterwards."""
+
+from __future__ import annotations
+
+import signal
+import ssl
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaError
+from kafka.admin import KafkaAdminClient
+from kafka.admin import ScramMechanism as KpScramMechanism
+from kafka.admin import UserScramCredentialUpsertion as KpUpsertion
+
+from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+
+from ._kafka import unique_topic, wait_until
+from .test_security import confluent_roundtrip, connect_errors, expected
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory,
+        "secure",
+        brokers=2,
+        racks=("az-a",),
+        broker_options=FAST_LIVENESS,
+        controllers=3,
+        controller_options={
+            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
+        },
+        secure=True,
+    ) as c:
+        yield c
+
+
+def admin_conf(c: LocalCluster, bootstrap: str) -> dict[str, str]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "admin",
+        "sasl.password": c.tls.admin_password(),
+        "ssl.ca.location": str(c.tls.ca),
+    }
+
+
+def test_secure_cluster_serves_only_authenticated_tls_clients(cluster: LocalCluster) -> None:
+    bootstrap = cluster.brokers[0].bootstrap
+    topic = unique_topic("secure")
+    assert confluent_roundtrip(admin_conf(cluster, bootstrap), topic, 5) == expected(5)
+    # Plaintext is not served at all, and a wrong password is refused.
+    down = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
+    _, errors = connect_errors({"bootstrap.servers": bootstrap}, lambda e: e.code() in down)
+    assert any(e.code() in down for e in errors), errors
+    wrong = {**admin_conf(cluster, bootstrap), "sasl.password": "nope"}
+    _, errors = connect_errors(wrong, lambda e: e.code() == KafkaError._AUTHENTICATION)
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    # The generated password is nowhere in the processes' logs.
+    for process in [*cluster.brokers, *cluster.controllers]:
+        assert cluster.tls.admin_password() not in process.log_path.read_text(errors="replace")
+
+
+def test_credentials_survive_controller_failover_and_reach_a_later_broker(
+    cluster: LocalCluster,
+) -> None:
+    first, later = cluster.brokers
+    later.stop()
+    context = ssl.create_default_context(cafile=str(cluster.tls.ca))
+    admin = KafkaAdminClient(
+        bootstrap_servers=first.bootstrap,
+        security_protocol="SASL_SSL",
+        sasl_mechanism="SCRAM-SHA-512",
+        sasl_plain_username="admin",
+        sasl_plain_password=cluster.tls.admin_password(),
+        ssl_context=context,
+    )
+    try:
+        admin.alter_user_scram_credentials(
+            [KpUpsertion("erin", KpScramMechanism.SCRAM_SHA_512, "erin-pw", iterations=4096)]
+        )
+    finally:
+        admin.close()
+
+    active = cluster.active_controller()
+    assert active is not None
+    active.proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+    active.proc.wait(10)  # type: ignore[union-attr]
+    wait_until(
+        lambda: (c := cluster.active_controller()) is not None and c is not active,
+        "a new active controller",
+        20,
+    )
+    later.start()
+    erin = {
+        **admin_conf(cluster, later.bootstrap),
+        "sasl.username": "erin",
+        "sasl.password": "erin-pw",
+    }
+    started = time.monotonic()
+    assert confluent_roundtrip(erin, unique_topic("erin"), 5) == expected(5)
+    assert time.monotonic() - started < 60
+    active.start()  # back to three voters for whatever runs next
