@@ -102,6 +102,7 @@ class ReplicaManager:
             p.fail_waiters(ErrorCode.not_leader_or_follower)
 
     async def stop(self) -> None:
+        self.stopping = True
         await cancel_and_wait(self._tasks)
         await cancel_and_wait([f.task for f in self._fetchers.values() if f.task is not None])
         for fetcher in self._fetchers.values():
@@ -127,7 +128,9 @@ class ReplicaManager:
 
     def reconcile(self) -> None:
         """Bring the hosted replicas and their roles in line with the image."""
-        if self.broker.controller is None:
+        if self.broker.controller is None or self.stopping:
+            # Shutting down: the image may still change (this broker leaving), but no log is
+            # opened, moved or deleted any more.
             return
         image = self.image()
         classic = {tid for tid, t in image.topics.items() if not t.diskless}
@@ -169,9 +172,8 @@ class ReplicaManager:
         directory = os.path.join(self.broker.config.data_dir, f"{name}-{index}")
         marker = os.path.join(directory, TOPIC_ID_FILE)
         if os.path.exists(marker):
-            with open(marker) as f:
-                owner = f.read().strip().removeprefix("topic_id: ")
-            if owner != str(topic_id):
+            owner = _owner(marker)
+            if owner is not None and owner != str(topic_id):
                 # A topic of the same name deleted while this broker was down.
                 log.info("%s: left by an older topic %s, deleting it", directory, owner)
                 shutil.rmtree(directory, ignore_errors=True)
@@ -310,3 +312,17 @@ class ReplicaManager:
                 self.flush_due(time.time())
             except Exception:
                 log.exception("flushing classic logs failed")
+
+
+def _owner(marker: str) -> str | None:
+    """The topic id a ``partition.metadata`` file names (None if unreadable: then the
+    directory is kept, never deleted on a guess)."""
+    try:
+        with open(marker) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "topic_id":
+                    return value.strip()
+    except OSError:
+        return None
+    return None

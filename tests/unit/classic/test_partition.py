@@ -237,3 +237,31 @@ def test_a_returning_leader_cuts_its_divergent_tail_kip_279(tmp_path: Path) -> N
         assert old.log.epochs.entries == [(1, 0), (2, 3)]
 
     asyncio.run(run())
+
+
+def test_a_log_directory_is_kept_for_its_topic_and_cleared_for_a_namesake(tmp_path: Path) -> None:
+    import uuid
+    from types import SimpleNamespace
+
+    from broker.classic.replica_manager import ReplicaManager
+
+    async def run() -> None:
+        manager = ReplicaManager.__new__(ReplicaManager)
+        manager.me = 1
+        manager.broker = SimpleNamespace(
+            config=SimpleNamespace(data_dir=str(tmp_path), replica_lag_time_max_ms=1000)
+        )
+        p = manager._open(TOPIC_ID, "t", 0, LogConfig())
+        lead(p, isr=(1,))
+        produce(p, records(3))
+        p.close()
+        # Reopened for the same topic: the records are still there.
+        again = manager._open(TOPIC_ID, "t", 0, LogConfig())
+        assert again.log.log_end_offset == 3
+        again.close()
+        # A new topic of the same name (the old one deleted while this broker was away).
+        other = manager._open(uuid.uuid4(), "t", 0, LogConfig())
+        assert other.log.log_end_offset == 0
+        other.close()
+
+    asyncio.run(run())
