@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import mmap
+import os
 import time
 from collections.abc import Callable
 from uuid import UUID
@@ -34,7 +35,10 @@ log = logging.getLogger(__name__)
 
 LEADER = "leader"
 FOLLOWER = "follower"
-OFFLINE = "offline"  # a replica without a leader to follow (or being deleted)
+OFFLINE = "offline"
+HW_CHECKPOINT = (
+    "high-watermark-checkpoint"  # a replica without a leader to follow (or being deleted)
+)
 
 
 def now_ms() -> float:
@@ -58,9 +62,11 @@ class ClassicPartition:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.leader_state: LeaderState | None = None
-        # Not checkpointed: after a restart it starts at the log start and is raised by the
-        # leader's answers (a follower) or the ISR's progress (a leader), as it was.
-        self.high_watermark = plog.log_start_offset
+        # Checkpointed every second and on close (Kafka: replication-offset-checkpoint), so a
+        # restarted leader does not show consumers a high watermark back at the log start.
+        self._hw_path = os.path.join(plog.dir, HW_CHECKPOINT)
+        self.high_watermark = self._read_high_watermark()
+        self._hw_written = self.high_watermark
         # A follower must cut a possibly divergent tail (OffsetForLeaderEpoch) before it
         # fetches from a new leader.
         self.needs_truncation = False
@@ -167,6 +173,27 @@ class ClassicPartition:
         self.fail_waiters(ErrorCode.not_leader_or_follower)
         self.role = OFFLINE
         self.log.close()
+        self.checkpoint_high_watermark()
+
+    def _read_high_watermark(self) -> int:
+        start, end = self.log.log_start_offset, self.log.log_end_offset
+        try:
+            with open(self._hw_path) as f:
+                return max(start, min(int(f.read().strip()), end))
+        except (OSError, ValueError):
+            return start
+
+    def checkpoint_high_watermark(self) -> None:
+        if self.high_watermark == self._hw_written:
+            return
+        tmp = self._hw_path + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(str(self.high_watermark))
+            os.replace(tmp, self._hw_path)
+            self._hw_written = self.high_watermark
+        except OSError as exc:  # a deleted partition's directory, a full disk: next time
+            log.debug("%s-%d: high watermark checkpoint: %r", self.topic, self.index, exc)
 
     # ---------------------------------------------------------------- leader: produce
 

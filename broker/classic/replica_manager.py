@@ -305,11 +305,14 @@ class ReplicaManager:
 
     async def _flush_loop(self) -> None:
         # flush.ms holds without new appends too (Kafka's log.flush.scheduler.interval.ms);
-        # off by default, so this usually finds nothing to do.
+        # off by default, so this usually finds nothing to do. High watermarks are
+        # checkpointed here too (only those that moved).
         while True:
             await asyncio.sleep(FLUSH_CHECK_S)
             try:
                 self.flush_due(time.time())
+                for p in list(self.partitions.values()):
+                    p.checkpoint_high_watermark()
             except Exception:
                 log.exception("flushing classic logs failed")
 

@@ -265,3 +265,19 @@ def test_a_log_directory_is_kept_for_its_topic_and_cleared_for_a_namesake(tmp_pa
         other.close()
 
     asyncio.run(run())
+
+
+def test_the_high_watermark_survives_a_restart(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p)
+        produce(p, records(3), acks=1)
+        p.read(3, 1 << 20, 2)
+        p.read(3, 1 << 20, 3)
+        produce(p, records(2), acks=1)  # not replicated: above the high watermark
+        assert p.high_watermark == 3
+        p.close()
+        again = ClassicPartition(TOPIC_ID, "t", 0, Log(p.log.dir, LogConfig()), 1, 1000)
+        assert again.high_watermark == 3 and again.log.log_end_offset == 5
+
+    asyncio.run(run())
