@@ -20,7 +20,7 @@ from storage.catalog import Topic
 from .. import recompress
 from ..append import PartitionAppend, PartitionResult
 from ..classic.produce import classic_append
-from ..client_az import count_produce
+from ..client_az import az_from_client_id, count_bytes, count_produce
 from ..client_quotas import user_of
 from ..refusals import REFUSALS
 from ..security import access
@@ -60,6 +60,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     now_ms = int(time.time() * 1000)
     classic = getattr(broker, "classic", None)  # stand-in brokers of unit tests have none
     waits: list[asyncio.Future[PartitionResult]] = []
+    classic_bytes = 0
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = topics.get(name)
@@ -124,6 +125,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     acks,
                     int(request.timeout.total_seconds() * 1000),
                 )
+                classic_bytes += len(records)
                 if isinstance(outcome, PartitionResult):
                     slots.append((name, part.index, outcome, None, ()))
                 else:
@@ -135,6 +137,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 PartitionAppend(topic.topic_id, part.index, records, batches, log_append)
             )
     throttle_ms = _produce_quota(broker, ctx, request)
+    if classic_bytes:
+        count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), classic_bytes)
     if waits:
         # acks=all on classic partitions: answered once their high watermarks pass.
         return asyncio.ensure_future(
@@ -258,7 +262,11 @@ async def _with_classic(
     throttle_ms: int,
 ) -> Any:
     """A request with classic partitions still waiting (acks=all): both kinds awaited."""
-    results = await broker.appender.submit(appends) if appends else []
+    results: list[PartitionResult] = []
+    if appends:
+        committed = broker.appender.submit(appends)
+        count_produce(broker, ctx.header.client_id, appends)
+        results = await committed
     classic_results = list(await asyncio.gather(*waits))
     if acks == 0:
         return None
