@@ -8,29 +8,14 @@ one, the supported operations its ACLs allow (``broker.security.access.operation
 
 from __future__ import annotations
 
-from enum import IntEnum
+from .security.acl import AclOperation
 
 # Kafka's "not requested" value (Integer.MIN_VALUE).
 NOT_REQUESTED = -(2**31)
 
 
-class Operation(IntEnum):
-    """Kafka's AclOperation codes."""
-
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-
-
-_O = Operation
-SUPPORTED: dict[str, frozenset[Operation]] = {
+_O = AclOperation
+SUPPORTED: dict[str, frozenset[AclOperation]] = {
     "topic": frozenset(
         {_O.READ, _O.WRITE, _O.CREATE, _O.DELETE, _O.ALTER, _O.DESCRIBE}
         | {_O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}
@@ -43,7 +28,7 @@ SUPPORTED: dict[str, frozenset[Operation]] = {
 }
 
 
-def bits(operations: frozenset[Operation]) -> int:
+def bits(operations: frozenset[AclOperation]) -> int:
     return sum(1 << int(op) for op in operations)
 
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from ..authorized_operations import Operation
-
 WILDCARD = "*"  # a literal resource name, principal or host matching every one
 CLUSTER_NAME = "kafka-cluster"  # the one CLUSTER resource's name
 
@@ -61,9 +59,6 @@ class Permission(IntEnum):
     DENY = 2
     ALLOW = 3
 
-
-# The same codes as the authorized-operations bit sets use (KIP-430).
-assert all(AclOperation[op.name] == op.value for op in Operation)
 
 # Resource types ACLs may be written for. DELEGATION_TOKEN and USER are refused: Sluice has
 # no API they would guard, and an ACL that can never apply would only mislead.

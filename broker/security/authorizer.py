@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..authorized_operations import SUPPORTED, Operation, bits
+from ..authorized_operations import SUPPORTED, bits
 from .acl import WILDCARD, AclOperation, PatternType, Permission, ResourceType
 
 # Kafka's names for its authorizer, and the short one Sluice also accepts.
@@ -207,4 +207,4 @@ class Authorizer:
 
 def operation_names(mask: int) -> list[str]:
     """The names of the operations in a KIP-430 bit set (for messages and tests)."""
-    return [op.name for op in Operation if mask & (1 << int(op))]
+    return [op.name for op in AclOperation if mask & (1 << int(op))]
