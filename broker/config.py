@@ -121,9 +121,16 @@ class BrokerConfig:
     ssl_key_password: str = ""
     ssl_ca_location: str = ""  # PEM CA bundle that client certificates are checked against
     ssl_client_auth: str = "none"  # required | requested | none
+    # Another broker's certificate must name the host it is reached at (Kafka's default);
+    # empty: only the chain is checked (replica fetcher and marker writer, as TLS clients).
+    ssl_endpoint_identification_algorithm: str = "https"
     sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
     # JAAS-style config for PLAIN's users: ... PlainLoginModule required user_alice="pw";
     sasl_jaas_config: str = ""
+    # The mechanism this broker logs in with on another broker's SASL inter-broker listener
+    # (PLAIN or SCRAM-SHA-*; username=/password= from that listener's JAAS config). Kafka's
+    # default is GSSAPI, which is not supported: empty means "not configured".
+    sasl_mechanism_inter_broker_protocol: str = ""
     sasl_oauthbearer_jwks_endpoint_url: str = ""  # file:///path/jwks.json
     sasl_oauthbearer_expected_audience: str = ""  # comma separated; empty: not checked
     sasl_oauthbearer_expected_issuer: str = ""  # empty: not checked

@@ -352,6 +352,15 @@ class LocalCluster:
         if b.rack:
             settings["broker.rack"] = b.rack
         settings.update(self.broker_options)
+        if self.secure:
+            from .secure import BROKER_USER
+
+            # Super users given as options add to the brokers' own principal: without it,
+            # an authorizer would refuse replication (CLUSTER_ACTION).
+            supers = [s.strip() for s in settings["super.users"].split(";") if s.strip()]
+            if f"User:{BROKER_USER}" not in supers:
+                supers.append(f"User:{BROKER_USER}")
+            settings["super.users"] = ";".join(supers)
         return settings
 
     def controller_settings(self, c: ControllerProcess) -> dict[str, str]:

@@ -1,6 +1,8 @@
 """What ``sluice cluster up --secure`` generates: a private CA, certificates for the brokers'
 SASL_SSL listeners and the controllers' HTTPS API (and client certificates the brokers
-present to the controllers), and a SCRAM-SHA-512 admin user.
+present to the controllers), a SCRAM-SHA-512 admin user, and the SCRAM-SHA-512 user the
+brokers log in as on each other's listener (followers replicating classic topics), a super
+user so replication passes an authorizer (Kafka's CLUSTER_ACTION).
 
 Everything lives under ``<dir>/tls`` with private keys and the password readable by the owner
 only. The admin credential goes into the metadata log as salted keys before any broker
@@ -23,6 +25,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 ADMIN_USER = "admin"
 ADMIN_MECHANISM = "SCRAM-SHA-512"
+BROKER_USER = "broker"  # the brokers' own principal on the inter-broker listener
 VALIDITY = datetime.timedelta(days=365)
 
 
@@ -53,6 +56,17 @@ class SecureFiles:
     @property
     def admin_password_file(self) -> Path:
         return self.root / "admin.password"
+
+    @property
+    def broker_password_file(self) -> Path:
+        return self.root / "broker.password"
+
+    @property
+    def broker_jaas_file(self) -> Path:
+        return self.root / "broker.jaas"
+
+    def broker_password(self) -> str:
+        return self.broker_password_file.read_text().strip()
 
     @property
     def client_properties(self) -> Path:
@@ -94,6 +108,8 @@ def generate(root: Path, hosts: list[str]) -> SecureFiles:
     they exist (a second ``up`` keeps the clients' trust and the admin password)."""
     files = SecureFiles(root)
     if files.ca.exists() and files.admin_password_file.exists():
+        if not files.broker_password_file.exists():  # made by an older version
+            _write_broker_login(files)
         return files
     root.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
@@ -162,7 +178,15 @@ def generate(root: Path, hosts: list[str]) -> SecureFiles:
     files.client_cert.write_bytes(client_cert)
     _write_private(files.client_key, client_key)
     _write_private(files.admin_password_file, (secrets.token_urlsafe(18) + "\n").encode())
+    _write_broker_login(files)
     return files
+
+
+def _write_broker_login(files: SecureFiles) -> None:
+    """The brokers' password, and their JAAS line in a file of its own so that a deployment
+    passes it as ``sasl.jaas.config=${file:...}`` (docker-compose.secure.yml)."""
+    _write_private(files.broker_password_file, (secrets.token_urlsafe(18) + "\n").encode())
+    _write_private(files.broker_jaas_file, (broker_jaas(files) + "\n").encode())
 
 
 def write_client_properties(files: SecureFiles, bootstrap: str) -> None:
@@ -178,12 +202,27 @@ def write_client_properties(files: SecureFiles, bootstrap: str) -> None:
     _write_private(files.client_properties, text.encode())
 
 
+def broker_jaas(files: SecureFiles) -> str:
+    password = files.broker_password().replace("\\", "\\\\").replace('"', '\\"')
+    return (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{BROKER_USER}" password="{password}";'
+    )
+
+
 def broker_settings(files: SecureFiles, host: str, port: int) -> dict[str, str]:
     return {
         "listeners": f"SASL_SSL://{host}:{port}",
         "ssl.certificate.location": str(files.server_cert),
         "ssl.key.location": str(files.server_key),
+        # Followers check their leader's certificate against the cluster's CA.
+        "ssl.ca.location": str(files.ca),
         "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
+        "sasl.mechanism.inter.broker.protocol": ADMIN_MECHANISM,
+        f"listener.name.sasl_ssl.{ADMIN_MECHANISM.lower()}.sasl.jaas.config": broker_jaas(files),
+        # Only matters with an authorizer (authorizer.class.name): replication is then the
+        # broker principal's privilege.
+        "super.users": f"User:{BROKER_USER}",
         "controller.ssl.ca.location": str(files.ca),
         "controller.ssl.certificate.location": str(files.client_cert),
         "controller.ssl.key.location": str(files.client_key),
@@ -206,7 +245,23 @@ async def create_admin(files: SecureFiles, controllers: list[str], secret: str) 
     from broker.security.scram import credential_from_password
     from controller.requests import ScramUpsertion
 
-    credential = credential_from_password(ADMIN_MECHANISM, files.admin_password(), 8192)
+    upserts = []
+    for name, password in ((ADMIN_USER, files.admin_password()), (BROKER_USER, None)):
+        if password is None:
+            if not files.broker_password_file.exists():
+                continue
+            password = files.broker_password()
+        credential = credential_from_password(ADMIN_MECHANISM, password, 8192)
+        upserts.append(
+            ScramUpsertion(
+                name,
+                ADMIN_MECHANISM,
+                credential.salt,
+                credential.stored_key,
+                credential.server_key,
+                credential.iterations,
+            )
+        )
     client = ControllerClient(
         controllers,
         secret,
@@ -216,19 +271,7 @@ async def create_admin(files: SecureFiles, controllers: list[str], secret: str) 
         deadline=30,
     )
     try:
-        results, _ = await client.alter_scram_credentials(
-            [],
-            [
-                ScramUpsertion(
-                    ADMIN_USER,
-                    ADMIN_MECHANISM,
-                    credential.salt,
-                    credential.stored_key,
-                    credential.server_key,
-                    credential.iterations,
-                )
-            ],
-        )
+        results, _ = await client.alter_scram_credentials([], upserts)
     finally:
         await client.close()
     for result in results:
@@ -260,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     files = SecureFiles(Path(args.dir))
     asyncio.run(create_admin(files, args.controllers.split(","), args.secret))
-    print("SCRAM-SHA-512 user 'admin' created")
+    print("SCRAM-SHA-512 users 'admin' and 'broker' created")
     return 0
 
 

@@ -30,7 +30,8 @@ from kio.static.primitive import i8, i32, i64
 from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
 
-from .kafka_client import ConnectionLost, KafkaConnection
+from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity
+from .kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
 from .partition import FOLLOWER, ClassicPartition
 
 if TYPE_CHECKING:
@@ -40,12 +41,19 @@ log = logging.getLogger(__name__)
 
 
 class ReplicaFetcher:
-    def __init__(self, manager: ReplicaManager, leader_id: int, host: str, port: int) -> None:
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        leader_id: int,
+        host: str,
+        port: int,
+        security: InterBrokerSecurity = PLAINTEXT,
+    ) -> None:
         self.manager = manager
         self.leader_id = leader_id
         self.host, self.port = host, port
         self.config = manager.broker.config
-        self._conn = KafkaConnection(host, port, f"sluice-replica-fetcher-{manager.me}")
+        self._conn = KafkaConnection(host, port, f"sluice-replica-fetcher-{manager.me}", security)
         self._partitions: list[ClassicPartition] = []
         self._changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
@@ -89,6 +97,10 @@ class ReplicaFetcher:
                     await asyncio.sleep(backoff)
             except asyncio.CancelledError:
                 raise
+            except AuthenticationFailed as exc:
+                # A credential or certificate problem: it will not fix itself quickly.
+                log.warning("replica fetcher to broker %d: %s", self.leader_id, exc)
+                await asyncio.sleep(max(backoff, 1.0))
             except ConnectionLost as exc:
                 log.info("replica fetcher to broker %d: %s", self.leader_id, exc)
                 await asyncio.sleep(backoff)

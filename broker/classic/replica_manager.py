@@ -28,6 +28,7 @@ from storage.catalog import Topic
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
 from ..background import cancel_and_wait
+from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from .partition import LEADER, ClassicPartition
 from .replica_fetcher import ReplicaFetcher
 
@@ -50,6 +51,9 @@ class ReplicaManager:
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.stopping = False
+        # How followers reach their leaders (the inter-broker listener's TLS/SASL).
+        self.security: InterBrokerSecurity = PLAINTEXT
+        self.security_error: str | None = None
 
     # ---------------------------------------------------------------- queries
 
@@ -76,15 +80,14 @@ class ReplicaManager:
 
     async def start(self) -> None:
         plan = getattr(self.broker, "listener_plan", None)
-        if plan is not None and plan.protocol(plan.inter_broker) != "PLAINTEXT":
-            # The replica fetcher speaks plain Kafka only (no TLS/SASL client yet).
-            log.warning(
-                "classic topics: followers fetch over the inter-broker listener %s (%s), which "
-                "the replica fetcher cannot use yet; classic replication needs a PLAINTEXT "
-                "inter-broker listener",
-                plan.inter_broker,
-                plan.protocol(plan.inter_broker),
-            )
+        if plan is not None:
+            try:
+                self.security = inter_broker_security(self.broker.config, plan)
+            except ValueError as exc:
+                # Not fatal (a broker without classic topics needs none of this), but no
+                # follower here can replicate until it is fixed.
+                self.security_error = str(exc)
+                log.warning("classic topics: followers cannot fetch from their leaders: %s", exc)
         self.reconcile()
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
@@ -191,6 +194,8 @@ class ReplicaManager:
         for p in self.partitions.values():
             if p.role != LEADER and p.leader >= 0 and p.leader != self.me:
                 by_leader.setdefault(p.leader, []).append(p)
+        if self.security_error is not None:
+            by_leader.clear()  # logged at start: fetching would only fail at every backoff
         for leader_id, parts in by_leader.items():
             broker = image.brokers.get(leader_id)
             fetcher = self._fetchers.get(leader_id)
@@ -199,7 +204,7 @@ class ReplicaManager:
             if fetcher is None or (fetcher.host, fetcher.port) != (broker.host, broker.port):
                 if fetcher is not None:
                     fetcher.stop()
-                fetcher = ReplicaFetcher(self, leader_id, broker.host, broker.port)
+                fetcher = ReplicaFetcher(self, leader_id, broker.host, broker.port, self.security)
                 self._fetchers[leader_id] = fetcher
                 fetcher.start()
             fetcher.set_partitions(parts)
