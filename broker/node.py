@@ -22,6 +22,7 @@ from storage.object_store import ObjectStore, is_data_key
 from .append import Appender
 from .background import cancel_and_wait
 from .classic.replica_manager import ReplicaManager
+from .classic.txn_markers import ClassicMarkerSender
 from .client_quotas import ClientQuotas, user_of
 from .config import BrokerConfig
 from .controller_catalog import ControllerCatalog
@@ -107,9 +108,12 @@ class Broker:
             group_store,
         )
         # Transactions: all state in the coordinator database; markers as one object each.
+        marker_writer = MarkerWriter(
+            store, coordinator, self.cache, config.node_id, self.watch.notify
+        )
         self.transactions = TransactionCoordinator(
             coordinator,
-            MarkerWriter(store, coordinator, self.cache, config.node_id, self.watch.notify),
+            marker_writer,
             config.node_id,
             lambda: self._membership.live() if self._membership is not None else [],
             config.transaction_max_timeout_ms,
@@ -127,6 +131,8 @@ class Broker:
         # Classic topics (local logs, leader-follower replication) need the controllers'
         # leaders and epochs: controller mode only.
         self.classic = ReplicaManager(self) if self.controller is not None else None
+        if self.classic is not None:
+            marker_writer.classic = ClassicMarkerSender(self)
         self.cluster_id = ""
         # Checked here, before anything starts: a bad listener setting fails the start.
         self.listener_plan: ListenerPlan = listener_plan(config)

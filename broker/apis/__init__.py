@@ -56,6 +56,8 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (25, "AddOffsetsToTxn", 0, 4),
     # v5 is KIP-890 part 2 (an epoch bump per transaction), which needs transaction.version 2.
     (26, "EndTxn", 0, 4),
+    # Sent by transaction coordinators to the leaders of classic partitions.
+    (27, "WriteTxnMarkers", 1, 1),
     (28, "TxnOffsetCommit", 0, 4),
     # The ACL APIs' v0 is gone from Kafka 4 (and kio); v1 added pattern types (KIP-290).
     (29, "DescribeAcls", 1, 3),
@@ -111,6 +113,7 @@ def build_api_table(broker: Broker) -> ApiTable:
         scram_credentials,
         topics_admin,
         transactions,
+        txn_markers,
     )
 
     handlers: dict[int, Callable[..., Awaitable[Any]]] = {
@@ -137,6 +140,7 @@ def build_api_table(broker: Broker) -> ApiTable:
         24: transactions.add_partitions_to_txn,
         25: transactions.add_offsets_to_txn,
         26: transactions.end_txn,
+        27: txn_markers.handle,
         28: transactions.txn_offset_commit,
         29: acls.describe_acls,
         30: acls.create_acls,

@@ -232,7 +232,7 @@ async def _collect(
     while True:
         results = await broker.fetcher.find(finds, max_bytes, read_committed) if finds else []
         available = sum(b.byte_size for r in results for b in r.batches)
-        available += read_classic(broker, local, max_bytes - available)
+        available += read_classic(broker, local, max_bytes - available, read_committed)
         remaining = deadline - loop.time()
         if (
             available >= max(min_bytes, 1)
@@ -321,7 +321,7 @@ async def _fetch(
                 log_start_offset=info.log_start_offset,
             )
         if slot.classic is not None:
-            entry.update(classic_entry(slot))
+            entry.update(classic_entry(slot, read_committed))
         elif slot.find_index >= 0:
             result = results[slot.find_index]
             data = records[slot.find_index]

@@ -24,6 +24,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
     lookups: list[ListOffsetsRequest] = []
     waiting: list[dict[str, Any]] = []
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     await broker.topics.ensure(
         (t.name, p.partition_index) for t in request.topics for p in t.partitions
     )
@@ -50,7 +51,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 entry["error_code"] = error
             elif classic is not None and classic.is_classic(topic.topic_id):
                 code, offset, ts, epoch = classic_list_offset(
-                    classic, topic.topic_id, part.partition_index, part.timestamp
+                    classic, topic.topic_id, part.partition_index, part.timestamp, read_committed
                 )
                 entry.update(error_code=code, offset=offset, timestamp=ts, leader_epoch=epoch)
             else:
@@ -59,7 +60,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 )
                 waiting.append(entry)
     if lookups:
-        read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
         results = await broker.coordinator.list_offsets(lookups, read_committed)
         for entry, lookup, result in zip(waiting, lookups, results, strict=True):
             entry.update(error_code=result.error, offset=result.offset, timestamp=result.timestamp)

@@ -76,7 +76,9 @@ def preferred_read_replica(broker: Broker, p: ClassicPartition, rack: str) -> in
     return candidates[p.index % len(candidates)]
 
 
-def read_classic(broker: Broker, slots: list[_Slot], budget: int) -> int:
+def read_classic(
+    broker: Broker, slots: list[_Slot], budget: int, read_committed: bool = False
+) -> int:
     """Read every classic slot (again); returns the bytes found."""
     total = 0
     for slot in slots:
@@ -87,7 +89,9 @@ def read_classic(broker: Broker, slots: list[_Slot], budget: int) -> int:
         if room <= 0 and total:
             slot.data = b""
             continue
-        error, data = p.read(slot.offset, max(room, 1), slot.replica)
+        error, data = p.read(
+            slot.offset, max(room, 1), slot.replica, read_committed and slot.replica < 0
+        )
         slot.error, slot.data = error, data
         total += len(data)
         if slot.replica >= 0 and p.role == LEADER:
@@ -104,13 +108,22 @@ def classic_interests(slots: list[_Slot]) -> list[tuple[UUID, int, int]]:
     return [(s.classic.topic_id, s.partition, s.offset) for s in slots if s.classic]
 
 
-def classic_entry(slot: _Slot) -> dict[str, Any]:
+def classic_entry(slot: _Slot, read_committed: bool = False) -> dict[str, Any]:
     p = slot.classic
     assert p is not None
-    return {
+    lso = p.last_stable_offset
+    entry: dict[str, Any] = {
         "error_code": slot.error,
         "high_watermark": p.high_watermark,
-        "last_stable_offset": p.high_watermark,
+        "last_stable_offset": lso,
         "log_start_offset": p.log.log_start_offset,
         "records": slot.data if slot.preferred < 0 else b"",
     }
+    if read_committed and slot.replica < 0 and slot.data and not slot.error:
+        # The aborted transactions overlapping what is returned (at most up to the LSO):
+        # the consumer drops their records (Kafka's collectAbortedTransactions).
+        entry["aborted_transactions"] = [
+            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+            for a in p.txns.aborted_between(slot.offset, lso)
+        ]
+    return entry

@@ -13,13 +13,17 @@ if TYPE_CHECKING:
 
 
 def list_offset(
-    manager: ReplicaManager, topic_id: UUID, partition: int, timestamp: int
+    manager: ReplicaManager,
+    topic_id: UUID,
+    partition: int,
+    timestamp: int,
+    read_committed: bool = False,
 ) -> tuple[int, int, int, int]:
-    """(error, offset, timestamp, leader epoch)."""
+    """(error, offset, timestamp, leader epoch); read_committed: below the LSO."""
     p, error = manager.leader_partition(topic_id, partition)
     if p is None:
         return error, -1, -1, -1
-    error, offset, ts = p.list_offset(timestamp)
+    error, offset, ts = p.list_offset(timestamp, read_committed)
     return error, offset, ts, p.leader_epoch if offset >= 0 else -1
 
 

@@ -21,11 +21,13 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from controller.image import PartitionState
+from protocol.control_batch import marker_batch
 from protocol.record_scan import first_at_or_after, max_timestamp_record
-from protocol.records import BatchHeader, stamp_log_append_time
+from protocol.records import CONTROL_BIT, BatchHeader, parse_batches, stamp_log_append_time
 from replication.leader import LeaderState, Progress
-from storage.classic.batches import walk
+from storage.classic.batches import StoredBatch, walk
 from storage.classic.log import Log, OffsetOutOfRange
+from storage.classic.txn_index import TxnIndex, batch_txn_fields
 from storage.coordinator import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 from ..append import PartitionResult
@@ -79,11 +81,15 @@ class ClassicPartition:
         # completes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank meanwhile).
         self._min_isr = 1
         self.producers = ProducerState()
+        self.txns = TxnIndex()
         self._load_producers()
 
     # ---------------------------------------------------------------- state changes
 
-    def _load_producers(self) -> None:
+    def _load_producers(self, producers: bool = True) -> None:
+        """Producer state and transactions from the log's batch headers (the transaction
+        index alone after a truncation: the producer state cuts itself)."""
+        self.txns.clear()
         # Headers only, through a mapping: a 1 GiB segment is not read into memory.
         for segment in self.log.segments:
             if segment.size == 0:
@@ -94,16 +100,23 @@ class ClassicPartition:
             ):
                 data = memoryview(mapped)
                 try:
-                    self.producers.load(
-                        (
-                            *producer_fields(data[b.position :]),
-                            b.last_offset - b.base_offset + 1,
-                            b.base_offset,
-                        )
-                        for b in walk(data, check_crc=False)
-                    )
+                    for b in walk(data, check_crc=False):
+                        self._observe(data[b.position : b.position + b.size], b, producers)
                 finally:
                     data.release()
+
+    def _observe(self, batch: memoryview, b: StoredBatch, producers: bool = True) -> None:
+        """One batch now in the log (loaded, or copied from the leader): per batch, never
+        per record."""
+        attributes, pid, kind = batch_txn_fields(batch)
+        self.txns.observe(attributes, pid, kind, b.base_offset, b.last_offset)
+        if not producers:
+            return
+        if attributes & CONTROL_BIT:
+            self.producers.fence(pid, producer_fields(batch)[1])
+        else:
+            pid, epoch, seq = producer_fields(batch)
+            self.producers.update(pid, epoch, seq, b.last_offset - b.base_offset + 1, b.base_offset)
 
     def apply(self, state: PartitionState, on_change: Callable[[ClassicPartition], None]) -> None:
         """The image's view of this partition changed (or is seen the first time)."""
@@ -241,11 +254,41 @@ class ClassicPartition:
             self.producers.update(
                 b.producer_id, b.producer_epoch, b.base_sequence, b.record_count, offset
             )
+            if b.is_transactional:
+                # Clients never send control batches (validated): data of a transaction.
+                self.txns.observe(b.attributes, b.producer_id, -1, offset, offset)
             offset += b.record_count
         self._advance()
         result = PartitionResult(0, base, append_time, self.log.log_start_offset)
         if acks != -1 or self.high_watermark > last_offset:
             return result
+        return self._wait_for_high_watermark(last_offset, result, timeout_ms, min_isr)
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
+    ) -> PartitionResult | asyncio.Future[PartitionResult]:
+        """WriteTxnMarkers on the leader: the COMMIT/ABORT control batch ends the producer's
+        transaction here; answered, as Kafka does, once it is replicated to the ISR."""
+        if self.role != LEADER:
+            return PartitionResult(int(ErrorCode.not_leader_or_follower))
+        if producer_epoch < self.producers.epoch_of(producer_id):
+            return PartitionResult(int(ErrorCode.invalid_producer_epoch))
+        data = marker_batch(producer_id, producer_epoch, commit, int(now_ms()), coordinator_epoch)
+        view = memoryview(data)
+        batches = parse_batches(view, len(data))
+        base, last_offset = self.log.append_as_leader(view, batches, self.leader_epoch)
+        self.producers.fence(producer_id, producer_epoch)
+        self.txns.observe(batches[0].attributes, producer_id, int(commit), base, last_offset)
+        self._advance()
+        result = PartitionResult(0, base, -1, self.log.log_start_offset)
+        if self.high_watermark > last_offset:
+            return result
+        return self._wait_for_high_watermark(last_offset, result, 30_000, None)
+
+    def _wait_for_high_watermark(
+        self, last_offset: int, result: PartitionResult, timeout_ms: int, min_isr: int | None
+    ) -> asyncio.Future[PartitionResult]:
+        base = result.base_offset
         future: asyncio.Future[PartitionResult] = asyncio.get_running_loop().create_future()
         self._waiters.append((last_offset, base, future))
         loop = asyncio.get_running_loop()
@@ -257,7 +300,8 @@ class ClassicPartition:
             ),
         )
         future.add_done_callback(lambda _f: handle.cancel())
-        self._min_isr = min_isr
+        if min_isr is not None:  # a marker keeps the last produce's
+            self._min_isr = min_isr
         return future
 
     def _advance(self) -> None:
@@ -282,7 +326,13 @@ class ClassicPartition:
 
     # ---------------------------------------------------------------- leader: fetch
 
-    def read(self, offset: int, max_bytes: int, replica: int) -> tuple[int, bytes]:
+    @property
+    def last_stable_offset(self) -> int:
+        return self.txns.last_stable_offset(self.high_watermark)
+
+    def read(
+        self, offset: int, max_bytes: int, replica: int, read_committed: bool = False
+    ) -> tuple[int, bytes]:
         """(error, records) for a consumer (up to the HW) or a follower (up to the log end,
         recording its progress)."""
         if replica >= 0:
@@ -297,8 +347,9 @@ class ClassicPartition:
                 self._advance()
             limit = None
         else:
-            limit = self.high_watermark
-            if offset > self.high_watermark and offset <= self.log.log_end_offset:
+            # read_committed stops at the last stable offset (the first open transaction).
+            limit = self.last_stable_offset if read_committed else self.high_watermark
+            if offset > limit and offset <= self.log.log_end_offset:
                 return 0, b""  # not committed yet: nothing, no error (as Kafka)
         try:
             return 0, self.log.read(offset, max_bytes, limit)
@@ -317,10 +368,7 @@ class ClassicPartition:
             for b in batches:
                 if b.base_offset < before:
                     continue
-                pid, epoch, seq = producer_fields(view[b.position :])
-                self.producers.update(
-                    pid, epoch, seq, b.last_offset - b.base_offset + 1, b.base_offset
-                )
+                self._observe(view[b.position : b.position + b.size], b)
         if leader_start > self.log.log_start_offset:
             self.log.delete_records(leader_start)
         self.high_watermark = max(
@@ -337,16 +385,21 @@ class ClassicPartition:
                 self.log.log_end_offset,
                 offset,
             )
+        end = self.log.log_end_offset
         self.log.truncate_to(offset)
         self.producers.truncate_from(self.log.log_end_offset)
+        if self.log.log_end_offset < end:
+            # Rare (a new leader's divergent tail): the transactions are read again.
+            self._load_producers(producers=False)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
         self.needs_truncation = False
 
     # ---------------------------------------------------------------- offsets
 
-    def list_offset(self, timestamp: int) -> tuple[int, int, int]:
-        """(error, offset, timestamp) for ListOffsets (committed records only)."""
-        hw = self.high_watermark
+    def list_offset(self, timestamp: int, read_committed: bool = False) -> tuple[int, int, int]:
+        """(error, offset, timestamp) for ListOffsets (committed records only; below the
+        last stable offset for read_committed)."""
+        hw = self.last_stable_offset if read_committed else self.high_watermark
         if timestamp == EARLIEST_TIMESTAMP or timestamp == -4:
             return 0, self.log.log_start_offset, -1
         if timestamp == LATEST_TIMESTAMP:

@@ -36,10 +36,6 @@ def classic_append(
         return PartitionResult(error)
     if not batches:
         return PartitionResult(0, p.log.log_end_offset, -1, p.log.log_start_offset)
-    if any(b.is_transactional for b in batches):
-        # Transaction markers and the LSO are not kept in classic logs yet: refused rather
-        # than served to read_committed consumers as if committed.
-        return PartitionResult(int(ErrorCode.invalid_request))
     min_isr = topics.int_config(topic, "min.insync.replicas")
     try:
         result = p.append(records, batches, log_append_time, acks, min_isr, timeout_ms)

@@ -81,6 +81,18 @@ class ProducerState:
         last_seq = (first_seq + count - 1) & 0x7FFFFFFF
         entry.batches.append((first_seq, last_seq, base, base + count - 1))
 
+    def fence(self, pid: int, epoch: int) -> None:
+        """A transaction marker of ``pid`` at ``epoch``: a coordinator's abort may have
+        bumped the epoch, and the older one is then fenced here too (Kafka updates the
+        producer's epoch from markers). Markers have no sequence."""
+        entry = self._producers.get(pid)
+        if pid != NO_PRODUCER_ID and (entry is None or epoch > entry.epoch):
+            self._producers[pid] = _Entry(epoch)
+
+    def epoch_of(self, pid: int) -> int:
+        entry = self._producers.get(pid)
+        return -1 if entry is None else entry.epoch
+
     def load(self, batches: Iterable[tuple[int, int, int, int, int]]) -> None:
         """(pid, epoch, first seq, count, base offset) of the log's batches, in order."""
         for pid, epoch, seq, count, base in batches:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -23,6 +24,9 @@ from storage.object_store import ObjectStore, ObjectStoreError, new_data_key
 from storage.transactions import Marker, TransactionState
 
 from ..append import CommitListener
+
+if TYPE_CHECKING:
+    from ..classic.txn_markers import ClassicMarkerSender
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,9 @@ class MarkerWriter:
         self._cache = cache
         self._node_id = node_id
         self._on_commit = on_commit
+        # Classic partitions' markers go to their leaders (WriteTxnMarkers) once the outcome
+        # is decided; None: a broker without classic topics.
+        self.classic: ClassicMarkerSender | None = None
 
     async def end(self, state: TransactionState, commit: bool, bump_epoch: bool) -> int:
         """End ``state``'s ongoing transaction; returns the Kafka error code."""
@@ -82,6 +89,12 @@ class MarkerWriter:
             if markers and not exc.outcome_unknown:
                 await self._discard(object_key)
             return COORDINATOR_NOT_AVAILABLE
+        classic = [k for k in state.partitions if self.classic and self.classic.is_classic(k)]
+        if result.error == 0 and classic and self.classic is not None:
+            # The outcome is decided (and the diskless partitions marked): the classic
+            # partitions' leaders append theirs. EndTxn answers once they are replicated
+            # (or after a deadline, the rest following in the background).
+            await self.classic.write(classic, state.producer_id, epoch, commit)
         if not result.registered:
             if markers:
                 await self._discard(object_key)

@@ -1,0 +1,179 @@
+"""Transactions on classic topics (three brokers, RF=3): a confluent-kafka transactional
+producer commits and aborts; read_committed consumers (on the leader and on a follower, which
+rebuilt the same state from the replicated markers) see only committed records and stop at
+the last stable offset while a transaction is open; a transaction spanning a classic and a
+diskless topic commits on both."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+
+from ._kafka import confluent_consume, unique_topic, wait_until
+
+pytestmark = pytest.mark.e2e
+
+RACKS = ("az-a", "az-b", "az-c")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory,
+        "classic-txn",
+        brokers=3,
+        racks=RACKS,
+        broker_options={**FAST_LIVENESS, "replica.fetch.backoff.ms": "200"},
+        controllers=1,
+        controller_options={
+            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
+        },
+    ) as c:
+        yield c
+
+
+def create_classic(cluster: LocalCluster) -> tuple[str, int, list[int]]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topic = unique_topic("classic-txn")
+    new = NewTopic(topic, 1, 3, config={"diskless.enable": "false", "min.insync.replicas": "2"})
+    admin.create_topics([new])[topic].result(20)
+
+    def partition() -> tuple[int, list[int], list[int]]:
+        p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+        return p.leader, list(p.replicas), sorted(p.isrs)
+
+    wait_until(lambda: partition()[2] == [1, 2, 3], "a full ISR", 20)
+    leader, replicas, _ = partition()
+    return topic, leader, replicas
+
+
+def txn_producer(cluster: LocalCluster) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "transactional.id": f"txn-{uuid.uuid4().hex[:8]}",
+            "linger.ms": 5,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def values(got: list) -> list[bytes]:  # type: ignore[type-arg]
+    return [g.value for g in got]
+
+
+def test_commit_and_abort_on_a_classic_topic(cluster: LocalCluster) -> None:
+    topic, leader, replicas = create_classic(cluster)
+    producer = txn_producer(cluster)
+    for round_, commit in ((0, True), (1, False), (2, True)):
+        producer.begin_transaction()
+        for i in range(10):
+            producer.produce(topic, value=b"%d-%d" % (round_, i))
+        # Written before the abort (librdkafka drops what it has not sent yet).
+        assert producer.flush(20) == 0
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    expected = [b"%d-%d" % (r, i) for r in (0, 2) for i in range(10)]
+    committed = confluent_consume(
+        cluster.bootstrap, topic, expected=20, **{"isolation.level": "read_committed"}
+    )
+    assert values(committed) == expected
+    everything = confluent_consume(
+        cluster.bootstrap, topic, expected=30, **{"isolation.level": "read_uncommitted"}
+    )
+    assert len(everything) == 30
+    # A follower replicated the markers and serves the same view (KIP-392, client.rack).
+    rack_of = {b.node_id: b.rack for b in cluster.brokers}
+    follower = next(r for r in replicas if r != leader)
+    on_follower = confluent_consume(
+        cluster.bootstrap,
+        topic,
+        expected=20,
+        **{"isolation.level": "read_committed", "client.rack": rack_of[follower]},
+    )
+    assert values(on_follower) == expected
+    producer.flush(10)
+
+
+def test_read_committed_stops_at_the_open_transaction(cluster: LocalCluster) -> None:
+    topic, _, _ = create_classic(cluster)
+    plain = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for i in range(5):
+        plain.produce(topic, value=b"before-%d" % i)
+    assert plain.flush(20) == 0
+    producer = txn_producer(cluster)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=b"open-%d" % i)
+    assert producer.flush(20) == 0
+    for i in range(3):
+        plain.produce(topic, value=b"after-%d" % i)
+    assert plain.flush(20) == 0
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        tp = TopicPartition(topic, 0)
+        # ListOffsets with read_committed: the last stable offset, where the open one began.
+        _, lso = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+        assert lso == 5
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        seen: list[bytes] = []
+        deadline_polls = 20
+        while deadline_polls and len(seen) < 5:
+            m = consumer.poll(0.5)
+            deadline_polls -= 1
+            if m is not None and m.error() is None:
+                seen.append(m.value())
+        assert seen == [b"before-%d" % i for i in range(5)]
+        assert consumer.poll(1.0) is None  # nothing past the LSO
+        producer.commit_transaction(30)
+        more: list[bytes] = []
+        polls = 30
+        while polls and len(more) < 8:
+            m = consumer.poll(0.5)
+            polls -= 1
+            if m is not None and m.error() is None:
+                more.append(m.value())
+        assert more == [b"open-%d" % i for i in range(5)] + [b"after-%d" % i for i in range(3)]
+    finally:
+        consumer.close()
+
+
+def test_a_transaction_spanning_classic_and_diskless_topics(cluster: LocalCluster) -> None:
+    classic, _, _ = create_classic(cluster)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    diskless = unique_topic("diskless-txn")
+    admin.create_topics([NewTopic(diskless, 1, 1)])[diskless].result(20)
+    producer = txn_producer(cluster)
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce(classic, value=b"aborted-%d" % i)
+        producer.produce(diskless, value=b"aborted-%d" % i)
+    assert producer.flush(20) == 0
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    for i in range(4):
+        producer.produce(classic, value=b"c-%d" % i)
+        producer.produce(diskless, value=b"d-%d" % i)
+    producer.commit_transaction(30)
+    committed = {"isolation.level": "read_committed"}
+    got_classic = confluent_consume(cluster.bootstrap, classic, expected=4, **committed)
+    got_diskless = confluent_consume(cluster.bootstrap, diskless, expected=4, **committed)
+    assert values(got_classic) == [b"c-%d" % i for i in range(4)]
+    assert values(got_diskless) == [b"d-%d" % i for i in range(4)]

@@ -1,0 +1,123 @@
+"""Transactions on a classic partition: the open transactions' first offsets (LSO) and the
+aborted index, kept by the leader as it appends data and markers, by a follower from the
+copied batches, rebuilt when the log is opened again and after a truncation; hostile control
+batches never raise."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from broker.classic.partition import ClassicPartition
+from protocol.control_batch import marker_batch
+from protocol.records import TRANSACTIONAL_BIT
+from storage.classic.batches import walk
+from storage.classic.log import Log, LogConfig
+from storage.classic.txn_index import (
+    ABORT,
+    COMMIT,
+    NOT_A_MARKER,
+    AbortedTxn,
+    TxnIndex,
+    marker_type,
+)
+from tests.e2e._batches import Record, build_raw_batch, encode_record
+
+from .test_partition import TOPIC_ID, lead, produce, records
+
+PID = 42
+
+
+def txn_records(n: int, seq: int, pid: int = PID, epoch: int = 0) -> bytes:
+    payload = b"".join(encode_record(Record(b"k", b"v%d" % i), i) for i in range(n))
+    return build_raw_batch(
+        payload,
+        records_count=n,
+        base_timestamp_ms=1_000,
+        attributes=TRANSACTIONAL_BIT,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+
+
+def open_partition(path: Path, me: int = 1) -> ClassicPartition:
+    return ClassicPartition(TOPIC_ID, "t", 0, Log(str(path), LogConfig()), me, lag_max_ms=1000)
+
+
+def replicate(p: ClassicPartition) -> None:
+    for follower in (2, 3):
+        p.read(p.log.log_end_offset, 1 << 20, follower)
+
+
+def test_marker_type_of_markers_and_garbage() -> None:
+    assert marker_type(memoryview(marker_batch(1, 0, True, 5))) == COMMIT
+    assert marker_type(memoryview(marker_batch(1, 0, False, 5))) == ABORT
+    batch = bytearray(marker_batch(1, 0, True, 5))
+    for cut in range(61, len(batch)):
+        assert marker_type(memoryview(bytes(batch[:cut]))) in (NOT_A_MARKER, COMMIT)
+    batch[61:] = b"\xff" * (len(batch) - 61)
+    assert marker_type(memoryview(bytes(batch))) == NOT_A_MARKER
+
+
+def test_index_lso_and_aborted_ranges() -> None:
+    index = TxnIndex()
+    data = TRANSACTIONAL_BIT
+    control = TRANSACTIONAL_BIT | 0x20
+    index.observe(data, 1, NOT_A_MARKER, 0, 4)
+    index.observe(data, 2, NOT_A_MARKER, 5, 9)
+    index.observe(data, 1, NOT_A_MARKER, 10, 10)  # the same transaction continues
+    assert index.last_stable_offset(100) == 0
+    index.observe(control, 1, ABORT, 11, 11)
+    assert index.last_stable_offset(100) == 5
+    index.observe(control, 2, COMMIT, 12, 12)
+    assert index.last_stable_offset(100) == 100
+    assert index.last_stable_offset(7) == 7
+    assert index.aborted == [AbortedTxn(1, 0, 11)]
+    assert index.aborted_between(0, 100) == [AbortedTxn(1, 0, 11)]
+    assert index.aborted_between(12, 100) == []
+    index.drop_before(12)
+    assert index.aborted == []
+
+
+def test_leader_follower_and_reopened_log_agree(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = open_partition(tmp_path / "leader")
+        lead(p)
+        produce(p, records(2))  # offsets 0-1, not transactional
+        produce(p, txn_records(3, 0))  # 2-4
+        replicate(p)
+        assert p.high_watermark == 5 and p.last_stable_offset == 2
+        # read_committed stops before the open transaction; read_uncommitted does not.
+        _, data = p.read(0, 1 << 20, -1, read_committed=True)
+        assert [b.base_offset for b in walk(data)] == [0]
+        marker = p.append_marker(PID, 0, False, 0)
+        assert isinstance(marker, asyncio.Future) and not marker.done()
+        replicate(p)
+        assert (await marker).error == 0
+        assert p.last_stable_offset == 6
+        assert p.txns.aborted == [AbortedTxn(PID, 2, 5)]
+        produce(p, txn_records(1, 3))  # 6: the next transaction of the producer
+        p.append_marker(PID, 0, True, 0)  # 7
+        replicate(p)
+        assert p.last_stable_offset == p.high_watermark == 8
+        # A zombie's marker of an older epoch is refused.
+        p.append_marker(PID, 1, False, 0)  # 8: a coordinator abort bumps to epoch 1
+        replicate(p)
+        assert p.append_marker(PID, 0, True, 0).error != 0  # type: ignore[union-attr]
+        assert produce(p, txn_records(1, 4)).error != 0  # type: ignore[union-attr]
+
+        follower = open_partition(tmp_path / "follower", me=2)
+        follower.append_fetched(p.log.read(0, 1 << 20), p.high_watermark, 0)
+        assert follower.txns == p.txns
+        p.close()
+        again = open_partition(tmp_path / "leader")
+        assert again.txns == p.txns
+        assert again.producers.epoch_of(PID) == 1
+        # A truncation back into the aborted transaction reopens it.
+        follower.truncate(5)
+        assert follower.txns.ongoing == {PID: 2} and follower.txns.aborted == []
+        follower.close()
+        again.close()
+
+    asyncio.run(run())
