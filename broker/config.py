@@ -110,6 +110,10 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # A transactional id without an ongoing transaction for this long is forgotten.
     transactional_id_expiration_ms: int = 604_800_000
+    # The classic topics' log cleaner (cleanup.policy=compact; Kafka's names): how long it
+    # rests between rounds over the compacted partitions, and whether it runs at all.
+    log_cleaner_backoff_ms: int = 15_000
+    log_cleaner_enable: bool = True
     # --- Security (broker/security/; Kafka's names). Empty listeners: one PLAINTEXT
     # listener on host:port, exactly the single-port broker this was before listeners.
     listeners: str = ""  # e.g. PLAINTEXT://:9092,SASL_SSL://:9093

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from controller.image import MetadataImage
 from controller.requests import IsrChange
 from storage.catalog import Topic
+from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
 from ..background import cancel_and_wait
@@ -92,6 +93,8 @@ class ReplicaManager:
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._flush_loop()))
+        if self.broker.config.log_cleaner_enable:
+            self._tasks.append(asyncio.create_task(self._cleaner_loop()))
 
     def stop_serving(self) -> None:
         """Shutdown begins: produces waiting for acks=all are answered now (retriable
@@ -119,7 +122,18 @@ class ReplicaManager:
 
     def log_config(self, topic: Topic) -> LogConfig:
         ic = self.broker.topics.int_config
+        configs = self.broker.topics.config(topic)
+        policy = {p.strip() for p in configs.get("cleanup.policy", "delete").split(",")}
+        try:
+            ratio = float(configs.get("min.cleanable.dirty.ratio", "0.5"))
+        except ValueError:
+            ratio = 0.5
         return LogConfig(
+            cleanup_delete="delete" in policy,
+            cleanup_compact="compact" in policy,
+            min_cleanable_dirty_ratio=ratio,
+            delete_retention_ms=ic(topic, "delete.retention.ms"),
+            min_compaction_lag_ms=ic(topic, "min.compaction.lag.ms"),
             segment_bytes=ic(topic, "segment.bytes"),
             segment_ms=ic(topic, "segment.ms"),
             index_interval_bytes=ic(topic, "index.interval.bytes"),
@@ -283,6 +297,7 @@ class ReplicaManager:
         deleted = 0
         for p in list(self.partitions.values()):
             deleted += p.log.enforce_retention()
+            p.txns.drop_before(p.log.log_start_offset)
             if p.role == LEADER and p.high_watermark < p.log.log_start_offset:
                 p.high_watermark = p.log.log_start_offset
         return deleted
@@ -295,6 +310,55 @@ class ReplicaManager:
                 self.enforce_retention()
             except Exception:
                 log.exception("retention of classic logs failed")
+
+    # ---------------------------------------------------------------- compaction
+
+    async def clean(self, p: ClassicPartition) -> int:
+        """One cleaning of a compacted partition's log (any role: each replica cleans its
+        own, as in Kafka); returns the segments rewritten."""
+        config = p.log.config
+        if not config.cleanup_compact:
+            return 0
+        plan = cleaner.plan(
+            p.log.segments,
+            p.log.dir,
+            config.index_interval_bytes,
+            p.last_stable_offset,
+            int(time.time() * 1000),
+            cleaner.CleanerConfig(
+                config.min_cleanable_dirty_ratio,
+                config.delete_retention_ms,
+                config.min_compaction_lag_ms,
+            ),
+            list(p.txns.aborted),
+        )
+        if plan is None:
+            return 0
+        # Record-level work: in a thread, never on the event loop.
+        built = await asyncio.to_thread(cleaner.build, plan)
+        if self.partitions.get((p.topic_id, p.index)) is not p or self.stopping:
+            return 0  # closed (deleted, moved away) while it was cleaned
+        swapped = cleaner.swap(built, p.log.segments, p.log.log_end_offset)
+        if swapped:
+            log.info(
+                "%s-%d: cleaned %d segments below offset %d (%d records removed)",
+                p.topic,
+                p.index,
+                swapped,
+                plan.end,
+                built.records_removed,
+            )
+        return swapped
+
+    async def _cleaner_loop(self) -> None:
+        interval = max(self.broker.config.log_cleaner_backoff_ms / 1000, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            for p in list(self.partitions.values()):
+                try:
+                    await self.clean(p)
+                except Exception:
+                    log.exception("cleaning %s-%d failed", p.topic, p.index)
 
     def flush_due(self, now: float) -> int:
         """fsync logs whose ``flush.ms`` passed with records unflushed; returns how many."""

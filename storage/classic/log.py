@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from protocol.records import BatchHeader
 
 from .batches import walk, with_offset_and_epoch
+from .cleaner import finish_swap
 from .epoch_cache import EpochCache
 from .segment import Segment
 
@@ -54,6 +55,13 @@ class LogConfig:
     flush_ms: int = NO_LIMIT
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
+    # cleanup.policy: "delete" in it (the default) deletes old segments by retention;
+    # "compact" in it has the log cleaner keep the latest record per key.
+    cleanup_delete: bool = True
+    cleanup_compact: bool = False
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = 86_400_000
+    min_compaction_lag_ms: int = 0
 
 
 class Log:
@@ -75,6 +83,8 @@ class Log:
     # ---------------------------------------------------------------- open / close
 
     def _open(self) -> None:
+        # A cleaner swap interrupted by a crash: finished, those segments re-indexed.
+        reindex = finish_swap(self.dir)
         bases = sorted(
             int(name[:-4])
             for name in os.listdir(self.dir)
@@ -85,6 +95,9 @@ class Log:
             self.segments.append(self._new_segment(self.log_start_offset))
             return
         clean = os.path.exists(os.path.join(self.dir, CLEAN_SHUTDOWN))
+        for segment in self.segments:
+            if segment.base_offset in reindex:
+                self.recovered_bytes += segment.recover()
         if clean:
             for segment in self.segments:
                 segment.load()
@@ -162,7 +175,8 @@ class Log:
         # Whole batches only: what follows the last one (a fetch answer may end with a
         # partial batch) is simply not appended; the next fetch starts after the last.
         for batch in walk(view):
-            if batch.base_offset != self.log_end_offset:
+            # Offsets only increase; gaps are normal (a compacted leader's log).
+            if batch.base_offset < self.log_end_offset:
                 raise NotContiguous(
                     f"batch at offset {batch.base_offset}, log ends at {self.log_end_offset}"
                 )
@@ -283,7 +297,7 @@ class Log:
         ``retention.bytes`` (oldest first), never the active one; returns how many."""
         now_ms = self._clock() * 1000
         deleted = 0
-        while len(self.segments) > 1:
+        while self.config.cleanup_delete and len(self.segments) > 1:
             oldest = self.segments[0]
             too_old = (
                 self.config.retention_ms >= 0

@@ -1,0 +1,225 @@
+"""The classic log cleaner: the latest record per key survives with its offset, superseded
+ones, aborted transactions' records and old tombstones go, the dirty ratio and the stable
+offset bound what is cleaned, the active segment is never touched, a swap interrupted by a
+crash is finished when the log opens, and a follower copies a cleaned (gapped) log."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from broker.classic.partition import ClassicPartition
+from protocol.records import TRANSACTIONAL_BIT
+from storage.classic import cleaner
+from storage.classic.batches import walk
+from storage.classic.log import Log, LogConfig
+from storage.classic.record_filter import batch_records
+from storage.classic.segment import file_name
+from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
+
+from .test_partition import TOPIC_ID, lead, produce
+
+SMALL = LogConfig(segment_bytes=400, cleanup_compact=True, cleanup_delete=False)
+NOW = 10_000_000
+
+
+def keyed(key: bytes, value: bytes | None, ts: int = 1_000) -> bytes:
+    return build_batch([Record(key, value)], base_timestamp_ms=ts)
+
+
+def open_partition(path: Path, config: LogConfig = SMALL, me: int = 1) -> ClassicPartition:
+    return ClassicPartition(TOPIC_ID, "t", 0, Log(str(path), config), me, lag_max_ms=1000)
+
+
+def replicate(p: ClassicPartition) -> None:
+    for follower in (2, 3):
+        p.read(p.log.log_end_offset, 1 << 20, follower)
+
+
+def contents(p: ClassicPartition) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, tombstone) of every record, as a consumer from offset 0 gets them."""
+    out = []
+    offset = p.log.log_start_offset
+    while offset < p.log.log_end_offset:
+        data = p.log.read(offset, 1 << 30, p.log.log_end_offset)
+        for b in walk(data):
+            batch = memoryview(data)[b.position : b.position + b.size]
+            _section, records = batch_records(batch)
+            out += [(b.base_offset + r.offset_delta, r.key, r.tombstone) for r in records]
+            offset = b.last_offset + 1
+    return out
+
+
+def clean_now(p: ClassicPartition, config: cleaner.CleanerConfig, now: int = NOW) -> int:
+    plan = cleaner.plan(
+        p.log.segments,
+        p.log.dir,
+        p.log.config.index_interval_bytes,
+        p.last_stable_offset,
+        now,
+        config,
+        list(p.txns.aborted),
+    )
+    if plan is None:
+        return 0
+    built = cleaner.build(plan)
+    return cleaner.swap(built, p.log.segments, p.log.log_end_offset)
+
+
+def test_latest_value_per_key_with_offsets_preserved(tmp_path: Path) -> None:
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    for i in range(60):
+        produce(p, keyed(b"k%d" % (i % 3), b"v%d" % i), acks=1)
+        replicate(p)
+    assert len(p.log.segments) > 3
+    active_before = p.log.segments[-1]
+    assert clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=0.5)) > 0
+    got = contents(p)
+    stable = [o for o, _k, _t in got if o < active_before.base_offset]
+    # Only the latest of each key below the active segment; everything in the active one.
+    assert len(stable) <= 3
+    assert [o for o, _k, _t in got if o >= active_before.base_offset] == list(
+        range(active_before.base_offset, 60)
+    )
+    assert got[-1][0] == 59
+    # The offsets kept are the latest per key overall (a key not rewritten since keeps its).
+    latest = {}
+    for o, k, _t in got:
+        latest[k] = o
+    assert sorted(latest.values()) == [57, 58, 59]
+    # Nothing dirty any more: a second round does nothing.
+    assert clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=0.5)) == 0
+    # Reopened, the cleaned segments are read back the same.
+    p.close()
+    again = open_partition(tmp_path / "p")
+    assert contents(again) == got
+    again.close()
+
+
+def test_dirty_ratio_and_compaction_lag_hold_cleaning_back(tmp_path: Path) -> None:
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    for i in range(30):
+        produce(p, keyed(b"k", b"v%d" % i, ts=NOW - 1000), acks=1)
+        replicate(p)
+    assert clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=1.1)) == 0
+    lag = cleaner.CleanerConfig(min_dirty_ratio=0.0, min_compaction_lag_ms=60_000)
+    assert clean_now(p, lag) == 0
+    assert clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=0.0)) > 0
+    p.close()
+
+
+def test_tombstones_go_after_delete_retention_once_cleaned(tmp_path: Path) -> None:
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    produce(p, keyed(b"gone", b"x"), acks=1)
+    produce(p, keyed(b"gone", None), acks=1)  # tombstone at offset 1
+    for i in range(40):
+        produce(p, keyed(b"k", b"v%d" % i), acks=1)
+        replicate(p)
+    config = cleaner.CleanerConfig(min_dirty_ratio=0.0, delete_retention_ms=1000)
+    clean_now(p, config)
+    assert (1, b"gone", True) in contents(p)  # first round: kept, consumers may see it
+    for i in range(40):
+        produce(p, keyed(b"k", b"w%d" % i), acks=1)
+        replicate(p)
+    clean_now(p, config)
+    assert all(k != b"gone" for _o, k, _t in contents(p))
+    p.close()
+
+
+def test_aborted_transactions_records_are_removed_markers_kept(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = open_partition(tmp_path / "p")
+        lead(p)
+        payload = encode_record(Record(b"t", b"aborted"), 0)
+        txn = build_raw_batch(
+            payload,
+            records_count=1,
+            base_timestamp_ms=1_000,
+            attributes=TRANSACTIONAL_BIT,
+            producer_id=9,
+            producer_epoch=0,
+            base_sequence=0,
+        )
+        produce(p, txn, acks=1)  # offset 0
+        p.append_marker(9, 0, False, 0)  # offset 1
+        for i in range(40):
+            produce(p, keyed(b"k", b"v%d" % i), acks=1)
+            replicate(p)
+        clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=0.0))
+        data = p.log.read(0, 1 << 30, p.log.log_end_offset)
+        bases = [b.base_offset for b in walk(data)]
+        assert 0 not in bases and 1 in bases  # the data went, the marker stayed
+        p.close()
+
+    asyncio.run(run())
+
+
+def test_open_transactions_bound_the_cleanable_range(tmp_path: Path) -> None:
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    payload = encode_record(Record(b"k", b"open"), 0)
+    txn = build_raw_batch(
+        payload,
+        records_count=1,
+        base_timestamp_ms=1_000,
+        attributes=TRANSACTIONAL_BIT,
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=0,
+    )
+    produce(p, txn, acks=1)  # offset 0 stays open: nothing is stable
+    for i in range(40):
+        produce(p, keyed(b"k", b"v%d" % i), acks=1)
+        replicate(p)
+    assert p.last_stable_offset == 0
+    assert clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=0.0)) == 0
+    p.close()
+
+
+def test_interrupted_swap_is_finished_at_open(tmp_path: Path) -> None:
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    for i in range(40):
+        produce(p, keyed(b"k", b"v%d" % i), acks=1)
+        replicate(p)
+    plan = cleaner.plan(
+        p.log.segments, p.log.dir, 4096, p.last_stable_offset, NOW, cleaner.CleanerConfig(0.0), []
+    )
+    assert plan is not None
+    built = cleaner.build(plan)
+    # The first segment with records left (an emptied one has no index to move).
+    expected_first = next(
+        b
+        for b in built.bases
+        if os.path.exists(os.path.join(p.log.dir, cleaner.SCRATCH, file_name(b, ".index")))
+    )
+    # A crash after the swap file was written and the first index moved, before the .log.
+    cleaner._write_swap_file(p.log.dir, built.bases)
+    scratch = os.path.join(p.log.dir, cleaner.SCRATCH)
+    name = file_name(expected_first, ".index")
+    os.replace(os.path.join(scratch, name), os.path.join(p.log.dir, name))
+    p.close()
+    again = open_partition(tmp_path / "p")
+    assert not os.path.exists(os.path.join(again.log.dir, cleaner.SWAP_FILE))
+    got = contents(again)
+    assert got[-1][0] == 39 and len(got) < 40
+    # Every offset kept is readable at its own position (the indexes were rebuilt).
+    for offset, _k, _t in got:
+        first = next(walk(again.log.read(offset, 1, again.log.log_end_offset)))
+        assert first.base_offset <= offset <= first.last_offset
+    # A new replica copies the cleaned log, gaps included.
+    follower = open_partition(tmp_path / "f", me=2)
+    for _ in range(20):  # fetch after fetch, as the replica fetcher does
+        start = follower.log.log_end_offset
+        if start >= again.log.log_end_offset:
+            break
+        data = again.log.read(start, 1 << 30, again.log.log_end_offset)
+        follower.append_fetched(data, again.high_watermark, 0)
+    assert follower.log.log_end_offset == 40
+    assert contents(follower) == got
+    again.close()
+    follower.close()
