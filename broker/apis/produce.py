@@ -19,7 +19,7 @@ from storage.catalog import Topic
 
 from .. import recompress
 from ..append import PartitionAppend, PartitionResult
-from ..classic.produce import classic_append
+from ..classic.produce import classic_append, needs_verification, verified_append
 from ..client_az import az_from_client_id, count_bytes, count_produce
 from ..client_quotas import user_of
 from ..refusals import REFUSALS
@@ -114,6 +114,27 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 continue
             if classic is not None and classic.is_classic(topic.topic_id):
                 # A classic partition: appended to this broker's log if it leads it.
+                timeout_ms = int(request.timeout.total_seconds() * 1000)
+                if needs_verification(classic, topic, part.index, batches):
+                    classic_bytes += len(records)
+                    slots.append((name, part.index, -1 - len(waits), None, ()))
+                    waits.append(
+                        asyncio.ensure_future(
+                            verified_append(
+                                classic,
+                                topics,
+                                topic,
+                                part.index,
+                                records,
+                                batches,
+                                log_append,
+                                acks,
+                                timeout_ms,
+                                request.transactional_id,
+                            )
+                        )
+                    )
+                    continue
                 outcome = classic_append(
                     classic,
                     topics,

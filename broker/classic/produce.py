@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.records import BatchHeader
 from storage.catalog import Topic
+from storage.coordinator import PartitionKey
 
 from ..append import PartitionResult
 from ..metrics import METRICS
@@ -16,6 +17,57 @@ from ..metrics import METRICS
 if TYPE_CHECKING:
     from ..topics import TopicRegistry
     from .replica_manager import ReplicaManager
+
+
+def needs_verification(
+    manager: ReplicaManager, topic: Topic, partition: int, batches: list[BatchHeader]
+) -> bool:
+    """KIP-890 part 1: the first transactional batch of a producer's transaction in this
+    partition is checked against the transaction coordinator before it is appended (later
+    ones extend a transaction the partition already has open). Headers only."""
+    if not batches or not batches[0].is_transactional:
+        return False
+    p, _error = manager.leader_partition(topic.topic_id, partition)
+    return p is not None and batches[0].producer_id not in p.txns.ongoing
+
+
+async def verified_append(
+    manager: ReplicaManager,
+    topics: TopicRegistry,
+    topic: Topic,
+    partition: int,
+    records: memoryview,
+    batches: list[BatchHeader],
+    log_append_time: bool,
+    acks: int,
+    timeout_ms: int,
+    transactional_id: str | None,
+) -> PartitionResult:
+    """``classic_append`` once the producer's ongoing transaction (same epoch) is known to
+    include the partition (AddPartitionsToTxn); otherwise INVALID_TXN_STATE (or
+    INVALID_PRODUCER_EPOCH for a fenced producer), as the diskless path answers. A late
+    batch of a transaction that already ended cannot open a hanging one."""
+    first = batches[0]
+    transactions = getattr(manager.broker, "transactions", None)
+    if transactional_id is None or transactions is None:
+        return PartitionResult(int(ErrorCode.invalid_txn_state))
+    try:
+        error, partitions = await transactions.verify(
+            transactional_id, first.producer_id, first.producer_epoch
+        )
+    except Exception:
+        # The coordinator database is unreachable: retriable, nothing was written.
+        return PartitionResult(int(ErrorCode.request_timed_out))
+    if error == int(ErrorCode.producer_fenced):
+        return PartitionResult(int(ErrorCode.invalid_producer_epoch))
+    if error or PartitionKey(topic.topic_id, partition) not in partitions:
+        return PartitionResult(int(ErrorCode.invalid_txn_state))
+    outcome = classic_append(
+        manager, topics, topic, partition, records, batches, log_append_time, acks, timeout_ms
+    )
+    if isinstance(outcome, PartitionResult):
+        return outcome
+    return await outcome
 
 
 def classic_append(

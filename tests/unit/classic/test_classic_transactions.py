@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
+
+from kio.schema.errors import ErrorCode
 
 from broker.classic.partition import ClassicPartition
+from broker.classic.produce import needs_verification, verified_append
 from protocol.control_batch import marker_batch
-from protocol.records import TRANSACTIONAL_BIT
+from protocol.records import TRANSACTIONAL_BIT, parse_batches
+from storage.catalog import Topic
 from storage.classic.batches import walk
 from storage.classic.log import Log, LogConfig
 from storage.classic.txn_index import (
@@ -21,6 +26,7 @@ from storage.classic.txn_index import (
     TxnIndex,
     marker_type,
 )
+from storage.coordinator import PartitionKey
 from tests.e2e._batches import Record, build_raw_batch, encode_record
 
 from .test_partition import TOPIC_ID, lead, produce, records
@@ -119,5 +125,58 @@ def test_leader_follower_and_reopened_log_agree(tmp_path: Path) -> None:
         assert follower.txns.ongoing == {PID: 2} and follower.txns.aborted == []
         follower.close()
         again.close()
+
+    asyncio.run(run())
+
+
+def test_first_transactional_batch_is_verified_kip_890(tmp_path: Path) -> None:
+
+    async def run() -> None:
+        p = open_partition(tmp_path / "p")
+        lead(p)
+        topic = Topic("t", TOPIC_ID, 1, {})
+        answers: dict[str, tuple[int, set[PartitionKey]]] = {}
+
+        async def verify(tid: str, pid: int, epoch: int) -> tuple[int, set[PartitionKey]]:
+            return answers[tid]
+
+        broker = SimpleNamespace(
+            transactions=SimpleNamespace(verify=verify),
+            watch=SimpleNamespace(notify=lambda _changes: None),
+        )
+        manager = SimpleNamespace(broker=broker, leader_partition=lambda _tid, _i: (p, 0))
+        topics = SimpleNamespace(int_config=lambda _t, _name: 1)
+
+        async def append(tid: str | None, seq: int) -> int:
+            data = memoryview(txn_records(1, seq))
+            batches = parse_batches(data, 1 << 20)
+            assert needs_verification(manager, topic, 0, batches)  # type: ignore[arg-type]
+            result = await verified_append(
+                manager,  # type: ignore[arg-type]
+                topics,  # type: ignore[arg-type]
+                topic,
+                0,
+                data,
+                batches,
+                False,
+                1,
+                5000,
+                tid,
+            )
+            return result.error
+
+        answers["late"] = (0, set())  # its transaction does not hold the partition
+        assert await append("late", 0) == ErrorCode.invalid_txn_state
+        answers["fenced"] = (int(ErrorCode.producer_fenced), set())
+        assert await append("fenced", 0) == ErrorCode.invalid_producer_epoch
+        assert await append(None, 0) == ErrorCode.invalid_txn_state
+        assert p.log.log_end_offset == 0 and not p.txns.ongoing
+        answers["ok"] = (0, {PartitionKey(TOPIC_ID, 0)})
+        assert await append("ok", 0) == 0
+        assert p.txns.ongoing == {PID: 0}
+        # The transaction is open here now: later batches need no check.
+        later = memoryview(txn_records(1, 1))
+        assert not needs_verification(manager, topic, 0, parse_batches(later, 1 << 20))  # type: ignore[arg-type]
+        p.close()
 
     asyncio.run(run())
