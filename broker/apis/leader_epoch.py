@@ -23,6 +23,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     keys: list[PartitionKey] = []
     waiting: list[tuple[dict[str, Any], int, int]] = []
     await broker.topics.ensure((t.topic, p.partition) for t in request.topics for p in t.partitions)
+    # A follower's request (replica_id >= 0) with CLUSTER_ACTION may ask about any topic, as
+    # Kafka lets brokers do; everyone else needs DESCRIBE on each topic.
+    replication = int(getattr(request, "replica_id", -1)) >= 0 and access.cluster(
+        broker, ctx, AclOperation.CLUSTER_ACTION
+    )
     for topic_req in request.topics:
         for part in topic_req.partitions:
             entry: dict[str, Any] = {
@@ -33,7 +38,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             }
             entries.append((topic_req.topic, entry))
             topic, error = resolve_partition(broker, topic_req.topic, part.partition)
-            if denied := access.topic_error(broker, ctx, AclOperation.DESCRIBE, topic_req.topic):
+            if not replication and (
+                denied := access.topic_error(broker, ctx, AclOperation.DESCRIBE, topic_req.topic)
+            ):
                 topic, error = None, denied
             current = -1
             if topic is not None:
