@@ -299,10 +299,13 @@ class Log:
         deleted = 0
         while self.config.cleanup_delete and len(self.segments) > 1:
             oldest = self.segments[0]
-            too_old = (
-                self.config.retention_ms >= 0
-                and oldest.max_timestamp >= 0
-                and now_ms - oldest.max_timestamp > self.config.retention_ms
+            too_old = self.config.retention_ms >= 0 and (
+                # A segment the cleaner emptied (compact,delete) holds nothing to keep.
+                oldest.size == 0
+                or (
+                    oldest.max_timestamp >= 0
+                    and now_ms - oldest.max_timestamp > self.config.retention_ms
+                )
             )
             too_big = (
                 self.config.retention_bytes >= 0

@@ -223,3 +223,29 @@ def test_interrupted_swap_is_finished_at_open(tmp_path: Path) -> None:
     assert contents(follower) == got
     again.close()
     follower.close()
+
+
+def test_compact_delete_retention_passes_emptied_segments(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=400, cleanup_compact=True, cleanup_delete=True)
+    p = open_partition(tmp_path / "p", config)
+    lead(p)
+    for i in range(40):
+        produce(p, keyed(b"k", b"v%d" % i, ts=NOW), acks=1)
+        replicate(p)
+    clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=0.0))
+    assert p.log.segments[0].size == 0  # its only key was overwritten later
+    p.log.enforce_retention()
+    assert p.log.segments[0].size > 0
+    assert contents(p)[-1][0] == 39
+    # compact alone: retention never deletes.
+    q = open_partition(
+        tmp_path / "q",
+        LogConfig(segment_bytes=400, cleanup_compact=True, cleanup_delete=False, retention_ms=0),
+    )
+    lead(q)
+    for i in range(20):
+        produce(q, keyed(b"k%d" % i, b"v", ts=1), acks=1)
+    before = len(q.log.segments)
+    assert q.log.enforce_retention() == 0 and len(q.log.segments) == before
+    p.close()
+    q.close()
