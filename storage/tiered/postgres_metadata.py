@@ -133,9 +133,7 @@ class PostgresRemoteLogMetadata(PoolUser, RemoteLogMetadataStore):
         states: Sequence[SegmentState] | None = None,
     ) -> list[RemoteSegment]:
         wanted = None if states is None else [s.value for s in states]
-        rows = await self._pool.fetch(
-            _LIST, topic_id, partition, from_offset, wanted, write=False
-        )
+        rows = await self._pool.fetch(_LIST, topic_id, partition, from_offset, wanted, write=False)
         return [_segment(r) for r in rows]
 
     async def delete_segments(self, segment_ids: Sequence[UUID]) -> int:
