@@ -61,12 +61,17 @@ def in_lineage(segment: RemoteSegment, history: History) -> bool:
     """Whether every record of ``segment`` is, at its offset, the record of ``history``."""
     if not history.epochs:
         return False
-    ranges = history.ranges()
-    first_epoch = history.epochs[0][0]
+    return _in_ranges(segment, history.ranges(), history.epochs[0])
+
+
+def _in_ranges(
+    segment: RemoteSegment, ranges: dict[int, tuple[int, int]], first_entry: tuple[int, int]
+) -> bool:
+    first_epoch, first_start = first_entry
     for i, (epoch, first, end) in enumerate(segment_ranges(segment)):
         mine = ranges.get(epoch)
         if mine is None:
-            if epoch < history.epochs[0][0] and end <= history.epochs[0][1]:
+            if epoch < first_epoch and end <= first_start:
                 # Below the history's log start, whose epochs it has forgotten (the cache
                 # is truncated from the start with the log): unknown, not contradicted;
                 # those offsets are never served, and retention removes them.
@@ -105,19 +110,32 @@ class Lineage:
     beyond_gap: list[RemoteSegment] = field(default_factory=list)
     start: int = -1  # first offset tiered in the lineage (-1: nothing)
     end: int = -1  # last offset tiered in the lineage without a gap (-1: nothing)
+    # Wholly below the log start: retention's to delete, never served, never chained (a
+    # leader elected with an older log start may have copied offsets retention had passed).
+    below_start: list[RemoteSegment] = field(default_factory=list)
 
     def copy_from(self, log_start: int) -> int:
         """Where copying resumes: right after the tiered lineage, else the log start."""
-        return self.end + 1 if self.end >= 0 else log_start
+        return max(self.end + 1, log_start) if self.end >= 0 else log_start
 
 
-def lineage(history: History, segments: Iterable[RemoteSegment]) -> Lineage:
+def lineage(history: History, segments: Iterable[RemoteSegment], log_start: int = 0) -> Lineage:
+    """The lineage of ``history`` among ``segments``, from ``log_start`` on."""
     ours: list[RemoteSegment] = []
     orphans: list[RemoteSegment] = []
+    below: list[RemoteSegment] = []
+    # The history's epoch ranges once, not once per segment (a leader re-evaluates its
+    # lineage on every copy and every become-leader).
+    ranges = history.ranges()
     for s in _finished(segments):
-        (ours if in_lineage(s, history) else orphans).append(s)
+        if s.end_offset < log_start:
+            below.append(s)
+        elif history.epochs and _in_ranges(s, ranges, history.epochs[0]):
+            ours.append(s)
+        else:
+            orphans.append(s)
     if not ours:
-        return Lineage(orphans=orphans)
+        return Lineage(orphans=orphans, below_start=below)
     chained: list[RemoteSegment] = []
     beyond: list[RemoteSegment] = []
     start, end = ours[0].start_offset, ours[0].start_offset - 1
@@ -127,7 +145,7 @@ def lineage(history: History, segments: Iterable[RemoteSegment]) -> Lineage:
             continue
         chained.append(s)
         end = max(end, s.end_offset)
-    return Lineage(chained, orphans, beyond, start, end)
+    return Lineage(chained, orphans, beyond, start, end, below)
 
 
 def segment_for(line: Lineage, offset: int) -> RemoteSegment | None:
@@ -150,10 +168,12 @@ class FollowerStart:
     epochs: EpochVector
 
 
-def follower_start(leader: History, segments: Sequence[RemoteSegment]) -> FollowerStart:
-    """Where a follower starts, from the leader's history and the remote segments (the
-    largest tiered offset is not the answer: orphans may reach further)."""
-    line = lineage(leader, segments)
+def follower_start(
+    leader: History, segments: Sequence[RemoteSegment], log_start: int = 0
+) -> FollowerStart:
+    """Where a follower starts, from the leader's history and log start and the remote
+    segments (the largest tiered offset is not the answer: orphans may reach further)."""
+    line = lineage(leader, segments, log_start)
     if line.end < 0:
         return FollowerStart(None, ())
     starts: dict[int, int] = {}
