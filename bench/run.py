@@ -485,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         default="dev,s3,commit,scale",
         help="dev, s3, commit (group-commit latency across loads, both commit modes, on "
         "both stores; bench.commit_latency), scale (1 vs 2 broker processes on this host, "
-        "same storage; bench.scale_out), tls (TLS vs plaintext; bench.tls) or any of them "
+        "same storage; bench.scale_out), tls (TLS vs plaintext; bench.tls), classic (classic "
+        "RF=3 vs diskless topics on 3 brokers; bench.classic) or any of them "
         "(default dev,s3,commit,scale)",
     )
     ap.add_argument("--quick", action="store_true", help="~1 min: 64 MiB, 1 run, 1 MiB batches")
@@ -519,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tail_mib = 32.0
     args.tail_fetches = 40 if args.quick else 100
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"dev", "s3", "commit", "scale", "tls"}
+    unknown = set(targets) - {"dev", "s3", "commit", "scale", "tls", "classic"}
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)}")
 
@@ -556,6 +557,14 @@ def main(argv: list[str] | None = None) -> int:
             from . import tls
 
             tls.main(["--quick"] if args.quick else ["--repeats", str(args.repeats)])
+        if "classic" in targets:
+            from . import classic
+
+            # Classic (local logs, RF=3) vs diskless on one 3-broker cluster.
+            classic.main(
+                ["--repeats", str(args.repeats)]
+                + (["--quick"] if args.quick else ["--mib", str(min(args.mib, 128))])
+            )
         if verdicts:
             _print("\ntargets (issue 3), on the medians above:")
             for t in verdicts:

@@ -42,6 +42,19 @@ class BrokerConfig:
     fetch_max_bytes: int = 55 * MiB  # broker-side cap on one fetch answer
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
+    # The kind of a topic created without diskless.enable (the controller's default too in
+    # `sluice dev`), and the RF of a classic topic created with -1 (Kafka's names).
+    log_diskless_enable: bool = True
+    default_replication_factor: int = 1
+    # Classic topics (broker/classic): a follower out of the ISR after this long without
+    # catching up; followers' Fetch to their leader (Kafka's names and defaults).
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_response_max_bytes: int = 10 * MiB
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_backoff_ms: int = 1000
+    # Retention of classic logs is checked this often (log.retention.check.interval.ms).
+    log_retention_check_interval_ms: int = 300_000
     message_max_bytes: int = 1048588  # Kafka's default max.message.bytes
     # Storage backends. Embedded default: a directory and SQLite under data.dir.
     object_store: str = "local"  # local | s3

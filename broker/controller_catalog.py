@@ -119,7 +119,8 @@ class ControllerCatalog(TopicCatalog):
         Raises TopicExists or ControllerRefused."""
         request = NewTopic(
             topic.name,
-            topic.partitions,
+            # A manual assignment says both itself: the controller wants -1 (as Kafka's).
+            -1 if assignments else topic.partitions,
             replication_factor,
             assignments,
             dict(topic.configs),

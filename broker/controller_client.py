@@ -36,12 +36,14 @@ from controller.acl_admin import (
     QuotaResult,
 )
 from controller.requests import (
+    AlterPartitionResult,
     AlterTopicConfigs,
     BrokerRegistrationRequest,
     CreateTopicResult,
     DeleteTopicResult,
     ErrorResult,
     HeartbeatResult,
+    IsrChange,
     NewPartitions,
     NewTopic,
     OngoingReassignment,
@@ -354,6 +356,16 @@ class ControllerClient:
         body = {"entries": to_json(entries), "validate_only": validate_only}
         data, applied = await self._write("/v1/quotas/alter", body)
         return self._results(QuotaResult, data), applied
+
+    # --- classic partitions ------------------------------------------------------------
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[IsrChange]
+    ) -> tuple[AlterPartitionResult, int]:
+        """AlterPartition: a classic partition leader's ISR change."""
+        body = {"broker_id": broker_id, "broker_epoch": broker_epoch, "changes": to_json(changes)}
+        data, applied = await self._write("/v1/partitions/isr", body)
+        return from_json(AlterPartitionResult, data), applied
 
     # --- the metadata log ----------------------------------------------------------------
 

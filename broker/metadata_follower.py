@@ -61,6 +61,9 @@ class BrokerStorageListener:
 
     async def image_changed(self) -> None:
         await self._broker.topics.load()
+        if self._broker.classic is not None:
+            # Leaders, followers, ISRs and epochs of the classic replicas hosted here.
+            self._broker.classic.reconcile()
 
 
 def _shape(image: MetadataImage) -> dict[UUID, int]:

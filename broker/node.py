@@ -21,6 +21,7 @@ from storage.object_store import ObjectStore, is_data_key
 
 from .append import Appender
 from .background import cancel_and_wait
+from .classic.replica_manager import ReplicaManager
 from .client_quotas import ClientQuotas, user_of
 from .config import BrokerConfig
 from .controller_catalog import ControllerCatalog
@@ -123,6 +124,9 @@ class Broker:
             config.quota_window_num,
             config.quota_window_size_seconds,
         )
+        # Classic topics (local logs, leader-follower replication) need the controllers'
+        # leaders and epochs: controller mode only.
+        self.classic = ReplicaManager(self) if self.controller is not None else None
         self.cluster_id = ""
         # Checked here, before anything starts: a bad listener setting fails the start.
         self.listener_plan: ListenerPlan = listener_plan(config)
@@ -237,6 +241,8 @@ class Broker:
             if self.authorizer is not None:
                 await self._catch_up_acls()
         await self.topics.load()
+        if self.classic is not None:
+            await self.classic.start()
         table = build_api_table(self)
         for number, listener in enumerate(self.listener_plan.bound):
             server = KafkaServer(
@@ -297,10 +303,14 @@ class Broker:
         for server in self._servers.values():
             server.stop_accepting()
         self.groups.resign_all()  # answers JoinGroup/SyncGroup waiting on a rebalance
+        if self.classic is not None:
+            self.classic.stop_serving()
         await self.appender.close()
         for server in self._servers.values():
             await server.close()
         await cancel_and_wait(self._tasks)
+        if self.classic is not None:
+            await self.classic.stop()
         await self.transactions.stop()
         if self._membership is not None:
             await self._membership.stop()
@@ -411,6 +421,8 @@ class Broker:
                 self.topics.int_config(topic, "retention.bytes"),
             )
             for topic in self.topics.all()
+            # Classic logs are local: broker/classic enforces their retention.
+            if self.classic is None or not self.classic.is_classic(topic.topic_id)
             for partition in range(topic.partitions)
         ]
         if policies:

@@ -102,8 +102,6 @@ def _check_value(key: Key, value: str) -> None:
             "remote.storage.enable=true is not supported: diskless topics already live in "
             "object storage and have no tiered copy"
         )
-    if key.name == "diskless.enable" and value.strip().lower() != "true":
-        raise InvalidConfig("diskless.enable=false is not supported: every topic is diskless")
 
 
 def _is_replica_pair(item: str) -> bool:

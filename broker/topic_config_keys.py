@@ -439,11 +439,13 @@ KEYS: dict[str, Key] = {
             broker_default=("unclean.leader.election.enable", "false"),
         ),
         _key(
-            # Sluice's own (Inkless' name): every topic is diskless.
+            # Sluice's own (Inkless' name): false makes a classic topic (local logs,
+            # leader-follower replication; needs controller mode). Fixed at creation.
             "diskless.enable",
             BOOLEAN,
             "true",
-            "Every Sluice topic is diskless (data in object storage); only 'true' is accepted.",
+            "true: data in object storage (diskless); false: a classic topic with local logs "
+            "replicated leader to followers (controller mode). Set at creation only.",
         ),
     )
 }

@@ -138,10 +138,18 @@ class TopicRegistry:
         matter in controller mode only (elsewhere the handler refuses them first)."""
         check_name(name)
         if partitions == -1:
-            partitions = self._config.num_partitions
+            # With a manual assignment the partitions are its entries (Kafka sends -1).
+            partitions = len(assignments) if assignments else self._config.num_partitions
         if not 0 < partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(f"Number of partitions must be 1..{MAX_PARTITIONS}")
         topic_config.validate(configs)
+        if self._controller is None and str(configs.get("diskless.enable", "true")).lower() == (
+            "false"
+        ):
+            # Classic topics need leaders, ISRs and epochs: the controllers' metadata.
+            raise topic_config.InvalidConfig(
+                "diskless.enable=false needs controller mode (controller.quorum.bootstrap.servers)"
+            )
         topic = Topic(
             name=name, topic_id=uuid.uuid4(), partitions=partitions, configs=dict(configs)
         )

@@ -28,6 +28,10 @@ DEFAULTS: dict[str, str] = {
     "controller.fsync": "true",
     # Expand legacy RF=1 diskless topics to RF = rack count in the background (off by default).
     "controller.legacy.rf.expansion.enable": "false",
+    # The kind of a topic created without diskless.enable, and the RF of a classic topic
+    # created with -1 (Kafka's default.replication.factor).
+    "log.diskless.enable": "true",
+    "default.replication.factor": "1",
     # TLS for the HTTP API (PEM files); empty: plain HTTP.
     "ssl.certificate.location": "",
     "ssl.key.location": "",
@@ -77,9 +81,11 @@ def load_settings(
             raise ValueError(f"controller.quorum.voters does not list node.id {node_id}")
         fsync = merged["controller.fsync"].lower()
         expand = merged["controller.legacy.rf.expansion.enable"].lower()
-        if fsync not in ("true", "false") or expand not in ("true", "false"):
+        diskless = merged["log.diskless.enable"].lower()
+        if any(v not in ("true", "false") for v in (fsync, expand, diskless)):
             raise ValueError(
-                "controller.fsync and controller.legacy.rf.expansion.enable are true or false"
+                "controller.fsync, controller.legacy.rf.expansion.enable and "
+                "log.diskless.enable are true or false"
             )
         return ControllerSettings(
             node_id=node_id,
@@ -92,6 +98,8 @@ def load_settings(
             default_partitions=int(merged["num.partitions"]),
             cluster_id=merged["cluster.id"] or None,
             expand_legacy_topics=expand == "true",
+            default_diskless=diskless == "true",
+            default_replication_factor=int(merged["default.replication.factor"]),
             ssl_certificate_location=merged["ssl.certificate.location"],
             ssl_key_location=merged["ssl.key.location"],
             ssl_key_password=merged["ssl.key.password"],

@@ -39,6 +39,8 @@ class EmbeddedController:
                 secret=self._secret,
                 session_timeout_ms=config.broker_session_timeout_ms,
                 default_partitions=config.num_partitions,
+                default_diskless=config.log_diskless_enable,
+                default_replication_factor=config.default_replication_factor,
             )
         )
 

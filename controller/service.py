@@ -35,6 +35,7 @@ from controller.records import encode_batch
 from controller.requests import (
     AlterTopicConfigs,
     BrokerRegistrationRequest,
+    IsrChange,
     NewPartitions,
     NewTopic,
     Outcome,
@@ -66,6 +67,10 @@ class ControllerSettings:
     cluster_id: str | None = None
     # Seed 000's background task: expand legacy RF=1 diskless topics to one replica per rack.
     expand_legacy_topics: bool = False
+    # The kind of a topic created without diskless.enable (log.diskless.enable), and the RF
+    # of a classic topic created with -1 (default.replication.factor).
+    default_diskless: bool = True
+    default_replication_factor: int = 1
     raft_options: dict[str, Any] = field(default_factory=dict)
     # TLS for the HTTP API brokers use (PEM files; Kafka's names). Without a certificate
     # the API is plain HTTP, as before. ssl.client.auth=required: brokers must present a
@@ -131,6 +136,10 @@ class ControllerService:
             validate_configs=validate,
             list_config_keys=LIST_KEYS,
             config_defaults={name: KEYS[name].default for name in LIST_KEYS},
+            default_diskless=settings.default_diskless,
+            default_replication_factor=settings.default_replication_factor,
+            # Brokers serve classic topics (broker/classic): diskless.enable=false is allowed.
+            classic_topics=True,
         )
         self.logic = ControllerLogic(config)
         self._lock = asyncio.Lock()
@@ -164,6 +173,7 @@ class ControllerService:
             web.post("/v1/acls/create", self._create_acls),
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
+            web.post("/v1/partitions/isr", self._alter_partition),
             web.post("/v1/scram", self._alter_scram),
         ]
         app.add_routes(routes)
@@ -409,6 +419,18 @@ class ControllerService:
             request,
             lambda b: self.logic.alter_partition_reassignments(
                 self.state.image, [from_json(Reassignment, r) for r in b["reassignments"]]
+            ),
+        )
+
+    async def _alter_partition(self, request: web.Request) -> web.Response:
+        # AlterPartition from a classic partition's leader (ISR shrink/expand).
+        return await self._answer(
+            request,
+            lambda b: self.logic.alter_partition(
+                self.state.image,
+                int(b["broker_id"]),
+                int(b["broker_epoch"]),
+                [from_json(IsrChange, c) for c in b["changes"]],
             ),
         )
 

@@ -26,6 +26,9 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   {results: [AclCreationResult]}, ``POST /v1/acls/delete`` {filters: [AclFilterSpec]} →
   {results: [AclDeletionResult]}, ``POST /v1/quotas/alter`` {entries: [QuotaAlteration],
   validate_only} → {results: [QuotaResult]}.
+  Classic partitions (controller/alter_partition.py): ``POST /v1/partitions/isr`` {broker_id,
+  broker_epoch, changes: [IsrChange]} → AlterPartitionResult (AlterPartition: a leader's ISR
+  shrink or expand).
   Every write answer carries ``applied``: the metadata index that includes it, so a broker can
   wait until its own copy of the image has caught up before answering its client.
 """

@@ -20,9 +20,17 @@ from storage.coordinator import (
 )
 from storage.object_store import ObjectStoreError
 
+from ..classic.fetch import (
+    DENIED_REPLICA,
+    classic_entry,
+    classic_interests,
+    classic_slot,
+    read_classic,
+)
 from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import leader_epoch_error
+from ..metrics import METRICS
 from ..security import access
 from ..security.acl import AclOperation
 from ..transformer import preferred_read_replica, route_without_replicas
@@ -30,6 +38,7 @@ from ..transformer import preferred_read_replica, route_without_replicas
 if TYPE_CHECKING:
     from storage.catalog import Topic
 
+    from ..classic.partition import ClassicPartition
     from ..node import Broker
     from ..server import RequestContext
 
@@ -42,7 +51,19 @@ READ_COMMITTED = 1
 class _Slot:
     """One requested partition: an immediate error or an index into the find list."""
 
-    __slots__ = ("error", "find_index", "log", "partition", "preferred", "topic_key")
+    __slots__ = (
+        "classic",
+        "data",
+        "error",
+        "find_index",
+        "log",
+        "max_bytes",
+        "offset",
+        "partition",
+        "preferred",
+        "replica",
+        "topic_key",
+    )
 
     def __init__(
         self,
@@ -59,6 +80,12 @@ class _Slot:
         self.find_index = find_index
         self.preferred = preferred  # KIP-392 preferred read replica, -1: none
         self.log = log  # set on redirects: their offsets are answered from log_info
+        # A classic partition's replica on this broker (read from its local log).
+        self.classic: ClassicPartition | None = None
+        self.offset = 0
+        self.max_bytes = 0
+        self.replica = -1  # a follower's broker id for replication fetches
+        self.data: bytes = b""
 
 
 def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int], int] | None:
@@ -115,6 +142,15 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
+    classic = getattr(broker, "classic", None)  # stand-in brokers of unit tests have none
+    replica_id = _replica_id(request)
+    if (
+        replica_id >= 0
+        and access.enabled(broker)
+        and not access.cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
+    ):
+        # Replication is a broker's privilege (Kafka: CLUSTER_ACTION on the cluster).
+        replica_id = DENIED_REPLICA
     for fetch_topic in request.topics:
         if by_id:
             key = fetch_topic.topic_id
@@ -141,6 +177,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if error or topic is None:
                 slots.append(_Slot(key, part.partition, error, -1))
                 continue
+            if classic is not None and classic.is_classic(topic.topic_id):
+                slot = classic_slot(
+                    classic, key, topic, part, replica_id, ctx.header.api_version, rack
+                )
+                slots.append(slot)
+                redirected = redirected or slot.preferred >= 0
+                continue
             if prefer is not None and (preferred := prefer(topic, part.partition)) >= 0:
                 # Like Kafka: no records, only the replica to switch to (librdkafka skips
                 # records sent alongside a preferred replica anyway).
@@ -165,6 +208,15 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     )
 
 
+def _replica_id(request: Any) -> int:
+    """The follower's broker id of a replication fetch (-1: a consumer): ``replica_id`` up
+    to v14, ``replica_state`` from v15 (KIP-903)."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
+
+
 async def _collect(
     broker: Broker,
     slots: list[_Slot],
@@ -176,22 +228,24 @@ async def _collect(
 ) -> tuple[list[FindResult], list[RecordChunks | None]]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
+    local = [s for s in slots if s.classic is not None and s.preferred < 0]
     while True:
         results = await broker.fetcher.find(finds, max_bytes, read_committed) if finds else []
         available = sum(b.byte_size for r in results for b in r.batches)
+        available += read_classic(broker, local, max_bytes - available)
         remaining = deadline - loop.time()
         if (
             available >= max(min_bytes, 1)
             or remaining <= 0
             or any(r.error for r in results)
             or any(s.error for s in slots)
-            or not finds
+            or not (finds or local)
         ):
             epochs = [broker.leader_epoch(f.topic_id, f.partition) for f in finds]
             return results, await broker.fetcher.read(results, epochs)
-        poll = broker.remote_poll_seconds
+        poll = broker.remote_poll_seconds if finds else None
         await broker.watch.wait(
-            [(f.topic_id, f.partition, f.offset) for f in finds],
+            [(f.topic_id, f.partition, f.offset) for f in finds] + classic_interests(local),
             remaining if poll is None else min(remaining, poll),
         )
 
@@ -217,19 +271,27 @@ async def _fetch(
         log.warning("fetch failed: %s", exc)
         results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
         records = [None] * len(finds)
-    count_fetch(broker, az, records)
+    classic_read = [s.data for s in slots if s.classic is not None and s.replica < 0 and s.data]
+    if classic_read:
+        METRICS.fetched_bytes.inc(sum(len(d) for d in classic_read))
+    count_fetch(broker, az, [*records, *classic_read] if classic_read else records)
     throttle_ms = 0
     quotas = getattr(broker, "quotas", None)  # stand-in brokers of unit tests have none
     quota = quotas.fetch if quotas is not None else None
     if quota is not None and quota.enabled():
         user, client_id = user_of(ctx.principal), ctx.header.client_id or ""
-        size = sum(len(r) for r in records if r is not None)
+        # Classic partitions' bytes count too; a follower's replication fetch does not (as
+        # in Kafka, client quotas do not apply to replication).
+        consumed = [s for s in slots if s.classic is not None and s.replica < 0]
+        size = sum(len(r) for r in records if r is not None) + sum(len(s.data) for s in consumed)
         throttle_ms = quota.record(user, client_id, size)
         if throttle_ms:
             # As Kafka: a throttled fetch is answered without records, and they are not
             # counted; the consumer asks again once its throttle time has passed.
             quota.unrecord(user, client_id, size)
             records = [None] * len(records)
+            for s in consumed:
+                s.data = b""
     # Redirected partitions carry no records but, as in Kafka, their offsets: one lookup for
     # all of them (a consumer is redirected once per partition, then fetches elsewhere).
     redirected = [slot for slot in slots if slot.log is not None]
@@ -258,7 +320,9 @@ async def _fetch(
                 last_stable_offset=info.high_watermark,
                 log_start_offset=info.log_start_offset,
             )
-        if slot.find_index >= 0:
+        if slot.classic is not None:
+            entry.update(classic_entry(slot))
+        elif slot.find_index >= 0:
             result = results[slot.find_index]
             data = records[slot.find_index]
             entry.update(

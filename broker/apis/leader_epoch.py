@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from storage.coordinator import PartitionKey
 
+from ..classic.offsets import end_offset_for_epoch
 from ..fetch import leader_epoch_error
 from ..security import access
 from ..security.acl import AclOperation
@@ -38,8 +39,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if topic is not None:
                 current = broker.leader_epoch(topic.topic_id, part.partition)
                 error = leader_epoch_error(part.current_leader_epoch, current)
+            classic = getattr(broker, "classic", None)
             if error or topic is None:
                 entry["error_code"] = error
+            elif classic is not None and classic.is_classic(topic.topic_id):
+                code, epoch, end = end_offset_for_epoch(
+                    classic, topic.topic_id, part.partition, part.leader_epoch
+                )
+                entry.update(error_code=code, leader_epoch=epoch, end_offset=end)
             else:
                 keys.append(PartitionKey(topic.topic_id, part.partition))
                 waiting.append((entry, part.leader_epoch, current))

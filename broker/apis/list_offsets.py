@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from protocol.record_scan import first_at_or_after, max_timestamp_record
 from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest
 
+from ..classic.offsets import list_offset as classic_list_offset
 from ..fetch import leader_epoch_error
 from ..security import access
 from ..security.acl import AclOperation
@@ -44,8 +45,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     getattr(part, "current_leader_epoch", -1),
                     broker.leader_epoch(topic.topic_id, part.partition_index),
                 )
+            classic = getattr(broker, "classic", None)
             if error or topic is None:
                 entry["error_code"] = error
+            elif classic is not None and classic.is_classic(topic.topic_id):
+                code, offset, ts, epoch = classic_list_offset(
+                    classic, topic.topic_id, part.partition_index, part.timestamp
+                )
+                entry.update(error_code=code, offset=offset, timestamp=ts, leader_epoch=epoch)
             else:
                 lookups.append(
                     ListOffsetsRequest(topic.topic_id, part.partition_index, part.timestamp)

@@ -19,7 +19,8 @@ from storage.catalog import Topic
 
 from .. import recompress
 from ..append import PartitionAppend, PartitionResult
-from ..client_az import count_produce
+from ..classic.produce import classic_append
+from ..client_az import az_from_client_id, count_bytes, count_produce
 from ..client_quotas import user_of
 from ..refusals import REFUSALS
 from ..security import access
@@ -57,6 +58,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if precheck_error is None and access.enabled(broker):
         precheck_error, precheck_message = _transactional_check(broker, ctx, request)
     now_ms = int(time.time() * 1000)
+    classic = getattr(broker, "classic", None)  # stand-in brokers of unit tests have none
+    waits: list[asyncio.Future[PartitionResult]] = []
+    classic_bytes = 0
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = topics.get(name)
@@ -108,11 +112,38 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     reason=name,
                 )
                 continue
+            if classic is not None and classic.is_classic(topic.topic_id):
+                # A classic partition: appended to this broker's log if it leads it.
+                outcome = classic_append(
+                    classic,
+                    topics,
+                    topic,
+                    part.index,
+                    records,
+                    batches,
+                    log_append,
+                    acks,
+                    int(request.timeout.total_seconds() * 1000),
+                )
+                classic_bytes += len(records)
+                if isinstance(outcome, PartitionResult):
+                    slots.append((name, part.index, outcome, None, ()))
+                else:
+                    slots.append((name, part.index, -1 - len(waits), None, ()))
+                    waits.append(outcome)
+                continue
             slots.append((name, part.index, len(appends), None, ()))
             appends.append(
                 PartitionAppend(topic.topic_id, part.index, records, batches, log_append)
             )
     throttle_ms = _produce_quota(broker, ctx, request)
+    if classic_bytes:
+        count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), classic_bytes)
+    if waits:
+        # acks=all on classic partitions: answered once their high watermarks pass.
+        return asyncio.ensure_future(
+            _with_classic(broker, ctx, acks, slots, appends, waits, throttle_ms)
+        )
     committed = broker.appender.submit(appends)
     count_produce(broker, ctx.header.client_id, appends)
     # The answer is completed by a callback on the commit, not by a task awaiting it:
@@ -221,12 +252,41 @@ def _produce_quota(broker: Broker, ctx: RequestContext, request: Any) -> int:
     return throttle_ms
 
 
+async def _with_classic(
+    broker: Broker,
+    ctx: RequestContext,
+    acks: int,
+    slots: list[_Slot],
+    appends: list[PartitionAppend],
+    waits: list[asyncio.Future[PartitionResult]],
+    throttle_ms: int,
+) -> Any:
+    """A request with classic partitions still waiting (acks=all): both kinds awaited."""
+    results: list[PartitionResult] = []
+    if appends:
+        committed = broker.appender.submit(appends)
+        count_produce(broker, ctx.header.client_id, appends)
+        results = await committed
+    classic_results = list(await asyncio.gather(*waits))
+    if acks == 0:
+        return None
+    return _encode(ctx.header.api_version, slots, results, throttle_ms, classic_results)
+
+
 def _encode(
-    version: int, slots: list[_Slot], results: list[PartitionResult], throttle_ms: int = 0
+    version: int,
+    slots: list[_Slot],
+    results: list[PartitionResult],
+    throttle_ms: int = 0,
+    classic_results: list[PartitionResult] | None = None,
 ) -> EncodedResponse:
     topics: dict[str, list[PartitionAnswer]] = {}
     for name, index, slot, message, record_errors in slots:
-        result = results[slot] if isinstance(slot, int) else slot
+        if isinstance(slot, int):
+            # Negative: the index (-1 - i) of a classic partition's acks=all wait.
+            result = results[slot] if slot >= 0 else (classic_results or [])[-1 - slot]
+        else:
+            result = slot
         topics.setdefault(name, []).append(
             PartitionAnswer(
                 index,

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from storage.coordinator import PartitionKey
 
+from ..classic.offsets import delete_records as classic_delete
 from ..node import now_ms
 from ..security import access
 from ..security.acl import AclOperation
@@ -36,6 +37,13 @@ async def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> A
                 topic, error = None, denied
             if topic is None:
                 entry["error_code"] = error
+                continue
+            classic = getattr(broker, "classic", None)
+            if classic is not None and classic.is_classic(topic.topic_id):
+                code, low = classic_delete(
+                    classic, topic.topic_id, part.partition_index, part.offset
+                )
+                entry.update(error_code=code, low_watermark=low)
                 continue
             asks.append((PartitionKey(topic.topic_id, part.partition_index), part.offset))
             waiting.append(entry)

@@ -123,6 +123,15 @@ class Log:
         return self.active.next_offset
 
     @property
+    def unflushed(self) -> int:
+        """Records appended since the last flush."""
+        return self._unflushed
+
+    @property
+    def last_flush(self) -> float:
+        return self._last_flush
+
+    @property
     def size(self) -> int:
         return sum(s.size for s in self.segments)
 

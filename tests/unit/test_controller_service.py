@@ -8,6 +8,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from kio.schema.errors import ErrorCode
 
 from controller.records import Partition, Topic, encode_batch
 from controller.service import SECRET_HEADER, ControllerService, ControllerSettings
@@ -89,4 +90,43 @@ async def test_metrics_show_the_managed_replication_factor(tmp_path: Path) -> No
         assert "sluice_controller_diskless_rf1_topics 1.0" in text
         assert "sluice_controller_active 1.0" in text
     finally:
+        await service.stop()
+
+
+async def test_classic_topic_and_alter_partition_through_the_http_api(tmp_path: Path) -> None:
+    from broker.controller_client import ControllerClient
+    from controller.requests import IsrChange
+
+    service = await start(tmp_path, expand=False)
+    client = ControllerClient([f"127.0.0.1:{service.http_port}"], "s")
+    await client.start()
+    try:
+        await three_racks_and_a_legacy_topic(service)
+        epochs = {n: b.broker_epoch for n, b in service.state.image.brokers.items()}
+        created = await post(
+            service,
+            "/v1/topics/create",
+            {"topics": [{"name": "orders", "replication_factor": 3,
+                         "configs": {"diskless.enable": "false"}}]},
+        )  # fmt: skip
+        result = created["results"][0]
+        assert result["error_code"] == 0 and result["replication_factor"] == 3
+        topic = service.state.image.topic("orders")
+        assert topic is not None and not topic.diskless
+        p = topic.partitions[0]
+        follower = next(r for r in p.replicas if r != p.leader)
+        shrunk = tuple(r for r in p.replicas if r != follower)
+        change = IsrChange(topic.topic_id, 0, p.leader_epoch, p.partition_epoch, shrunk)
+        answer, applied = await client.alter_partition(p.leader, epochs[p.leader], [change])
+        assert answer.error_code == 0 and answer.partitions[0].error_code == 0
+        assert tuple(answer.partitions[0].isr) == shrunk and applied > 0
+        assert service.state.image.topic("orders").partitions[0].isr == shrunk
+        # The same (now stale) partition epoch again: refused, nothing changes.
+        stale, _ = await client.alter_partition(p.leader, epochs[p.leader], [change])
+        assert stale.partitions[0].error_code == ErrorCode.invalid_update_version
+        # A stale broker epoch refuses the whole request.
+        fenced, _ = await client.alter_partition(p.leader, -5, [change])
+        assert fenced.error_code == ErrorCode.stale_broker_epoch
+    finally:
+        await client.close()
         await service.stop()

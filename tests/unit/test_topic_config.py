@@ -24,6 +24,7 @@ from broker.topic_config import InvalidConfig, validate
         {"follower.replication.throttled.replicas": ""},
         {"local.retention.ms": "-2"},
         {"retention.ms": None},  # removing an override
+        {"diskless.enable": "false"},  # a classic topic (the controller decides if it may)
     ],
 )
 def test_accepted(configs: dict[str, str | None]) -> None:
@@ -43,7 +44,7 @@ def test_accepted(configs: dict[str, str | None]) -> None:
         {"leader.replication.throttled.replicas": "0-1"},
         {"segment.bytes": "1048575"},
         {"message.timestamp.type": "createtime"},
-        {"diskless.enable": "false"},
+        {"diskless.enable": "maybe"},
         {"log.retention.ms": "1"},  # a broker config, not a topic config
     ],
 )

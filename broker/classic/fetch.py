@@ -1,0 +1,116 @@
+"""Fetch from classic partitions: consumers up to the high watermark, followers up to the
+log end (their fetch offset is their progress), KIP-392 preferred read replicas.
+
+Used by ``broker.apis.fetch``: a classic partition's slot carries its replica here, and
+the long poll reads it again each time a watch wakes (an append, a high watermark move).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from storage.catalog import Topic
+
+from .partition import FOLLOWER, LEADER, ClassicPartition
+
+if TYPE_CHECKING:
+    from ..apis.fetch import _Slot
+    from ..node import Broker
+    from .replica_manager import ReplicaManager
+
+# Consumers may fetch from a follower from Fetch v11 on (KIP-392), as Kafka allows.
+FOLLOWER_FETCH_VERSION = 11
+# A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client
+# can send: consumers use -1, debugging consumers -2).
+DENIED_REPLICA = -1000
+
+
+def classic_slot(
+    manager: ReplicaManager,
+    key: Any,
+    topic: Topic,
+    part: Any,
+    replica_id: int,
+    version: int,
+    rack: str | None,
+) -> _Slot:
+    from ..apis.fetch import _Slot
+
+    slot = _Slot(key, part.partition, 0, -1)
+    p = manager.get(topic.topic_id, part.partition)
+    if replica_id == DENIED_REPLICA:
+        slot.error = int(ErrorCode.cluster_authorization_failed)
+        return slot
+    if p is None or manager.stopping:
+        slot.error = int(ErrorCode.not_leader_or_follower)
+        return slot
+    if replica_id >= 0:
+        if p.role != LEADER:
+            slot.error = int(ErrorCode.not_leader_or_follower)
+            return slot
+    elif p.role == LEADER:
+        if rack and version >= FOLLOWER_FETCH_VERSION:
+            slot.preferred = preferred_read_replica(manager.broker, p, rack)
+    elif not (p.role == FOLLOWER and version >= FOLLOWER_FETCH_VERSION):
+        slot.error = int(ErrorCode.not_leader_or_follower)
+        return slot
+    slot.classic = p
+    slot.offset = int(part.fetch_offset)
+    slot.max_bytes = int(part.partition_max_bytes)
+    slot.replica = replica_id
+    return slot
+
+
+def preferred_read_replica(broker: Broker, p: ClassicPartition, rack: str) -> int:
+    """KIP-392: an in-sync replica in the consumer's rack, when the leader is not in it
+    (-1: stay on the leader). Spread over the candidates by partition."""
+    racks = {b.node_id: b.rack for b in broker.endpoints()}
+    if racks.get(p.me) == rack:
+        return -1
+    candidates = [r for r in p.isr if r != p.me and racks.get(r) == rack]
+    if not candidates:
+        return -1
+    return candidates[p.index % len(candidates)]
+
+
+def read_classic(broker: Broker, slots: list[_Slot], budget: int) -> int:
+    """Read every classic slot (again); returns the bytes found."""
+    total = 0
+    for slot in slots:
+        p = slot.classic
+        assert p is not None
+        hw_before = p.high_watermark
+        room = min(slot.max_bytes, budget - total)
+        if room <= 0 and total:
+            slot.data = b""
+            continue
+        error, data = p.read(slot.offset, max(room, 1), slot.replica)
+        slot.error, slot.data = error, data
+        total += len(data)
+        if slot.replica >= 0 and p.role == LEADER:
+            manager = broker.classic
+            if manager is not None:
+                manager.check_isr(p)
+            if p.high_watermark > hw_before:
+                # Consumers and acks=all produces waiting on the high watermark.
+                broker.watch.notify([(p.topic_id, p.index, p.high_watermark)])
+    return total
+
+
+def classic_interests(slots: list[_Slot]) -> list[tuple[UUID, int, int]]:
+    return [(s.classic.topic_id, s.partition, s.offset) for s in slots if s.classic]
+
+
+def classic_entry(slot: _Slot) -> dict[str, Any]:
+    p = slot.classic
+    assert p is not None
+    return {
+        "error_code": slot.error,
+        "high_watermark": p.high_watermark,
+        "last_stable_offset": p.high_watermark,
+        "log_start_offset": p.log.log_start_offset,
+        "records": slot.data if slot.preferred < 0 else b"",
+    }

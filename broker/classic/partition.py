@@ -1,0 +1,386 @@
+"""One classic partition replica on this broker: its local log and its role.
+
+As leader it assigns offsets, tracks followers (``replication.leader.LeaderState``),
+moves the high watermark and completes acks=all produces once the high watermark passes
+them. As follower it appends what its leader's Fetch answers carry and keeps the leader's
+high watermark. The role follows the metadata image (``ReplicaManager.reconcile``).
+
+Everything here is synchronous and runs on the event loop: appends are page-cache writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import mmap
+import os
+import time
+from collections.abc import Callable
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from controller.image import PartitionState
+from protocol.record_scan import first_at_or_after, max_timestamp_record
+from protocol.records import BatchHeader, stamp_log_append_time
+from replication.leader import LeaderState, Progress
+from storage.classic.batches import walk
+from storage.classic.log import Log, OffsetOutOfRange
+from storage.coordinator import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+
+from ..append import PartitionResult
+from .producer_state import ProducerState, producer_fields
+
+log = logging.getLogger(__name__)
+
+LEADER = "leader"
+FOLLOWER = "follower"
+OFFLINE = "offline"
+HW_CHECKPOINT = (
+    "high-watermark-checkpoint"  # a replica without a leader to follow (or being deleted)
+)
+
+
+def now_ms() -> float:
+    return time.time() * 1000
+
+
+class ClassicPartition:
+    def __init__(
+        self, topic_id: UUID, topic: str, index: int, plog: Log, me: int, lag_max_ms: int
+    ) -> None:
+        self.topic_id = topic_id
+        self.topic = topic
+        self.index = index
+        self.log = plog
+        self.me = me
+        self.lag_max_ms = lag_max_ms
+        self.role = OFFLINE
+        self.leader = -1
+        self.leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        self.leader_state: LeaderState | None = None
+        # Checkpointed every second and on close (Kafka: replication-offset-checkpoint), so a
+        # restarted leader does not show consumers a high watermark back at the log start.
+        self._hw_path = os.path.join(plog.dir, HW_CHECKPOINT)
+        self.high_watermark = self._read_high_watermark()
+        self._hw_written = self.high_watermark
+        # A follower must cut a possibly divergent tail (OffsetForLeaderEpoch) before it
+        # fetches from a new leader.
+        self.needs_truncation = False
+        # acks=all produces: (last offset, future); completed when the HW passes them.
+        self._waiters: list[tuple[int, int, asyncio.Future[PartitionResult]]] = []
+        # An ISR change asked of the controller and not answered yet (one at a time).
+        self.isr_change_pending = False
+        self.isr_retry_at = 0.0  # ms: a refused ISR change is not asked again before
+        # min.insync.replicas of the last acks=all produce: checked again when the HW
+        # completes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank meanwhile).
+        self._min_isr = 1
+        self.producers = ProducerState()
+        self._load_producers()
+
+    # ---------------------------------------------------------------- state changes
+
+    def _load_producers(self) -> None:
+        # Headers only, through a mapping: a 1 GiB segment is not read into memory.
+        for segment in self.log.segments:
+            if segment.size == 0:
+                continue
+            with (
+                open(segment.path, "rb") as f,
+                mmap.mmap(f.fileno(), segment.size, access=mmap.ACCESS_READ) as mapped,
+            ):
+                data = memoryview(mapped)
+                try:
+                    self.producers.load(
+                        (
+                            *producer_fields(data[b.position :]),
+                            b.last_offset - b.base_offset + 1,
+                            b.base_offset,
+                        )
+                        for b in walk(data, check_crc=False)
+                    )
+                finally:
+                    data.release()
+
+    def apply(self, state: PartitionState, on_change: Callable[[ClassicPartition], None]) -> None:
+        """The image's view of this partition changed (or is seen the first time)."""
+        self.replicas, self.isr = state.replicas, state.isr
+        new_epoch = state.leader_epoch != self.leader_epoch or state.leader != self.leader
+        self.partition_epoch = state.partition_epoch
+        if state.leader == self.me:
+            if new_epoch or self.role != LEADER:
+                self._become_leader(state)
+                on_change(self)
+            else:
+                ls = self.leader_state
+                assert ls is not None
+                ls.isr = set(state.isr)
+                ls.replicas = list(state.replicas)
+                for r in state.replicas:
+                    # A reassignment's new replica: tracked from now on.
+                    if r != self.me and r not in ls.progress:
+                        ls.progress[r] = Progress(-1, now_ms())
+                self.isr_change_pending = False
+                self._advance()
+        else:
+            if new_epoch or self.role == LEADER:
+                self._become_follower(state)
+                on_change(self)
+        self.leader, self.leader_epoch = state.leader, state.leader_epoch
+
+    def _become_leader(self, state: PartitionState) -> None:
+        end = self.log.log_end_offset
+        # The epoch starts at this leader's log end (KIP-101): followers truncate to it.
+        self.log.epochs.assign(state.leader_epoch, end)
+        self.role = LEADER
+        self.leader_state = LeaderState(
+            self.me,
+            list(state.replicas),
+            set(state.isr),
+            end,
+            min(self.high_watermark, end),
+            now_ms(),
+            self.lag_max_ms,
+        )
+        self.isr_change_pending = False
+        self.needs_truncation = False
+        self.high_watermark = self.leader_state.high_watermark
+        self._advance()
+        log.info(
+            "%s-%d: leader at epoch %d (log end %d)",
+            self.topic,
+            self.index,
+            state.leader_epoch,
+            end,
+        )
+
+    def _become_follower(self, state: PartitionState) -> None:
+        self.role = FOLLOWER if state.leader >= 0 else OFFLINE
+        self.leader_state = None
+        self.needs_truncation = True
+        self.fail_waiters(ErrorCode.not_leader_or_follower)
+
+    def fail_waiters(self, error: ErrorCode) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _last, _base, future in waiters:
+            if not future.done():
+                future.set_result(PartitionResult(int(error)))
+
+    def close(self) -> None:
+        self.fail_waiters(ErrorCode.not_leader_or_follower)
+        self.role = OFFLINE
+        self.log.close()
+        self.checkpoint_high_watermark()
+
+    def _read_high_watermark(self) -> int:
+        start, end = self.log.log_start_offset, self.log.log_end_offset
+        try:
+            with open(self._hw_path) as f:
+                return max(start, min(int(f.read().strip()), end))
+        except (OSError, ValueError):
+            return start
+
+    def checkpoint_high_watermark(self) -> None:
+        if self.high_watermark == self._hw_written:
+            return
+        tmp = self._hw_path + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                f.write(str(self.high_watermark))
+            os.replace(tmp, self._hw_path)
+            self._hw_written = self.high_watermark
+        except OSError as exc:  # a deleted partition's directory, a full disk: next time
+            log.debug("%s-%d: high watermark checkpoint: %r", self.topic, self.index, exc)
+
+    # ---------------------------------------------------------------- leader: produce
+
+    def append(
+        self,
+        records: memoryview,
+        batches: list[BatchHeader],
+        log_append_time: bool,
+        acks: int,
+        min_isr: int,
+        timeout_ms: int,
+    ) -> PartitionResult | asyncio.Future[PartitionResult]:
+        if self.role != LEADER:
+            return PartitionResult(int(ErrorCode.not_leader_or_follower))
+        if acks == -1 and len(self.isr) < min_isr:
+            return PartitionResult(int(ErrorCode.not_enough_replicas))
+        first = batches[0]
+        if first.producer_id >= 0:
+            last_seq = first.base_sequence + sum(b.record_count for b in batches) - 1
+            error, duplicate = self.producers.check(
+                first.producer_id, first.producer_epoch, first.base_sequence, last_seq
+            )
+            if error is not None:
+                return PartitionResult(int(error))
+            if duplicate >= 0:
+                # A retry of a batch already written: its original offset, nothing appended.
+                return PartitionResult(0, duplicate, -1, self.log.log_start_offset)
+        append_time = -1
+        if log_append_time:
+            append_time = int(now_ms())
+            stamped = b"".join(
+                stamp_log_append_time(records[b.offset : b.offset + b.size], append_time)
+                for b in batches
+            )
+            records = memoryview(stamped)
+            pos = 0
+            moved = []
+            for b in batches:
+                moved.append(b._replace(offset=pos))
+                pos += b.size
+            batches = moved
+        base, last_offset = self.log.append_as_leader(records, batches, self.leader_epoch)
+        offset = base
+        for b in batches:
+            self.producers.update(
+                b.producer_id, b.producer_epoch, b.base_sequence, b.record_count, offset
+            )
+            offset += b.record_count
+        self._advance()
+        result = PartitionResult(0, base, append_time, self.log.log_start_offset)
+        if acks != -1 or self.high_watermark > last_offset:
+            return result
+        future: asyncio.Future[PartitionResult] = asyncio.get_running_loop().create_future()
+        self._waiters.append((last_offset, base, future))
+        loop = asyncio.get_running_loop()
+        handle = loop.call_later(
+            max(timeout_ms, 0) / 1000,
+            lambda: (
+                future.done()
+                or future.set_result(PartitionResult(int(ErrorCode.request_timed_out)))
+            ),
+        )
+        future.add_done_callback(lambda _f: handle.cancel())
+        self._min_isr = min_isr
+        return future
+
+    def _advance(self) -> None:
+        """Recompute the high watermark; complete the produces it passed."""
+        if self.leader_state is None:
+            return
+        hw = self.leader_state.advance_high_watermark(self.log.log_end_offset)
+        self.high_watermark = hw
+        if not self._waiters or self._waiters[0][0] >= hw:
+            return
+        done = [w for w in self._waiters if w[0] < hw]
+        self._waiters = [w for w in self._waiters if w[0] >= hw]
+        short = len(self.isr) < self._min_isr
+        for _last, base, future in done:
+            if not future.done():
+                if short:
+                    future.set_result(
+                        PartitionResult(int(ErrorCode.not_enough_replicas_after_append))
+                    )
+                else:
+                    future.set_result(PartitionResult(0, base, -1, self.log.log_start_offset))
+
+    # ---------------------------------------------------------------- leader: fetch
+
+    def read(self, offset: int, max_bytes: int, replica: int) -> tuple[int, bytes]:
+        """(error, records) for a consumer (up to the HW) or a follower (up to the log end,
+        recording its progress)."""
+        if replica >= 0:
+            if self.role != LEADER or self.leader_state is None:
+                return int(ErrorCode.not_leader_or_follower), b""
+            if replica not in self.leader_state.progress:
+                # Not a replica of this partition: no uncommitted data for it.
+                return int(ErrorCode.not_leader_or_follower), b""
+            end = self.log.log_end_offset
+            if offset <= end:
+                self.leader_state.on_fetch(replica, offset, end, now_ms())
+                self._advance()
+            limit = None
+        else:
+            limit = self.high_watermark
+            if offset > self.high_watermark and offset <= self.log.log_end_offset:
+                return 0, b""  # not committed yet: nothing, no error (as Kafka)
+        try:
+            return 0, self.log.read(offset, max_bytes, limit)
+        except OffsetOutOfRange:
+            return int(ErrorCode.offset_out_of_range), b""
+
+    # ---------------------------------------------------------------- follower
+
+    def append_fetched(self, data: bytes | memoryview, leader_hw: int, leader_start: int) -> int:
+        """Append a leader's Fetch answer; returns the bytes appended."""
+        view = memoryview(data)
+        before = self.log.log_end_offset
+        batches = [b for b in walk(view)]
+        if batches:
+            self.log.append_as_follower(view)
+            for b in batches:
+                if b.base_offset < before:
+                    continue
+                pid, epoch, seq = producer_fields(view[b.position :])
+                self.producers.update(
+                    pid, epoch, seq, b.last_offset - b.base_offset + 1, b.base_offset
+                )
+        if leader_start > self.log.log_start_offset:
+            self.log.delete_records(leader_start)
+        self.high_watermark = max(
+            min(leader_hw, self.log.log_end_offset), self.log.log_start_offset
+        )
+        return sum(b.size for b in batches)
+
+    def truncate(self, offset: int) -> None:
+        if offset < self.log.log_end_offset:
+            log.info(
+                "%s-%d: truncating from %d to %d",
+                self.topic,
+                self.index,
+                self.log.log_end_offset,
+                offset,
+            )
+        self.log.truncate_to(offset)
+        self.producers.truncate_from(self.log.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        self.needs_truncation = False
+
+    # ---------------------------------------------------------------- offsets
+
+    def list_offset(self, timestamp: int) -> tuple[int, int, int]:
+        """(error, offset, timestamp) for ListOffsets (committed records only)."""
+        hw = self.high_watermark
+        if timestamp == EARLIEST_TIMESTAMP or timestamp == -4:
+            return 0, self.log.log_start_offset, -1
+        if timestamp == LATEST_TIMESTAMP:
+            return 0, hw, -1
+        if timestamp == MAX_TIMESTAMP:
+            best = max(self.log.segments, key=lambda s: s.max_timestamp)
+            if best.max_timestamp < 0:
+                return 0, -1, -1
+            found = self.log.offset_for_timestamp(best.max_timestamp)
+        elif timestamp >= 0:
+            found = self.log.offset_for_timestamp(timestamp)
+        else:
+            return int(ErrorCode.invalid_request), -1, -1
+        if found is None or found[0] >= hw:
+            return 0, -1, -1
+        base = found[0]
+        try:
+            data = self.log.read(base, 1, hw)
+        except OffsetOutOfRange:
+            return 0, -1, -1
+        batch = next(iter(walk(data)), None)
+        if batch is None:
+            return 0, -1, -1
+        one = data[batch.position : batch.position + batch.size]
+        hit = (
+            max_timestamp_record(one)
+            if timestamp == MAX_TIMESTAMP
+            else first_at_or_after(one, timestamp)
+        )
+        if hit is None:
+            return 0, -1, -1
+        delta, ts = hit
+        offset = max(batch.base_offset + delta, self.log.log_start_offset)
+        return (0, offset, ts) if offset < hw else (0, -1, -1)
+
+    def end_offset_for(self, epoch: int) -> tuple[int, int]:
+        return self.log.epochs.end_offset_for(epoch, self.log.log_end_offset)

@@ -1,0 +1,96 @@
+"""Idempotent producers on a classic partition: per producer id, its epoch and the last
+five batches' sequence ranges, as Kafka's ProducerStateManager keeps them.
+
+Kept by every replica (a follower updates it from the batches it copies) so that a new
+leader recognises a retry of a batch the old one wrote. Only batch headers are looked at.
+Rebuilt from the log on open: a broker restart must still see duplicates.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+# producerId, producerEpoch, baseSequence at offset 43 of a v2 batch
+_PRODUCER = struct.Struct(">qhi")
+PRODUCER_OFFSET = 43
+NO_PRODUCER_ID = -1
+RETAINED_BATCHES = 5  # Kafka keeps the last five per producer (max.in.flight <= 5)
+
+
+@dataclass(slots=True)
+class _Entry:
+    epoch: int
+    # (first sequence, last sequence, first offset, last offset), oldest first
+    batches: deque[tuple[int, int, int, int]] = field(
+        default_factory=lambda: deque(maxlen=RETAINED_BATCHES)
+    )
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1][1] if self.batches else -1
+
+
+def producer_fields(batch: bytes | memoryview) -> tuple[int, int, int]:
+    """(producer id, epoch, base sequence) of the batch starting at ``batch[0]``."""
+    pid, epoch, seq = _PRODUCER.unpack_from(batch, PRODUCER_OFFSET)
+    return pid, epoch, seq
+
+
+class ProducerState:
+    def __init__(self) -> None:
+        self._producers: dict[int, _Entry] = {}
+
+    def check(
+        self, pid: int, epoch: int, first_seq: int, last_seq: int
+    ) -> tuple[ErrorCode | None, int]:
+        """Before a leader appends: (error, -1), (None, first offset of the duplicate
+        already in the log), or (None, -1) to append."""
+        if pid == NO_PRODUCER_ID:
+            return None, -1
+        entry = self._producers.get(pid)
+        if entry is None:
+            # Unknown producer (new, or its state went with old segments): accepted, as
+            # Kafka does since KIP-360.
+            return None, -1
+        if epoch < entry.epoch:
+            return ErrorCode.invalid_producer_epoch, -1
+        if epoch > entry.epoch:
+            if first_seq != 0:
+                return ErrorCode.out_of_order_sequence_number, -1
+            return None, -1
+        for f, last, base, _end in entry.batches:
+            if f == first_seq and last == last_seq:
+                return None, base
+        expected = (entry.last_seq + 1) & 0x7FFFFFFF if entry.batches else first_seq
+        if first_seq != expected:
+            return ErrorCode.out_of_order_sequence_number, -1
+        return None, -1
+
+    def update(self, pid: int, epoch: int, first_seq: int, count: int, base: int) -> None:
+        """A batch of producer ``pid`` was appended at offsets [base, base+count)."""
+        if pid == NO_PRODUCER_ID:
+            return
+        entry = self._producers.get(pid)
+        if entry is None or epoch != entry.epoch:
+            entry = self._producers[pid] = _Entry(epoch)
+        last_seq = (first_seq + count - 1) & 0x7FFFFFFF
+        entry.batches.append((first_seq, last_seq, base, base + count - 1))
+
+    def load(self, batches: Iterable[tuple[int, int, int, int, int]]) -> None:
+        """(pid, epoch, first seq, count, base offset) of the log's batches, in order."""
+        for pid, epoch, seq, count, base in batches:
+            self.update(pid, epoch, seq, count, base)
+
+    def truncate_from(self, offset: int) -> None:
+        """The log was cut at ``offset``: forget batches at or after it."""
+        for pid in list(self._producers):
+            entry = self._producers[pid]
+            while entry.batches and entry.batches[-1][2] >= offset:
+                entry.batches.pop()
+            if not entry.batches:
+                del self._producers[pid]

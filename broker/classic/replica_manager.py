@@ -1,0 +1,331 @@
+"""Which classic partitions this broker hosts, and in which role, from the metadata image.
+
+- ``reconcile`` runs on every image change: a replica of a classic partition gets its log
+  opened (``<data.dir>/<topic>-<partition>/``, created if new); the leader named by the
+  image leads, the others follow it (one ``ReplicaFetcher`` per leader broker); replicas
+  this broker no longer holds (deleted topic, reassigned away) are closed and deleted.
+- A leader's ISR changes (a follower fell behind for ``replica.lag.time.max.ms``, or caught
+  up) go to the controller as AlterPartition; the image then carries them back.
+- Retention (``retention.ms`` / ``retention.bytes``, whole segments) runs in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from controller.image import MetadataImage
+from controller.requests import IsrChange
+from storage.catalog import Topic
+from storage.classic.log import NO_LIMIT, Log, LogConfig
+
+from ..background import cancel_and_wait
+from .partition import LEADER, ClassicPartition
+from .replica_fetcher import ReplicaFetcher
+
+if TYPE_CHECKING:
+    from ..node import Broker
+
+log = logging.getLogger(__name__)
+
+FLUSH_CHECK_S = 1.0
+ISR_RETRY_MS = 1000  # after a refused or failed AlterPartition
+TOPIC_ID_FILE = "partition.metadata"  # Kafka's name: the topic id a log directory belongs to
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.me = broker.config.node_id
+        self.partitions: dict[tuple[UUID, int], ClassicPartition] = {}
+        self._classic: set[UUID] = set()
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stopping = False
+
+    # ---------------------------------------------------------------- queries
+
+    def is_classic(self, topic_id: UUID) -> bool:
+        return topic_id in self._classic
+
+    def get(self, topic_id: UUID, partition: int) -> ClassicPartition | None:
+        return self.partitions.get((topic_id, partition))
+
+    def leader_partition(
+        self, topic_id: UUID, partition: int
+    ) -> tuple[ClassicPartition | None, int]:
+        """(the partition, 0) when this broker leads it, else (None, Kafka error)."""
+        p = self.partitions.get((topic_id, partition))
+        if p is None or p.role != LEADER or self.stopping:
+            return None, int(ErrorCode.not_leader_or_follower)
+        return p, 0
+
+    def image(self) -> MetadataImage:
+        assert self.broker.controller is not None
+        return self.broker.controller.image
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        plan = getattr(self.broker, "listener_plan", None)
+        if plan is not None and plan.protocol(plan.inter_broker) != "PLAINTEXT":
+            # The replica fetcher speaks plain Kafka only (no TLS/SASL client yet).
+            log.warning(
+                "classic topics: followers fetch over the inter-broker listener %s (%s), which "
+                "the replica fetcher cannot use yet; classic replication needs a PLAINTEXT "
+                "inter-broker listener",
+                plan.inter_broker,
+                plan.protocol(plan.inter_broker),
+            )
+        self.reconcile()
+        self._tasks.append(asyncio.create_task(self._isr_loop()))
+        self._tasks.append(asyncio.create_task(self._retention_loop()))
+        self._tasks.append(asyncio.create_task(self._flush_loop()))
+
+    def stop_serving(self) -> None:
+        """Shutdown begins: produces waiting for acks=all are answered now (retriable
+        NOT_LEADER_OR_FOLLOWER: the producer retries on the next leader) instead of holding
+        the server's drain; no follower fetches any more, and fetches of other brokers'
+        followers are refused at once so their connections go idle and can be closed."""
+        self.stopping = True
+        for fetcher in self._fetchers.values():
+            fetcher.stop()
+        for p in self.partitions.values():
+            p.fail_waiters(ErrorCode.not_leader_or_follower)
+
+    async def stop(self) -> None:
+        self.stopping = True
+        await cancel_and_wait(self._tasks)
+        await cancel_and_wait([f.task for f in self._fetchers.values() if f.task is not None])
+        for fetcher in self._fetchers.values():
+            fetcher.close()
+        self._fetchers.clear()
+        for p in self.partitions.values():
+            p.close()
+        self.partitions.clear()
+
+    # ---------------------------------------------------------------- the image
+
+    def log_config(self, topic: Topic) -> LogConfig:
+        ic = self.broker.topics.int_config
+        return LogConfig(
+            segment_bytes=ic(topic, "segment.bytes"),
+            segment_ms=ic(topic, "segment.ms"),
+            index_interval_bytes=ic(topic, "index.interval.bytes"),
+            flush_messages=ic(topic, "flush.messages"),
+            flush_ms=ic(topic, "flush.ms"),
+            retention_ms=ic(topic, "retention.ms"),
+            retention_bytes=ic(topic, "retention.bytes"),
+        )
+
+    def reconcile(self) -> None:
+        """Bring the hosted replicas and their roles in line with the image."""
+        if self.broker.controller is None or self.stopping:
+            # Shutting down: the image may still change (this broker leaving), but no log is
+            # opened, moved or deleted any more.
+            return
+        image = self.image()
+        classic = {tid for tid, t in image.topics.items() if not t.diskless}
+        self._classic = classic
+        wanted: set[tuple[UUID, int]] = set()
+        changed: list[ClassicPartition] = []
+        for tid in classic:
+            t = image.topics[tid]
+            topic = self.broker.topics.get_by_id(tid) or Topic(
+                t.name, tid, len(t.partitions), dict(t.configs)
+            )
+            config = self.log_config(topic)
+            for index, state in t.partitions.items():
+                if self.me not in state.replicas:
+                    continue
+                key = (tid, index)
+                wanted.add(key)
+                p = self.partitions.get(key)
+                if p is None:
+                    try:
+                        p = self._open(tid, t.name, index, config)
+                    except Exception:
+                        log.exception("opening the log of %s-%d failed", t.name, index)
+                        continue
+                    self.partitions[key] = p
+                elif p.log.config != config:
+                    p.log.config = config
+                p.apply(state, changed.append)
+        for key in [k for k in self.partitions if k not in wanted]:
+            p = self.partitions.pop(key)
+            log.info("%s-%d: replica removed from this broker, deleting its log", p.topic, p.index)
+            p.close()
+            shutil.rmtree(p.log.dir, ignore_errors=True)
+        self._update_fetchers(image)
+        for p in changed:
+            self.broker.watch.wake([(p.topic_id, p.index)])
+
+    def _open(self, topic_id: UUID, name: str, index: int, config: LogConfig) -> ClassicPartition:
+        directory = os.path.join(self.broker.config.data_dir, f"{name}-{index}")
+        marker = os.path.join(directory, TOPIC_ID_FILE)
+        if os.path.exists(marker):
+            owner = _owner(marker)
+            if owner is not None and owner != str(topic_id):
+                # A topic of the same name deleted while this broker was down.
+                log.info("%s: left by an older topic %s, deleting it", directory, owner)
+                shutil.rmtree(directory, ignore_errors=True)
+        os.makedirs(directory, exist_ok=True)
+        if not os.path.exists(marker):
+            with open(marker, "w") as f:
+                f.write(f"version: 0\ntopic_id: {topic_id}\n")
+        plog = Log(directory, config)
+        return ClassicPartition(
+            topic_id, name, index, plog, self.me, self.broker.config.replica_lag_time_max_ms
+        )
+
+    def _update_fetchers(self, image: MetadataImage) -> None:
+        by_leader: dict[int, list[ClassicPartition]] = {}
+        for p in self.partitions.values():
+            if p.role != LEADER and p.leader >= 0 and p.leader != self.me:
+                by_leader.setdefault(p.leader, []).append(p)
+        for leader_id, parts in by_leader.items():
+            broker = image.brokers.get(leader_id)
+            fetcher = self._fetchers.get(leader_id)
+            if broker is None:
+                continue
+            if fetcher is None or (fetcher.host, fetcher.port) != (broker.host, broker.port):
+                if fetcher is not None:
+                    fetcher.stop()
+                fetcher = ReplicaFetcher(self, leader_id, broker.host, broker.port)
+                self._fetchers[leader_id] = fetcher
+                fetcher.start()
+            fetcher.set_partitions(parts)
+        for leader_id in [i for i in self._fetchers if i not in by_leader]:
+            self._fetchers.pop(leader_id).stop()
+
+    # ---------------------------------------------------------------- ISR changes
+
+    def check_isr(self, p: ClassicPartition) -> None:
+        """Ask the controller for an ISR change if the leader's view calls for one."""
+        ls = p.leader_state
+        now = time.time() * 1000
+        if ls is None or p.isr_change_pending or p.role != LEADER or now < p.isr_retry_at:
+            return
+        isr = set(p.isr)
+        new = (isr - ls.to_remove(now)) | ls.to_add()
+        if new == isr:
+            return
+        p.isr_change_pending = True
+        ordered = tuple(r for r in p.replicas if r in new)
+        change = IsrChange(p.topic_id, p.index, p.leader_epoch, p.partition_epoch, ordered)
+        task = asyncio.create_task(self._alter_isr(p, change))
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    async def _alter_isr(self, p: ClassicPartition, change: IsrChange) -> None:
+        controller = self.broker.controller
+        membership = self.broker._membership
+        epoch = getattr(membership, "broker_epoch", -1)
+        try:
+            assert controller is not None
+            result, applied = await controller.client.alter_partition(self.me, epoch, [change])
+            if result.error_code != ErrorCode.none:
+                log.warning("AlterPartition refused: %s", result.error_code.name)
+            for r in result.partitions:
+                if r.error_code != ErrorCode.none:
+                    # Refused (e.g. the follower is still fenced): not again at every fetch.
+                    p.isr_retry_at = time.time() * 1000 + ISR_RETRY_MS
+                    log.info(
+                        "%s-%d: ISR change to %s refused: %s %s",
+                        p.topic,
+                        p.index,
+                        list(change.new_isr),
+                        r.error_code.name,
+                        r.error_message or "",
+                    )
+                else:
+                    log.info("%s-%d: ISR now %s", p.topic, p.index, list(r.isr))
+            # The image brings the new ISR; until it has, this leader keeps the old one.
+            await controller.follower.wait_for(applied, 5.0)
+        except Exception as exc:
+            log.warning("%s-%d: AlterPartition failed: %r", p.topic, p.index, exc)
+            p.isr_retry_at = time.time() * 1000 + ISR_RETRY_MS
+        finally:
+            p.isr_change_pending = False
+            self.reconcile_soon()
+
+    def reconcile_soon(self) -> None:
+        with contextlib.suppress(Exception):
+            self.reconcile()
+
+    async def _isr_loop(self) -> None:
+        # Kafka checks for lagging followers every replica.lag.time.max.ms / 2.
+        interval = max(self.broker.config.replica_lag_time_max_ms / 2000, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            for p in list(self.partitions.values()):
+                try:
+                    self.check_isr(p)
+                except Exception:
+                    log.exception("ISR check of %s-%d failed", p.topic, p.index)
+
+    # ---------------------------------------------------------------- retention
+
+    def enforce_retention(self) -> int:
+        deleted = 0
+        for p in list(self.partitions.values()):
+            deleted += p.log.enforce_retention()
+            if p.role == LEADER and p.high_watermark < p.log.log_start_offset:
+                p.high_watermark = p.log.log_start_offset
+        return deleted
+
+    async def _retention_loop(self) -> None:
+        interval = self.broker.config.log_retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.enforce_retention()
+            except Exception:
+                log.exception("retention of classic logs failed")
+
+    def flush_due(self, now: float) -> int:
+        """fsync logs whose ``flush.ms`` passed with records unflushed; returns how many."""
+        flushed = 0
+        for p in list(self.partitions.values()):
+            plog = p.log
+            if plog.config.flush_ms >= NO_LIMIT or not plog.unflushed:
+                continue
+            if (now - plog.last_flush) * 1000 >= plog.config.flush_ms:
+                plog.flush()
+                flushed += 1
+        return flushed
+
+    async def _flush_loop(self) -> None:
+        # flush.ms holds without new appends too (Kafka's log.flush.scheduler.interval.ms);
+        # off by default, so this usually finds nothing to do. High watermarks are
+        # checkpointed here too (only those that moved).
+        while True:
+            await asyncio.sleep(FLUSH_CHECK_S)
+            try:
+                self.flush_due(time.time())
+                for p in list(self.partitions.values()):
+                    p.checkpoint_high_watermark()
+            except Exception:
+                log.exception("flushing classic logs failed")
+
+
+def _owner(marker: str) -> str | None:
+    """The topic id a ``partition.metadata`` file names (None if unreadable: then the
+    directory is kept, never deleted on a guess)."""
+    try:
+        with open(marker) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "topic_id":
+                    return value.strip()
+    except OSError:
+        return None
+    return None

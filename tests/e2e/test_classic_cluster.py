@@ -1,0 +1,229 @@
+"""Classic topics (diskless.enable=false) on three brokers in three racks behind one
+controller: local logs replicated leader to followers with Kafka's own Fetch.
+
+Stock clients only. Each test takes seconds: liveness and replica.lag.time.max.ms are short.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+
+from ._kafka import (
+    aiokafka_consume,
+    assert_exactly_once,
+    confluent_consume,
+    kafka_python_consume,
+    stream_through,
+    wait_until,
+)
+
+pytestmark = pytest.mark.e2e
+
+RACKS = ("az-a", "az-b", "az-c")
+LAG_MS = 2000
+CLASSIC = {"diskless.enable": "false"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory,
+        "classic",
+        brokers=3,
+        racks=RACKS,
+        broker_options={
+            **FAST_LIVENESS,
+            "replica.lag.time.max.ms": str(LAG_MS),
+            "replica.fetch.backoff.ms": "200",
+        },
+        controllers=1,
+        controller_options={
+            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
+        },
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def healthy(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    for b in cluster.brokers:
+        if b.alive() and b.proc is not None:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        if not b.alive():
+            b.start()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, "three live brokers", 20)
+    yield cluster
+
+
+def describe(admin: AdminClient, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+    """partition -> (leader, replicas, isr)."""
+    md = admin.list_topics(topic, timeout=10).topics[topic]
+    return {p.id: (p.leader, list(p.replicas), sorted(p.isrs)) for p in md.partitions.values()}
+
+
+def create(
+    admin: AdminClient,
+    topic: str,
+    configs: dict[str, str],
+    assignment: list[list[int]] | None = None,
+) -> None:
+    if assignment is not None:
+        new = NewTopic(
+            topic, len(assignment), replica_assignment=assignment, config={**CLASSIC, **configs}
+        )
+    else:
+        new = NewTopic(topic, 1, 3, config={**CLASSIC, **configs})
+    admin.create_topics([new])[topic].result(20)
+    wait_until(
+        lambda: all(len(isr) == 3 for _, _, isr in describe(admin, topic).values()),
+        "a full ISR",
+        15,
+    )
+
+
+def test_rf3_acks_all_with_confluent_consumed_by_kafka_python_and_aiokafka(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic, {"min.insync.replicas": "2"})
+    leader, replicas, isr = describe(admin, topic)[0]
+    assert sorted(replicas) == [1, 2, 3] and isr == [1, 2, 3] and leader in replicas
+    producer = Producer({"bootstrap.servers": healthy.bootstrap, "acks": "all", "linger.ms": 5})
+    errors: list[str] = []
+    for i in range(2000):
+        producer.produce(
+            topic,
+            key=b"k%d" % (i % 7),
+            value=b"%d" % i,
+            on_delivery=lambda err, _m: err and errors.append(str(err)),
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0 and not errors
+    for got in (
+        kafka_python_consume(healthy.bootstrap, topic, expected=2000),
+        aiokafka_consume(healthy.bootstrap, topic, expected=2000),
+    ):
+        assert [int(g.value or b"-1") for g in got] == list(range(2000))
+        assert [g.offset for g in got] == list(range(2000))
+    # KIP-392: a consumer in a follower's rack is sent to that follower and reads there.
+    rack_of = {b.node_id: b.rack for b in healthy.brokers}
+    follower = next(r for r in replicas if r != leader)
+    before = _fetches_served(healthy, follower)
+    got = confluent_consume(
+        healthy.bootstrap, topic, expected=2000, **{"client.rack": rack_of[follower]}
+    )
+    assert [int(g.value or b"-1") for g in got] == list(range(2000))
+    assert _fetches_served(healthy, follower) > before
+    # Every replica holds the log locally, byte for byte the leader's.
+    sizes = set()
+    for b in healthy.brokers:
+        directory = b.data_dir / f"{topic}-0"
+        sizes.add(sum(f.stat().st_size for f in directory.glob("*.log")))
+    wait_until(lambda: len(sizes) == 1, "equal replicas", 1)
+
+
+def _fetches_served(cluster: LocalCluster, node: int) -> float:
+    """Fetch requests broker ``node`` has answered (its /metrics)."""
+    metrics = cluster.broker(node).metrics()
+    return metrics.get('sluice_requests_total{api="Fetch"}', 0.0)
+
+
+def _pid(cluster: LocalCluster, node: int) -> int:
+    proc = cluster.broker(node).proc
+    assert proc is not None
+    return proc.pid
+
+
+def test_stopped_follower_leaves_the_isr_and_rejoins(healthy: LocalCluster, topic: str) -> None:
+    # Clients bootstrap from broker 1 only: the stopped broker must not be asked for metadata.
+    boot = healthy.broker(1).bootstrap
+    admin = AdminClient({"bootstrap.servers": boot})
+    # Leader 1; broker 3 a follower of both topics.
+    create(admin, topic, {"min.insync.replicas": "2"}, [[1, 2, 3]])
+    strict = topic + "-strict"
+    create(admin, strict, {"min.insync.replicas": "3"}, [[1, 2, 3]])
+    # No retries: NOT_ENOUGH_REPLICAS is retriable, a retrying producer would only report
+    # its own timeout.
+    producer = Producer({"bootstrap.servers": boot, "acks": "all", "retries": 0})
+    os.kill(_pid(healthy, 3), signal.SIGSTOP)
+    try:
+        wait_until(lambda: describe(admin, topic)[0][2] == [1, 2], "the ISR to shrink", 15)
+        results: dict[str, list[KafkaError | None]] = {topic: [], strict: []}
+        for t in (topic, strict):
+            for i in range(20):
+                producer.produce(
+                    t, value=b"%d" % i, on_delivery=lambda err, _m, t=t: results[t].append(err)
+                )
+            producer.flush(25)
+        # min.insync.replicas=2 with ISR {1,2}: produce goes on.
+        assert results[topic] == [None] * 20
+        # min.insync.replicas=3: refused, the records are not written.
+        assert results[strict] and all(
+            e is not None and e.code() == KafkaError.NOT_ENOUGH_REPLICAS for e in results[strict]
+        ), results[strict][:3]
+    finally:
+        os.kill(_pid(healthy, 3), signal.SIGCONT)
+    wait_until(lambda: describe(admin, topic)[0][2] == [1, 2, 3], "broker 3 back in the ISR", 20)
+    got = confluent_consume(healthy.bootstrap, topic, expected=20)
+    assert [int(g.value or b"-1") for g in got] == list(range(20))
+    # Nothing of the refused records was written.
+    check = Consumer({"bootstrap.servers": boot, "group.id": "check"})
+    try:
+        assert check.get_watermark_offsets(TopicPartition(strict, 0), 10, cached=False) == (0, 0)
+    finally:
+        check.close()
+
+
+def test_leader_killed_repeatedly_loses_and_duplicates_nothing(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic, {"min.insync.replicas": "2"})
+
+    kills: list[int] = []  # the high watermark when each kill happened
+    watcher = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "watch"})
+
+    def high_watermark() -> int:
+        # Right after a kill the client's metadata may still name the old leader.
+        for _attempt in range(50):
+            try:
+                return int(watcher.get_watermark_offsets(TopicPartition(topic, 0), 5)[1])
+            except KafkaException:
+                time.sleep(0.2)
+        raise AssertionError("no high watermark")
+
+    def kill_leaders() -> None:
+        for _round in range(3):
+            leader = describe(admin, topic)[0][0]
+            kills.append(high_watermark())
+            broker = healthy.broker(leader)
+            broker.stop(signal.SIGKILL)
+            wait_until(
+                lambda leader=leader: describe(admin, topic)[0][0] not in (leader, -1),
+                "a new leader",
+                15,
+            )
+            time.sleep(0.3)
+            broker.start()
+            wait_until(
+                lambda: len(describe(admin, topic)[0][2]) == 3, "the restarted replica in sync", 20
+            )
+
+    # ~15 s of paced records: the three kills (a few seconds each) all land mid-stream.
+    total = 24_000
+    stream = stream_through(healthy.bootstrap, topic, total, kill_leaders, after_fraction=0.05)
+    watcher.close()
+    assert len(kills) == 3 and kills[-1] < total, f"kills at offsets {kills} of {total}"
+    got = confluent_consume(healthy.bootstrap, topic, expected=total)
+    assert_exactly_once(stream, got, 1)

@@ -1,0 +1,224 @@
+"""Two real brokers and a real single-voter controller in one event loop: a classic topic
+replicated leader → follower over Kafka's Fetch, and the leader's Kafka APIs on it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.config import BrokerConfig
+from broker.node import Broker
+from controller.service import ControllerService, ControllerSettings
+from sluice.backends import coordinator_and_catalog, object_store
+from storage.classic.batches import walk
+from tests.e2e._batches import Record, build_batch
+from tests.unit.test_broker_controller_mode import call
+
+E = ErrorCode
+SECRET = "s"
+
+
+async def eventually(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def brokers(tmp_path: Path) -> AsyncIterator[list[Broker]]:
+    service = ControllerService(
+        ControllerSettings(
+            node_id=1,
+            voters={1: ("127.0.0.1", 0)},
+            host="127.0.0.1",
+            http_port=0,
+            data_dir=tmp_path / "controller",
+            secret=SECRET,
+            session_timeout_ms=2000,
+            raft_options={"fsync": False},
+        )
+    )
+    await service.start()
+    await service.wait_active()
+    nodes: list[Broker] = []
+    try:
+        for node_id in (1, 2):
+            config = BrokerConfig(
+                node_id=node_id,
+                port=0,
+                rack=f"az-{node_id}",
+                data_dir=str(tmp_path / f"b{node_id}"),
+                controller_quorum_bootstrap_servers=f"127.0.0.1:{service.http_port}",
+                controller_secret=SECRET,
+                broker_heartbeat_interval_ms=100,
+                broker_session_timeout_ms=2000,
+                replica_fetch_wait_max_ms=100,
+                replica_fetch_backoff_ms=50,
+            )
+            coordinator, catalog = coordinator_and_catalog(config)
+            node = Broker(config, object_store(config), coordinator, catalog)
+            await node.start()
+            nodes.append(node)
+        await eventually(lambda: all(len(n.endpoints()) == 2 for n in nodes))
+        yield nodes
+    finally:
+        for node in nodes:
+            await node.stop()
+        await service.stop()
+
+
+def produce_body(topic: str, records: bytes, acks: int = -1) -> dict[str, Any]:
+    return {
+        "transactional_id": None,
+        "acks": acks,
+        "timeout": 10_000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+    }
+
+
+def fetch_body(topic: str, offset: int, replica: int = -1) -> dict[str, Any]:
+    return {
+        "replica_id": replica,
+        "max_wait": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
+def batch(n: int) -> bytes:
+    return build_batch(
+        [Record(b"k", b"v%d" % i) for i in range(n)], base_timestamp_ms=int(time.time() * 1000)
+    )
+
+
+async def test_classic_topic_replicates_and_answers_kafka_apis(brokers: list[Broker]) -> None:
+    b1, b2 = brokers
+    created = await call(
+        b1,
+        19,
+        7,
+        {
+            "topics": [
+                {
+                    "name": "orders",
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [{"partition_index": 0, "broker_ids": [1, 2]}],
+                    "configs": [
+                        {"name": "diskless.enable", "value": "false"},
+                        {"name": "min.insync.replicas", "value": "2"},
+                    ],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        },
+    )
+    assert created.topics[0].error_code == E.none, created.topics[0].error_message
+    assert b1.classic is not None and b2.classic is not None
+    await eventually(lambda: b2.classic.partitions and b1.classic.partitions)
+    leader = next(iter(b1.classic.partitions.values()))
+    follower = next(iter(b2.classic.partitions.values()))
+    assert os.path.isdir(leader.log.dir) and leader.log.dir.endswith("orders-0")
+
+    # acks=all: answered once the follower (over a real Fetch) has the batch.
+    answer = await call(b1, 0, 9, produce_body("orders", batch(3)))
+    part = answer.responses[0].partition_responses[0]
+    assert (part.error_code, part.base_offset) == (E.none, 0)
+    assert follower.log.log_end_offset == 3
+    answer = await call(b1, 0, 9, produce_body("orders", batch(2)))
+    assert answer.responses[0].partition_responses[0].base_offset == 3
+    # Only the leader takes produce.
+    answer = await call(b2, 0, 9, produce_body("orders", batch(1)))
+    assert answer.responses[0].partition_responses[0].error_code == E.not_leader_or_follower
+
+    fetched = await call(b1, 1, 12, fetch_body("orders", 0))
+    p = fetched.responses[0].partitions[0]
+    assert p.error_code == E.none and p.high_watermark == 5
+    assert [(b.base_offset, b.last_offset) for b in walk(p.records)] == [(0, 2), (3, 4)]
+    # A broker that is not a replica cannot read as one; the follower's bytes equal the leader's.
+    spoofed = await call(b1, 1, 12, fetch_body("orders", 0, replica=9))
+    assert spoofed.responses[0].partitions[0].error_code == E.not_leader_or_follower
+    assert follower.log.read(0, 1 << 20) == leader.log.read(0, 1 << 20)
+
+    listed = await call(
+        b1,
+        2,
+        7,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": "orders",
+                    "partitions": [
+                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": t}
+                        for t in (-2, -1)
+                    ],
+                }
+            ],
+        },
+    )
+    assert [x.offset for x in listed.topics[0].partitions] == [0, 5]
+
+    epochs = await call(
+        b1,
+        23,
+        4,
+        {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": "orders",
+                    "partitions": [{"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}],
+                }
+            ],
+        },
+    )
+    e = epochs.topics[0].partitions[0]
+    assert (e.error_code, e.leader_epoch, e.end_offset) == (E.none, 0, 5)
+
+    deleted = await call(
+        b1,
+        21,
+        2,
+        {
+            "topics": [{"name": "orders", "partitions": [{"partition_index": 0, "offset": 3}]}],
+            "timeout": 5000,
+        },
+    )
+    assert deleted.topics[0].partitions[0].low_watermark == 3
+    # The follower learns the new log start from its next fetch answer.
+    await call(b1, 0, 9, produce_body("orders", batch(1)))
+    await eventually(lambda: follower.log.log_start_offset == 3)
+
+    # Deleting the topic deletes every replica's log.
+    await call(b1, 20, 6, {"topics": [{"name": "orders", "topic_id": None}], "timeout": 5000})
+    await eventually(
+        lambda: not os.path.exists(leader.log.dir) and not os.path.exists(follower.log.dir)
+    )

@@ -1,0 +1,283 @@
+"""A classic partition replica: leader appends, acks=all on the high watermark, follower
+progress, idempotent producers, min.insync.replicas, offsets, follower appends."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from broker.append import PartitionResult
+from broker.classic.partition import FOLLOWER, LEADER, ClassicPartition
+from broker.classic.producer_state import ProducerState
+from controller.image import PartitionState
+from protocol.records import parse_batches
+from storage.classic.batches import walk
+from storage.classic.log import Log, LogConfig
+from tests.e2e._batches import Record, build_batch
+
+TOPIC_ID = __import__("uuid").UUID(int=7)
+
+
+def records(n: int = 1, ts: int = 1_000, pid: int = -1, epoch: int = -1, seq: int = -1) -> bytes:
+    return build_batch(
+        [Record(b"k", b"v%d" % i) for i in range(n)],
+        base_timestamp_ms=ts,
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+
+
+def partition(tmp_path: Path, me: int = 1, name: str = "p") -> ClassicPartition:
+    plog = Log(str(tmp_path / name), LogConfig())
+    return ClassicPartition(TOPIC_ID, "t", 0, plog, me, lag_max_ms=1000)
+
+
+def lead(p: ClassicPartition, isr: tuple[int, ...] = (1, 2, 3), epoch: int = 1) -> None:
+    p.apply(PartitionState((1, 2, 3), isr, p.me, epoch, epoch), lambda _p: None)
+
+
+def produce(
+    p: ClassicPartition, data: bytes, acks: int = -1, min_isr: int = 1
+) -> PartitionResult | asyncio.Future[PartitionResult]:
+    view = memoryview(data)
+    return p.append(view, parse_batches(view, 1 << 20), False, acks, min_isr, 5_000)
+
+
+def test_acks_all_completes_when_every_isr_member_has_fetched(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p)
+        assert p.role == LEADER
+        waiting = produce(p, records(3))
+        assert isinstance(waiting, asyncio.Future) and not waiting.done()
+        # Consumers see nothing above the high watermark.
+        assert p.read(0, 1 << 20, -1) == (0, b"")
+        p.read(0, 1 << 20, 2)  # follower 2 fetches from 0: nothing replicated yet
+        p.read(3, 1 << 20, 2)  # follower 2 has everything
+        assert not waiting.done()
+        p.read(3, 1 << 20, 3)
+        assert waiting.done() and waiting.result() == PartitionResult(0, 0, -1, 0)
+        assert p.high_watermark == 3
+        error, data = p.read(0, 1 << 20, -1)
+        assert error == 0 and [(b.base_offset, b.last_offset) for b in walk(data)] == [(0, 2)]
+        # acks=1: answered after the local append, before replication.
+        assert produce(p, records(1), acks=1) == PartitionResult(0, 3, -1, 0)
+
+    asyncio.run(run())
+
+
+def test_min_insync_replicas_refuses_before_the_append(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p, isr=(1, 2))
+        assert produce(p, records(), min_isr=3) == PartitionResult(
+            int(ErrorCode.not_enough_replicas)
+        )
+        assert p.log.log_end_offset == 0
+        # acks=1 ignores min.insync.replicas, as in Kafka.
+        assert produce(p, records(), acks=1, min_isr=3).error == 0
+
+    asyncio.run(run())
+
+
+def test_isr_shrinking_while_waiting_answers_not_enough_replicas_after_append(
+    tmp_path: Path,
+) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p)
+        waiting = produce(p, records(), min_isr=3)
+        assert isinstance(waiting, asyncio.Future)
+        p.read(1, 1 << 20, 2)
+        # The controller removes 3 from the ISR: the HW passes the batch, ISR is short.
+        p.apply(PartitionState((1, 2, 3), (1, 2), 1, 1, 2), lambda _p: None)
+        assert waiting.result().error == ErrorCode.not_enough_replicas_after_append
+
+    asyncio.run(run())
+
+
+def test_not_leader_and_losing_leadership(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p)
+        waiting = produce(p, records())
+        assert isinstance(waiting, asyncio.Future)
+        p.apply(PartitionState((1, 2, 3), (1, 2, 3), 2, 2, 2), lambda _p: None)
+        assert p.role == FOLLOWER and p.needs_truncation
+        assert waiting.result().error == ErrorCode.not_leader_or_follower
+        assert produce(p, records()).error == ErrorCode.not_leader_or_follower
+        assert p.read(0, 100, 3)[0] == ErrorCode.not_leader_or_follower
+
+    asyncio.run(run())
+
+
+def test_idempotent_retry_is_not_appended_twice_and_gaps_are_refused(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p, isr=(1,))
+        assert produce(p, records(2, pid=9, epoch=0, seq=0)).base_offset == 0
+        assert produce(p, records(2, pid=9, epoch=0, seq=2)).base_offset == 2
+        # A retry of the first batch: its offset, nothing appended.
+        assert produce(p, records(2, pid=9, epoch=0, seq=0)) == PartitionResult(0, 0, -1, 0)
+        assert p.log.log_end_offset == 4
+        assert produce(p, records(1, pid=9, epoch=0, seq=7)).error == (
+            ErrorCode.out_of_order_sequence_number
+        )
+        # A fenced (older) epoch.
+        assert produce(p, records(1, pid=9, epoch=0, seq=4)).base_offset == 4
+        assert produce(p, records(1, pid=9, epoch=1, seq=0)).base_offset == 5
+        assert produce(p, records(1, pid=9, epoch=0, seq=5)).error == (
+            ErrorCode.invalid_producer_epoch
+        )
+        # The state survives a restart: rebuilt from the log.
+        p.log.close()
+        again = ClassicPartition(TOPIC_ID, "t", 0, Log(p.log.dir, LogConfig()), 1, 1000)
+        lead(again, isr=(1,), epoch=2)
+        assert produce(again, records(1, pid=9, epoch=1, seq=0)).base_offset == 5
+        assert again.log.log_end_offset == 6
+
+    asyncio.run(run())
+
+
+def test_follower_appends_the_leaders_batches_and_truncates(tmp_path: Path) -> None:
+    async def run() -> None:
+        leader = partition(tmp_path, 1, "leader")
+        lead(leader, isr=(1,))
+        for i in range(3):
+            produce(leader, records(2, ts=1_000 + i, pid=5, epoch=0, seq=2 * i))
+        follower = partition(tmp_path, 2, "follower")
+        follower.apply(PartitionState((1, 2, 3), (1,), 1, 1, 1), lambda _p: None)
+        assert follower.role == FOLLOWER
+        error, data = leader.read(0, 1 << 20, 2)
+        assert error == 0
+        follower.append_fetched(data, leader.high_watermark, 0)
+        assert follower.log.log_end_offset == 6 and follower.high_watermark == 6
+        assert follower.log.epochs.entries == [(1, 0)]
+        follower.truncate(2)
+        assert follower.log.log_end_offset == 2
+        # Producer state follows the truncation: seq 2 is next again, not a duplicate.
+        state: ProducerState = follower.producers
+        assert state.check(5, 0, 2, 3) == (None, -1)
+
+    asyncio.run(run())
+
+
+def test_list_offsets_by_time_and_latest_stop_at_the_high_watermark(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p, isr=(1,))
+        produce(p, records(2, ts=1_000))
+        produce(p, records(2, ts=2_000))
+        assert p.list_offset(-2) == (0, 0, -1)
+        assert p.list_offset(-1) == (0, 4, -1)
+        assert p.list_offset(1_500) == (0, 2, 2_000)
+        assert p.list_offset(-3) == (0, 2, 2_000)
+        assert p.list_offset(9_000) == (0, -1, -1)
+        assert p.end_offset_for(1) == (1, 4)
+
+    asyncio.run(run())
+
+
+def test_flush_ms_is_honoured_without_new_appends(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from broker.classic.replica_manager import ReplicaManager
+
+    async def run() -> None:
+        plog = Log(str(tmp_path / "f"), LogConfig(flush_ms=100))
+        p = ClassicPartition(TOPIC_ID, "t", 0, plog, 1, 1000)
+        lead(p, isr=(1,))
+        produce(p, records(1))
+        assert plog.unflushed == 1
+        manager = ReplicaManager.__new__(ReplicaManager)
+        manager.partitions = {(TOPIC_ID, 0): p}
+        manager.broker = SimpleNamespace()
+        assert manager.flush_due(plog.last_flush + 0.05) == 0
+        assert manager.flush_due(plog.last_flush + 0.2) == 1 and plog.unflushed == 0
+
+    asyncio.run(run())
+
+
+def test_a_returning_leader_cuts_its_divergent_tail_kip_279(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from broker.classic.replica_fetcher import ReplicaFetcher
+
+    async def run() -> None:
+        old = partition(tmp_path, 1, "old")  # leader at epoch 1
+        new = partition(tmp_path, 2, "new")
+        lead(old, isr=(1, 2), epoch=1)
+        new.apply(PartitionState((1, 2, 3), (1, 2), 1, 1, 1), lambda _p: None)
+        produce(old, records(3))
+        _, data = old.read(0, 1 << 20, 2)
+        new.append_fetched(data, 0, 0)
+        produce(old, records(3))  # offsets 3-5: never replicated (the old leader dies)
+        # Broker 2 leads at epoch 2 and writes offsets 3-4 of its own.
+        new.apply(PartitionState((1, 2, 3), (2,), 2, 2, 2), lambda _p: None)
+        assert new.role == LEADER
+        produce(new, records(2))
+        old.apply(PartitionState((1, 2, 3), (2,), 2, 2, 3), lambda _p: None)
+        assert old.role == FOLLOWER and old.needs_truncation
+
+        broker = SimpleNamespace(config=SimpleNamespace(replica_fetch_backoff_ms=10))
+        fetcher = ReplicaFetcher(SimpleNamespace(me=1, broker=broker), 2, "h", 1)  # type: ignore[arg-type]
+
+        async def ask(asks: list[tuple[ClassicPartition, int]]) -> dict:
+            return {(p.topic, p.index): (0, *new.end_offset_for(e)) for p, e in asks}
+
+        fetcher._ask_epochs = ask  # type: ignore[method-assign]
+        await fetcher._truncate([old])
+        assert old.log.log_end_offset == 3 and not old.needs_truncation
+        _, data = new.read(3, 1 << 20, 1)
+        old.append_fetched(data, 5, 0)
+        assert old.log.read(0, 1 << 20) == new.log.read(0, 1 << 20)
+        assert old.log.epochs.entries == [(1, 0), (2, 3)]
+
+    asyncio.run(run())
+
+
+def test_a_log_directory_is_kept_for_its_topic_and_cleared_for_a_namesake(tmp_path: Path) -> None:
+    import uuid
+    from types import SimpleNamespace
+
+    from broker.classic.replica_manager import ReplicaManager
+
+    async def run() -> None:
+        manager = ReplicaManager.__new__(ReplicaManager)
+        manager.me = 1
+        manager.broker = SimpleNamespace(
+            config=SimpleNamespace(data_dir=str(tmp_path), replica_lag_time_max_ms=1000)
+        )
+        p = manager._open(TOPIC_ID, "t", 0, LogConfig())
+        lead(p, isr=(1,))
+        produce(p, records(3))
+        p.close()
+        # Reopened for the same topic: the records are still there.
+        again = manager._open(TOPIC_ID, "t", 0, LogConfig())
+        assert again.log.log_end_offset == 3
+        again.close()
+        # A new topic of the same name (the old one deleted while this broker was away).
+        other = manager._open(uuid.uuid4(), "t", 0, LogConfig())
+        assert other.log.log_end_offset == 0
+        other.close()
+
+    asyncio.run(run())
+
+
+def test_the_high_watermark_survives_a_restart(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p)
+        produce(p, records(3), acks=1)
+        p.read(3, 1 << 20, 2)
+        p.read(3, 1 << 20, 3)
+        produce(p, records(2), acks=1)  # not replicated: above the high watermark
+        assert p.high_watermark == 3
+        p.close()
+        again = ClassicPartition(TOPIC_ID, "t", 0, Log(p.log.dir, LogConfig()), 1, 1000)
+        assert again.high_watermark == 3 and again.log.log_end_offset == 5
+
+    asyncio.run(run())
