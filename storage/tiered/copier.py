@@ -112,18 +112,23 @@ class SegmentCopier:
         partition: int,
         leader_epoch: int,
         upto: int,
-        log_start: int | None = None,
     ) -> list[RemoteSegment]:
         """One run of the leader's copy task: clean up copies that never finished, then
         copy every rolled segment after the tiered lineage whose records all lie below
         ``upto`` (exclusive: the high watermark or last stable offset, so nothing a
-        follower could still lose is tiered). ``log_start``: the partition's log start
-        when the local log's is not it (defaults to the local log's)."""
-        start_of_log = log.log_start_offset if log_start is None else log_start
+        follower could still lose is tiered). Nothing below the shared remote log start
+        is tiered again, whatever this replica's own log start."""
+        remote_start = await self.metadata.log_start(topic_id, partition)
+        start_of_log = max(log.log_start_offset, remote_start)
         segments = await self.metadata.list_segments(topic_id, partition)
         dangling = [s for s in segments if s.state is SegmentState.COPY_SEGMENT_STARTED]
         await self.deleter.delete_all(dangling)
-        line = lineage(history_of(log), segments, start_of_log)
+        line = lineage(history_of(log), segments, remote_start, leader_epoch)
+        if line.end >= 0 and log.log_start_offset > line.end + 1:
+            # Local retention removed offsets that were never tiered.
+            raise LocalGap(
+                f"tiered up to {line.end}, the local log starts at {log.log_start_offset}"
+            )
         next_offset = line.copy_from(start_of_log)
         copied: list[RemoteSegment] = []
         for segment in list(log.segments[:-1]):

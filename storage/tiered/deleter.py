@@ -18,7 +18,7 @@ from uuid import UUID
 from storage.object_store import ObjectStore
 
 from . import layout
-from .lineage import Lineage
+from .lineage import History, Lineage, lineage
 from .metadata import RemoteLogMetadataStore, RemoteSegment, SegmentState
 
 
@@ -61,6 +61,13 @@ def retention_plan(
     if new_start is None:
         return RetentionPlan(None, [])
     return RetentionPlan(new_start, [s for s in line.segments if s.end_offset < new_start])
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionRun:
+    log_start: int  # the remote log start after the run
+    expired: int  # segments deleted by retention (or wholly below the log start)
+    orphans: int  # segments of discarded lineages deleted
 
 
 class SegmentDeleter:
@@ -111,3 +118,30 @@ class SegmentDeleter:
         # Kafka keeps DELETE_SEGMENT_FINISHED in its metadata topic until compaction; here
         # the row itself goes, as nothing reads a deleted segment's metadata.
         await self.metadata.delete_segments([segment.segment_id])
+
+    async def enforce(
+        self,
+        history: History,
+        leader_epoch: int,
+        topic_id: UUID,
+        partition: int,
+        retention_ms: int,
+        retention_bytes: int,
+        local_only_bytes: int = 0,
+    ) -> RetentionRun:
+        """One run of the leader's expiration task (only the partition's leader runs it:
+        orphans are judged against its history, and segments copied in a newer epoch than
+        ``leader_epoch`` are left to the leader that knows them). The shared log start
+        moves first, so nothing reads the segments whose objects then go."""
+        await self.finish_pending(topic_id, partition)
+        start = await self.metadata.log_start(topic_id, partition)
+        segments = await self.metadata.list_segments(topic_id, partition)
+        line = lineage(history, segments, start, leader_epoch)
+        plan = retention_plan(
+            line, self._clock_ms(), retention_ms, retention_bytes, local_only_bytes
+        )
+        if plan.log_start is not None:
+            start = await self.metadata.advance_log_start(topic_id, partition, plan.log_start)
+        expired = await self.delete_all([*plan.delete, *line.below_start])
+        orphans = await self.delete_all(line.orphans)
+        return RetentionRun(start, expired, orphans)

@@ -113,29 +113,42 @@ class Lineage:
     # Wholly below the log start: retention's to delete, never served, never chained (a
     # leader elected with an older log start may have copied offsets retention had passed).
     below_start: list[RemoteSegment] = field(default_factory=list)
+    # Copied by a leader of a newer epoch than the one asking: this replica has been
+    # deposed and does not know it yet. Neither served nor deleted by it.
+    newer: list[RemoteSegment] = field(default_factory=list)
 
     def copy_from(self, log_start: int) -> int:
         """Where copying resumes: right after the tiered lineage, else the log start."""
         return max(self.end + 1, log_start) if self.end >= 0 else log_start
 
 
-def lineage(history: History, segments: Iterable[RemoteSegment], log_start: int = 0) -> Lineage:
-    """The lineage of ``history`` among ``segments``, from ``log_start`` on."""
+def lineage(
+    history: History,
+    segments: Iterable[RemoteSegment],
+    log_start: int = 0,
+    leader_epoch: int | None = None,
+) -> Lineage:
+    """The lineage of ``history`` among ``segments``, from ``log_start`` on. With the
+    asking leader's ``leader_epoch``, segments copied in a newer epoch are set apart
+    (``newer``) instead of being taken for orphans."""
     ours: list[RemoteSegment] = []
     orphans: list[RemoteSegment] = []
     below: list[RemoteSegment] = []
+    newer: list[RemoteSegment] = []
     # The history's epoch ranges once, not once per segment (a leader re-evaluates its
     # lineage on every copy and every become-leader).
     ranges = history.ranges()
     for s in _finished(segments):
-        if s.end_offset < log_start:
+        if leader_epoch is not None and s.leader_epoch > leader_epoch:
+            newer.append(s)
+        elif s.end_offset < log_start:
             below.append(s)
         elif history.epochs and _in_ranges(s, ranges, history.epochs[0]):
             ours.append(s)
         else:
             orphans.append(s)
     if not ours:
-        return Lineage(orphans=orphans, below_start=below)
+        return Lineage(orphans=orphans, below_start=below, newer=newer)
     chained: list[RemoteSegment] = []
     beyond: list[RemoteSegment] = []
     start, end = ours[0].start_offset, ours[0].start_offset - 1
@@ -145,7 +158,7 @@ def lineage(history: History, segments: Iterable[RemoteSegment], log_start: int 
             continue
         chained.append(s)
         end = max(end, s.end_offset)
-    return Lineage(chained, orphans, beyond, start, end, below)
+    return Lineage(chained, orphans, beyond, start, end, below, newer)
 
 
 def segment_for(line: Lineage, offset: int) -> RemoteSegment | None:

@@ -146,4 +146,18 @@ class RemoteLogMetadataStore(ABC):
 
     @abstractmethod
     async def delete_topics(self, topic_ids: Sequence[UUID]) -> int:
-        """Forget every segment of these (deleted) topics; returns how many."""
+        """Forget every segment and log start of these (deleted) topics; returns how many
+        segments."""
+
+    @abstractmethod
+    async def log_start(self, topic_id: UUID, partition: int) -> int:
+        """The partition's remote log start offset (0 when never set)."""
+
+    @abstractmethod
+    async def advance_log_start(self, topic_id: UUID, partition: int, offset: int) -> int:
+        """Move the remote log start up to ``offset`` (never down); returns it after.
+
+        Kept here, shared by every leader, and not only in a leader's local log: a replica
+        elected with an older log start (unclean election) must not tier again offsets
+        retention already deleted, which would leave a hole in the lineage below the
+        offsets retention kept (found by the lineage simulator)."""

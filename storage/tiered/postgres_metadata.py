@@ -47,8 +47,18 @@ _DELETE = (
     " RETURNING 1) SELECT count(*) FROM d"
 )
 _DELETE_TOPICS = (
-    "WITH d AS (DELETE FROM remote_log_segments WHERE topic_id = ANY($1::uuid[])"
+    "WITH s AS (DELETE FROM remote_log_starts WHERE topic_id = ANY($1::uuid[])),"
+    " d AS (DELETE FROM remote_log_segments WHERE topic_id = ANY($1::uuid[])"
     " RETURNING 1) SELECT count(*) FROM d"
+)
+_LOG_START = (
+    "SELECT coalesce((SELECT log_start FROM remote_log_starts"
+    " WHERE topic_id = $1 AND partition = $2), 0)"
+)
+_ADVANCE = (
+    "INSERT INTO remote_log_starts AS r (topic_id, partition, log_start) VALUES ($1, $2, $3)"
+    " ON CONFLICT (topic_id, partition) DO UPDATE"
+    " SET log_start = greatest(r.log_start, excluded.log_start) RETURNING log_start"
 )
 
 
@@ -147,3 +157,12 @@ class PostgresRemoteLogMetadata(PoolUser, RemoteLogMetadataStore):
             return 0
         row = await self._pool.fetchrow(_DELETE_TOPICS, list(set(topic_ids)), write=True)
         return int(row[0]) if row is not None else 0
+
+    async def log_start(self, topic_id: UUID, partition: int) -> int:
+        row = await self._pool.fetchrow(_LOG_START, topic_id, partition, write=False)
+        return int(row[0]) if row is not None else 0
+
+    async def advance_log_start(self, topic_id: UUID, partition: int, offset: int) -> int:
+        row = await self._pool.fetchrow(_ADVANCE, topic_id, partition, max(offset, 0), write=True)
+        assert row is not None
+        return int(row[0])

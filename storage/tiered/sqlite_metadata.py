@@ -40,6 +40,12 @@ MIGRATIONS: list[list[str]] = [
         # Every read is one partition's segments in offset order.
         "CREATE INDEX remote_log_segments_partition"
         " ON remote_log_segments (topic_id, partition, start_offset)",
+        """CREATE TABLE remote_log_starts (
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            log_start INTEGER NOT NULL,
+            PRIMARY KEY (topic_id, partition)
+        ) WITHOUT ROWID""",
     ],
 ]
 
@@ -114,6 +120,12 @@ class SqliteRemoteLogMetadata(SqliteUser, RemoteLogMetadataStore):
         ids = [(i.bytes,) for i in set(topic_ids)]
         return await self._write(_delete_topics, ids) if ids else 0
 
+    async def log_start(self, topic_id: UUID, partition: int) -> int:
+        return await self._read(_log_start, topic_id.bytes, partition)
+
+    async def advance_log_start(self, topic_id: UUID, partition: int, offset: int) -> int:
+        return await self._write(_advance, topic_id.bytes, partition, offset)
+
 
 def _add(cur: sqlite3.Cursor, row: tuple[Any, ...]) -> None:
     try:
@@ -161,4 +173,24 @@ def _delete(cur: sqlite3.Cursor, ids: list[tuple[bytes]]) -> int:
 
 def _delete_topics(cur: sqlite3.Cursor, ids: list[tuple[bytes]]) -> int:
     cur.executemany("DELETE FROM remote_log_segments WHERE topic_id = ?", ids)
-    return cur.rowcount if cur.rowcount >= 0 else 0
+    deleted = cur.rowcount if cur.rowcount >= 0 else 0
+    cur.executemany("DELETE FROM remote_log_starts WHERE topic_id = ?", ids)
+    return deleted
+
+
+def _log_start(cur: sqlite3.Cursor, topic_id: bytes, partition: int) -> int:
+    row = cur.execute(
+        "SELECT log_start FROM remote_log_starts WHERE topic_id = ? AND partition = ?",
+        (topic_id, partition),
+    ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _advance(cur: sqlite3.Cursor, topic_id: bytes, partition: int, offset: int) -> int:
+    row = cur.execute(
+        "INSERT INTO remote_log_starts (topic_id, partition, log_start) VALUES (?, ?, ?)"
+        " ON CONFLICT (topic_id, partition) DO UPDATE"
+        " SET log_start = max(log_start, excluded.log_start) RETURNING log_start",
+        (topic_id, partition, max(offset, 0)),
+    ).fetchone()
+    return int(row[0])

@@ -158,9 +158,9 @@ async def test_list_filters_by_offset_and_state(store: RemoteLogMetadataStore) -
     assert await store.list_segments(T1, 0, from_offset=200) == [c]
     assert await store.list_segments(T1, 0, from_offset=250) == []
     assert await store.list_segments(T1, 0, states=[S.COPY_SEGMENT_STARTED]) == [a, c]
-    assert await store.list_segments(
-        T1, 0, from_offset=50, states=[S.COPY_SEGMENT_FINISHED]
-    ) == [b.with_state(S.COPY_SEGMENT_FINISHED, NOW)]
+    assert await store.list_segments(T1, 0, from_offset=50, states=[S.COPY_SEGMENT_FINISHED]) == [
+        b.with_state(S.COPY_SEGMENT_FINISHED, NOW)
+    ]
 
 
 async def test_delete_segments_and_topics(store: RemoteLogMetadataStore) -> None:
@@ -174,6 +174,16 @@ async def test_delete_segments_and_topics(store: RemoteLogMetadataStore) -> None
     assert await store.delete_topics([T2]) == 2
     assert await store.list_segments(T2, 0) == [] and await store.list_segments(T2, 1) == []
     assert await store.list_segments(T1, 0) == [b]
+
+
+async def test_the_log_start_only_moves_up(store: RemoteLogMetadataStore) -> None:
+    assert await store.log_start(T1, 0) == 0
+    assert await store.advance_log_start(T1, 0, 100) == 100
+    assert await store.advance_log_start(T1, 0, 40) == 100
+    assert await store.advance_log_start(T1, 1, 7) == 7
+    assert (await store.log_start(T1, 0), await store.log_start(T1, 1)) == (100, 7)
+    await store.delete_topics([T1])
+    assert await store.log_start(T1, 0) == 0
 
 
 async def test_two_stores_see_one_database(make: Callable[[], RemoteLogMetadataStore]) -> None:
@@ -233,6 +243,8 @@ async def test_postgresql_one_round_trip_per_operation(postgres_dsn: str) -> Non
         await store.list_segments(T1, 0, from_offset=5, states=[S.COPY_SEGMENT_FINISHED])
         await store.delete_segments([a.segment_id])
         await store.delete_topics([T1])
-        assert len(sent) == 5
+        await store.advance_log_start(T1, 0, 5)
+        await store.log_start(T1, 0)
+        assert len(sent) == 7
     finally:
         await store.close()

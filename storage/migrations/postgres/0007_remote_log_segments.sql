@@ -17,3 +17,10 @@ CREATE TABLE remote_log_segments (
 );
 -- Every read is one partition's segments in offset order.
 CREATE INDEX remote_log_segments_partition ON remote_log_segments (topic_id, partition, start_offset);
+-- The remote log start per partition, shared by every leader (retention moves it up only).
+CREATE TABLE remote_log_starts (
+    topic_id uuid NOT NULL,
+    partition integer NOT NULL,
+    log_start bigint NOT NULL,
+    PRIMARY KEY (topic_id, partition)
+);

@@ -229,7 +229,9 @@ class Sim:
 
     def check(self) -> None:
         leader = self.replicas[self.leader]
-        line = lineage(leader.history, self.segments.values(), self.start_of(leader))
+        line = lineage(leader.history, self.segments.values(), self.start_of(leader), self.epoch)
+        if line.newer:
+            self.fail(f"segments newer than the current epoch: {line.newer}")
         finished = [
             s
             for s in self.segments.values()

@@ -181,10 +181,44 @@ async def test_a_deposed_copier_cannot_finish(env: Env) -> None:
 
 async def test_local_gap_is_refused(env: Env) -> None:
     fill(env.log, 60, epoch=0)
+    first = env.log.segments[0]
+    await env.copier.copy_rolled(env.log, TOPIC, 0, 0, first.next_offset)
+    # Local retention runs ahead of tiering: offsets never tiered are gone.
     env.log.delete_records(env.log.segments[2].base_offset)
     with pytest.raises(LocalGap):
-        # The partition's log start is still 0 (nothing tiered), but local segments are gone.
-        await env.copier.copy_rolled(env.log, TOPIC, 0, 0, env.log.log_end_offset, log_start=0)
+        await env.copier.copy_rolled(env.log, TOPIC, 0, 0, env.log.log_end_offset)
+
+
+async def test_nothing_below_the_shared_log_start_is_tiered_again(env: Env) -> None:
+    fill(env.log, 60, epoch=0)
+    # Retention by another leader moved the remote log start past this replica's start.
+    second = env.log.segments[1]
+    await env.meta.advance_log_start(TOPIC, 0, second.base_offset)
+    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 0, env.log.log_end_offset)
+    assert copied[0].start_offset == second.base_offset
+
+
+async def test_enforce_moves_the_log_start_then_deletes(env: Env) -> None:
+    fill(env.log, 60, epoch=2)
+    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 2, env.log.log_end_offset)
+    orphan = RemoteSegment(
+        TOPIC, 0, uuid.uuid4(), 0, 5, NOW, 1, ((1, 0),), 10, 9, SegmentState.COPY_SEGMENT_STARTED
+    )
+    newer = RemoteSegment(
+        TOPIC, 0, uuid.uuid4(), 0, 5, NOW, 7, ((7, 0),), 10, 9, SegmentState.COPY_SEGMENT_STARTED
+    )
+    for s in (orphan, newer):
+        await env.meta.add_segment(s)
+        await env.meta.update_state(s.segment_id, SegmentState.COPY_SEGMENT_FINISHED, NOW)
+    deleter = SegmentDeleter(env.store, env.meta, clock_ms=lambda: NOW)
+    # retention.bytes: keep the last two segments.
+    keep = copied[-1].size + copied[-2].size
+    run = await deleter.enforce(history_of(env.log), 2, TOPIC, 0, -1, keep)
+    assert run.orphans == 1 and run.expired == len(copied) - 2
+    assert run.log_start == copied[-2].start_offset == await env.meta.log_start(TOPIC, 0)
+    left = {s.segment_id for s in await env.meta.list_segments(TOPIC, 0)}
+    # The segment of a newer leader is left alone: this one may be deposed.
+    assert left == {copied[-2].segment_id, copied[-1].segment_id, newer.segment_id}
 
 
 async def test_orphans_and_retention_are_deleted(env: Env) -> None:
