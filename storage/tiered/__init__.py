@@ -9,4 +9,5 @@ brokers yet.
 - ``copier``: copies a rolled local segment (log, indexes, epoch vector) to the object store.
 - ``deleter``: deletes remote segments (retention, orphans, leftover copy attempts).
 - ``reader``: reads record batches at an offset from a remote segment by ranged reads.
+- ``follower``: starts a follower's local log after the tiered lineage, adopting its epochs.
 """

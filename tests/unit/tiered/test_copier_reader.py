@@ -19,7 +19,8 @@ from storage.object_store import ObjectStore, ObjectStoreError
 from storage.tiered import layout
 from storage.tiered.copier import CopyFenced, LocalGap, SegmentCopier, history_of
 from storage.tiered.deleter import SegmentDeleter, retention_plan
-from storage.tiered.lineage import lineage, segment_for
+from storage.tiered.follower import start_from_remote
+from storage.tiered.lineage import follower_start, lineage, segment_for
 from storage.tiered.metadata import RemoteSegment, SegmentState
 from storage.tiered.reader import RemoteReader
 from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
@@ -259,3 +260,22 @@ async def test_an_interrupted_deletion_is_finished(env: Env) -> None:
     assert await deleter.finish_pending(TOPIC, 0) == 1
     assert await env.meta.list_segments(TOPIC, 0) == copied[1:]
     assert set(layout.keys(copied[0])).isdisjoint(await env.objects())
+
+
+async def test_a_follower_starts_after_the_tiered_lineage(env: Env, tmp_path: Path) -> None:
+    fill(env.log, 30, epoch=0)
+    fill(env.log, 30, epoch=4)
+    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 4, env.log.log_end_offset)
+    follower = Log(str(tmp_path / "follower"), LogConfig(segment_bytes=2000))
+    start = follower_start(history_of(env.log), copied)
+    assert start_from_remote(follower, start)
+    assert follower.log_start_offset == follower.log_end_offset == copied[-1].end_offset + 1
+    assert follower.epochs.entries == [e for e in env.log.epochs.entries if e[1] < start.offset]
+    # It replicates the rest from the leader; as a leader later, the tiered segments are
+    # its lineage and it copies after them.
+    follower.append_as_follower(env.log.read(start.offset, 1 << 30))
+    assert follower.log_end_offset == env.log.log_end_offset
+    line = lineage(history_of(follower), copied)
+    assert line.segments == copied and line.copy_from(follower.log_start_offset) == start.offset
+    assert not start_from_remote(follower, start)  # already there
+    follower.close()
