@@ -16,9 +16,10 @@ tests/unit/test_remote_log_metadata_contract.py.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 from uuid import UUID
 
 
@@ -161,3 +162,28 @@ class RemoteLogMetadataStore(ABC):
         elected with an older log start (unclean election) must not tier again offsets
         retention already deleted, which would leave a hole in the lineage below the
         offsets retention kept (found by the lineage simulator)."""
+
+
+def segment_from_row(row: Sequence[Any], uuid_of: Callable[[Any], UUID]) -> RemoteSegment:
+    """A segment from a row of the backends' common column order; ``uuid_of`` turns the
+    backend's stored id (SQLite bytes, asyncpg's UUID) into a plain UUID."""
+    return RemoteSegment(
+        uuid_of(row[0]),
+        row[1],
+        uuid_of(row[2]),
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        decode_epochs(row[7]),
+        row[8],
+        row[9],
+        SegmentState(row[10]),
+        row[11],
+    )
+
+
+def check_new(segment: RemoteSegment) -> None:
+    """A segment enters the store only as a copy just begun."""
+    if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
+        raise ValueError("a segment is added in COPY_SEGMENT_STARTED")

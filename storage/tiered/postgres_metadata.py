@@ -16,9 +16,10 @@ from .metadata import (
     RemoteSegment,
     SegmentExists,
     SegmentState,
-    decode_epochs,
+    check_new,
     encode_epochs,
     predecessors,
+    segment_from_row,
 )
 
 _COLUMNS = (
@@ -64,20 +65,7 @@ _ADVANCE = (
 
 def _segment(row: asyncpg.Record) -> RemoteSegment:
     # asyncpg hands back its own UUID subclass; keep the plain one callers compare with.
-    return RemoteSegment(
-        UUID(bytes=row[0].bytes),
-        row[1],
-        UUID(bytes=row[2].bytes),
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        decode_epochs(row[7]),
-        row[8],
-        row[9],
-        SegmentState(row[10]),
-        row[11],
-    )
+    return segment_from_row(row, lambda v: UUID(bytes=v.bytes))
 
 
 class PostgresRemoteLogMetadata(PoolUser, RemoteLogMetadataStore):
@@ -101,8 +89,7 @@ class PostgresRemoteLogMetadata(PoolUser, RemoteLogMetadataStore):
         return self._pool
 
     async def add_segment(self, segment: RemoteSegment) -> None:
-        if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
-            raise ValueError("a segment is added in COPY_SEGMENT_STARTED")
+        check_new(segment)
         s = segment
         row = await self._pool.fetchrow(
             _ADD,

@@ -15,9 +15,10 @@ from .metadata import (
     RemoteSegment,
     SegmentExists,
     SegmentState,
-    decode_epochs,
+    check_new,
     encode_epochs,
     predecessors,
+    segment_from_row,
 )
 
 MIGRATIONS: list[list[str]] = [
@@ -56,20 +57,7 @@ _COLUMNS = (
 
 
 def _segment(row: tuple[Any, ...]) -> RemoteSegment:
-    return RemoteSegment(
-        UUID(bytes=row[0]),
-        row[1],
-        UUID(bytes=row[2]),
-        row[3],
-        row[4],
-        row[5],
-        row[6],
-        decode_epochs(row[7]),
-        row[8],
-        row[9],
-        SegmentState(row[10]),
-        row[11],
-    )
+    return segment_from_row(row, lambda v: UUID(bytes=v))
 
 
 class SqliteRemoteLogMetadata(SqliteUser, RemoteLogMetadataStore):
@@ -77,8 +65,7 @@ class SqliteRemoteLogMetadata(SqliteUser, RemoteLogMetadataStore):
         super().__init__(path, "remote_log", MIGRATIONS, "sluice-remote-log")
 
     async def add_segment(self, segment: RemoteSegment) -> None:
-        if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
-            raise ValueError("a segment is added in COPY_SEGMENT_STARTED")
+        check_new(segment)
         s = segment
         row = (
             s.topic_id.bytes,
