@@ -30,8 +30,10 @@ from .records import (
     RemoveAccessControlEntry,
     RemoveTopic,
     RemoveUserScramCredential,
+    TieringPartitionDisabled,
     Topic,
     TopicConfig,
+    TopicTiering,
     UnfenceBroker,
     UnregisterBroker,
     UserScramCredential,
@@ -97,6 +99,8 @@ class TopicImage:
     topic_id: UUID
     configs: dict[str, str] = field(default_factory=dict)
     partitions: dict[int, PartitionState] = field(default_factory=dict)
+    # Tiered storage (see the block at the end): None until a TopicTiering record.
+    tiering: TieringState | None = None
 
     @property
     def diskless(self) -> bool:
@@ -105,7 +109,9 @@ class TopicImage:
 
     def copy(self) -> TopicImage:
         # PartitionState is immutable: copying the dicts is a full copy.
-        return TopicImage(self.name, self.topic_id, dict(self.configs), dict(self.partitions))
+        return TopicImage(
+            self.name, self.topic_id, dict(self.configs), dict(self.partitions), self.tiering
+        )
 
 
 def _check_partition(where: str, p: PartitionState) -> None:
@@ -404,6 +410,7 @@ class MetadataImage:
                         p.removing_replicas,
                     )
                 )
+            out.extend(_tiering_snapshot(topic))
         out.extend(_authorization_snapshot(self))
         out.extend(self._scram_snapshot())
         return out
@@ -519,5 +526,73 @@ _HANDLERS.update(
         AccessControlEntry: _apply_acl,
         RemoveAccessControlEntry: _remove_acl,
         ClientQuota: _apply_quota,
+    }
+)
+
+
+# --- tiered storage of classic topics: KIP-950 disablement -------------------------------------
+# (records.TopicTiering / TieringPartitionDisabled; decisions in controller.tiering.)
+TIERING_ENABLED = "ENABLED"
+TIERING_DISABLING = "DISABLING"
+TIERING_DISABLED = "DISABLED"
+TIERING_STATES = (TIERING_ENABLED, TIERING_DISABLING, TIERING_DISABLED)
+TIERING_POLICIES = ("retain", "delete")
+# The moves a tiering state may make; a snapshot sets any state on a topic without one.
+_TIERING_MOVES = {
+    TIERING_ENABLED: (TIERING_DISABLING,),
+    TIERING_DISABLING: (TIERING_DISABLED,),
+    TIERING_DISABLED: (TIERING_ENABLED,),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TieringState:
+    state: str
+    generation: int
+    policy: str = "retain"
+    done: frozenset[int] = frozenset()  # partitions done disabling (while DISABLING)
+
+
+def _apply_topic_tiering(image: MetadataImage, r: TopicTiering) -> None:
+    topic = image._existing_topic(r.topic_id, "TopicTiering")
+    if r.state not in TIERING_STATES or r.policy not in TIERING_POLICIES:
+        raise ImageError(f"TopicTiering: bad state {r.state!r} or policy {r.policy!r}")
+    old = topic.tiering
+    if old is not None:
+        if r.state not in _TIERING_MOVES[old.state]:
+            raise ImageError(f"TopicTiering {topic.name}: {old.state} cannot become {r.state}")
+        # A new period (ENABLED) has a newer generation; the end of one keeps its own.
+        want = old.generation + 1 if r.state == TIERING_ENABLED else old.generation
+        if r.generation != want:
+            raise ImageError(f"TopicTiering {topic.name}: generation {r.generation}, not {want}")
+    topic.tiering = TieringState(r.state, r.generation, r.policy)
+
+
+def _apply_partition_disabled(image: MetadataImage, r: TieringPartitionDisabled) -> None:
+    topic = image._existing_topic(r.topic_id, "TieringPartitionDisabled")
+    t = topic.tiering
+    if r.partition not in topic.partitions:
+        raise ImageError(f"TieringPartitionDisabled: unknown partition {topic.name}-{r.partition}")
+    if t is None or t.state != TIERING_DISABLING or t.generation != r.generation:
+        raise ImageError(
+            f"TieringPartitionDisabled {topic.name}-{r.partition}: not disabling generation "
+            f"{r.generation}"
+        )
+    topic.tiering = replace(t, done=t.done | {r.partition})
+
+
+def _tiering_snapshot(topic: TopicImage) -> list[Record]:
+    t = topic.tiering
+    if t is None:
+        return []
+    out: list[Record] = [TopicTiering(topic.topic_id, t.state, t.generation, t.policy)]
+    out.extend(TieringPartitionDisabled(topic.topic_id, p, t.generation) for p in sorted(t.done))
+    return out
+
+
+_HANDLERS.update(
+    {
+        TopicTiering: _apply_topic_tiering,
+        TieringPartitionDisabled: _apply_partition_disabled,
     }
 )

@@ -54,6 +54,7 @@ from .requests import (
     Outcome,
     RegistrationResult,
 )
+from .tiering import TieringAdmin
 from .topic_admin import OK, TopicAdmin
 
 
@@ -86,7 +87,7 @@ class ControllerConfig:
     classic_topics: bool = False
 
 
-class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin):
+class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin, TieringAdmin):
     """The whole API: broker lifecycle here; topics, reassignments and classic partitions'
     ISR changes from the mixins."""
 

@@ -230,6 +230,42 @@ class RemoveUserScramCredential:
 # --- end of authentication records ------------------------------------------------------------
 
 
+# --- tiered storage of classic topics: KIP-950 disablement ------------------------------------
+# A topic's tiering state, so that disabling tiered storage (remote.storage.enable=false)
+# survives controller failover: the DISABLING state and the partitions done are in the log,
+# and a new active controller asks the leaders of the partitions not done again.
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTiering:
+    """Sets a topic's tiering state: ENABLED (a new tiering period, ``generation`` one more
+    than the last), DISABLING (remote data being retained read-only or deleted per
+    ``policy``), DISABLED (every partition done). DISABLING and DISABLED keep the
+    generation of the period they end, so a completion from an older period never counts."""
+
+    TYPE: ClassVar[str] = "TopicTiering"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+    state: str  # ENABLED | DISABLING | DISABLED
+    generation: int
+    policy: str = "retain"  # retain | delete: what disabling does with the remote data
+
+
+@dataclass(frozen=True, slots=True)
+class TieringPartitionDisabled:
+    """One partition's leader finished the disablement of ``generation`` (stopped copying;
+    deleted the remote data under the delete policy)."""
+
+    TYPE: ClassVar[str] = "TieringPartitionDisabled"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+    partition: int
+    generation: int
+
+
+# --- end of tiered storage records -------------------------------------------------------------
+
+
 Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     RegisterBroker,
     UnregisterBroker,
@@ -246,6 +282,8 @@ Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     ClientQuota,
     UserScramCredential,
     RemoveUserScramCredential,
+    TopicTiering,
+    TieringPartitionDisabled,
 ]
 
 RECORD_TYPES: dict[str, type] = {cls.TYPE: cls for cls in typing.get_args(Record)}

@@ -40,6 +40,8 @@ from .requests import (
     Outcome,
     TopicResult,
 )
+from .tiering import config_error as tiering_config_error
+from .tiering import tiering_records
 
 if TYPE_CHECKING:
     from .logic import ControllerConfig
@@ -243,6 +245,9 @@ class TopicAdmin:
                 "topics, every topic is diskless with a replication factor managed by the "
                 "controller"
             )
+        if creating:
+            present = {k: v for k, v in configs.items() if v is not None}
+            return tiering_config_error(present, self._diskless(configs))
         return None
 
     def delete_topics(
@@ -434,9 +439,14 @@ class TopicAdmin:
                     )
                 )
                 continue
+            tiering = tiering_records(topic, changes)
+            if isinstance(tiering, str):
+                results.append(TopicResult(res.name, ErrorCode.invalid_config, tiering))
+                continue
             for key, value in sorted(changes.items()):
                 if topic.configs.get(key) != value:
                     records.append(TopicConfig(topic.topic_id, key, value))
+            records += tiering
             results.append(TopicResult(res.name, OK))
         return Outcome([] if validate_only else records, results)
 

@@ -20,8 +20,10 @@ from controller.records import (
     RemoveAccessControlEntry,
     RemoveTopic,
     RemoveUserScramCredential,
+    TieringPartitionDisabled,
     Topic,
     TopicConfig,
+    TopicTiering,
     UnfenceBroker,
     UnregisterBroker,
     UserScramCredential,
@@ -60,6 +62,11 @@ SAMPLES += [
     RemoveAccessControlEntry(uuid.UUID(int=9)),
     ClientQuota(("client-id", "user"), (None, "alice"), "producer_byte_rate", "1024.0"),
     ClientQuota(("user",), ("alice",), "producer_byte_rate", None),
+]
+# Tiered storage (KIP-950 disablement).
+SAMPLES += [
+    TopicTiering(TID, "DISABLING", 2, "delete"),
+    TieringPartitionDisabled(TID, 0, 2),
 ]
 
 

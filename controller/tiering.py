@@ -1,0 +1,204 @@
+"""Tiered storage of classic topics, the controller's side: the topic configs and the
+KIP-950 disablement state machine (records ``TopicTiering`` / ``TieringPartitionDisabled``,
+applied in ``controller.image``).
+
+    remote.storage.enable=true ──► ENABLED (generation g)
+    remote.storage.enable=false ──► DISABLING (g, policy)
+        ── every partition's leader reported done ──► DISABLED (g)
+    remote.storage.enable=true again (from DISABLED only) ──► ENABLED (g + 1)
+
+Policy when disabling: ``remote.log.disable.policy=retain|delete`` (KIP-950; retain, the
+default, stops copying and keeps the remote data readable until retention deletes it;
+delete deletes it), or Kafka 3.9's spelling ``remote.log.delete.on.disable=true`` (delete).
+Kafka 3.9's ``remote.log.copy.disable=true`` (tiering on, copying off, remote data
+readable) is a plain config: no state change. Re-enabling is refused while DISABLING (the
+remote data would be both deleted and copied to), as KIP-950 says.
+
+The state lives in the metadata log, so a new active controller knows every DISABLING
+topic and the partitions not done (``tiering_pending``) and asks their leaders again, as
+Kafka's controller does for topic deletion. Brokers do not act on it yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from .image import (
+    TIERING_DISABLED,
+    TIERING_DISABLING,
+    TIERING_ENABLED,
+    MetadataImage,
+    TopicImage,
+)
+from .records import Record, TieringPartitionDisabled, TopicTiering
+from .requests import ErrorResult, Outcome
+
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"
+DISABLE_POLICY = "remote.log.disable.policy"
+DELETE_ON_DISABLE = "remote.log.delete.on.disable"  # Kafka 3.9
+COPY_DISABLE = "remote.log.copy.disable"  # Kafka 3.9
+LOCAL_RETENTION_MS = "local.retention.ms"
+LOCAL_RETENTION_BYTES = "local.retention.bytes"
+# Kafka's defaults, for checks of keys a topic does not override.
+_DEFAULTS = {
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    LOCAL_RETENTION_MS: "-2",
+    LOCAL_RETENTION_BYTES: "-2",
+    "cleanup.policy": "delete",
+}
+_TIERING_KEYS = (
+    REMOTE_STORAGE_ENABLE,
+    DISABLE_POLICY,
+    DELETE_ON_DISABLE,
+    COPY_DISABLE,
+    LOCAL_RETENTION_MS,
+    LOCAL_RETENTION_BYTES,
+)
+
+
+def _true(value: str | None) -> bool:
+    return value is not None and value.strip().lower() == "true"
+
+
+def tiering_enabled(topic: TopicImage) -> bool:
+    """Whether the topic tiers now (copying may still be off: remote.log.copy.disable)."""
+    if topic.tiering is not None:
+        return topic.tiering.state == TIERING_ENABLED
+    return _true(topic.configs.get(REMOTE_STORAGE_ENABLE))
+
+
+def config_error(configs: Mapping[str, str | None], diskless: bool) -> str | None:
+    """Checks of the tiering keys of a topic's whole configuration (its overrides after the
+    change); None when they are fine."""
+    if not any(k in configs for k in _TIERING_KEYS):
+        return None
+
+    def get(key: str) -> str:
+        value = configs.get(key)
+        return _DEFAULTS.get(key, "") if value is None else value
+
+    policy = configs.get(DISABLE_POLICY)
+    if policy is not None and policy.strip().lower() not in ("retain", "delete"):
+        return f"Invalid value {policy} for configuration {DISABLE_POLICY}: retain or delete"
+    if (
+        policy is not None
+        and policy.strip().lower() == "retain"
+        and _true(configs.get(DELETE_ON_DISABLE))
+    ):
+        return f"{DISABLE_POLICY}=retain contradicts {DELETE_ON_DISABLE}=true"
+    if not _true(configs.get(REMOTE_STORAGE_ENABLE)):
+        return None
+    if diskless:
+        return (
+            "remote.storage.enable=true is not supported on a diskless topic: its data already "
+            "lives in object storage"
+        )
+    if "compact" in get("cleanup.policy"):
+        return "Remote log storage is unsupported for the compacted topics"
+    # Kafka's checks: the local part of the log cannot outlive the whole log (-2: the same
+    # as the whole, -1: unlimited, only if the whole is unlimited too).
+    for local_key, whole_key in (
+        (LOCAL_RETENTION_MS, "retention.ms"),
+        (LOCAL_RETENTION_BYTES, "retention.bytes"),
+    ):
+        try:
+            local, whole = int(get(local_key)), int(get(whole_key))
+        except ValueError:
+            return f"{local_key} and {whole_key} must be integers"
+        if local == -2:
+            continue
+        if local == -1 and whole != -1:
+            return f"Value must not be -1 as {whole_key} value is set as {whole}."
+        if whole != -1 and local > whole:
+            return f"Value must not be more than {whole_key} property value: {whole}"
+    return None
+
+
+def disable_policy(configs: Mapping[str, str | None]) -> str:
+    policy = (configs.get(DISABLE_POLICY) or "retain").strip().lower()
+    return "delete" if policy == "delete" or _true(configs.get(DELETE_ON_DISABLE)) else policy
+
+
+def tiering_records(topic: TopicImage, changes: Mapping[str, str | None]) -> list[Record] | str:
+    """The tiering records an IncrementalAlterConfigs of ``topic`` needs, or the reason it
+    is refused (INVALID_CONFIG)."""
+    after = {**topic.configs, **changes}
+    configs = {k: v for k, v in after.items() if v is not None}
+    if (error := config_error(configs, topic.diskless)) is not None:
+        return error
+    state = topic.tiering
+    was = tiering_enabled(topic)
+    now = _true(configs.get(REMOTE_STORAGE_ENABLE))
+    disabling = state is not None and state.state == TIERING_DISABLING
+    if disabling and any(
+        k in changes and changes[k] != topic.configs.get(k)
+        for k in (REMOTE_STORAGE_ENABLE, DISABLE_POLICY, DELETE_ON_DISABLE)
+    ):
+        return (
+            "Tiered storage is being disabled on this topic: remote.storage.enable and the "
+            "disable policy cannot change until it is done"
+        )
+    if was and not now:
+        generation = 0 if state is None else state.generation
+        return [
+            TopicTiering(topic.topic_id, TIERING_DISABLING, generation, disable_policy(configs))
+        ]
+    if now and not was:
+        if state is None:
+            return [TopicTiering(topic.topic_id, TIERING_ENABLED, 0)]
+        return [TopicTiering(topic.topic_id, TIERING_ENABLED, state.generation + 1)]
+    return []
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDisable:
+    """A partition whose leader has yet to finish a disablement: what the active controller
+    sends (and resends after a failover or a leader change) until it reports done."""
+
+    topic_id: UUID
+    partition: int
+    leader: int
+    generation: int
+    policy: str
+
+
+class TieringAdmin:
+    """The controller's tiering methods (a mixin of ControllerLogic)."""
+
+    def complete_tiering_disable(
+        self, image: MetadataImage, topic_id: UUID, partition: int, generation: int
+    ) -> Outcome[ErrorResult]:
+        """A leader reports ``partition`` done disabling ``generation``. The last partition
+        done also moves the topic to DISABLED, in the same entry. Repeats are answered
+        OK without records (a broker retries until it hears back)."""
+        topic = image.topic_by_id(topic_id)
+        if topic is None or partition not in topic.partitions:
+            return Outcome([], ErrorResult(ErrorCode.unknown_topic_or_partition))
+        t = topic.tiering
+        if t is None or t.generation != generation:
+            return Outcome(
+                [], ErrorResult(ErrorCode.invalid_request, "not disabling that generation")
+            )
+        if t.state == TIERING_DISABLED or (t.state == TIERING_DISABLING and partition in t.done):
+            return Outcome([], ErrorResult(ErrorCode.none))
+        if t.state != TIERING_DISABLING:
+            return Outcome([], ErrorResult(ErrorCode.invalid_request, "tiering is not disabling"))
+        records: list[Record] = [TieringPartitionDisabled(topic_id, partition, generation)]
+        if set(topic.partitions) <= t.done | {partition}:
+            records.append(TopicTiering(topic_id, TIERING_DISABLED, generation, t.policy))
+        return Outcome(records, ErrorResult(ErrorCode.none))
+
+    def tiering_pending(self, image: MetadataImage) -> list[PendingDisable]:
+        """Every partition of a DISABLING topic not done yet, with its leader now: rebuilt
+        from the image alone, so a new active controller resumes where the old one was."""
+        out = []
+        for topic, index, p in image.iter_partitions():
+            t = topic.tiering
+            if t is not None and t.state == TIERING_DISABLING and index not in t.done:
+                out.append(PendingDisable(topic.topic_id, index, p.leader, t.generation, t.policy))
+        return out
