@@ -60,6 +60,7 @@ _FORGET_IDLE = (
     "WITH gone AS ("
     f" DELETE FROM transactions WHERE transactional_id IN ("
     f"  SELECT transactional_id FROM transactions WHERE state <> '{ONGOING}' AND updated_ms < $1"
+    "   AND NOT sluice_txn_markers_pending(transactional_id)"
     "   ORDER BY transactional_id LIMIT $2 FOR UPDATE SKIP LOCKED)"
     f" AND state <> '{ONGOING}' AND updated_ms < $1"
     " RETURNING transactional_id),"
@@ -95,7 +96,23 @@ _INIT = "SELECT * FROM sluice_txn_init($1, $2, $3, $4, $5)"
 _ADD = "SELECT sluice_txn_add($1, $2, $3, $4, $5, $6, $7)"
 _COMMIT_OFFSETS = "SELECT sluice_txn_commit_offsets($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 _COMPLETE = (
-    "SELECT * FROM sluice_txn_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+    "SELECT * FROM sluice_txn_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
+    " $14, $15, $16)"
+)
+# Ids with classic markers still to send, each with those partitions (0008).
+_PENDING_MARKERS = (
+    f"SELECT {_COLUMNS}, array_agg(m.topic_id ORDER BY m.topic_id, m.partition),"
+    " array_agg(m.partition ORDER BY m.topic_id, m.partition)"
+    " FROM txn_pending_markers m JOIN transactions t USING (transactional_id)"
+    " GROUP BY t.transactional_id ORDER BY t.transactional_id LIMIT $1"
+)
+# Under the transaction row's lock, as every write of the id's pending markers.
+_MARKERS_WRITTEN = (
+    "WITH t AS (SELECT 1 FROM transactions WHERE transactional_id = $1 AND producer_id = $2"
+    "  AND producer_epoch = $3 FOR UPDATE)"
+    " DELETE FROM txn_pending_markers m WHERE EXISTS (SELECT 1 FROM t)"
+    " AND m.transactional_id = $1"
+    " AND (m.topic_id, m.partition) IN (SELECT * FROM unnest($4::uuid[], $5::integer[]))"
 )
 
 
@@ -220,6 +237,7 @@ class PostgresTransactions:
         uploader_broker_id: int,
         markers: Sequence[Marker],
         now_ms: int,
+        pending: Sequence[PartitionKey] = (),
     ) -> CompleteResult:
         row = await self._pool.fetchrow(
             _COMPLETE,
@@ -237,10 +255,38 @@ class PostgresTransactions:
             [m.byte_size for m in markers],
             [m.timestamp for m in markers],
             now_ms,
+            [k.topic_id for k in pending],
+            [k.partition for k in pending],
             write=True,
         )
         assert row is not None, "sluice_txn_complete answers one row"
         return CompleteResult(row[0], list(row[2]), bool(row[1]))
+
+    async def txn_pending_markers(self, limit: int) -> list[TransactionState]:
+        rows = await self._pool.fetch(_PENDING_MARKERS, limit, write=False)
+        out: list[TransactionState] = []
+        for r in rows:
+            state = _state(r, False)
+            state.partitions = _partitions(r[7], r[8])
+            out.append(state)
+        return out
+
+    async def txn_markers_written(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[PartitionKey],
+    ) -> None:
+        await self._pool.fetch(
+            _MARKERS_WRITTEN,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            [k.topic_id for k in partitions],
+            [k.partition for k in partitions],
+            write=True,
+        )
 
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:
         rows = await self._pool.fetch(_EXPIRED, now_ms, limit, write=False)

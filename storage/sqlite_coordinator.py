@@ -350,6 +350,15 @@ MIGRATIONS: list[list[str]] = [
     ],
     # 5: OffsetFetch's require_stable looks pending offsets up by group (as postgres 0006).
     ["CREATE INDEX txn_offsets_group ON txn_offsets (group_id)"],
+    # 6: classic partitions whose markers are still to be sent (as postgres 0008).
+    [
+        """CREATE TABLE txn_pending_markers (
+            transactional_id TEXT NOT NULL,
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            PRIMARY KEY (transactional_id, topic_id, partition)
+        ) WITHOUT ROWID"""
+    ],
 ]
 
 

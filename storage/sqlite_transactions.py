@@ -286,6 +286,8 @@ def txn_init(
         state.producer_epoch,
     ):
         return InitResult(PRODUCER_FENCED)
+    if _markers_pending(cur, transactional_id):
+        return InitResult(CONCURRENT_TRANSACTIONS)
     if state.state == ONGOING:
         _with_sets(cur, state)
         if state.partitions:
@@ -324,8 +326,12 @@ def txn_add(
 ) -> int:
     state = _load(cur, transactional_id)
     error = _check_producer(state, producer_id, producer_epoch)
-    if error or not (partitions or groups):
+    if error:
         return error
+    if _markers_pending(cur, transactional_id):
+        return CONCURRENT_TRANSACTIONS  # the previous transaction is not fully marked yet
+    if not (partitions or groups):
+        return NONE
     assert state is not None
     _begin_if_needed(cur, state, now_ms)
     cur.executemany(
@@ -397,11 +403,16 @@ def txn_complete(
     uploader_broker_id: int,
     markers: Sequence[Marker],
     now_ms: int,
+    pending: Sequence[PartitionKey] = (),
 ) -> CompleteResult:
     nothing = [-1] * len(markers)
     state = _load(cur, transactional_id)
     if state is None or state.producer_id != producer_id:
         return CompleteResult(INVALID_PRODUCER_ID_MAPPING, nothing)
+    if _markers_pending(cur, transactional_id):
+        # The previous transaction's classic markers are not all written yet (Kafka's
+        # PrepareCommit/PrepareAbort): the client retries.
+        return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
     target = COMPLETE_COMMIT if commit else COMPLETE_ABORT
     if state.state == target and state.producer_epoch == producer_epoch + bump_epoch:
         # A retried EndTxn (or abort) whose first attempt completed: same answer, no change.
@@ -441,6 +452,10 @@ def txn_complete(
     if commit and cur.execute(_HAS_PENDING_OFFSETS, (transactional_id,)).fetchone():
         cur.execute(_COMMIT_OFFSETS, (transactional_id,))
     _forget_sets(cur, transactional_id)
+    cur.executemany(
+        "INSERT INTO txn_pending_markers (transactional_id, topic_id, partition) VALUES (?, ?, ?)",
+        [(transactional_id, k.topic_id.bytes, k.partition) for k in set(pending)],
+    )
     cur.execute(
         "UPDATE transactions SET state = ?, producer_epoch = ?, started_ms = -1,"
         " updated_ms = ? WHERE transactional_id = ?",
@@ -503,7 +518,9 @@ def txn_forget_idle(cur: sqlite3.Cursor, idle_before_ms: int, limit: int) -> lis
     ids = [
         r[0]
         for r in cur.execute(
-            "SELECT transactional_id FROM transactions WHERE state <> ? AND updated_ms < ?"
+            "SELECT transactional_id FROM transactions t WHERE state <> ? AND updated_ms < ?"
+            " AND NOT EXISTS (SELECT 1 FROM txn_pending_markers m"
+            "  WHERE m.transactional_id = t.transactional_id)"
             " ORDER BY transactional_id LIMIT ?",
             (ONGOING, idle_before_ms, limit),
         )
@@ -524,6 +541,59 @@ def txn_pending_offsets(cur: sqlite3.Cursor, group_ids: list[str]) -> dict[str, 
         ):
             out.setdefault(group_id, set()).add(PartitionKey(UUID(bytes=topic_id), partition))
     return out
+
+
+def _markers_pending(cur: sqlite3.Cursor, transactional_id: str) -> bool:
+    return (
+        cur.execute(
+            "SELECT 1 FROM txn_pending_markers WHERE transactional_id = ? LIMIT 1",
+            (transactional_id,),
+        ).fetchone()
+        is not None
+    )
+
+
+def txn_pending_markers(cur: sqlite3.Cursor, limit: int) -> list[TransactionState]:
+    ids = [
+        r[0]
+        for r in cur.execute(
+            "SELECT DISTINCT transactional_id FROM txn_pending_markers"
+            " ORDER BY transactional_id LIMIT ?",
+            (limit,),
+        )
+    ]
+    out: list[TransactionState] = []
+    for transactional_id in ids:
+        state = _load(cur, transactional_id)
+        if state is None:
+            continue  # cannot happen: forgetting an id skips those with pending markers
+        state.partitions = [
+            PartitionKey(UUID(bytes=t), p)
+            for t, p in cur.execute(
+                "SELECT topic_id, partition FROM txn_pending_markers"
+                " WHERE transactional_id = ? ORDER BY topic_id, partition",
+                (transactional_id,),
+            )
+        ]
+        out.append(state)
+    return out
+
+
+def txn_markers_written(
+    cur: sqlite3.Cursor,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Sequence[PartitionKey],
+) -> None:
+    state = _load(cur, transactional_id)
+    if state is None or (state.producer_id, state.producer_epoch) != (producer_id, producer_epoch):
+        return  # not the transaction whose markers these are (cannot change while pending)
+    cur.executemany(
+        "DELETE FROM txn_pending_markers"
+        " WHERE transactional_id = ? AND topic_id = ? AND partition = ?",
+        [(transactional_id, k.topic_id.bytes, k.partition) for k in partitions],
+    )
 
 
 # --------------------------------------------------------------------------- mixin
@@ -596,6 +666,7 @@ class SqliteTransactions:
         uploader_broker_id: int,
         markers: Sequence[Marker],
         now_ms: int,
+        pending: Sequence[PartitionKey] = (),
     ) -> CompleteResult:
         return await self._write(
             txn_complete,
@@ -609,6 +680,21 @@ class SqliteTransactions:
             uploader_broker_id,
             markers,
             now_ms,
+            list(pending),
+        )
+
+    async def txn_pending_markers(self, limit: int) -> list[TransactionState]:
+        return await self._read(txn_pending_markers, limit)
+
+    async def txn_markers_written(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[PartitionKey],
+    ) -> None:
+        await self._write(
+            txn_markers_written, transactional_id, producer_id, producer_epoch, list(partitions)
         )
 
     async def txn_expired(self, now_ms: int, limit: int) -> list[TransactionState]:

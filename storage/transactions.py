@@ -3,10 +3,14 @@ and, per partition, the open transactions and the aborted-transactions index.
 
 Kafka keeps transaction state in ``__transaction_state`` and writes commit/abort markers
 to each partition leader one by one, so it needs Prepare* states to finish a decision
-after a crash. Here the markers of a transaction are one object and ONE database
-transaction registers them, moves the committed offsets into place and records the
-outcome: deciding and completing are one atomic step, so there are no Prepare states, and
-any broker can take over a transactional id at any moment from what the database says.
+after a crash. Here the markers of a transaction's diskless partitions are one object and
+ONE database transaction registers them, moves the committed offsets into place and
+records the outcome: deciding and completing are one atomic step, and any broker can take
+over a transactional id at any moment from what the database says. Classic partitions'
+markers go to their leaders afterwards (WriteTxnMarkers), so that same database
+transaction records them as *pending markers* (Kafka's PrepareCommit/PrepareAbort) until
+the leaders acknowledge; the id's coordinator (any broker, after a failover) resends them,
+and the id refuses a new transaction (CONCURRENT_TRANSACTIONS) meanwhile.
 
 Every method is one transaction (one round trip on PostgreSQL). Error codes are Kafka's.
 The broker side (broker/transactions/) maps them onto each API's version.
@@ -210,6 +214,7 @@ class TransactionStore(ABC):
         uploader_broker_id: int,
         markers: Sequence[Marker],
         now_ms: int,
+        pending: Sequence[PartitionKey] = (),
     ) -> CompleteResult:
         """EndTxn, and the coordinator's own aborts: end the ONGOING transaction of
         (``producer_id``, ``producer_epoch``), atomically:
@@ -236,7 +241,30 @@ class TransactionStore(ABC):
         INVALID_TXN_STATE. On any error, and on such a retry, nothing changes and the
         object is not registered (``registered`` False). With no markers ``object_key`` is
         ignored and no file is registered.
+
+        ``pending``: the transaction's classic partitions, whose markers the caller sends to
+        their leaders next; recorded as pending markers with the outcome (see
+        ``txn_pending_markers``). While an id has pending markers, txn_init, txn_add and
+        txn_complete answer CONCURRENT_TRANSACTIONS (after the producer id check of
+        txn_add/txn_complete, the fencing check of txn_init) and change nothing, and
+        txn_forget_idle keeps it.
         """
+
+    @abstractmethod
+    async def txn_pending_markers(self, limit: int) -> list[TransactionState]:
+        """Ids with pending markers (at most ``limit``, by id): each state (COMPLETE_*, whose
+        producer id and epoch are the markers') with ``partitions`` the pending ones."""
+
+    @abstractmethod
+    async def txn_markers_written(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Sequence[PartitionKey],
+    ) -> None:
+        """The leaders acknowledged these markers: they are no longer pending. Ignored
+        when the id's producer id or epoch is not the one given."""
 
     @abstractmethod
     async def txn_pending_offsets(self, group_ids: Sequence[str]) -> dict[str, set[PartitionKey]]:

@@ -1170,3 +1170,106 @@ async def test_concurrent_commits_and_completions_never_deadlock_and_batches_pre
             if kk == k and not decision[tid]
         )
         assert sorted((a.producer_id, a.first_offset) for a in r.aborted or []) == want
+
+
+# --------------------------------------------------------------- pending classic markers
+
+# Classic partitions: the coordinator database has no log for them (their markers go to the
+# partition leaders), but they are in the transaction like any other.
+C1, C2 = PartitionKey(UUID(int=0xC1), 0), PartitionKey(UUID(int=0xC1), 1)
+
+
+async def test_pending_markers_are_recorded_with_the_outcome_until_written(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10, C1, C2)
+    await p.send(P10)
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, True, False, key(), 60, 7,
+        [marker(P10), marker(C1), marker(C2)], NOW, pending=[C2, C1],
+    )  # fmt: skip
+    assert done.error == NONE and done.offsets[1:] == [-1, -1]
+    assert (await p.state()).state == COMPLETE_COMMIT
+    assert await lso(c) == await hwm(c)  # the diskless marker is written at once
+    [pending] = await c.txn_pending_markers(10)
+    assert (pending.transactional_id, pending.producer_id, pending.producer_epoch) == (
+        "tx",
+        p.pid,
+        p.epoch,
+    )
+    assert (pending.state, pending.partitions) == (COMPLETE_COMMIT, [C1, C2])
+
+    # Kafka's PrepareCommit: the id takes no new transaction until the markers are written.
+    assert (await c.txn_init("tx", TIMEOUT, -1, -1, NOW)).error == CONCURRENT_TRANSACTIONS
+    assert (await c.txn_init("tx", TIMEOUT, p.pid, p.epoch + 5, NOW)).error == PRODUCER_FENCED
+    assert await p.add(P11) == CONCURRENT_TRANSACTIONS
+    assert await p.add() == CONCURRENT_TRANSACTIONS
+    assert await c.txn_add("tx", p.pid + 1, p.epoch, [P11], [], NOW) == (
+        INVALID_PRODUCER_ID_MAPPING
+    )
+    assert (await p.end(True)).error == CONCURRENT_TRANSACTIONS  # a retried EndTxn too
+    assert (await p.end(True, epoch=p.epoch + 1)).error == CONCURRENT_TRANSACTIONS
+    assert await c.txn_forget_idle(BIG, 10) == []
+    assert (await p.state()).state == COMPLETE_COMMIT
+
+    # Acknowledgements of another epoch are not these markers'.
+    await c.txn_markers_written("tx", p.pid, p.epoch + 1, [C1, C2])
+    assert [s.partitions for s in await c.txn_pending_markers(10)] == [[C1, C2]]
+    await c.txn_markers_written("tx", p.pid, p.epoch, [C1])
+    assert [s.partitions for s in await c.txn_pending_markers(10)] == [[C2]]
+    await c.txn_markers_written("tx", p.pid, p.epoch, [C2, C1])  # C1 again: harmless
+    assert await c.txn_pending_markers(10) == []
+    # Written: a retried EndTxn is answered as before, and records nothing again.
+    retried = await c.txn_complete(
+        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [], NOW, pending=[C1]
+    )
+    assert retried.error == NONE
+    assert await c.txn_pending_markers(10) == []
+    await p.init()
+    assert await p.add(C1) == NONE
+
+
+async def test_pending_markers_of_a_coordinator_abort_carry_the_bumped_epoch(
+    coordinator: BatchCoordinator,
+) -> None:
+    c = coordinator
+    a, b = Producer(c, "a"), Producer(c, "b")
+    await a.begin(C1)
+    await b.begin(C2)
+    done = await c.txn_complete(
+        "a", a.pid, a.epoch, False, True, key(), 60, 7, [marker(C1)], NOW, pending=[C1]
+    )
+    assert done.error == NONE
+    assert (await b.end(False, C2)).error == NONE  # nothing pending: a diskless-only end
+    [pending] = await c.txn_pending_markers(10)
+    assert (pending.transactional_id, pending.state) == ("a", COMPLETE_ABORT)
+    assert (pending.producer_id, pending.producer_epoch) == (a.pid, a.epoch + 1)
+    # b is untouched by a's pending markers.
+    await b.init()
+    assert await b.add(C2) == NONE
+    assert await c.txn_pending_markers(0) == []
+    await c.txn_markers_written("a", a.pid, a.epoch + 1, [C1])
+    assert await c.txn_pending_markers(10) == []
+
+
+async def test_a_refused_complete_records_no_pending_markers(
+    coordinator: BatchCoordinator,
+) -> None:
+    c = coordinator
+    p = Producer(c)
+    await p.begin(C1, C2)
+    # Names only one of the two partitions: the state moved on since it was read.
+    refused = await c.txn_complete(
+        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(C1)], NOW, pending=[C1]
+    )
+    assert refused.error == CONCURRENT_TRANSACTIONS
+    fenced = await c.txn_complete(
+        "tx", p.pid, p.epoch + 1, True, False, key(), 60, 7,
+        [marker(C1), marker(C2)], NOW, pending=[C1, C2],
+    )  # fmt: skip
+    assert fenced.error == PRODUCER_FENCED
+    assert await c.txn_pending_markers(10) == []
+    assert (await p.state()).state == ONGOING
