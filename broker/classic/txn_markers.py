@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -89,19 +89,25 @@ class ClassicMarkerSender:
         producer_id: int,
         producer_epoch: int,
         commit: bool,
-        deadline_s: float = MARKER_DEADLINE_S,
+        deadline_s: float | None = None,
+        on_written: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
         """Markers on every partition; False if some were not written by the deadline (they
-        are then retried in the background until written or their topic is gone)."""
+        are then retried in the background until written or their topic is gone).
+        ``on_written`` is awaited once all are written, here or in the background."""
         pending = set(partitions)
-        give_up = time.monotonic() + deadline_s
+        give_up = time.monotonic() + (MARKER_DEADLINE_S if deadline_s is None else deadline_s)
         while pending:
             pending = await self._round(pending, producer_id, producer_epoch, commit)
             if not pending:
-                return True
+                break
             if time.monotonic() >= give_up:
                 break
             await asyncio.sleep(RETRY_S)
+        if not pending:
+            if on_written is not None:
+                await on_written()
+            return True
         log.warning(
             "transaction markers of producer %d not written yet on %d classic partitions; "
             "retrying in the background",
@@ -109,14 +115,19 @@ class ClassicMarkerSender:
             len(pending),
         )
         task = asyncio.create_task(
-            self._retry_forever(pending, producer_id, producer_epoch, commit)
+            self._retry_forever(pending, producer_id, producer_epoch, commit, on_written)
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return False
 
     async def _retry_forever(
-        self, pending: set[PartitionKey], producer_id: int, producer_epoch: int, commit: bool
+        self,
+        pending: set[PartitionKey],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        on_written: Callable[[], Awaitable[None]] | None,
     ) -> None:
         delay = RETRY_S
         while pending:
@@ -126,6 +137,8 @@ class ClassicMarkerSender:
                 pending = await self._round(pending, producer_id, producer_epoch, commit)
             except Exception:
                 log.exception("writing transaction markers failed")
+        if on_written is not None:
+            await on_written()
 
     async def _round(
         self, pending: set[PartitionKey], producer_id: int, producer_epoch: int, commit: bool

@@ -13,6 +13,7 @@ reach another broker are served all the same, since the database arbitrates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -43,6 +44,10 @@ COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
 # each round lost a race with another request for the same id.
 _ATTEMPTS = 5
 _EXPIRED_PER_SWEEP = 100
+_PENDING_PER_SWEEP = 100
+# Pending markers are looked for at least this often (seconds): a takeover after the
+# coordinator died should not wait for a long abort sweep interval.
+_MARKERS_INTERVAL_MAX_S = 1.0
 
 
 def now_ms() -> int:
@@ -66,15 +71,21 @@ class TransactionCoordinator:
         self._live = live_brokers
         self._max_timeout_ms = max_timeout_ms
         self._sweep_interval = sweep_interval_ms / 1000
+        self._markers_interval = min(self._sweep_interval, _MARKERS_INTERVAL_MAX_S)
         self._id_expiration_ms = id_expiration_ms
         self._task: asyncio.Task[None] | None = None
+        self._markers_task: asyncio.Task[None] | None = None
+        # Set when a request met pending markers: resend them now, not at the next sweep.
+        self._resend_now = asyncio.Event()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._sweep_loop())
+        self._markers_task = asyncio.create_task(self._markers_loop())
 
     async def stop(self) -> None:
-        await cancel_and_wait([self._task])
-        self._task = None
+        await cancel_and_wait([self._task, self._markers_task])
+        self._task = self._markers_task = None
+        await self._markers.stop()
 
     def owns(self, transactional_id: str) -> bool:
         chosen = coordinator_for(transactional_id, self._live())
@@ -98,6 +109,7 @@ class TransactionCoordinator:
                 if error not in (NONE, CONCURRENT_TRANSACTIONS, PRODUCER_FENCED):
                     return error, -1, -1
                 continue
+            self._kick(result.error)
             return result.error, result.producer_id, result.producer_epoch
         return CONCURRENT_TRANSACTIONS, -1, -1
 
@@ -109,9 +121,11 @@ class TransactionCoordinator:
         partitions: Sequence[PartitionKey] = (),
         groups: Sequence[str] = (),
     ) -> int:
-        return await self._db.txn_add(
+        error = await self._db.txn_add(
             transactional_id, producer_id, producer_epoch, partitions, groups, now_ms()
         )
+        self._kick(error)
+        return error
 
     async def verify(
         self, transactional_id: str, producer_id: int, producer_epoch: int
@@ -153,6 +167,11 @@ class TransactionCoordinator:
             error = await self._markers.end(state, commit, bump_epoch=False)
             if error != CONCURRENT_TRANSACTIONS:
                 return error
+            if state.state != ONGOING:
+                # Not a partition added meanwhile: the previous end's classic markers are
+                # still pending; the client retries once they are written.
+                self._kick(error)
+                return error
         return CONCURRENT_TRANSACTIONS
 
     async def get(self, transactional_ids: Sequence[str]) -> list[TransactionState | None]:
@@ -182,6 +201,38 @@ class TransactionCoordinator:
                     state.timeout_ms,
                 )
         return aborted
+
+    def _kick(self, error: int) -> None:
+        # CONCURRENT_TRANSACTIONS from the store may mean pending classic markers (or a race
+        # with another request): a resend round is cheap when nothing is pending.
+        if error == CONCURRENT_TRANSACTIONS:
+            self._resend_now.set()
+
+    async def resend_pending_markers(self) -> int:
+        """Send the pending classic markers of the ids this broker coordinates: left by a
+        coordinator that died, or not acknowledged yet. Returns how many ids were started."""
+        started = 0
+        for state in await self._db.txn_pending_markers(_PENDING_PER_SWEEP):
+            if self.owns(state.transactional_id):
+                self._markers.resend(state)
+                started += 1
+        return started
+
+    async def _markers_loop(self) -> None:
+        # At once on start (this broker may have taken ids over while it was down), then
+        # at each sweep interval or when a request met pending markers. Ownership moves
+        # with the live brokers, so a takeover is seen by the next round.
+        while True:
+            try:
+                await self.resend_pending_markers()
+            except Exception:
+                log.exception("resending pending transaction markers failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._resend_now.wait(),
+                    self._markers_interval * random.uniform(0.5, 1.5),
+                )
+            self._resend_now.clear()
 
     async def forget_idle_ids(self) -> int:
         """``transactional.id.expiration.ms``: ids without a transaction for that long go

@@ -5,10 +5,16 @@ object, like a produce flush; ``txn_complete`` then appends them, closes the par
 open transactions, moves committed offsets into place and records the outcome, all in one
 database transaction. If that call refuses (the state moved on) or fails, the object is
 deleted again; if its outcome is unknown, the object stays and the orphan sweep decides.
+
+Classic partitions' markers go to their leaders after that call, which records them as
+pending (Kafka's PrepareCommit/PrepareAbort); they stop being pending once the leaders
+acknowledge. Pending markers left by a broker that died are resent by the id's coordinator
+(``resend``, from TransactionCoordinator's sweep).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -19,11 +25,12 @@ from kio.schema.errors import ErrorCode
 
 from protocol.control_batch import marker_batch
 from storage.block_cache import BlockCache
-from storage.coordinator import BatchCoordinator, CoordinatorUnavailable
+from storage.coordinator import BatchCoordinator, CoordinatorUnavailable, PartitionKey
 from storage.object_store import ObjectStore, ObjectStoreError, new_data_key
-from storage.transactions import Marker, TransactionState
+from storage.transactions import COMPLETE_COMMIT, Marker, TransactionState
 
 from ..append import CommitListener
+from ..background import cancel_and_wait
 
 if TYPE_CHECKING:
     from ..classic.txn_markers import ClassicMarkerSender
@@ -50,6 +57,9 @@ class MarkerWriter:
         # Classic partitions' markers go to their leaders (WriteTxnMarkers) once the outcome
         # is decided; None: a broker without classic topics.
         self.classic: ClassicMarkerSender | None = None
+        # Ids whose classic markers this broker is sending now, and the resends' tasks.
+        self._sending: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def end(self, state: TransactionState, commit: bool, bump_epoch: bool) -> int:
         """End ``state``'s ongoing transaction; returns the Kafka error code."""
@@ -64,6 +74,9 @@ class MarkerWriter:
             chunks.append(batch)
             markers.append(Marker(key.topic_id, key.partition, position, len(batch), now_ms))
             position += len(batch)
+        # Classic partitions' markers are sent after the outcome is recorded; recording them
+        # as pending in the same call lets another coordinator finish if this broker dies.
+        classic = [k for k in state.partitions if self.classic and self.classic.is_classic(k)]
         object_key = new_data_key() if markers else ""
         if markers:
             try:
@@ -83,18 +96,20 @@ class MarkerWriter:
                 self._node_id,
                 markers,
                 now_ms,
+                pending=classic,
             )
         except CoordinatorUnavailable as exc:
             log.warning("ending transaction %s failed: %s", state.transactional_id, exc)
             if markers and not exc.outcome_unknown:
                 await self._discard(object_key)
             return COORDINATOR_NOT_AVAILABLE
-        classic = [k for k in state.partitions if self.classic and self.classic.is_classic(k)]
-        if result.error == 0 and classic and self.classic is not None:
+        if result.error == 0 and classic:
             # The outcome is decided (and the diskless partitions marked): the classic
             # partitions' leaders append theirs. EndTxn answers once they are replicated
             # (or after a deadline, the rest following in the background).
-            await self.classic.write(classic, state.producer_id, epoch, commit)
+            await self.send_classic(
+                state.transactional_id, classic, state.producer_id, epoch, commit
+            )
         if not result.registered:
             if markers:
                 await self._discard(object_key)
@@ -102,6 +117,70 @@ class MarkerWriter:
         self._cache.put_object(object_key, chunks)
         self._notify(markers, result.offsets)
         return result.error
+
+    async def send_classic(
+        self,
+        transactional_id: str,
+        partitions: Sequence[PartitionKey],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        deadline_s: float | None = None,
+    ) -> None:
+        """Send pending classic markers to their leaders; once all are acknowledged they
+        stop being pending in the database. An id already being sent by this broker is
+        left to that sender (a sweep must not duplicate it)."""
+        if self.classic is None or transactional_id in self._sending:
+            return
+        self._sending.add(transactional_id)
+
+        async def written() -> None:
+            self._sending.discard(transactional_id)
+            try:
+                await self._coordinator.txn_markers_written(
+                    transactional_id, producer_id, producer_epoch, partitions
+                )
+            except CoordinatorUnavailable as exc:
+                # Still pending in the database: the coordinator's sweep sends them again
+                # (a marker written twice closes nothing more the second time).
+                log.warning("recording the markers of %s failed: %s", transactional_id, exc)
+
+        try:
+            await self.classic.write(
+                partitions, producer_id, producer_epoch, commit, deadline_s, on_written=written
+            )
+        except BaseException:
+            self._sending.discard(transactional_id)
+            raise
+
+    def resend(self, state: TransactionState) -> None:
+        """In the background: the pending classic markers of ``state`` (as
+        ``txn_pending_markers`` gives it), e.g. left by a coordinator that died."""
+        if self.classic is None or state.transactional_id in self._sending:
+            return
+        log.info(
+            "sending the %s markers of %r (producer %d, epoch %d) to %d classic partitions",
+            "commit" if state.state == COMPLETE_COMMIT else "abort",
+            state.transactional_id,
+            state.producer_id,
+            state.producer_epoch,
+            len(state.partitions),
+        )
+        task = asyncio.create_task(
+            self.send_classic(
+                state.transactional_id,
+                state.partitions,
+                state.producer_id,
+                state.producer_epoch,
+                state.state == COMPLETE_COMMIT,
+                deadline_s=0,
+            )
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        await cancel_and_wait(list(self._tasks))
 
     def _notify(self, markers: Sequence[Marker], offsets: Sequence[int]) -> None:
         advanced: list[tuple[UUID, int, int]] = [
