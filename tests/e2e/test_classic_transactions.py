@@ -2,10 +2,16 @@
 producer commits and aborts; read_committed consumers (on the leader and on a follower, which
 rebuilt the same state from the replicated markers) see only committed records and stop at
 the last stable offset while a transaction is open; a transaction spanning a classic and a
-diskless topic commits on both."""
+diskless topic commits on both; markers a killed coordinator did not deliver are sent by the
+next one."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -13,6 +19,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.groups.placement import coordinator_for
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
@@ -177,3 +184,86 @@ def test_a_transaction_spanning_classic_and_diskless_topics(cluster: LocalCluste
     got_diskless = confluent_consume(cluster.bootstrap, diskless, expected=4, **committed)
     assert values(got_classic) == [b"c-%d" % i for i in range(4)]
     assert values(got_diskless) == [b"d-%d" % i for i in range(4)]
+
+
+def test_markers_a_killed_coordinator_did_not_deliver_are_sent_by_the_next(
+    cluster: LocalCluster,
+) -> None:
+    """The coordinator records the commit, then dies before the classic leader has the
+    marker: the broker that takes the transactional id over sends it (the pending markers
+    are in the database), so the LSO reaches the high watermark with no producer activity.
+    Last in the module: it kills brokers (and restarts them)."""
+    topic, leader, _ = create_classic(cluster)
+    # A transactional id coordinated by another broker than the partition's leader.
+    txn_id = next(
+        t
+        for t in (f"txn-{uuid.uuid4().hex[:8]}" for _ in range(1000))
+        if (c := coordinator_for(t, cluster.brokers)) is not None and c.node_id != leader
+    )
+    chosen = coordinator_for(txn_id, cluster.brokers)
+    assert chosen is not None
+    coordinator, leader_process = cluster.broker(chosen.node_id), cluster.broker(leader)
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id, "linger.ms": 5}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=b"v-%d" % i)
+    assert producer.flush(20) == 0
+    # The leader is frozen, so the coordinator's WriteTxnMarkers cannot be answered (it sits
+    # in the leader's socket buffer); both then die, so that request is lost with them. The
+    # stop is shorter than the session timeout: the leadership does not move meanwhile and
+    # the coordinator keeps sending to the frozen leader.
+    frozen = leader_process.pid
+    os.kill(frozen, signal.SIGSTOP)
+    errors: list[BaseException] = []
+
+    def commit() -> None:
+        try:
+            producer.commit_transaction(60)
+        except BaseException as exc:
+            errors.append(exc)
+
+    committer = threading.Thread(target=commit, daemon=True)
+    try:
+        committer.start()
+        time.sleep(1.0)  # EndTxn reached the coordinator: outcome stored, marker in flight
+        coordinator.kill()
+        leader_process.kill()  # SIGKILL ends a stopped process too
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(frozen, signal.SIGCONT)
+    try:
+        # Restarted (min.insync.replicas=2 needs them back); the id's coordinator moves to a
+        # survivor meanwhile and may move back: either must send the lost marker.
+        coordinator.start()
+        leader_process.start()
+        committer.join(90)
+        assert not committer.is_alive() and not errors, errors
+        committed = confluent_consume(
+            cluster.bootstrap,
+            topic,
+            expected=10,
+            timeout=60,
+            **{"isolation.level": "read_committed"},
+        )
+        assert values(committed) == [b"v-%d" % i for i in range(10)]
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+            }
+        )
+        try:
+            _, lso = consumer.get_watermark_offsets(
+                TopicPartition(topic, 0), timeout=10, cached=False
+            )
+        finally:
+            consumer.close()
+        assert lso == 11  # ten records and the marker: the LSO is the high watermark
+    finally:
+        for b in (coordinator, leader_process):
+            if not b.alive():
+                b.start()
