@@ -20,7 +20,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Mapping
@@ -28,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
+
+from .process import free_port
 
 SUPERUSER = "postgres"
 # initdb as a root-owned process is refused; this OS user owns the cluster instead.
@@ -54,14 +55,6 @@ def find_bindir() -> Path:
         if (Path(candidate) / "initdb").exists():
             return Path(candidate)
     raise PostgresLaunchError("PostgreSQL server binaries not found (install `postgresql`)")
-
-
-def free_port() -> int:
-    # Bind to port 0 and give it back: racy in theory, fine for a launcher (postgres
-    # fails loudly if the port was taken in between).
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LocalPostgres:

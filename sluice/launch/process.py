@@ -25,12 +25,22 @@ class ProcessStartError(RuntimeError):
     pass
 
 
+# Ports this process has handed out: the kernel may return a port it just gave us again
+# once our probe socket is closed, and two components of one cluster then collide (a broker
+# once reached another component's HTTP server instead of its controller).
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
     # Binding to port 0 lets the kernel pick; the window before the process binds it is an
     # accepted race for a local cluster (nothing else here grabs random high ports).
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def sluice_command() -> list[str]:
