@@ -55,6 +55,12 @@ class BrokerConfig:
     replica_fetch_backoff_ms: int = 1000
     # Retention of classic logs is checked this often (log.retention.check.interval.ms).
     log_retention_check_interval_ms: int = 300_000
+    # Tiered storage of classic topics (KIP-405; Kafka's names): whether topics may set
+    # remote.storage.enable=true at all (the remote store is the broker's object store), and
+    # how often a leader's task copies rolled segments and enforces remote retention
+    # (Kafka's remote.log.manager.task.interval.ms).
+    remote_log_storage_system_enable: bool = True
+    remote_log_manager_task_interval_ms: int = 30_000
     message_max_bytes: int = 1048588  # Kafka's default max.message.bytes
     # Storage backends. Embedded default: a directory and SQLite under data.dir.
     object_store: str = "local"  # local | s3

@@ -97,11 +97,6 @@ def _check_value(key: Key, value: str) -> None:
                     raise _bad(key, value, f"String must be one of: {', '.join(key.choices)}")
     elif key.choices and value.strip() not in key.choices:
         raise _bad(key, value, f"String must be one of: {', '.join(key.choices)}")
-    if key.name == "remote.storage.enable" and value.strip().lower() == "true":
-        raise InvalidConfig(
-            "remote.storage.enable=true is not supported: diskless topics already live in "
-            "object storage and have no tiered copy"
-        )
 
 
 def _is_replica_pair(item: str) -> bool:

@@ -358,10 +358,25 @@ KEYS: dict[str, Key] = {
             applies=False,
         ),
         _key(
+            # KIP-950's spelling (Kafka 3.9 shipped remote.log.delete.on.disable instead).
+            "remote.log.disable.policy",
+            STRING,
+            "retain",
+            _inert(
+                "What remote.storage.enable=false does to a classic topic's tiered copy: "
+                "'retain' keeps it readable until retention removes it, 'delete' deletes it.",
+                "there is no tiered storage.",
+            ),
+            applies=False,
+            choices=("retain", "delete"),
+        ),
+        _key(
             "remote.storage.enable",
             BOOLEAN,
             "false",
-            "Tiered storage. Only 'false': a diskless topic already lives in object storage.",
+            "Tiered storage of a classic topic (diskless.enable=false): the leader copies "
+            "rolled segments to the object store. Refused on diskless topics, which already "
+            "live in object storage.",
             applies=False,
         ),
         _key(

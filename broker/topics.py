@@ -143,6 +143,7 @@ class TopicRegistry:
         if not 0 < partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(f"Number of partitions must be 1..{MAX_PARTITIONS}")
         topic_config.validate(configs)
+        self._check_tiering(configs)
         if self._controller is None and str(configs.get("diskless.enable", "true")).lower() == (
             "false"
         ):
@@ -244,6 +245,24 @@ class TopicRegistry:
         self._put(topic)
         return topic
 
+    def _check_tiering(self, configs: Mapping[str, str | None]) -> None:
+        """remote.storage.enable=true needs the broker's remote storage system (Kafka refuses
+        it when remote.log.storage.system.enable=false) and a classic topic: without
+        controllers every topic is diskless, already in object storage (the controllers
+        refuse it on their diskless topics)."""
+        if str(configs.get("remote.storage.enable") or "false").strip().lower() != "true":
+            return
+        if not self._config.remote_log_storage_system_enable:
+            raise topic_config.InvalidConfig(
+                "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+                "configured with remote log storage."
+            )
+        if self._controller is None:
+            raise topic_config.InvalidConfig(
+                "remote.storage.enable=true is not supported on a diskless topic: its data "
+                "already lives in object storage"
+            )
+
     async def alter_configs(
         self, name: str, changes: Mapping[str, str | None], validate_only: bool = False
     ) -> Topic:
@@ -252,6 +271,8 @@ class TopicRegistry:
         if topic is None:
             raise TopicNotFound(name)
         topic_config.validate(changes, topic.configs)
+        if changes.get("remote.storage.enable") is not None:
+            self._check_tiering({**topic.configs, **changes})
         if self._controller is not None:
             topic = await self._controller.set_configs(name, changes, validate_only)
             if not validate_only:
