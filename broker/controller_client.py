@@ -367,6 +367,14 @@ class ControllerClient:
         data, applied = await self._write("/v1/partitions/isr", body)
         return from_json(AlterPartitionResult, data), applied
 
+    async def complete_tiering_disable(
+        self, topic_id: UUID, partition: int, generation: int
+    ) -> tuple[ErrorResult, int]:
+        """KIP-950: this leader finished disabling tiered storage on the partition."""
+        body = {"topic_id": str(topic_id), "partition": partition, "generation": generation}
+        data, applied = await self._write("/v1/tiering/disabled", body)
+        return from_json(ErrorResult, data), applied
+
     # --- the metadata log ----------------------------------------------------------------
 
     async def metadata(

@@ -174,6 +174,7 @@ class ControllerService:
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
             web.post("/v1/partitions/isr", self._alter_partition),
+            web.post("/v1/tiering/disabled", self._tiering_disabled),
             web.post("/v1/scram", self._alter_scram),
         ]
         app.add_routes(routes)
@@ -431,6 +432,15 @@ class ControllerService:
                 int(b["broker_id"]),
                 int(b["broker_epoch"]),
                 [from_json(IsrChange, c) for c in b["changes"]],
+            ),
+        )
+
+    async def _tiering_disabled(self, request: web.Request) -> web.Response:
+        # KIP-950: a partition's leader finished disabling tiered storage on it.
+        return await self._answer(
+            request,
+            lambda b: self.logic.complete_tiering_disable(
+                self.state.image, UUID(b["topic_id"]), int(b["partition"]), int(b["generation"])
             ),
         )
 

@@ -29,6 +29,8 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   Classic partitions (controller/alter_partition.py): ``POST /v1/partitions/isr`` {broker_id,
   broker_epoch, changes: [IsrChange]} → AlterPartitionResult (AlterPartition: a leader's ISR
   shrink or expand).
+  Tiered storage (controller/tiering.py): ``POST /v1/tiering/disabled`` {topic_id, partition,
+  generation} → ErrorResult (KIP-950: a leader finished disabling tiering on a partition).
   Every write answer carries ``applied``: the metadata index that includes it, so a broker can
   wait until its own copy of the image has caught up before answering its client.
 """

@@ -94,3 +94,17 @@ def group_store(config: BrokerConfig, coordinator: BatchCoordinator) -> GroupSto
             return PostgresGroupStore(coordinator.pool)  # share its pool
         return PostgresGroupStore(config.coordinator_dsn)
     raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")
+
+
+def remote_log_metadata(config: BrokerConfig, coordinator: BatchCoordinator) -> object:
+    """Tiered segments' metadata (storage.tiered.metadata), in the coordinator's database."""
+    if config.coordinator == "sqlite":
+        from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
+
+        return SqliteRemoteLogMetadata(os.path.join(config.data_dir, "coordinator.db"))
+    from storage.postgres_coordinator import PostgresCoordinator
+    from storage.tiered.postgres_metadata import PostgresRemoteLogMetadata
+
+    if isinstance(coordinator, PostgresCoordinator):
+        return PostgresRemoteLogMetadata(coordinator.pool)  # share its pool
+    return PostgresRemoteLogMetadata(config.coordinator_dsn)

@@ -33,6 +33,7 @@ from ..fetch import leader_epoch_error
 from ..metrics import METRICS
 from ..security import access
 from ..security.acl import AclOperation
+from ..tiering.fetch import read_tiered
 from ..transformer import preferred_read_replica, route_without_replicas
 
 if TYPE_CHECKING:
@@ -229,9 +230,12 @@ async def _collect(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
     local = [s for s in slots if s.classic is not None and s.preferred < 0]
+    # Offsets below a tiered partition's local log: read once from the remote segments
+    # (there is always data there, so no waiting on them).
+    tiered = await read_tiered(broker, local, max_bytes, read_committed) if local else 0
     while True:
         results = await broker.fetcher.find(finds, max_bytes, read_committed) if finds else []
-        available = sum(b.byte_size for r in results for b in r.batches)
+        available = tiered + sum(b.byte_size for r in results for b in r.batches)
         available += read_classic(broker, local, max_bytes - available, read_committed)
         remaining = deadline - loop.time()
         if (

@@ -84,6 +84,8 @@ def read_classic(
     for slot in slots:
         p = slot.classic
         assert p is not None
+        if slot.replica < 0 and p.is_remote(slot.offset):
+            continue  # read from the remote segment (broker.tiering.fetch)
         hw_before = p.high_watermark
         room = min(slot.max_bytes, budget - total)
         if room <= 0 and total:
@@ -116,7 +118,7 @@ def classic_entry(slot: _Slot, read_committed: bool = False) -> dict[str, Any]:
         "error_code": slot.error,
         "high_watermark": p.high_watermark,
         "last_stable_offset": lso,
-        "log_start_offset": p.log.log_start_offset,
+        "log_start_offset": p.log_start_offset,
         "records": slot.data if slot.preferred < 0 else b"",
     }
     if read_committed and slot.replica < 0 and slot.data and not slot.error:

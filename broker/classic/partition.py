@@ -31,9 +31,14 @@ from storage.classic.txn_index import TxnIndex, batch_txn_fields
 from storage.coordinator import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 from ..append import PartitionResult
+from ..tiering.view import EMPTY, RemoteView
 from .producer_state import ProducerState, producer_fields
 
 log = logging.getLogger(__name__)
+
+# ListOffsets' special timestamps of tiered storage (KIP-405, KIP-1005).
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 LEADER = "leader"
 FOLLOWER = "follower"
@@ -82,7 +87,24 @@ class ClassicPartition:
         self._min_isr = 1
         self.producers = ProducerState()
         self.txns = TxnIndex()
+        # Tiered storage: the remote segments of this replica's lineage (refreshed by
+        # broker.tiering.manager); EMPTY for a topic that never tiered.
+        self.remote: RemoteView = EMPTY
         self._load_producers()
+
+    @property
+    def log_start_offset(self) -> int:
+        """The whole log's start: the first tiered offset when the tiered part reaches the
+        local log without a gap, else the local log start (``log.log_start_offset``)."""
+        local = self.log.log_start_offset
+        first = self.remote.start
+        if first < 0 or self.remote.end + 1 < local:
+            return local
+        return min(first, local)
+
+    def is_remote(self, offset: int) -> bool:
+        """Whether ``offset`` is served from a remote segment (below the local log)."""
+        return offset < self.log.log_start_offset and self.log_start_offset <= offset
 
     # ---------------------------------------------------------------- state changes
 
@@ -233,7 +255,7 @@ class ClassicPartition:
                 return PartitionResult(int(error))
             if duplicate >= 0:
                 # A retry of a batch already written: its original offset, nothing appended.
-                return PartitionResult(0, duplicate, -1, self.log.log_start_offset)
+                return PartitionResult(0, duplicate, -1, self.log_start_offset)
         append_time = -1
         if log_append_time:
             append_time = int(now_ms())
@@ -259,7 +281,7 @@ class ClassicPartition:
                 self.txns.observe(b.attributes, b.producer_id, -1, offset, offset)
             offset += b.record_count
         self._advance()
-        result = PartitionResult(0, base, append_time, self.log.log_start_offset)
+        result = PartitionResult(0, base, append_time, self.log_start_offset)
         if acks != -1 or self.high_watermark > last_offset:
             return result
         return self._wait_for_high_watermark(last_offset, result, timeout_ms, min_isr)
@@ -280,7 +302,7 @@ class ClassicPartition:
         self.producers.fence(producer_id, producer_epoch)
         self.txns.observe(batches[0].attributes, producer_id, int(commit), base, last_offset)
         self._advance()
-        result = PartitionResult(0, base, -1, self.log.log_start_offset)
+        result = PartitionResult(0, base, -1, self.log_start_offset)
         if self.high_watermark > last_offset:
             return result
         return self._wait_for_high_watermark(last_offset, result, 30_000, None)
@@ -322,7 +344,7 @@ class ClassicPartition:
                         PartitionResult(int(ErrorCode.not_enough_replicas_after_append))
                     )
                 else:
-                    future.set_result(PartitionResult(0, base, -1, self.log.log_start_offset))
+                    future.set_result(PartitionResult(0, base, -1, self.log_start_offset))
 
     # ---------------------------------------------------------------- leader: fetch
 
@@ -341,6 +363,10 @@ class ClassicPartition:
             if replica not in self.leader_state.progress:
                 # Not a replica of this partition: no uncommitted data for it.
                 return int(ErrorCode.not_leader_or_follower), b""
+            if offset < self.log.log_start_offset and self.remote.end >= 0:
+                # Tiered below the local log: the follower starts after it instead of
+                # fetching it (KIP-405), from the remote metadata.
+                return int(ErrorCode.offset_moved_to_tiered_storage), b""
             end = self.log.log_end_offset
             if offset <= end:
                 self.leader_state.on_fetch(replica, offset, end, now_ms())
@@ -351,6 +377,8 @@ class ClassicPartition:
             limit = self.last_stable_offset if read_committed else self.high_watermark
             if offset > limit and offset <= self.log.log_end_offset:
                 return 0, b""  # not committed yet: nothing, no error (as Kafka)
+            if self.is_remote(offset):
+                return 0, b""  # read from the remote segment (broker.tiering.fetch)
         try:
             return 0, self.log.read(offset, max_bytes, limit)
         except OffsetOutOfRange:
@@ -400,8 +428,13 @@ class ClassicPartition:
         """(error, offset, timestamp) for ListOffsets (committed records only; below the
         last stable offset for read_committed)."""
         hw = self.last_stable_offset if read_committed else self.high_watermark
-        if timestamp == EARLIEST_TIMESTAMP or timestamp == -4:
+        if timestamp == EARLIEST_TIMESTAMP:
+            return 0, self.log_start_offset, -1
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
             return 0, self.log.log_start_offset, -1
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            # KIP-1005: the last tiered offset (-1 when nothing is).
+            return 0, self.remote.end, -1
         if timestamp == LATEST_TIMESTAMP:
             return 0, hw, -1
         if timestamp == MAX_TIMESTAMP:

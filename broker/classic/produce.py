@@ -87,7 +87,7 @@ def classic_append(
     if p is None:
         return PartitionResult(error)
     if not batches:
-        return PartitionResult(0, p.log.log_end_offset, -1, p.log.log_start_offset)
+        return PartitionResult(0, p.log.log_end_offset, -1, p.log_start_offset)
     min_isr = topics.int_config(topic, "min.insync.replicas")
     try:
         result = p.append(records, batches, log_append_time, acks, min_isr, timeout_ms)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.list_offsets.v8 import request as offsets_req
 from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
@@ -31,8 +32,9 @@ from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
 
 from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity
+from ..tiering.follower import start_after_tiered
 from .kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
-from .partition import FOLLOWER, ClassicPartition
+from .partition import EARLIEST_LOCAL_TIMESTAMP, FOLLOWER, ClassicPartition
 
 if TYPE_CHECKING:
     from .replica_manager import ReplicaManager
@@ -211,6 +213,7 @@ class ReplicaFetcher:
         )
         response = await self._conn.request(request, wait_ms / 1000 + 30.0)
         ok = True
+        moved: list[ClassicPartition] = []
         for t in response.responses:
             for r in t.partitions:
                 p = index.get((t.topic, int(r.partition_index)))
@@ -239,6 +242,44 @@ class ReplicaFetcher:
                         p.producers.truncate_from(start)
                     else:
                         p.needs_truncation = True
+                elif error == ErrorCode.offset_moved_to_tiered_storage:
+                    moved.append(p)
                 else:
                     ok = False
+        if moved:
+            await self._start_after_tiered(moved)
         return ok
+
+    async def _start_after_tiered(self, parts: list[ClassicPartition]) -> None:
+        """KIP-405: the leader tiered the offsets these followers would fetch; they start
+        at its local log start instead (``broker.tiering.follower``)."""
+        request = offsets_req.ListOffsetsRequest(
+            replica_id=BrokerId(self.manager.me),
+            isolation_level=i8(0),
+            topics=tuple(
+                offsets_req.ListOffsetsTopic(
+                    name=TopicName(p.topic),
+                    partitions=(
+                        offsets_req.ListOffsetsPartition(
+                            partition_index=i32(p.index),
+                            current_leader_epoch=i32(p.leader_epoch),
+                            timestamp=i64(EARLIEST_LOCAL_TIMESTAMP),
+                        ),
+                    ),
+                )
+                for p in parts
+            ),
+        )
+        response = await self._conn.request(request, 30.0)
+        starts = {
+            (t.name, int(r.partition_index)): int(r.offset)
+            for t in response.topics
+            for r in t.partitions
+            if int(r.error_code) == 0
+        }
+        for p in parts:
+            start = starts.get((p.topic, p.index))
+            if start is None or p.role != FOLLOWER or p.leader != self.leader_id:
+                continue
+            segments = await self.manager.tiering.metadata.list_segments(p.topic_id, p.index)
+            start_after_tiered(p, segments, start)

@@ -17,7 +17,7 @@ import logging
 import os
 import shutil
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -55,6 +55,14 @@ class ReplicaManager:
         # How followers reach their leaders (the inter-broker listener's TLS/SASL).
         self.security: InterBrokerSecurity = PLAINTEXT
         self.security_error: str | None = None
+        # Tiered storage (KIP-405): copies, remote retention, remote reads.
+        from sluice.backends import remote_log_metadata
+
+        from ..tiering.manager import TieringManager
+
+        self.tiering = TieringManager(
+            self, remote_log_metadata(broker.config, broker.coordinator)  # type: ignore[arg-type]
+        )
 
     # ---------------------------------------------------------------- queries
 
@@ -89,6 +97,7 @@ class ReplicaManager:
                 # follower here can replicate until it is fixed.
                 self.security_error = str(exc)
                 log.warning("classic topics: followers cannot fetch from their leaders: %s", exc)
+        await self.tiering.start()
         self.reconcile()
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
@@ -110,6 +119,7 @@ class ReplicaManager:
     async def stop(self) -> None:
         self.stopping = True
         await cancel_and_wait(self._tasks)
+        await self.tiering.stop()
         await cancel_and_wait([f.task for f in self._fetchers.values() if f.task is not None])
         for fetcher in self._fetchers.values():
             fetcher.close()
@@ -128,6 +138,9 @@ class ReplicaManager:
             ratio = float(configs.get("min.cleanable.dirty.ratio", "0.5"))
         except ValueError:
             ratio = 0.5
+        retention_ms, retention_bytes = ic(topic, "retention.ms"), ic(topic, "retention.bytes")
+        local_ms = ic(topic, "local.retention.ms")
+        local_bytes = ic(topic, "local.retention.bytes")
         return LogConfig(
             cleanup_delete="delete" in policy,
             cleanup_compact="compact" in policy,
@@ -139,8 +152,15 @@ class ReplicaManager:
             index_interval_bytes=ic(topic, "index.interval.bytes"),
             flush_messages=ic(topic, "flush.messages"),
             flush_ms=ic(topic, "flush.ms"),
-            retention_ms=ic(topic, "retention.ms"),
-            retention_bytes=ic(topic, "retention.bytes"),
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            remote_storage=(
+                self.broker.config.remote_log_storage_system_enable
+                and configs.get("remote.storage.enable", "false").strip().lower() == "true"
+            ),
+            # -2: the same as the whole log's (Kafka's meaning).
+            local_retention_ms=retention_ms if local_ms == -2 else local_ms,
+            local_retention_bytes=retention_bytes if local_bytes == -2 else local_bytes,
         )
 
     def reconcile(self) -> None:
@@ -181,9 +201,14 @@ class ReplicaManager:
             log.info("%s-%d: replica removed from this broker, deleting its log", p.topic, p.index)
             p.close()
             shutil.rmtree(p.log.dir, ignore_errors=True)
+            if key[0] not in image.topics and key[0] in self.tiering.tiered_topics:
+                # A deleted tiered topic: its remote segments go too.
+                self._spawn(self._forget_remote(p))
         self._update_fetchers(image)
         for p in changed:
             self.broker.watch.wake([(p.topic_id, p.index)])
+        if changed:
+            self.tiering.wake()  # a new leader reconciles its lineage, copies what is missing
 
     def _open(self, topic_id: UUID, name: str, index: int, config: LogConfig) -> ClassicPartition:
         directory = os.path.join(self.broker.config.data_dir, f"{name}-{index}")
@@ -276,6 +301,18 @@ class ReplicaManager:
             p.isr_change_pending = False
             self.reconcile_soon()
 
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    async def _forget_remote(self, p: ClassicPartition) -> None:
+        try:
+            deleted = await self.tiering.forget_partition(p.topic_id, p.index)
+            log.info("%s-%d: deleted %d remote segments", p.topic, p.index, deleted)
+        except Exception as exc:
+            log.warning("%s-%d: deleting remote segments failed: %r", p.topic, p.index, exc)
+
     def reconcile_soon(self) -> None:
         with contextlib.suppress(Exception):
             self.reconcile()
@@ -296,8 +333,8 @@ class ReplicaManager:
     def enforce_retention(self) -> int:
         deleted = 0
         for p in list(self.partitions.values()):
-            deleted += p.log.enforce_retention()
-            p.txns.drop_before(p.log.log_start_offset)
+            deleted += p.log.enforce_retention(p.remote.end + 1)
+            p.txns.drop_before(p.log_start_offset)
             if p.role == LEADER and p.high_watermark < p.log.log_start_offset:
                 p.high_watermark = p.log.log_start_offset
         return deleted

@@ -62,6 +62,12 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     delete_retention_ms: int = 86_400_000
     min_compaction_lag_ms: int = 0
+    # Tiered storage (KIP-405): with it, the local segments are deleted by the local
+    # retention (local.retention.ms/bytes, already resolved: -2 taken as retention.*) once
+    # they are tiered, and retention.ms/bytes apply to the whole log by the remote side.
+    remote_storage: bool = False
+    local_retention_ms: int = 7 * 24 * 3600 * 1000
+    local_retention_bytes: int = -1
 
 
 class Log:
@@ -292,25 +298,39 @@ class Log:
         self.epochs.truncate_from_start(new_start)
         return new_start
 
-    def enforce_retention(self) -> int:
+    def enforce_retention(self, tiered_upto: int | None = None) -> int:
         """Delete old segments by ``retention.ms`` (their newest timestamp) and
-        ``retention.bytes`` (oldest first), never the active one; returns how many."""
+        ``retention.bytes`` (oldest first), never the active one; returns how many.
+
+        With tiered storage (``config.remote_storage``) the local limits apply instead, and
+        only to segments wholly below ``tiered_upto`` (the first offset not tiered yet):
+        a segment not copied stays, whatever its age. ``log_start_offset`` is then the
+        *local* log start; the epoch cache keeps the epochs of the tiered offsets below it
+        (the partition's history goes on in the remote segments), truncated only where the
+        whole log starts (``forget_epochs_before``)."""
+        tiered = self.config.remote_storage
+        if tiered:
+            retention_ms = self.config.local_retention_ms
+            retention_bytes = self.config.local_retention_bytes
+            upto = -1 if tiered_upto is None else tiered_upto
+        else:
+            retention_ms, retention_bytes, upto = (
+                self.config.retention_ms,
+                self.config.retention_bytes,
+                NO_LIMIT,
+            )
         now_ms = self._clock() * 1000
         deleted = 0
         while self.config.cleanup_delete and len(self.segments) > 1:
             oldest = self.segments[0]
-            too_old = self.config.retention_ms >= 0 and (
+            if oldest.next_offset > upto:
+                break
+            too_old = retention_ms >= 0 and (
                 # A segment the cleaner emptied (compact,delete) holds nothing to keep.
                 oldest.size == 0
-                or (
-                    oldest.max_timestamp >= 0
-                    and now_ms - oldest.max_timestamp > self.config.retention_ms
-                )
+                or (oldest.max_timestamp >= 0 and now_ms - oldest.max_timestamp > retention_ms)
             )
-            too_big = (
-                self.config.retention_bytes >= 0
-                and self.size - oldest.size >= self.config.retention_bytes
-            )
+            too_big = retention_bytes >= 0 and self.size - oldest.size >= retention_bytes
             if not (too_old or too_big):
                 break
             self.segments.pop(0).delete()
@@ -318,8 +338,18 @@ class Log:
         if deleted:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
             self._write_int(LOG_START, self.log_start_offset)
-            self.epochs.truncate_from_start(self.log_start_offset)
+            if not tiered:
+                self.epochs.truncate_from_start(self.log_start_offset)
         return deleted
+
+    def forget_epochs_before(self, log_start: int) -> None:
+        """The whole log (tiered and local) starts at ``log_start`` now: epochs that ended
+        before it go from the cache."""
+        self.epochs.truncate_from_start(log_start)
+
+    def untiered_bytes(self, tiered_upto: int) -> int:
+        """Bytes of the local segments not wholly tiered (below ``tiered_upto``)."""
+        return sum(s.size for s in self.segments if s.next_offset > tiered_upto)
 
     # ---------------------------------------------------------------- checkpoints
 

@@ -1,0 +1,54 @@
+"""Consumer fetches below a classic partition's local log: served from the remote segment
+holding the offset (ranged reads through the broker's block cache), transparently: the
+answer is the same record batches the local log held."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from ..apis.fetch import _Slot
+    from ..node import Broker
+
+log = logging.getLogger(__name__)
+
+
+def remote_slots(slots: list[_Slot]) -> list[_Slot]:
+    """The consumer slots whose offset lies in the tiered part only."""
+    return [
+        s
+        for s in slots
+        if s.classic is not None and s.replica < 0 and s.classic.is_remote(s.offset)
+    ]
+
+
+async def read_tiered(
+    broker: Broker, slots: list[_Slot], budget: int, read_committed: bool = False
+) -> int:
+    """Read the remote slots among ``slots``; returns the bytes found."""
+    manager = broker.classic.tiering if broker.classic is not None else None
+    total = 0
+    for slot in remote_slots(slots):
+        p = slot.classic
+        assert p is not None
+        room = min(slot.max_bytes, budget - total)
+        if (room <= 0 and total) or manager is None:
+            continue
+        segment = p.remote.segment(slot.offset)
+        if segment is None:
+            slot.error = int(ErrorCode.offset_out_of_range)
+            continue
+        limit = p.last_stable_offset if read_committed else p.high_watermark
+        try:
+            slot.data = await manager.reader.read(
+                segment, slot.offset, max(room, 1), min(limit, segment.end_offset + 1)
+            )
+        except Exception as exc:  # the store unreachable: retriable for the consumer
+            log.warning("%s-%d: remote read at %d failed: %r", p.topic, p.index, slot.offset, exc)
+            slot.error = int(ErrorCode.kafka_storage_error)
+            continue
+        total += len(slot.data)
+    return total

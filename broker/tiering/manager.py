@@ -1,0 +1,202 @@
+"""The broker's tiered-storage task (Kafka's RemoteLogManager), one per broker, every
+``remote.log.manager.task.interval.ms`` and soon after a leadership change:
+
+- a partition's leader copies its rolled segments up to min(high watermark, LSO)
+  (``storage.tiered.copier``: the lineage decides where copying resumes, half copies of
+  a former leader are cleaned first), then enforces remote retention over the whole log
+  and deletes orphans of discarded lineages (``storage.tiered.deleter``). Copying is
+  skipped with ``remote.log.copy.disable=true`` and once tiering is being disabled;
+- KIP-950: a leader of a DISABLING partition stops copying (retain) or deletes every
+  remote segment and moves the log start to the local one (delete), then reports the
+  partition done to the controller; it retries until heard, and a new leader (after a
+  broker died mid-way) does it again from the image;
+- every replica refreshes its view of the tiered part (``view.RemoteView``): fetches
+  below the local log read from it, and local retention only deletes what it covers.
+
+Partitions are tended one after another: the work is a few database round trips and
+whole-segment uploads, none of it per record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from controller.image import TIERING_DISABLING, TopicImage
+from controller.tiering import COPY_DISABLE, tiering_enabled
+from storage.tiered.copier import CopyFenced, LocalGap, SegmentCopier, history_of
+from storage.tiered.lineage import lineage
+from storage.tiered.metadata import RemoteLogMetadataStore
+from storage.tiered.reader import RemoteReader
+
+from ..background import cancel_and_wait
+from ..classic.partition import LEADER, ClassicPartition
+from .view import EMPTY, RemoteView
+
+if TYPE_CHECKING:
+    from ..classic.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+def _true(value: str | None) -> bool:
+    return value is not None and value.strip().lower() == "true"
+
+
+def has_tiering(topic: TopicImage) -> bool:
+    """Whether the topic tiers or once did (its remote data may still be served)."""
+    return topic.tiering is not None or tiering_enabled(topic)
+
+
+class TieringManager:
+    def __init__(self, replicas: ReplicaManager, metadata: RemoteLogMetadataStore) -> None:
+        broker = replicas.broker
+        self.replicas = replicas
+        self.metadata = metadata
+        self.copier = SegmentCopier(broker.store, metadata, replicas.me)
+        self.deleter = self.copier.deleter
+        self.reader = RemoteReader(broker.store, broker.cache)
+        self.interval = broker.config.remote_log_manager_task_interval_ms / 1000
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        # Topics seen tiering: their remote data goes when they are deleted.
+        self.tiered_topics: set[UUID] = set()
+        self.runs = 0  # completed passes over the partitions (tests wait on it)
+
+    async def start(self) -> None:
+        await self.metadata.start()
+        self._tasks.append(asyncio.create_task(self._loop()))
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._tasks)
+        await self.metadata.close()
+
+    def wake(self) -> None:
+        """A leadership or config change: tend the partitions now, not at the next tick."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
+            await self.run_once()
+
+    async def run_once(self) -> None:
+        for p in list(self.replicas.partitions.values()):
+            if self.replicas.stopping:
+                return
+            try:
+                await self.tend(p)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("%s-%d: tiered storage task failed: %r", p.topic, p.index, exc)
+        self.runs += 1
+
+    async def tend(self, p: ClassicPartition) -> None:
+        topic = self.replicas.image().topic_by_id(p.topic_id)
+        if topic is None or not has_tiering(topic):
+            p.remote = EMPTY
+            return
+        self.tiered_topics.add(p.topic_id)
+        if p.role == LEADER:
+            await self._lead(p, topic)
+        await self.refresh(p)
+
+    async def _lead(self, p: ClassicPartition, topic: TopicImage) -> None:
+        epoch = p.leader_epoch
+        t = topic.tiering
+        if t is not None and t.state == TIERING_DISABLING:
+            if p.index not in t.done:
+                await self._disable(p, t.generation, t.policy)
+        elif tiering_enabled(topic) and not _true(topic.configs.get(COPY_DISABLE)):
+            upto = min(p.high_watermark, p.last_stable_offset)
+            try:
+                copied = await self.copier.copy_rolled(p.log, p.topic_id, p.index, epoch, upto)
+            except LocalGap as exc:
+                log.warning("%s-%d: not copying to remote storage: %s", p.topic, p.index, exc)
+            except CopyFenced as exc:
+                log.info("%s-%d: copy fenced by a newer leader: %s", p.topic, p.index, exc)
+                return
+            else:
+                if copied:
+                    log.info(
+                        "%s-%d: copied %d segments to remote storage (up to offset %d)",
+                        p.topic,
+                        p.index,
+                        len(copied),
+                        copied[-1].end_offset,
+                    )
+        if p.role != LEADER or p.leader_epoch != epoch:
+            return  # deposed meanwhile: retention is the new leader's
+        config = p.log.config
+        run = await self.deleter.enforce(
+            history_of(p.log),
+            epoch,
+            p.topic_id,
+            p.index,
+            config.retention_ms,
+            config.retention_bytes,
+            p.log.untiered_bytes(p.remote.end + 1),
+        )
+        if run.expired or run.orphans:
+            log.info(
+                "%s-%d: remote retention deleted %d segments, %d orphans (log start %d)",
+                p.topic,
+                p.index,
+                run.expired,
+                run.orphans,
+                run.log_start,
+            )
+
+    async def _disable(self, p: ClassicPartition, generation: int, policy: str) -> None:
+        """KIP-950 on this leader: retain stops copying (done by not copying any more);
+        delete deletes the tiered data, the log then starting at the local log start."""
+        if policy == "delete":
+            await self.metadata.advance_log_start(p.topic_id, p.index, p.log.log_start_offset)
+            segments = await self.metadata.list_segments(p.topic_id, p.index)
+            await self.deleter.delete_all(segments)
+            p.remote = EMPTY
+        controller = self.replicas.broker.controller
+        assert controller is not None
+        result, applied = await controller.client.complete_tiering_disable(
+            p.topic_id, p.index, generation
+        )
+        if result.error_code != ErrorCode.none:
+            log.warning(
+                "%s-%d: tiering disablement not recorded: %s %s",
+                p.topic,
+                p.index,
+                result.error_code.name,
+                result.error_message or "",
+            )
+            return
+        log.info("%s-%d: tiered storage disabled (%s)", p.topic, p.index, policy)
+        with contextlib.suppress(TimeoutError):
+            await controller.follower.wait_for(applied, 5.0)
+
+    async def refresh(self, p: ClassicPartition) -> RemoteView:
+        """This replica's view of the tiered part, from the remote metadata: the segments
+        of its own lineage only (a deposed leader's orphans are never served)."""
+        start = await self.metadata.log_start(p.topic_id, p.index)
+        segments = await self.metadata.list_segments(p.topic_id, p.index)
+        epoch = p.leader_epoch if p.role == LEADER else None
+        view = RemoteView(lineage(history_of(p.log), segments, start, epoch), start)
+        p.remote = view
+        if start > 0:
+            # The whole log starts there now: older epochs are forgotten (only there: the
+            # epochs of tiered offsets stay, they are this replica's lineage).
+            p.log.forget_epochs_before(min(start, p.log.log_start_offset))
+        return view
+
+    async def forget_partition(self, topic_id: UUID, partition: int) -> int:
+        """A deleted topic's partition: its remote segments and their metadata go (every
+        replica of it does this; deleting twice is harmless). Returns how many."""
+        segments = await self.metadata.list_segments(topic_id, partition)
+        return await self.deleter.delete_all(segments)
