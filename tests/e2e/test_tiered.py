@@ -1,0 +1,333 @@
+"""Tiered storage of classic topics (KIP-405) and its disablement (KIP-950) on three
+brokers behind one controller, with stock clients only.
+
+The leader copies rolled segments to the object store, local retention then deletes them
+from every replica's disk, and consumers still read the whole log from offset 0: the
+broker serves those offsets from the remote segments. The remote log manager runs every
+300 ms here and segments roll at 1 MiB, so each test takes seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+
+from ._kafka import confluent_consume, kafka_python_consume, wait_until
+
+pytestmark = pytest.mark.e2e
+
+TIERED = {
+    "diskless.enable": "false",
+    "remote.storage.enable": "true",
+    "segment.bytes": "1048576",  # Kafka's minimum: about 1000 records a segment
+    # Only the active segment stays on local disk once the others are tiered.
+    "local.retention.bytes": "1",
+    "min.insync.replicas": "2",
+}
+PAD = b"x" * 1000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory,
+        "tiered",
+        brokers=3,
+        broker_options={
+            **FAST_LIVENESS,
+            "replica.lag.time.max.ms": "2000",
+            "replica.fetch.backoff.ms": "200",
+            "remote.log.manager.task.interval.ms": "300",
+            "log.retention.check.interval.ms": "300",
+        },
+        controllers=1,
+        controller_options={
+            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
+        },
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def healthy(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    for b in cluster.brokers:
+        if not b.alive():
+            b.start()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, "three live brokers", 20)
+    yield cluster
+
+
+def describe(admin: AdminClient, topic: str) -> tuple[int, list[int], list[int]]:
+    """(leader, replicas, isr) of partition 0."""
+    p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    return p.leader, list(p.replicas), sorted(p.isrs)
+
+
+def create(admin: AdminClient, topic: str, **extra: str) -> None:
+    admin.create_topics([NewTopic(topic, 1, 3, config={**TIERED, **extra})])[topic].result(20)
+    wait_until(lambda: len(describe(admin, topic)[2]) == 3, "a full ISR", 15)
+
+
+def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    errors: list[str] = []
+    for i in range(start, start + count):
+        producer.produce(
+            topic, value=b"%08d" % i + PAD, on_delivery=lambda e, _m: e and errors.append(str(e))
+        )
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not errors, errors[:3]
+
+
+def local_segments(cluster: LocalCluster, node: int, topic: str) -> list[int]:
+    """Base offsets of the partition's segment files on one broker's disk."""
+    directory = Path(cluster.broker(node).data_dir) / f"{topic}-0"
+    if not directory.exists():
+        return []
+    return sorted(int(f.name[:-4]) for f in directory.iterdir() if f.name.endswith(".log"))
+
+
+def wait_tiered(cluster: LocalCluster, topic: str, node: int) -> int:
+    """Waits until the node's local log no longer starts at 0; returns its first offset."""
+    wait_until(
+        lambda: (local_segments(cluster, node, topic) or [0])[0] > 0,
+        f"broker {node}'s tiered segments deleted from its disk",
+        30,
+    )
+    return local_segments(cluster, node, topic)[0]
+
+
+def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
+    try:
+        for _attempt in range(50):
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, 0), 5, cached=False
+                )
+                return int(low), int(high)
+            except KafkaException:
+                time.sleep(0.2)  # right after a kill the metadata may name the old leader
+        raise AssertionError("no watermarks")
+    finally:
+        consumer.close()
+
+
+def values(got: list) -> list[int]:  # type: ignore[type-arg]
+    return [int((g.value or b"-1")[:8]) for g in got]
+
+
+def alter(admin: AdminClient, topic: str, **configs: str) -> None:
+    entries = [
+        ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in configs.items()
+    ]
+    resource = ConfigResource("TOPIC", topic, incremental_configs=entries)
+    admin.incremental_alter_configs([resource])[resource].result(20)
+
+
+def test_stock_consumers_read_the_whole_log_from_remote_segments(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic)
+    produce(healthy.bootstrap, topic, 0, 3000)
+    _, replicas, _ = describe(admin, topic)
+    for node in replicas:  # followers delete tiered segments too
+        wait_tiered(healthy, topic, node)
+    assert watermarks(healthy.bootstrap, topic) == (0, 3000)
+    for got in (
+        confluent_consume(healthy.bootstrap, topic, expected=3000),
+        kafka_python_consume(healthy.bootstrap, topic, expected=3000),
+    ):
+        assert [g.offset for g in got] == list(range(3000))
+        assert values(got) == list(range(3000))
+
+
+def test_remote_storage_is_refused_on_a_diskless_topic(healthy: LocalCluster, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    future = admin.create_topics(
+        [NewTopic(topic, 1, 1, config={"diskless.enable": "true", "remote.storage.enable": "true"})]
+    )[topic]
+    with pytest.raises(KafkaException, match=r"INVALID_CONFIG|diskless"):
+        future.result(20)
+
+
+def test_a_killed_leader_leaves_the_log_readable_without_a_gap(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic)
+    produce(healthy.bootstrap, topic, 0, 2000)
+    leader, _, _ = describe(admin, topic)
+    wait_tiered(healthy, topic, leader)
+    healthy.broker(leader).stop(signal.SIGKILL)
+    wait_until(lambda: describe(admin, topic)[0] not in (leader, -1), "a new leader", 20)
+    new_leader = describe(admin, topic)[0]
+    produce(healthy.bootstrap, topic, 2000, 2000)
+    # The new leader copies after the tiered lineage (no gap, nothing twice) and deletes
+    # its own local copies of what it tiered.
+    first_local = wait_tiered(healthy, topic, new_leader)
+    wait_until(
+        lambda: local_segments(healthy, new_leader, topic)[0] > 2000,
+        "the new leader's segments tiered",
+        30,
+    )
+    assert first_local > 0
+    healthy.broker(leader).start()
+    wait_until(lambda: len(describe(admin, topic)[2]) == 3, "the old leader back in the ISR", 30)
+    assert watermarks(healthy.bootstrap, topic) == (0, 4000)
+    got = confluent_consume(healthy.bootstrap, topic, expected=4000)
+    assert values(got) == list(range(4000))
+    assert [g.offset for g in got] == list(range(4000))
+
+
+def test_a_wiped_follower_starts_after_the_tiered_part(healthy: LocalCluster, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic)
+    produce(healthy.bootstrap, topic, 0, 2000)
+    leader, replicas, _ = describe(admin, topic)
+    leader_start = wait_tiered(healthy, topic, leader)
+    follower = next(r for r in replicas if r != leader)
+    broker = healthy.broker(follower)
+    broker.stop(signal.SIGKILL)
+    shutil.rmtree(Path(broker.data_dir) / f"{topic}-0")
+    broker.start()
+    wait_until(lambda: len(describe(admin, topic)[2]) == 3, "the wiped follower in the ISR", 30)
+    # It did not fetch the tiered offsets again: its log starts at the leader's local start
+    # (or later, once local retention ran there too).
+    assert local_segments(healthy, follower, topic)[0] >= leader_start
+    produce(healthy.bootstrap, topic, 2000, 500)
+    # It replicates from there on, and can lead: make it the only choice of leader.
+    others = [r for r in replicas if r != follower]
+    for r in others:
+        healthy.broker(r).stop(signal.SIGKILL)
+    wait_until(lambda: describe(admin, topic)[0] == follower, "the wiped follower leads", 30)
+    for r in others:
+        healthy.broker(r).start()
+    wait_until(lambda: len(describe(admin, topic)[2]) == 3, "a full ISR again", 30)
+    got = confluent_consume(healthy.bootstrap, topic, expected=2500)
+    assert values(got) == list(range(2500))
+
+
+def test_disable_with_retain_keeps_the_remote_data_readable(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic)
+    produce(healthy.bootstrap, topic, 0, 2000)
+    leader, _, _ = describe(admin, topic)
+    wait_tiered(healthy, topic, leader)
+    alter(admin, topic, remote_storage_enable="false")  # remote.log.disable.policy=retain
+    # Once DISABLED, tiering may be enabled again (refused while DISABLING): the sign
+    # that every leader reported the partition done.
+    produce(healthy.bootstrap, topic, 2000, 500)
+    assert watermarks(healthy.bootstrap, topic)[0] == 0
+    got = confluent_consume(healthy.bootstrap, topic, expected=2500)
+    assert values(got) == list(range(2500))
+    wait_until(lambda: _try_alter(admin, topic, remote_storage_enable="true"), "re-enabled", 30)
+
+
+def _try_alter(admin: AdminClient, topic: str, **configs: str) -> bool:
+    try:
+        alter(admin, topic, **configs)
+    except KafkaException:
+        return False
+    return True
+
+
+def test_disable_with_delete_moves_the_log_start_to_the_local_log(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic)
+    produce(healthy.bootstrap, topic, 0, 2000)
+    leader, _, _ = describe(admin, topic)
+    wait_tiered(healthy, topic, leader)
+    # Kafka 3.9's spelling of KIP-950's remote.log.disable.policy=delete.
+    alter(admin, topic, remote_storage_enable="false", remote_log_delete_on_disable="true")
+    wait_until(
+        lambda: watermarks(healthy.bootstrap, topic)[0] > 0, "the log start moved past 0", 30
+    )
+    low, high = watermarks(healthy.bootstrap, topic)
+    assert high == 2000
+    assert low == local_segments(healthy, leader, topic)[0]
+    got = confluent_consume(healthy.bootstrap, topic, expected=high - low)
+    assert values(got) == list(range(low, high))
+    # Enabled again: a new tiering period starts from the local log.
+    wait_until(lambda: _try_alter(admin, topic, remote_storage_enable="true"), "re-enabled", 30)
+    produce(healthy.bootstrap, topic, 2000, 2000)
+    wait_until(lambda: local_segments(healthy, leader, topic)[0] > 2000, "tiered again", 30)
+    assert watermarks(healthy.bootstrap, topic) == (low, 4000)
+    got = confluent_consume(healthy.bootstrap, topic, expected=4000 - low)
+    assert values(got) == list(range(low, 4000))
+
+
+def test_deleting_a_tiered_topic_deletes_its_remote_segments(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic)
+    produce(healthy.bootstrap, topic, 0, 1000)
+    leader, _, _ = describe(admin, topic)
+    wait_tiered(healthy, topic, leader)
+    topic_id = _topic_id(admin, topic)
+    assert _remote_objects(healthy, topic_id)
+    admin.delete_topics([topic])[topic].result(20)
+    wait_until(lambda: not _remote_objects(healthy, topic_id), "remote segments deleted", 30)
+
+
+def _topic_id(admin: AdminClient, topic: str) -> str:
+    desc = admin.describe_topics(TopicCollection([topic]))[topic].result(10)
+    u = desc.topic_id
+    hi, lo = u.get_most_significant_bits() % (1 << 64), u.get_least_significant_bits() % (1 << 64)
+    return str(uuid.UUID(int=(hi << 64) | lo))
+
+
+def _remote_objects(cluster: LocalCluster, topic_id: str) -> list[str]:
+    """The object keys of the topic's tiered segments in the cluster's bucket."""
+    from storage.s3_store import S3Config, S3ObjectStore
+
+    s3 = cluster.s3
+    store = S3ObjectStore(
+        S3Config(
+            endpoint_url=s3.endpoint_url,
+            region=s3.region,
+            bucket=s3.bucket,
+            access_key=s3.access_key,
+            secret_key=s3.secret_key,
+        )
+    )
+
+    async def keys() -> list[str]:
+        await store.start()
+        try:
+            return [
+                o.key
+                async for page in store.list_objects()
+                for o in page
+                if o.key.startswith(f"tiered/{topic_id}/")
+            ]
+        finally:
+            await store.close()
+
+    return asyncio.run(keys())
