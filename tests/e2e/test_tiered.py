@@ -287,7 +287,7 @@ def test_deleting_a_tiered_topic_deletes_its_remote_segments(
 ) -> None:
     admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
     create(admin, topic)
-    produce(healthy.bootstrap, topic, 0, 1000)
+    produce(healthy.bootstrap, topic, 0, 2000)
     leader, _, _ = describe(admin, topic)
     wait_tiered(healthy, topic, leader)
     topic_id = _topic_id(admin, topic)
