@@ -61,7 +61,8 @@ class ReplicaManager:
         from ..tiering.manager import TieringManager
 
         self.tiering = TieringManager(
-            self, remote_log_metadata(broker.config, broker.coordinator)  # type: ignore[arg-type]
+            self,
+            remote_log_metadata(broker.config, broker.coordinator),  # type: ignore[arg-type]
         )
 
     # ---------------------------------------------------------------- queries

@@ -1,0 +1,142 @@
+"""The broker's side of tiered storage over a real log, store and metadata: local retention
+of tiered segments, the partition's log starts and reads below the local log, and where a
+follower restarts after the tiered part."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.classic.partition import ClassicPartition
+from broker.tiering.follower import chain_to, start_after_tiered
+from broker.tiering.view import RemoteView
+from controller.image import PartitionState
+from storage.classic.log import Log, LogConfig
+from storage.tiered.copier import history_of
+from storage.tiered.lineage import lineage
+from storage.tiered.metadata import RemoteSegment, SegmentState
+
+from .test_copier_reader import NOW, TOPIC, Env, fill
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    e = Env(tmp_path)
+    await e.store.start()
+    await e.meta.start()
+    try:
+        yield e
+    finally:
+        await e.meta.close()
+        e.log.close()
+
+
+TIERED = LogConfig(
+    segment_bytes=2000,
+    index_interval_bytes=300,
+    remote_storage=True,
+    local_retention_ms=-1,
+    local_retention_bytes=1,  # keep only the active segment, once tiered
+)
+
+
+def tiered_env(e: Env, tmp: Path) -> None:
+    e.log.close()
+    e.log = Log(str(tmp / "tiered-log"), TIERED)
+
+
+async def test_local_retention_deletes_only_tiered_segments_and_keeps_their_epochs(
+    env: Env, tmp_path: Path
+) -> None:
+    tiered_env(env, tmp_path)
+    fill(env.log, 30, epoch=0)
+    fill(env.log, 30, epoch=2)
+    epochs = env.log.epochs.entries
+    assert env.log.enforce_retention(None) == 0  # nothing tiered: nothing goes
+    rolled = env.log.segments[:-1]
+    upto = rolled[2].next_offset
+    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 2, upto)
+    assert copied[-1].end_offset + 1 == upto
+    assert env.log.enforce_retention(upto) == 3
+    assert env.log.log_start_offset == upto
+    # The tiered offsets' epochs stay: they are this replica's lineage.
+    assert env.log.epochs.entries == epochs
+    # Retention moved the whole log's start: then they go.
+    env.log.forget_epochs_before(upto)
+    assert env.log.epochs.entries[0][1] == upto
+
+
+async def test_a_partition_serves_below_its_local_log_from_remote(env: Env, tmp_path: Path) -> None:
+    tiered_env(env, tmp_path)
+    fill(env.log, 40, epoch=1)
+    p = ClassicPartition(uuid.UUID(int=1), "t", 0, env.log, 1, lag_max_ms=1000)
+    p.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
+    p.read(env.log.log_end_offset, 1 << 20, 2)  # the follower has everything: HW at the end
+    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 1, env.log.log_end_offset)
+    env.log.enforce_retention(copied[-1].end_offset + 1)
+    local_start = env.log.log_start_offset
+    assert local_start > 0
+    assert p.log_start_offset == local_start  # nothing known of the remote part yet
+    segments = await env.meta.list_segments(TOPIC, 0)
+    p.remote = RemoteView(lineage(history_of(env.log), segments, 0, 1), 0)
+    assert p.log_start_offset == 0
+    assert p.is_remote(0) and p.is_remote(local_start - 1) and not p.is_remote(local_start)
+    # A follower below the local log is told to start after the tiered part.
+    assert p.read(0, 1 << 20, 2) == (int(ErrorCode.offset_moved_to_tiered_storage), b"")
+    # A consumer's remote read is done by the fetch path, not the local log.
+    assert p.read(0, 1 << 20, -1) == (0, b"")
+    assert p.list_offset(-2)[1] == 0
+    assert p.list_offset(-4)[1] == local_start
+    assert p.list_offset(-5)[1] == copied[-1].end_offset
+
+
+def _segment(start: int, end: int, epochs: tuple[tuple[int, int], ...], by: int) -> RemoteSegment:
+    return RemoteSegment(
+        TOPIC,
+        0,
+        uuid.uuid4(),
+        start,
+        end,
+        NOW,
+        by,
+        epochs,
+        100,
+        1,
+        SegmentState.COPY_SEGMENT_FINISHED,
+    )
+
+
+def test_a_follower_adopts_the_epochs_of_the_leaders_lineage_not_an_orphan() -> None:
+    # Epoch 1 wrote 0..149 on a leader that copied 0..99 and 100..149; the new leader (epoch
+    # 2) had only 0..119 of it: it copied 100..179 with epoch 2 from 120.
+    lineage_segments = [
+        _segment(0, 99, ((1, 0),), 1),
+        _segment(100, 179, ((1, 100), (2, 120)), 2),
+    ]
+    orphan = _segment(100, 149, ((1, 100),), 1)
+    epochs = chain_to([*lineage_segments, orphan], 180, max_epoch=2)
+    assert epochs == ((1, 0), (2, 120))
+    # The leader's local log starting inside both: its own copy wins over the orphan.
+    assert chain_to([orphan, *lineage_segments], 150, max_epoch=2) == ((1, 0), (2, 120))
+    # A segment copied by a newer epoch than the follower knows is not trusted.
+    assert chain_to([*lineage_segments, _segment(180, 199, ((5, 180),), 5)], 200, 2) == ()
+
+
+async def test_a_wiped_follower_restarts_at_the_leaders_local_start(
+    env: Env, tmp_path: Path
+) -> None:
+    fill(env.log, 40, epoch=1)
+    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 1, env.log.log_end_offset)
+    follower_log = Log(str(tmp_path / "follower"), LogConfig())
+    p = ClassicPartition(TOPIC, "t", 0, follower_log, 2, lag_max_ms=1000)
+    p.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
+    start = copied[-1].end_offset + 1
+    assert start_after_tiered(p, await env.meta.list_segments(TOPIC, 0), start)
+    assert follower_log.log_start_offset == follower_log.log_end_offset == start
+    assert follower_log.epochs.entries == [(1, 0)]
+    assert not start_after_tiered(p, [], start)  # already there
+    follower_log.close()
