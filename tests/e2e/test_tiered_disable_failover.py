@@ -1,0 +1,149 @@
+"""KIP-950 disablement through failures: the topic is DISABLING in the metadata log while
+the partition's leader cannot act (stopped), the active controller is SIGKILLed, then the
+leader broker itself; the next controller and the next leader finish the job (delete: the
+remote data goes, the log starts at the local log) and the topic becomes DISABLED.
+
+Three controllers (a Raft quorum) and three brokers, stock clients for the data.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from controller.image import TIERING_DISABLED, TIERING_DISABLING, MetadataImage
+from controller.records import decode_batch
+from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+
+from ._kafka import confluent_consume, wait_until
+from .test_tiered import (
+    create,
+    describe,
+    local_segments,
+    produce,
+    values,
+    wait_tiered,
+    watermarks,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory,
+        "tiered-quorum",
+        brokers=3,
+        broker_options={
+            **FAST_LIVENESS,
+            "replica.lag.time.max.ms": "2000",
+            "replica.fetch.backoff.ms": "200",
+            "remote.log.manager.task.interval.ms": "300",
+            "log.retention.check.interval.ms": "300",
+        },
+        controllers=3,
+        controller_options={
+            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
+        },
+    ) as c:
+        yield c
+
+
+def controller_api(cluster: LocalCluster, path: str, body: object) -> dict:  # type: ignore[type-arg]
+    active = cluster.active_controller()
+    assert active is not None
+    request = urllib.request.Request(
+        active.url + path,
+        data=json.dumps(body).encode(),
+        headers={"X-Sluice-Secret": cluster.secret, "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)  # type: ignore[no-any-return]
+
+
+def tiering_state(cluster: LocalCluster, topic: str) -> str | None:
+    """The topic's tiering state in the active controller's metadata log."""
+    active = cluster.active_controller()
+    if active is None:
+        return None
+    request = urllib.request.Request(
+        active.url + "/v1/metadata?after=0", headers={"X-Sluice-Secret": cluster.secret}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            body = json.load(response)
+    except OSError:
+        return None  # between two active controllers
+    image = MetadataImage()
+    if body["snapshot"]:
+        image.apply_batch(decode_batch(base64.b64decode(body["snapshot"])))
+    for entry in body["entries"]:
+        image.apply_batch(decode_batch(base64.b64decode(entry["data"])))
+    t = image.topic(topic)
+    return None if t is None or t.tiering is None else t.tiering.state
+
+
+def test_disabling_survives_a_controller_kill_and_a_leader_kill(
+    cluster: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    create(admin, topic)
+    produce(cluster.bootstrap, topic, 0, 3000)
+    leader, replicas, _ = describe(admin, topic)
+    for node in replicas:  # whichever leads next has deleted its tiered segments too
+        wait_tiered(cluster, topic, node)
+    others = [r for r in replicas if r != leader]
+    stopped = cluster.broker(leader)
+    assert stopped.proc is not None
+    os.kill(stopped.proc.pid, signal.SIGSTOP)  # the leader cannot act on the disablement
+    try:
+        # Straight to the controllers' API: a Kafka admin client may pick the stopped
+        # broker, which Metadata names as the controller until its session expires.
+        disable = {"remote.storage.enable": "false", "remote.log.disable.policy": "delete"}
+        ops = [{"key": k, "op": 0, "value": v} for k, v in disable.items()]  # 0: SET
+        answer = controller_api(
+            cluster, "/v1/topics/configs", {"topics": [{"name": topic, "ops": ops}]}
+        )
+        assert answer["results"][0]["error_code"] == 0, answer
+        assert tiering_state(cluster, topic) == TIERING_DISABLING
+        controller = cluster.active_controller()
+        assert controller is not None
+        controller.stop(signal.SIGKILL)
+        wait_until(
+            lambda: cluster.active_controller() not in (None, controller), "a new controller", 20
+        )
+        stopped.stop(signal.SIGKILL)  # the leader dies before it did anything
+    finally:
+        if stopped.alive() and stopped.proc is not None:
+            os.kill(stopped.proc.pid, signal.SIGCONT)
+    # A new leader (elected once the dead one's session expires) deletes the remote
+    # segments and reports to the new controller.
+    try:
+        wait_until(lambda: tiering_state(cluster, topic) == TIERING_DISABLED, "DISABLED", 60)
+    except AssertionError:
+        for r in others:
+            print("BROKER", r, cluster.broker(r).log_tail(60000))  # DEBUG
+        for c in cluster.controllers:
+            print("CONTROLLER", c.node_id, c.log_tail(60000))  # DEBUG
+        raise
+    via_other = AdminClient({"bootstrap.servers": cluster.broker(others[0]).bootstrap})
+    new_leader = describe(via_other, topic)[0]
+    assert new_leader in others
+    bootstrap = cluster.broker(others[0]).bootstrap
+    low, high = watermarks(bootstrap, topic)
+    assert high == 3000 and low == local_segments(cluster, new_leader, topic)[0] > 0
+    got = confluent_consume(bootstrap, topic, expected=high - low)
+    assert values(got) == list(range(low, high))
+    controller.start()
+    stopped.start()
+    wait_until(lambda: len(describe(admin, topic)[2]) == 3, "the old leader back in the ISR", 30)
