@@ -486,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         help="dev, s3, commit (group-commit latency across loads, both commit modes, on "
         "both stores; bench.commit_latency), scale (1 vs 2 broker processes on this host, "
         "same storage; bench.scale_out), tls (TLS vs plaintext; bench.tls), classic (classic "
-        "RF=3 vs diskless topics on 3 brokers; bench.classic) or any of them "
+        "RF=3 vs diskless topics on 3 brokers; bench.classic), tiered (copy to remote vs raw "
+        "PUT, catch-up reads from remote vs diskless; bench.tiered) or any of them "
         "(default dev,s3,commit,scale)",
     )
     ap.add_argument("--quick", action="store_true", help="~1 min: 64 MiB, 1 run, 1 MiB batches")
@@ -520,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     args.tail_mib = 32.0
     args.tail_fetches = 40 if args.quick else 100
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"dev", "s3", "commit", "scale", "tls", "classic"}
+    unknown = set(targets) - {"dev", "s3", "commit", "scale", "tls", "classic", "tiered"}
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)}")
 
@@ -562,6 +563,14 @@ def main(argv: list[str] | None = None) -> int:
 
             # Classic (local logs, RF=3) vs diskless on one 3-broker cluster.
             classic.main(
+                ["--repeats", str(args.repeats)]
+                + (["--quick"] if args.quick else ["--mib", str(min(args.mib, 128))])
+            )
+        if "tiered" in targets:
+            from . import tiered
+
+            # Tiered storage of classic topics: copying and catch-up reads from remote.
+            tiered.main(
                 ["--repeats", str(args.repeats)]
                 + (["--quick"] if args.quick else ["--mib", str(min(args.mib, 128))])
             )
