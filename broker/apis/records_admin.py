@@ -40,7 +40,7 @@ async def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> A
                 continue
             classic = getattr(broker, "classic", None)
             if classic is not None and classic.is_classic(topic.topic_id):
-                code, low = classic_delete(
+                code, low = await classic_delete(
                     classic, topic.topic_id, part.partition_index, part.offset
                 )
                 entry.update(error_code=code, low_watermark=low)

@@ -38,12 +38,13 @@ def end_offset_for_epoch(
     return 0, found, end
 
 
-def delete_records(
+async def delete_records(
     manager: ReplicaManager, topic_id: UUID, partition: int, offset: int
 ) -> tuple[int, int]:
     """(error, low watermark). -1 deletes up to the high watermark; beyond it is
     OFFSET_OUT_OF_RANGE. Followers move their log start when their next fetch answer
-    carries the leader's."""
+    carries the leader's. On a tiered partition the whole log's start moves (the shared
+    remote log start; remote segments wholly below it go at the next retention run)."""
     p, error = manager.leader_partition(topic_id, partition)
     if p is None:
         return error, -1
@@ -51,4 +52,9 @@ def delete_records(
         offset = p.high_watermark
     if offset < 0 or offset > p.high_watermark:
         return int(ErrorCode.offset_out_of_range), -1
+    if p.remote.end >= 0 and offset > p.log_start_offset:
+        await manager.tiering.metadata.advance_log_start(topic_id, partition, offset)
+        p.log.delete_records(offset)
+        await manager.tiering.refresh(p)
+        return 0, p.log_start_offset
     return 0, p.log.delete_records(offset)

@@ -100,6 +100,9 @@ class ReplicaManager:
                 log.warning("classic topics: followers cannot fetch from their leaders: %s", exc)
         await self.tiering.start()
         self.reconcile()
+        # Before the listeners open: a fetch below a restarted replica's local log must find
+        # the tiered part, not answer OFFSET_OUT_OF_RANGE (a consumer would reset).
+        await self.tiering.refresh_all()
         self._tasks.append(asyncio.create_task(self._isr_loop()))
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._flush_loop()))

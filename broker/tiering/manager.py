@@ -181,6 +181,19 @@ class TieringManager:
         with contextlib.suppress(TimeoutError):
             await controller.follower.wait_for(applied, 5.0)
 
+    async def refresh_all(self) -> None:
+        """Every tiered partition's view, without copying or deleting anything."""
+        image = self.replicas.image()
+        for p in list(self.replicas.partitions.values()):
+            topic = image.topic_by_id(p.topic_id)
+            if topic is None or not has_tiering(topic):
+                continue
+            self.tiered_topics.add(p.topic_id)
+            try:
+                await self.refresh(p)
+            except Exception as exc:
+                log.warning("%s-%d: reading the remote metadata failed: %r", p.topic, p.index, exc)
+
     async def refresh(self, p: ClassicPartition) -> RemoteView:
         """This replica's view of the tiered part, from the remote metadata: the segments
         of its own lineage only (a deposed leader's orphans are never served)."""

@@ -163,6 +163,22 @@ def test_stock_consumers_read_the_whole_log_from_remote_segments(
         assert values(got) == list(range(3000))
 
 
+def test_delete_records_moves_the_start_of_the_tiered_log(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic)
+    produce(healthy.bootstrap, topic, 0, 3000)
+    leader, _, _ = describe(admin, topic)
+    local_start = wait_tiered(healthy, topic, leader)
+    below = local_start // 2  # inside the tiered part
+    (future,) = admin.delete_records([TopicPartition(topic, 0, below)]).values()
+    assert future.result(20).low_watermark == below
+    assert watermarks(healthy.bootstrap, topic) == (below, 3000)
+    got = confluent_consume(healthy.bootstrap, topic, expected=3000 - below)
+    assert values(got) == list(range(below, 3000))
+
+
 def test_remote_storage_is_refused_on_a_diskless_topic(healthy: LocalCluster, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
     future = admin.create_topics(
