@@ -227,11 +227,19 @@ def test_a_wiped_follower_starts_after_the_tiered_part(healthy: LocalCluster, to
     broker = healthy.broker(follower)
     broker.stop(signal.SIGKILL)
     shutil.rmtree(Path(broker.data_dir) / f"{topic}-0")
+    logged = broker.log_size()
     broker.start()
-    wait_until(lambda: len(describe(admin, topic)[2]) == 3, "the wiped follower in the ISR", 30)
-    # It did not fetch the tiered offsets again: its log starts at the leader's local start
-    # (or later, once local retention ran there too).
+    # It does not fetch the tiered offsets again: told OFFSET_MOVED_TO_TIERED_STORAGE, its
+    # log restarts at the leader's local start (the ISR may still name it: it was killed
+    # less than replica.lag.time.max.ms ago, so the ISR alone says nothing).
+    started = f"{topic}-0: starting after the tiered part"
+    wait_until(
+        lambda: started in broker.log_tail(10**8, since=logged),
+        "the wiped follower starting after the tiered part",
+        30,
+    )
     assert local_segments(healthy, follower, topic)[0] >= leader_start
+    wait_until(lambda: len(describe(admin, topic)[2]) == 3, "the wiped follower in the ISR", 30)
     produce(healthy.bootstrap, topic, 2000, 500)
     # It replicates from there on, and can lead: make it the only choice of leader.
     others = [r for r in replicas if r != follower]
