@@ -41,9 +41,11 @@ from controller.requests import (
     BrokerRegistrationRequest,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectionResult,
     ErrorResult,
     HeartbeatResult,
     IsrChange,
+    LeaderElection,
     NewPartitions,
     NewTopic,
     OngoingReassignment,
@@ -322,6 +324,16 @@ class ControllerClient:
         body = {"reassignments": to_json(list(reassignments))}
         data, applied = await self._write("/v1/reassignments", body)
         return self._results(ReassignmentResult, data), applied
+
+    async def elect_leaders(
+        self, election: LeaderElection
+    ) -> tuple[list[ElectionResult], int]:
+        body = {
+            "election_type": election.election_type,
+            "partitions": None if election.partitions is None else list(election.partitions),
+        }
+        data, applied = await self._write("/v1/leaders/elect", body)
+        return self._results(ElectionResult, data), applied
 
     async def list_reassignments(self) -> list[OngoingReassignment]:
         data = await self.request("GET", "/v1/reassignments")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ElectionType, NewTopic
 
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
@@ -183,6 +183,39 @@ def test_stopped_follower_leaves_the_isr_and_rejoins(healthy: LocalCluster, topi
         assert check.get_watermark_offsets(TopicPartition(strict, 0), 10, cached=False) == (0, 0)
     finally:
         check.close()
+
+
+def test_preferred_leader_election_after_a_stopped_leader_returns(
+    healthy: LocalCluster, topic: str
+) -> None:
+    """kafka-leader-election.sh --election-type PREFERRED: a leader that was away comes back
+    as a follower; once it is in the ISR again the operator gives it its leadership back."""
+    boot = healthy.broker(2).bootstrap  # not the broker that is stopped
+    admin = AdminClient({"bootstrap.servers": boot})
+    create(admin, topic, {"min.insync.replicas": "2"}, [[1, 2, 3]])
+    os.kill(_pid(healthy, 1), signal.SIGSTOP)
+    try:
+        wait_until(lambda: describe(admin, topic)[0][0] == 2, "leadership to move to 2", 20)
+    finally:
+        os.kill(_pid(healthy, 1), signal.SIGCONT)
+    wait_until(lambda: describe(admin, topic)[0][2] == [1, 2, 3], "broker 1 back in the ISR", 20)
+    assert describe(admin, topic)[0][0] == 2  # no automatic move yet (interval: 300 s)
+    producer = Producer({"bootstrap.servers": boot, "acks": "all"})
+    for i in range(10):
+        producer.produce(topic, value=b"%d" % i)
+    assert producer.flush(20) == 0
+    tp = TopicPartition(topic, 0)
+    result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(20)
+    assert [(k.topic, k.partition) for k in result] == [(topic, 0)] and result[tp] is None
+    assert describe(admin, topic)[0][0] == 1
+    # Again: nothing to do, which Kafka reports as ELECTION_NOT_NEEDED.
+    again = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(20)
+    assert again[tp] is not None and again[tp].code() == KafkaError.ELECTION_NOT_NEEDED
+    for i in range(10, 20):
+        producer.produce(topic, value=b"%d" % i)
+    assert producer.flush(20) == 0
+    got = confluent_consume(healthy.bootstrap, topic, expected=20)
+    assert [int(g.value or b"-1") for g in got] == list(range(20))
 
 
 def test_leader_killed_repeatedly_loses_and_duplicates_nothing(
