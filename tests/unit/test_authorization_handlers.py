@@ -29,6 +29,7 @@ from broker.apis import (
     topics_admin,
     transactions,
 )
+from broker.client_quotas import ClientQuotas
 from broker.config import BrokerConfig
 from broker.security.acl import AclBinding
 from broker.security.authorizer import Authorizer
@@ -71,7 +72,8 @@ class FakeBroker:
         self.coordinator = self.transactions = self.groups = Untouchable()
         self.controller = Untouchable()
         self.config = BrokerConfig()
-        self.quotas = None
+        self.quotas = ClientQuotas(lambda: {}, 11, 1)  # none set: never throttles
+        self.classic: Any = None  # no classic topics
         self.fetcher = NoFetches()
         self.cluster_id = "unit-cluster"
         self.controller_id = 1

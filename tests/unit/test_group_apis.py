@@ -53,11 +53,12 @@ class Topics:
 
 
 class FakeBroker:
-    """What the group handlers use of a Broker: its groups and its topics."""
+    """What the group handlers use of a Broker: its groups and its topics (no authorizer)."""
 
     def __init__(self, groups: GroupService) -> None:
         self.groups = groups
         self.topics = Topics()
+        self.authorizer = None
 
 
 @pytest.fixture
