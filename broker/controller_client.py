@@ -27,11 +27,10 @@ from uuid import UUID
 import aiohttp
 from kio.schema.errors import ErrorCode
 
+from broker.security.acl import AclBinding, AclFilter
 from controller.acl_admin import (
     AclCreationResult,
     AclDeletionResult,
-    AclFilterSpec,
-    AclSpec,
     QuotaAlteration,
     QuotaResult,
 )
@@ -351,13 +350,13 @@ class ControllerClient:
     # --- authorization: ACLs and client quotas --------------------------------------------
 
     async def create_acls(
-        self, creations: Sequence[AclSpec]
+        self, creations: Sequence[AclBinding]
     ) -> tuple[list[AclCreationResult], int]:
         data, applied = await self._write("/v1/acls/create", {"creations": to_json(creations)})
         return self._results(AclCreationResult, data), applied
 
     async def delete_acls(
-        self, filters: Sequence[AclFilterSpec]
+        self, filters: Sequence[AclFilter]
     ) -> tuple[list[AclDeletionResult], int]:
         data, applied = await self._write("/v1/acls/delete", {"filters": to_json(filters)})
         return self._results(AclDeletionResult, data), applied

@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 
 from broker.background import cancel_and_wait
 from broker.http_endpoint import serve
+from broker.security.acl import AclBinding, AclFilter
 from controller import acl_admin
 from controller import metrics as image_metrics
 from controller.logic import ControllerConfig, ControllerLogic
@@ -494,7 +495,7 @@ class ControllerService:
         return await self._answer(
             request,
             lambda b: acl_admin.create_acls(
-                self.state.image, [from_json(acl_admin.AclSpec, c) for c in b["creations"]]
+                self.state.image, [from_json(AclBinding, c) for c in b["creations"]]
             ),
         )
 
@@ -502,7 +503,7 @@ class ControllerService:
         return await self._answer(
             request,
             lambda b: acl_admin.delete_acls(
-                self.state.image, [from_json(acl_admin.AclFilterSpec, f) for f in b["filters"]]
+                self.state.image, [from_json(AclFilter, f) for f in b["filters"]]
             ),
         )
 
