@@ -21,6 +21,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient
 
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
@@ -228,6 +229,42 @@ def test_preferred_leader_election_after_a_stopped_leader_returns(
     assert producer.flush(20) == 0
     got = confluent_consume(healthy.bootstrap, topic, expected=20)
     assert [int(g.value or b"-1") for g in got] == list(range(20))
+
+
+def test_log_dirs_report_each_replica_of_a_classic_topic(
+    healthy: LocalCluster, topic: str
+) -> None:
+    """kafka-log-dirs.sh --describe (kafka-python's describe_log_dirs, every broker): each
+    replica's local log with its size; diskless topics have no local log to list."""
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic, {}, [[1, 2, 3]])
+    diskless = topic + "-diskless"
+    admin.create_topics([NewTopic(diskless, 1, 1)])[diskless].result(20)
+    producer = Producer({"bootstrap.servers": healthy.bootstrap, "acks": "all"})
+    for _ in range(50):
+        producer.produce(topic, value=b"x" * 1000)
+        producer.produce(diskless, value=b"x" * 1000)
+    assert producer.flush(20) == 0
+    client = KafkaAdminClient(bootstrap_servers=healthy.bootstrap)
+    try:
+        sizes: dict[int, int] = {}
+
+        def replicas_caught_up() -> bool:
+            sizes.clear()
+            for broker in client.describe_log_dirs():
+                for log_dir in broker["log_dirs"]:
+                    assert log_dir["error_code"] == 0 and log_dir["total_bytes"] > 0
+                    names = [t["name"] for t in log_dir["topics"]]
+                    assert diskless not in names
+                    for t in log_dir["topics"]:
+                        if t["name"] == topic:
+                            sizes[broker["broker"]] = t["partitions"][0]["partition_size"]
+            return len(sizes) == 3 and len(set(sizes.values())) == 1
+
+        wait_until(replicas_caught_up, "three replicas of one size", 20)
+        assert sizes[1] > 50 * 1000  # the records and their batch headers
+    finally:
+        client.close()
 
 
 def test_leader_killed_repeatedly_loses_and_duplicates_nothing(

@@ -16,9 +16,11 @@ from broker.apis import (
     acls,
     client_quotas,
     configs,
+    elect_leaders,
     fetch,
     leader_epoch,
     list_offsets,
+    log_dirs,
     metadata,
     producer_ids,
     reassignments,
@@ -274,6 +276,23 @@ async def test_cluster_apis_need_cluster_operations() -> None:
         },
     )
     assert answer.results[0].error_code == E.cluster_authorization_failed
+    # Moving leaders needs ALTER on the cluster.
+    answer = await call(
+        elect_leaders.elect_leaders,
+        broker,
+        43,
+        2,
+        {"election_type": 0, "topic_partitions": [{"topic": "orders", "partitions": [0, 1]}]},
+    )
+    assert answer.error_code == E.cluster_authorization_failed
+    assert [p.error_code for p in answer.replica_election_results[0].partition_result] == [
+        E.cluster_authorization_failed
+    ] * 2
+
+
+async def test_log_dirs_need_describe_on_the_cluster() -> None:
+    answer = await call(log_dirs.describe_log_dirs, FakeBroker(), 35, 4, {"topics": None})
+    assert answer.error_code == E.cluster_authorization_failed and answer.results == ()
 
 
 async def test_metadata_hides_and_refuses() -> None:
