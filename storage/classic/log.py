@@ -62,9 +62,16 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     delete_retention_ms: int = 86_400_000
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = (1 << 63) - 1
 
 
 class Log:
+    def _roll_ms(self) -> int:
+        # KIP-354: the cleaner never touches the active segment, so a compacted log rolls it
+        # by max.compaction.lag.ms for its records to become cleanable in time.
+        c = self.config
+        return min(c.segment_ms, c.max_compaction_lag_ms) if c.cleanup_compact else c.segment_ms
+
     def __init__(
         self, directory: str, config: LogConfig, clock: Callable[[], float] = time.time
     ) -> None:
@@ -190,7 +197,7 @@ class Log:
         segment = self.active
         if segment.size and (
             segment.size + len(data) > self.config.segment_bytes
-            or (self._clock() - segment.created) * 1000 >= self.config.segment_ms
+            or (self._clock() - segment.created) * 1000 >= self._roll_ms()
         ):
             segment = self.roll()
         segment.append(data, base, last, max_timestamp)
