@@ -23,6 +23,8 @@ from controller.requests import (
     AlterTopicConfigs,
     ConfigOp,
     CreateTopicResult,
+    ElectionResult,
+    LeaderElection,
     NewPartitions,
     NewTopic,
     OngoingReassignment,
@@ -209,6 +211,11 @@ class ControllerCatalog(TopicCatalog):
         self, reassignments: Sequence[Reassignment]
     ) -> list[ReassignmentResult]:
         results, applied = await self.client.alter_reassignments(reassignments)
+        await self._caught_up(applied)
+        return results
+
+    async def elect_leaders(self, election: LeaderElection) -> list[ElectionResult]:
+        results, applied = await self.client.elect_leaders(election)
         await self._caught_up(applied)
         return results
 

@@ -27,11 +27,10 @@ from uuid import UUID
 import aiohttp
 from kio.schema.errors import ErrorCode
 
+from broker.security.acl import AclBinding, AclFilter
 from controller.acl_admin import (
     AclCreationResult,
     AclDeletionResult,
-    AclFilterSpec,
-    AclSpec,
     QuotaAlteration,
     QuotaResult,
 )
@@ -41,9 +40,11 @@ from controller.requests import (
     BrokerRegistrationRequest,
     CreateTopicResult,
     DeleteTopicResult,
+    ElectionResult,
     ErrorResult,
     HeartbeatResult,
     IsrChange,
+    LeaderElection,
     NewPartitions,
     NewTopic,
     OngoingReassignment,
@@ -323,6 +324,16 @@ class ControllerClient:
         data, applied = await self._write("/v1/reassignments", body)
         return self._results(ReassignmentResult, data), applied
 
+    async def elect_leaders(
+        self, election: LeaderElection
+    ) -> tuple[list[ElectionResult], int]:
+        body = {
+            "election_type": election.election_type,
+            "partitions": None if election.partitions is None else list(election.partitions),
+        }
+        data, applied = await self._write("/v1/leaders/elect", body)
+        return self._results(ElectionResult, data), applied
+
     async def list_reassignments(self) -> list[OngoingReassignment]:
         data = await self.request("GET", "/v1/reassignments")
         return self._results(OngoingReassignment, data)
@@ -339,13 +350,13 @@ class ControllerClient:
     # --- authorization: ACLs and client quotas --------------------------------------------
 
     async def create_acls(
-        self, creations: Sequence[AclSpec]
+        self, creations: Sequence[AclBinding]
     ) -> tuple[list[AclCreationResult], int]:
         data, applied = await self._write("/v1/acls/create", {"creations": to_json(creations)})
         return self._results(AclCreationResult, data), applied
 
     async def delete_acls(
-        self, filters: Sequence[AclFilterSpec]
+        self, filters: Sequence[AclFilter]
     ) -> tuple[list[AclDeletionResult], int]:
         data, applied = await self._write("/v1/acls/delete", {"filters": to_json(filters)})
         return self._results(AclDeletionResult, data), applied

@@ -2,7 +2,8 @@
 
 Like ``controller.logic``: pure functions of the image and the request returning the records
 to commit and the answer. The requests and results are plain dataclasses that travel as JSON
-between broker and controller (``controller.wire``).
+between broker and controller (``controller.wire``); an ACL and an ACL filter travel as
+``broker.security.acl``'s AclBinding and AclFilter themselves.
 
 As Kafka's AclControlManager does, creating an ACL equal to one that exists is a success that
 writes nothing, and a delete filter removes every ACL it matches, answering with them.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
@@ -29,36 +30,6 @@ QUOTA_ENTITY_TYPES = frozenset({"user", "client-id"})
 
 
 @dataclass(frozen=True)
-class AclSpec:
-    """An ACL on the wire between broker and controller (AclBinding's fields)."""
-
-    resource_type: int
-    resource_name: str
-    pattern_type: int
-    principal: str
-    host: str
-    operation: int
-    permission: int
-
-    def binding(self) -> AclBinding:
-        return AclBinding(*astuple(self))
-
-
-@dataclass(frozen=True)
-class AclFilterSpec:
-    resource_type: int
-    resource_name: str | None
-    pattern_type: int
-    principal: str | None
-    host: str | None
-    operation: int
-    permission: int
-
-    def filter(self) -> AclFilter:
-        return AclFilter(*astuple(self))
-
-
-@dataclass(frozen=True)
 class AclCreationResult:
     error_code: int
     error_message: str | None = None
@@ -68,7 +39,7 @@ class AclCreationResult:
 class AclDeletionResult:
     error_code: int
     error_message: str | None = None
-    deleted: list[AclSpec] = field(default_factory=list)
+    deleted: list[AclBinding] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -91,45 +62,32 @@ class QuotaResult:
     error_message: str | None = None
 
 
-def spec_of(entry: AccessControlEntry) -> AclSpec:
-    return AclSpec(
-        entry.resource_type,
-        entry.resource_name,
-        entry.pattern_type,
-        entry.principal,
-        entry.host,
-        entry.operation,
-        entry.permission,
-    )
-
-
 def create_acls(
-    image: MetadataImage, creations: Sequence[AclSpec]
+    image: MetadataImage, creations: Sequence[AclBinding]
 ) -> Outcome[list[AclCreationResult]]:
     records: list[Record] = []
-    existing = {spec_of(e) for e in image.acls.values()}
+    existing = {e.binding() for e in image.acls.values()}
     results = []
-    for spec in creations:
+    for acl in creations:
         try:
-            check_new(spec.binding())
+            check_new(acl)
         except InvalidAcl as exc:
             results.append(AclCreationResult(int(ErrorCode.invalid_request), str(exc)))
             continue
-        if spec not in existing:
-            existing.add(spec)
-            records.append(AccessControlEntry(uuid.uuid4(), *astuple(spec)))
+        if acl not in existing:
+            existing.add(acl)
+            records.append(AccessControlEntry.of(uuid.uuid4(), acl))
         results.append(AclCreationResult(int(ErrorCode.none)))
     return Outcome(records, results)
 
 
 def delete_acls(
-    image: MetadataImage, filters: Sequence[AclFilterSpec]
+    image: MetadataImage, filters: Sequence[AclFilter]
 ) -> Outcome[list[AclDeletionResult]]:
     records: list[Record] = []
     removed: set[uuid.UUID] = set()
     results = []
-    for spec in filters:
-        acl_filter = spec.filter()
+    for acl_filter in filters:
         try:
             acl_filter.check()
         except InvalidAcl as exc:
@@ -139,8 +97,8 @@ def delete_acls(
         # Sorted by id: equal images delete (and answer) in the same order.
         for acl_id in sorted(image.acls):
             entry = image.acls[acl_id]
-            if acl_filter.matches(entry):  # type: ignore[arg-type]
-                deleted.append(spec_of(entry))
+            if acl_filter.matches(entry):
+                deleted.append(entry.binding())
                 if acl_id not in removed:
                     removed.add(acl_id)
                     records.append(RemoveAccessControlEntry(acl_id))

@@ -32,6 +32,10 @@ DEFAULTS: dict[str, str] = {
     # created with -1 (Kafka's default.replication.factor).
     "log.diskless.enable": "true",
     "default.replication.factor": "1",
+    # Kafka's automatic preferred-leader rebalance, with its names and defaults.
+    "auto.leader.rebalance.enable": "true",
+    "leader.imbalance.check.interval.seconds": "300",
+    "leader.imbalance.per.broker.percentage": "10",
     # TLS for the HTTP API (PEM files); empty: plain HTTP.
     "ssl.certificate.location": "",
     "ssl.key.location": "",
@@ -82,10 +86,11 @@ def load_settings(
         fsync = merged["controller.fsync"].lower()
         expand = merged["controller.legacy.rf.expansion.enable"].lower()
         diskless = merged["log.diskless.enable"].lower()
-        if any(v not in ("true", "false") for v in (fsync, expand, diskless)):
+        rebalance = merged["auto.leader.rebalance.enable"].lower()
+        if any(v not in ("true", "false") for v in (fsync, expand, diskless, rebalance)):
             raise ValueError(
-                "controller.fsync, controller.legacy.rf.expansion.enable and "
-                "log.diskless.enable are true or false"
+                "controller.fsync, controller.legacy.rf.expansion.enable, "
+                "log.diskless.enable and auto.leader.rebalance.enable are true or false"
             )
         return ControllerSettings(
             node_id=node_id,
@@ -100,6 +105,12 @@ def load_settings(
             expand_legacy_topics=expand == "true",
             default_diskless=diskless == "true",
             default_replication_factor=int(merged["default.replication.factor"]),
+            auto_leader_rebalance=rebalance == "true",
+            leader_imbalance_check_interval_ms=1000
+            * int(merged["leader.imbalance.check.interval.seconds"]),
+            leader_imbalance_per_broker_percentage=int(
+                merged["leader.imbalance.per.broker.percentage"]
+            ),
             ssl_certificate_location=merged["ssl.certificate.location"],
             ssl_key_location=merged["ssl.key.location"],
             ssl_key_password=merged["ssl.key.password"],

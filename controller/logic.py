@@ -45,6 +45,7 @@ from kio.schema.errors import ErrorCode
 from .alter_partition import IsrAdmin
 from .election import alive_after, reelect
 from .image import BrokerRegistration, MetadataImage
+from .leader_election import LeaderElectionAdmin
 from .reassignment import ReassignmentAdmin
 from .records import FenceBroker, Record, RegisterBroker, UnfenceBroker, UnregisterBroker
 from .requests import (
@@ -82,12 +83,17 @@ class ControllerConfig:
     default_diskless: bool = True
     # RF of a classic topic created with -1 (Kafka's default.replication.factor).
     default_replication_factor: int = 1
+    # Kafka's auto.leader.rebalance.enable, leader.imbalance.check.interval.seconds and
+    # leader.imbalance.per.broker.percentage (controller.leader_election).
+    auto_leader_rebalance: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     # Classic topics are created only once brokers serve them (issue: classic topics); until
     # then ``diskless.enable=false`` is refused. Tests of the controller's side set it.
     classic_topics: bool = False
 
 
-class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin, TieringAdmin):
+class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin, TieringAdmin, LeaderElectionAdmin):
     """The whole API: broker lifecycle here; topics, reassignments and classic partitions'
     ISR changes from the mixins."""
 

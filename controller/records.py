@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 from uuid import UUID
 
+from broker.security.acl import AclBinding
+
 NO_LEADER = -1
 BATCH_VERSION = 1
 
@@ -161,21 +163,23 @@ class RemoveTopic:
 # (Kafka's AccessControlEntryRecord / RemoveAccessControlEntryRecord / ClientQuotaRecord.)
 
 
-@dataclass(frozen=True, slots=True)
-class AccessControlEntry:
-    """An ACL (codes as in broker/security/acl.py). The controller gives each a random id;
-    deleting an ACL removes it by id, so a delete and a re-create never get mixed up."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccessControlEntry(AclBinding):
+    """An ACL (its fields are AclBinding's) with the id the controller gave it at random;
+    deleting an ACL removes it by id, so a delete and a re-create never get mixed up. The
+    fields are inherited, not nested, so the record encodes as flat fields as it always has."""
 
     TYPE: ClassVar[str] = "AccessControlEntry"
     VERSION: ClassVar[int] = 1
     acl_id: UUID
-    resource_type: int
-    resource_name: str
-    pattern_type: int
-    principal: str
-    host: str
-    operation: int
-    permission: int
+
+    @classmethod
+    def of(cls, acl_id: UUID, acl: AclBinding) -> AccessControlEntry:
+        return cls(**acl.acl_fields(), acl_id=acl_id)
+
+    def binding(self) -> AclBinding:
+        """The ACL without its id (equal for equal ACLs, whatever their ids)."""
+        return AclBinding(**AclBinding.acl_fields(self))
 
 
 @dataclass(frozen=True, slots=True)

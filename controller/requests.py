@@ -135,6 +135,22 @@ class Reassignment:
 
 
 @dataclass(frozen=True)
+class LeaderElection:
+    """ElectLeaders: ``partitions`` None means every partition of the cluster."""
+
+    election_type: int  # 0 preferred, 1 unclean (Kafka's ElectionType)
+    partitions: Sequence[tuple[str, int]] | None
+
+
+@dataclass(frozen=True)
+class ElectionResult:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
 class ReassignmentResult:
     topic: str
     partition: int

@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 
 from broker.background import cancel_and_wait
 from broker.http_endpoint import serve
+from broker.security.acl import AclBinding, AclFilter
 from controller import acl_admin
 from controller import metrics as image_metrics
 from controller.logic import ControllerConfig, ControllerLogic
@@ -36,6 +37,7 @@ from controller.requests import (
     AlterTopicConfigs,
     BrokerRegistrationRequest,
     IsrChange,
+    LeaderElection,
     NewPartitions,
     NewTopic,
     Outcome,
@@ -71,6 +73,10 @@ class ControllerSettings:
     # of a classic topic created with -1 (default.replication.factor).
     default_diskless: bool = True
     default_replication_factor: int = 1
+    # Kafka's automatic preferred-leader rebalance (controller.leader_election).
+    auto_leader_rebalance: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000
+    leader_imbalance_per_broker_percentage: int = 10
     raft_options: dict[str, Any] = field(default_factory=dict)
     # TLS for the HTTP API brokers use (PEM files; Kafka's names). Without a certificate
     # the API is plain HTTP, as before. ssl.client.auth=required: brokers must present a
@@ -138,12 +144,17 @@ class ControllerService:
             config_defaults={name: KEYS[name].default for name in LIST_KEYS},
             default_diskless=settings.default_diskless,
             default_replication_factor=settings.default_replication_factor,
+            auto_leader_rebalance=settings.auto_leader_rebalance,
+            leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
+            leader_imbalance_per_broker_percentage=settings.leader_imbalance_per_broker_percentage,
             # Brokers serve classic topics (broker/classic): diskless.enable=false is allowed.
             classic_topics=True,
         )
         self.logic = ControllerLogic(config)
         self._lock = asyncio.Lock()
         self._active_term = -1  # the term in which this controller became active
+        # The first check waits one interval: brokers of a starting cluster are still coming.
+        self._next_rebalance_ms = _now_ms() + config.leader_imbalance_check_interval_ms
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self.http_port = settings.http_port
@@ -169,6 +180,7 @@ class ControllerService:
             web.post("/v1/topics/partitions", self._create_partitions),
             web.post("/v1/topics/configs", self._alter_configs),
             web.post("/v1/reassignments", self._alter_reassignments),
+            web.post("/v1/leaders/elect", self._elect_leaders),
             web.get("/v1/reassignments", self._list_reassignments),
             web.post("/v1/acls/create", self._create_acls),
             web.post("/v1/acls/delete", self._delete_acls),
@@ -264,6 +276,7 @@ class ControllerService:
                 await self._write(
                     lambda: Outcome(self.logic.tick(self.state.image, _now_ms()), None)
                 )
+                await self._rebalance_leaders_when_due()
                 if self.settings.expand_legacy_topics:
                     # A few topics per tick: one entry stays small, and admin requests are
                     # not held up behind a big expansion.
@@ -277,6 +290,21 @@ class ControllerService:
                 pass
             except Exception:
                 log.exception("controller tick failed")
+
+    async def _rebalance_leaders_when_due(self) -> None:
+        cfg = self.logic.config
+        now = _now_ms()
+        if not cfg.auto_leader_rebalance or now < self._next_rebalance_ms:
+            return
+        self._next_rebalance_ms = now + cfg.leader_imbalance_check_interval_ms
+        await self._write(
+            lambda: Outcome(
+                self.logic.rebalance_leaders(
+                    self.state.image, cfg.leader_imbalance_per_broker_percentage
+                ),
+                None,
+            )
+        )
 
     # ---------------------------------------------------------------- http plumbing
 
@@ -423,6 +451,15 @@ class ControllerService:
             ),
         )
 
+    async def _elect_leaders(self, request: web.Request) -> web.Response:
+        def elect(body: dict[str, Any]) -> Any:
+            parts = body.get("partitions")
+            wanted = None if parts is None else [(str(t), int(i)) for t, i in parts]
+            election = LeaderElection(int(body["election_type"]), wanted)
+            return self.logic.elect_leaders(self.state.image, election)
+
+        return await self._answer(request, elect)
+
     async def _alter_partition(self, request: web.Request) -> web.Response:
         # AlterPartition from a classic partition's leader (ISR shrink/expand).
         return await self._answer(
@@ -468,7 +505,7 @@ class ControllerService:
         return await self._answer(
             request,
             lambda b: acl_admin.create_acls(
-                self.state.image, [from_json(acl_admin.AclSpec, c) for c in b["creations"]]
+                self.state.image, [from_json(AclBinding, c) for c in b["creations"]]
             ),
         )
 
@@ -476,7 +513,7 @@ class ControllerService:
         return await self._answer(
             request,
             lambda b: acl_admin.delete_acls(
-                self.state.image, [from_json(acl_admin.AclFilterSpec, f) for f in b["filters"]]
+                self.state.image, [from_json(AclFilter, f) for f in b["filters"]]
             ),
         )
 

@@ -22,9 +22,10 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   ``GET /v1/reassignments`` → {results},
   ``POST /v1/scram`` {deletions: [ScramDeletion], upsertions: [ScramUpsertion]} → {results:
   [ScramResult]} (salted keys only, base64; controller/scram_admin.py).
-  Authorization (controller/acl_admin.py): ``POST /v1/acls/create`` {creations: [AclSpec]} →
-  {results: [AclCreationResult]}, ``POST /v1/acls/delete`` {filters: [AclFilterSpec]} →
-  {results: [AclDeletionResult]}, ``POST /v1/quotas/alter`` {entries: [QuotaAlteration],
+  Authorization (controller/acl_admin.py): ``POST /v1/acls/create`` {creations:
+  [AclBinding]} → {results: [AclCreationResult]}, ``POST /v1/acls/delete`` {filters:
+  [AclFilter]} → {results: [AclDeletionResult]} (AclBinding and AclFilter are
+  broker/security/acl.py's), ``POST /v1/quotas/alter`` {entries: [QuotaAlteration],
   validate_only} → {results: [QuotaResult]}.
   Classic partitions (controller/alter_partition.py): ``POST /v1/partitions/isr`` {broker_id,
   broker_epoch, changes: [IsrChange]} → AlterPartitionResult (AlterPartition: a leader's ISR

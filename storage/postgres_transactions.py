@@ -35,14 +35,15 @@ _SETS = (
     " sluice_txn_partition_numbers(t.transactional_id), sluice_txn_group_ids(t.transactional_id)"
 )
 # One statement for all ids; unknown ones come back as a row of NULLs, in request order.
+_PENDING = "sluice_txn_markers_pending(t.transactional_id)"
 _GET = (
-    f"SELECT {_COLUMNS}, {_SETS}"
+    f"SELECT {_COLUMNS}, {_SETS}, {_PENDING}"
     " FROM unnest($1::text[]) WITH ORDINALITY AS k(id, i)"
     " LEFT JOIN transactions t ON t.transactional_id = k.id"
     " ORDER BY k.i"
 )
 _LIST = (
-    f"SELECT {_COLUMNS} FROM transactions t"
+    f"SELECT {_COLUMNS}, {_PENDING} FROM transactions t"
     " WHERE (cardinality($1::text[]) = 0 OR t.state = ANY($1::text[]))"
     " AND (cardinality($2::bigint[]) = 0 OR t.producer_id = ANY($2::bigint[]))"
     f" AND ($3::bigint < 0 OR (t.state = '{ONGOING}' AND t.started_ms <= $4::bigint - $3::bigint))"
@@ -137,7 +138,13 @@ class PostgresTransactions:
 
     async def txn_get(self, transactional_ids: Sequence[str]) -> list[TransactionState | None]:
         rows = await self._pool.fetch(_GET, list(transactional_ids), write=False)
-        return [None if r[0] is None else _state(r, True) for r in rows]
+        out: list[TransactionState | None] = []
+        for r in rows:
+            state = None if r[0] is None else _state(r, True)
+            if state is not None:
+                state.markers_pending = bool(r[10])
+            out.append(state)
+        return out
 
     async def txn_list(
         self, states: Sequence[str], producer_ids: Sequence[int], min_duration_ms: int, now_ms: int
@@ -145,7 +152,10 @@ class PostgresTransactions:
         rows = await self._pool.fetch(
             _LIST, list(states), list(producer_ids), min_duration_ms, now_ms, write=False
         )
-        return [_state(r, False) for r in rows]
+        found = [_state(r, False) for r in rows]
+        for state, r in zip(found, rows, strict=True):
+            state.markers_pending = bool(r[7])
+        return found
 
     async def txn_init(
         self,

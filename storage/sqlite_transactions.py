@@ -239,7 +239,10 @@ def txn_get(cur: sqlite3.Cursor, ids: list[str]) -> list[TransactionState | None
     out: list[TransactionState | None] = []
     for transactional_id in ids:
         state = _load(cur, transactional_id)
-        out.append(None if state is None else _with_sets(cur, state))
+        if state is not None:
+            state.markers_pending = _markers_pending(cur, transactional_id)
+            state = _with_sets(cur, state)
+        out.append(state)
     return out
 
 
@@ -262,7 +265,10 @@ def txn_list(
         sql += " AND state = ? AND started_ms <= ?"
         args += [ONGOING, now_ms - min_duration_ms]
     sql += " ORDER BY transactional_id"
-    return [_state(r) for r in cur.execute(sql, args)]
+    found = [_state(r) for r in cur.execute(sql, args)]
+    for state in found:
+        state.markers_pending = _markers_pending(cur, state.transactional_id)
+    return found
 
 
 def txn_init(

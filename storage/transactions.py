@@ -73,6 +73,16 @@ class TransactionState:
     # Only while ONGOING (cleared on completion and on init):
     partitions: list[PartitionKey] = field(default_factory=list)  # sorted by (topic, part)
     groups: list[str] = field(default_factory=list)  # sorted
+    # Set by txn_get/txn_list: the outcome is stored but classic leaders still owe it a
+    # marker (txn_pending_markers). Kafka calls that PrepareCommit/PrepareAbort.
+    markers_pending: bool = False
+
+    @property
+    def shown_state(self) -> str:
+        """The state as Kafka's tools name it (Describe/ListTransactions)."""
+        if self.markers_pending and self.state.startswith("Complete"):
+            return "Prepare" + self.state.removeprefix("Complete")
+        return self.state
 
 
 @dataclass(slots=True)

@@ -14,11 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from controller.acl_admin import AclFilterSpec, AclSpec
-
 from ..controller_client import ControllerRefused
 from ..security import access
-from ..security.acl import AclOperation, InvalidAcl
+from ..security.acl import AclBinding, AclFilter, AclOperation, InvalidAcl
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -46,7 +44,7 @@ async def _caught_up(broker: Broker, applied: int) -> None:
 
 async def describe_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     refusal = _refusal(broker, ctx, AclOperation.DESCRIBE)
-    spec = AclFilterSpec(
+    acl_filter = AclFilter(
         request.resource_type_filter,
         request.resource_name_filter,
         request.pattern_type_filter,
@@ -57,7 +55,7 @@ async def describe_acls(broker: Broker, ctx: RequestContext, request: Any) -> An
     )
     if refusal is None:
         try:
-            spec.filter().check()
+            acl_filter.check()
         except InvalidAcl as exc:
             refusal = int(ErrorCode.invalid_request), str(exc)
     if refusal is not None:
@@ -66,10 +64,9 @@ async def describe_acls(broker: Broker, ctx: RequestContext, request: Any) -> An
             {"throttle_time": 0, "error_code": code, "error_message": message, "resources": []}
         )
     assert broker.controller is not None
-    acl_filter = spec.filter()
     resources: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for entry in broker.controller.image.acls.values():
-        if acl_filter.matches(entry):  # type: ignore[arg-type]
+        if acl_filter.matches(entry):
             key = (entry.resource_type, entry.resource_name, entry.pattern_type)
             resources.setdefault(key, []).append(
                 {
@@ -101,8 +98,8 @@ async def create_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         code, message = refusal
         return answer([{"error_code": code, "error_message": message} for _ in request.creations])
     assert broker.controller is not None
-    specs = [
-        AclSpec(
+    acls = [
+        AclBinding(
             c.resource_type,
             c.resource_name,
             c.resource_pattern_type,
@@ -114,24 +111,24 @@ async def create_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         for c in request.creations
     ]
     try:
-        results, applied = await broker.controller.client.create_acls(specs)
+        results, applied = await broker.controller.client.create_acls(acls)
     except ControllerRefused as exc:
-        return answer([{"error_code": int(exc.code), "error_message": exc.message} for _ in specs])
+        return answer([{"error_code": int(exc.code), "error_message": exc.message} for _ in acls])
     await _caught_up(broker, applied)
     return answer([{"error_code": r.error_code, "error_message": r.error_message} for r in results])
 
 
-def _matching(spec: AclSpec, code: int = 0, message: str | None = None) -> dict[str, Any]:
+def _matching(acl: AclBinding, code: int = 0, message: str | None = None) -> dict[str, Any]:
     return {
         "error_code": code,
         "error_message": message,
-        "resource_type": spec.resource_type,
-        "resource_name": spec.resource_name,
-        "pattern_type": spec.pattern_type,
-        "principal": spec.principal,
-        "host": spec.host,
-        "operation": spec.operation,
-        "permission_type": spec.permission,
+        "resource_type": acl.resource_type,
+        "resource_name": acl.resource_name,
+        "pattern_type": acl.pattern_type,
+        "principal": acl.principal,
+        "host": acl.host,
+        "operation": acl.operation,
+        "permission_type": acl.permission,
     }
 
 
@@ -145,8 +142,8 @@ async def delete_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         code, message = refusal
         return answer(lambda _: {"error_code": code, "error_message": message, "matching_acls": []})
     assert broker.controller is not None
-    specs = [
-        AclFilterSpec(
+    filters = [
+        AclFilter(
             f.resource_type_filter,
             f.resource_name_filter,
             f.pattern_type_filter,
@@ -158,7 +155,7 @@ async def delete_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         for f in request.filters
     ]
     try:
-        results, applied = await broker.controller.client.delete_acls(specs)
+        results, applied = await broker.controller.client.delete_acls(filters)
     except ControllerRefused as exc:
         failed = {"error_code": int(exc.code), "error_message": exc.message, "matching_acls": []}
         return answer(lambda _: failed)
@@ -167,6 +164,6 @@ async def delete_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         lambda i: {
             "error_code": results[i].error_code,
             "error_message": results[i].error_message,
-            "matching_acls": [_matching(spec) for spec in results[i].deleted],
+            "matching_acls": [_matching(acl) for acl in results[i].deleted],
         }
     )

@@ -143,7 +143,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
-    classic = getattr(broker, "classic", None)  # stand-in brokers of unit tests have none
+    classic = broker.classic
     replica_id = _replica_id(request)
     if (
         replica_id >= 0
@@ -280,9 +280,8 @@ async def _fetch(
         METRICS.fetched_bytes.inc(sum(len(d) for d in classic_read))
     count_fetch(broker, az, [*records, *classic_read] if classic_read else records)
     throttle_ms = 0
-    quotas = getattr(broker, "quotas", None)  # stand-in brokers of unit tests have none
-    quota = quotas.fetch if quotas is not None else None
-    if quota is not None and quota.enabled():
+    quota = broker.quotas.fetch
+    if quota.enabled():
         user, client_id = user_of(ctx.principal), ctx.header.client_id or ""
         # Classic partitions' bytes count too; a follower's replication fetch does not (as
         # in Kafka, client quotas do not apply to replication).

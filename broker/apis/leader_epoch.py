@@ -46,7 +46,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if topic is not None:
                 current = broker.leader_epoch(topic.topic_id, part.partition)
                 error = leader_epoch_error(part.current_leader_epoch, current)
-            classic = getattr(broker, "classic", None)
+            classic = broker.classic
             if error or topic is None:
                 entry["error_code"] = error
             elif classic is not None and classic.is_classic(topic.topic_id):

@@ -46,7 +46,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     getattr(part, "current_leader_epoch", -1),
                     broker.leader_epoch(topic.topic_id, part.partition_index),
                 )
-            classic = getattr(broker, "classic", None)
+            classic = broker.classic
             if error or topic is None:
                 entry["error_code"] = error
             elif classic is not None and classic.is_classic(topic.topic_id):

@@ -58,7 +58,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if precheck_error is None and access.enabled(broker):
         precheck_error, precheck_message = _transactional_check(broker, ctx, request)
     now_ms = int(time.time() * 1000)
-    classic = getattr(broker, "classic", None)  # stand-in brokers of unit tests have none
+    classic = broker.classic
     waits: list[asyncio.Future[PartitionResult]] = []
     classic_bytes = 0
     for topic_data in request.topic_data:
@@ -262,10 +262,9 @@ def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
 
 def _produce_quota(broker: Broker, ctx: RequestContext, request: Any) -> int:
     """The produce quota's throttle time for this request's record bytes (0: none set)."""
-    quotas = getattr(broker, "quotas", None)  # stand-in brokers of unit tests have none
-    if quotas is None or not quotas.produce.enabled():
+    quota = broker.quotas.produce
+    if not quota.enabled():
         return 0
-    quota = quotas.produce
     size = sum(len(p.records or b"") for t in request.topic_data for p in t.partition_data)
     throttle_ms = quota.record(user_of(ctx.principal), ctx.header.client_id or "", size)
     if throttle_ms:

@@ -38,7 +38,7 @@ async def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> A
             if topic is None:
                 entry["error_code"] = error
                 continue
-            classic = getattr(broker, "classic", None)
+            classic = broker.classic
             if classic is not None and classic.is_classic(topic.topic_id):
                 code, low = await classic_delete(
                     classic, topic.topic_id, part.partition_index, part.offset

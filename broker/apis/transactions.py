@@ -37,8 +37,10 @@ TOPIC_DENIED = int(ErrorCode.topic_authorization_failed)
 GROUP_DENIED = int(ErrorCode.group_authorization_failed)
 
 # Every state name Kafka knows: a ListTransactions filter naming another is "unknown".
-# Sluice never enters the Prepare*/Dead/PrepareEpochFence states (see storage.transactions).
-KAFKA_STATES = (*STATES, "PrepareCommit", "PrepareAbort", "Dead", "PrepareEpochFence")
+# Prepare* is shown for a stored outcome whose classic markers are still pending; Sluice
+# never enters Dead/PrepareEpochFence (see storage.transactions).
+PREPARED = {"PrepareCommit": "CompleteCommit", "PrepareAbort": "CompleteAbort"}
+KAFKA_STATES = (*STATES, *PREPARED, "Dead", "PrepareEpochFence")
 
 # KIP-588: PRODUCER_FENCED exists from these versions on; older clients get
 # INVALID_PRODUCER_EPOCH, which they treat the same way.
@@ -353,7 +355,7 @@ async def describe_transactions(broker: Broker, ctx: RequestContext, request: An
                     topics.setdefault(topic.name, []).append(key.partition)
             entry.update(
                 error_code=0,
-                transaction_state=state.state,
+                transaction_state=state.shown_state,
                 transaction_timeout=state.timeout_ms,
                 transaction_start_time=state.started_ms if state.state == ONGOING else -1,
                 producer_id=state.producer_id,
@@ -381,17 +383,19 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
         )
     error = 0
     states = []
-    if not filters or len(unknown) < len(filters):
+    # The stored states that can show as the wanted ones (Prepare* is stored as Complete*).
+    stored = {PREPARED.get(s, s) for s in filters if s in STATES or s in PREPARED}
+    if not filters or stored:
         try:
             states = await broker.transactions.list(
-                [s for s in filters if s in STATES] if filters else [],
+                sorted(stored),
                 list(request.producer_id_filters),
                 getattr(request, "duration_filter", -1),
             )
         except CoordinatorUnavailable as exc:
             error = _unavailable(exc, "listing transactions")
-        if filters and not any(s in STATES for s in filters):
-            states = []  # only states Sluice never enters were asked for
+        if filters:
+            states = [s for s in states if s.shown_state in filters]
     return ctx.respond(
         {
             "throttle_time": 0,
@@ -401,7 +405,7 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
                 {
                     "transactional_id": s.transactional_id,
                     "producer_id": s.producer_id,
-                    "transaction_state": s.state,
+                    "transaction_state": s.shown_state,
                 }
                 for s in states
                 # Kafka's brokers each list the ids whose coordinator they are, and tools

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     allowed = access.cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
-    manager = getattr(broker, "classic", None)
+    manager = broker.classic
     results = []
     for marker in request.markers:
         topics = []

@@ -89,6 +89,11 @@ class ProducerState:
         if pid != NO_PRODUCER_ID and (entry is None or epoch > entry.epoch):
             self._producers[pid] = _Entry(epoch)
 
+    def last_batch_offsets(self) -> frozenset[int]:
+        """The last offset of every known producer's last batch (what the log cleaner must
+        keep for this state to be rebuilt from the log)."""
+        return frozenset(e.batches[-1][3] for e in self._producers.values() if e.batches)
+
     def epoch_of(self, pid: int) -> int:
         entry = self._producers.get(pid)
         return -1 if entry is None else entry.epoch

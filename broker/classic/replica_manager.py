@@ -145,12 +145,15 @@ class ReplicaManager:
         retention_ms, retention_bytes = ic(topic, "retention.ms"), ic(topic, "retention.bytes")
         local_ms = ic(topic, "local.retention.ms")
         local_bytes = ic(topic, "local.retention.bytes")
+        compact = "compact" in policy
+        max_lag = ic(topic, "max.compaction.lag.ms")
         return LogConfig(
             cleanup_delete="delete" in policy,
-            cleanup_compact="compact" in policy,
+            cleanup_compact=compact,
             min_cleanable_dirty_ratio=ratio,
             delete_retention_ms=ic(topic, "delete.retention.ms"),
             min_compaction_lag_ms=ic(topic, "min.compaction.lag.ms"),
+            max_compaction_lag_ms=max_lag,
             segment_bytes=ic(topic, "segment.bytes"),
             segment_ms=ic(topic, "segment.ms"),
             index_interval_bytes=ic(topic, "index.interval.bytes"),
@@ -370,8 +373,10 @@ class ReplicaManager:
                 config.min_cleanable_dirty_ratio,
                 config.delete_retention_ms,
                 config.min_compaction_lag_ms,
+                config.max_compaction_lag_ms,
             ),
             list(p.txns.aborted),
+            p.producers.last_batch_offsets(),
         )
         if plan is None:
             return 0

@@ -19,25 +19,19 @@ from .acl import CLUSTER_NAME, AclOperation, ResourceType
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
-    from .authorizer import Authorizer
 
 Op = AclOperation
 
 
-def _authorizer(broker: Broker) -> Authorizer | None:
-    # getattr: stand-in brokers of unit tests predate the authorizer.
-    return getattr(broker, "authorizer", None)
-
-
 def enabled(broker: Broker) -> bool:
     """Whether an authorizer is configured (handlers skip their checks without one)."""
-    return _authorizer(broker) is not None
+    return broker.authorizer is not None
 
 
 def allowed(
     broker: Broker, ctx: RequestContext, operation: Op, resource_type: ResourceType, name: str
 ) -> bool:
-    authorizer = _authorizer(broker)
+    authorizer = broker.authorizer
     return authorizer is None or authorizer.authorize(
         ctx.principal, ctx.client_host, operation, resource_type, name
     )
@@ -62,7 +56,7 @@ def transactional_id(broker: Broker, ctx: RequestContext, operation: Op, name: s
 def idempotent_write(broker: Broker, ctx: RequestContext) -> bool:
     """An idempotent producer without a transactional id: IDEMPOTENT_WRITE on the cluster,
     or, since KIP-679, WRITE on any topic."""
-    authorizer = _authorizer(broker)
+    authorizer = broker.authorizer
     if authorizer is None or cluster(broker, ctx, Op.IDEMPOTENT_WRITE):
         return True
     return authorizer.authorize_any(ctx.principal, ctx.client_host, Op.WRITE, ResourceType.TOPIC)
@@ -74,7 +68,7 @@ def operations(
     """A KIP-430 authorized-operations bit set for ``kind`` ("topic", "group", "cluster")."""
     if not requested:
         return NOT_REQUESTED
-    authorizer = _authorizer(broker)
+    authorizer = broker.authorizer
     if authorizer is None:
         return authorized(kind)
     return authorizer.operations(ctx.principal, ctx.client_host, kind, name)
@@ -84,7 +78,7 @@ def topic_error(broker: Broker, ctx: RequestContext, operation: Op, name: str) -
     """TOPIC_AUTHORIZATION_FAILED's code when ``operation`` on the topic is denied, else 0:
     for the per-partition error fields, checked before the topic's existence as in Kafka
     (an unauthorized client learns nothing about which topics exist)."""
-    if _authorizer(broker) is None or topic(broker, ctx, operation, name):
+    if broker.authorizer is None or topic(broker, ctx, operation, name):
         return 0
     return int(ErrorCode.topic_authorization_failed)
 
@@ -92,7 +86,7 @@ def topic_error(broker: Broker, ctx: RequestContext, operation: Op, name: str) -
 def group_refusal(broker: Broker, ctx: RequestContext, operation: Op, group_id: str) -> Any:
     """A whole-request GROUP_AUTHORIZATION_FAILED answer when ``operation`` on the group
     is denied, else None (for the group APIs with one top-level error code)."""
-    if _authorizer(broker) is None or group(broker, ctx, operation, group_id):
+    if broker.authorizer is None or group(broker, ctx, operation, group_id):
         return None
     return error_response(ctx.response_type, ErrorCode.group_authorization_failed)
 
@@ -100,6 +94,6 @@ def group_refusal(broker: Broker, ctx: RequestContext, operation: Op, group_id: 
 def cluster_refusal(broker: Broker, ctx: RequestContext, operation: Op) -> Any:
     """A whole-request CLUSTER_AUTHORIZATION_FAILED answer when ``operation`` on the
     cluster is denied, else None (for the cluster APIs with a top-level error code)."""
-    if _authorizer(broker) is None or cluster(broker, ctx, operation):
+    if broker.authorizer is None or cluster(broker, ctx, operation):
         return None
     return error_response(ctx.response_type, ErrorCode.cluster_authorization_failed)

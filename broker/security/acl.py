@@ -9,8 +9,9 @@ them; nothing here decides who may do what (see ``authorizer``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import IntEnum
+from typing import Any
 
 WILDCARD = "*"  # a literal resource name, principal or host matching every one
 CLUSTER_NAME = "kafka-cluster"  # the one CLUSTER resource's name
@@ -71,7 +72,9 @@ STORABLE_OPERATIONS = frozenset(set(AclOperation) - {AclOperation.UNKNOWN, AclOp
 @dataclass(frozen=True, slots=True)
 class AclBinding:
     """One ACL: who (principal, host) may or may not (permission) do what (operation) to
-    which resources (type, name, pattern type)."""
+    which resources (type, name, pattern type). The one definition of an ACL's fields: the
+    broker-controller wire carries it as is and the metadata record
+    (``controller.records.AccessControlEntry``) extends it with an id."""
 
     resource_type: int
     resource_name: str
@@ -80,6 +83,10 @@ class AclBinding:
     host: str
     operation: int
     permission: int
+
+    def acl_fields(self) -> dict[str, Any]:
+        """This ACL's fields by name (only AclBinding's, also on a subclass)."""
+        return {f.name: getattr(self, f.name) for f in fields(AclBinding)}
 
     def matches_resource(self, resource_type: int, name: str) -> bool:
         """Whether this ACL's pattern covers the resource ``name`` of ``resource_type``."""

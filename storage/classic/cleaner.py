@@ -4,15 +4,20 @@ log cleaner does it, in three steps:
 1. ``plan`` (event loop, headers only): the cleanable segments are the closed ones below the
    first unstable offset (the last stable offset, itself at most the high watermark) whose
    newest record is older than ``min.compaction.lag.ms``; they are cleaned when the dirty part
-   (after the cleaner checkpoint) is at least ``min.cleanable.dirty.ratio`` of them.
+   (after the cleaner checkpoint) is at least ``min.cleanable.dirty.ratio`` of them, or at
+   once, whatever the ratio, when the first dirty segment's first record is older than
+   ``max.compaction.lag.ms`` (KIP-354; the log rolls its active segment by then too).
 2. ``build`` (a worker thread: record-level work, off the event loop): the dirty part's keys
    map to their latest offset; every cleanable segment is rewritten without the records a
    later one of the same key replaces, without aborted transactions' records, and without
    tombstones older than ``delete.retention.ms`` that were already in the cleaned part (so a
    consumer has had that long to see them). Offsets never change; batches keep their base
    offset and last offset delta, an emptied batch disappears. Control batches (transaction
-   markers) are kept. Records without a key are kept. The new segments (with their indexes)
-   are written to a scratch directory.
+   markers) are kept. Records without a key are kept. The last batch of each idempotent or
+   transactional producer is kept, emptied if none of its records stays, as Kafka keeps it:
+   the producer's sequence state is rebuilt from the log, and without that batch a restarted
+   replica would no longer recognise the producer's retries. The new segments (with their
+   indexes) are written to a scratch directory.
 3. ``swap`` (event loop): each rewritten segment replaces its original (three renames); a
    ``cleaner-swap`` file lists the segments being swapped so that a crash in the middle is
    finished, and the segment re-indexed, when the log opens again (``finish_swap``).
@@ -24,6 +29,7 @@ import contextlib
 import logging
 import os
 import shutil
+import struct
 from dataclasses import dataclass, field
 
 from .batches import walk
@@ -39,6 +45,9 @@ SCRATCH = "cleaner-scratch"
 SUFFIXES = (".log", ".index", ".timeindex")
 _CONTROL_BIT = 0x20
 _TRANSACTIONAL_BIT = 0x10
+LONG_MAX = (1 << 63) - 1
+_FIRST_TIMESTAMP = struct.Struct(">q")
+FIRST_TIMESTAMP_OFFSET = 27  # a v2 batch's baseTimestamp
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class CleanerConfig:
     min_dirty_ratio: float = 0.5
     delete_retention_ms: int = 86_400_000
     min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
 
 
 @dataclass
@@ -58,6 +68,8 @@ class Plan:
     now_ms: int
     config: CleanerConfig
     aborted: list[AbortedTxn] = field(default_factory=list)
+    # Last offsets of each producer's last batch: kept (possibly empty), see the top.
+    producer_last_batches: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -90,6 +102,7 @@ def plan(
     now_ms: int,
     config: CleanerConfig,
     aborted: list[AbortedTxn],
+    producer_last_batches: frozenset[int] = frozenset(),
 ) -> Plan | None:
     """What to clean now, or None (nothing closed and stable, or not dirty enough)."""
     checkpoint = read_checkpoint(directory)
@@ -109,7 +122,11 @@ def plan(
         return None
     total = sum(s.size for s in cleanable)
     dirty = sum(s.size for s in cleanable if s.next_offset > checkpoint)
-    if dirty == 0 or dirty / total < config.min_dirty_ratio:
+    if dirty == 0:
+        return None
+    if dirty / total < config.min_dirty_ratio and not _overdue(
+        cleanable, checkpoint, now_ms, config
+    ):
         return None
     return Plan(
         directory,
@@ -120,7 +137,24 @@ def plan(
         now_ms,
         config,
         [a for a in aborted if a.first_offset < cleanable[-1].next_offset],
+        producer_last_batches,
     )
+
+
+def _overdue(cleanable: list[Segment], checkpoint: int, now_ms: int, config: CleanerConfig) -> bool:
+    """Whether the oldest dirty record waited ``max.compaction.lag.ms`` already."""
+    if config.max_compaction_lag_ms >= LONG_MAX:
+        return False
+    first_dirty = next(s for s in cleanable if s.next_offset > checkpoint)
+    try:
+        with open(first_dirty.path, "rb") as f:
+            head = f.read(FIRST_TIMESTAMP_OFFSET + 8)
+    except OSError:
+        return False
+    if len(head) < FIRST_TIMESTAMP_OFFSET + 8:
+        return False
+    (first_ts,) = _FIRST_TIMESTAMP.unpack_from(head, FIRST_TIMESTAMP_OFFSET)
+    return first_ts >= 0 and now_ms - first_ts > config.max_compaction_lag_ms
 
 
 def _segment_bytes(segment: Segment) -> bytes:
@@ -196,7 +230,7 @@ def build(plan: Plan) -> Built:
                 continue
             changed = True
             built.records_removed += len(records) - len(kept)
-            if kept:
+            if kept or b.last_offset in plan.producer_last_batches:
                 out.append(
                     (rewrite(batch, section, kept), b.base_offset, b.last_offset, b.max_timestamp)
                 )

@@ -68,9 +68,16 @@ class LogConfig:
     remote_storage: bool = False
     local_retention_ms: int = 7 * 24 * 3600 * 1000
     local_retention_bytes: int = -1
+    max_compaction_lag_ms: int = (1 << 63) - 1
 
 
 class Log:
+    def _roll_ms(self) -> int:
+        # KIP-354: the cleaner never touches the active segment, so a compacted log rolls it
+        # by max.compaction.lag.ms for its records to become cleanable in time.
+        c = self.config
+        return min(c.segment_ms, c.max_compaction_lag_ms) if c.cleanup_compact else c.segment_ms
+
     def __init__(
         self, directory: str, config: LogConfig, clock: Callable[[], float] = time.time
     ) -> None:
@@ -196,7 +203,7 @@ class Log:
         segment = self.active
         if segment.size and (
             segment.size + len(data) > self.config.segment_bytes
-            or (self._clock() - segment.created) * 1000 >= self.config.segment_ms
+            or (self._clock() - segment.created) * 1000 >= self._roll_ms()
         ):
             segment = self.roll()
         segment.append(data, base, last, max_timestamp)

@@ -37,7 +37,8 @@ class StoredRecord(NamedTuple):
     tombstone: bool
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def zigzag_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos``: (value, next position); CorruptRecords past the end."""
     shift = result = 0
     while True:
         if pos >= len(data) or shift > 63:
@@ -62,19 +63,19 @@ def parse_records(section: bytes, count: int) -> list[StoredRecord]:
     out: list[StoredRecord] = []
     pos = 0
     for _ in range(count):
-        length, body = _varint(section, pos)
+        length, body = zigzag_varint(section, pos)
         end = body + length
         if length < 0 or end > len(section):
             raise CorruptRecords("record past the end of its batch")
         p = body + 1  # the record's attributes byte
-        _ts, p = _varint(section, p)
-        delta, p = _varint(section, p)
-        key_length, p = _varint(section, p)
+        _ts, p = zigzag_varint(section, p)
+        delta, p = zigzag_varint(section, p)
+        key_length, p = zigzag_varint(section, p)
         key = None
         if key_length >= 0:
             key = section[p : p + key_length]
             p += key_length
-        value_length, p = _varint(section, p)
+        value_length, p = zigzag_varint(section, p)
         if p > end:
             raise CorruptRecords("record fields past its length")
         out.append(StoredRecord(pos, end, delta, key, value_length < 0))

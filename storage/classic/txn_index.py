@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from protocol.records import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT
 
+from .record_filter import zigzag_varint
+
 _ATTRIBUTES = struct.Struct(">h")
 _PRODUCER_ID = struct.Struct(">q")
 PRODUCER_ID_OFFSET = 43
@@ -27,34 +29,20 @@ COMMIT = 1
 NOT_A_MARKER = -1
 
 
-def _varint(data: memoryview, pos: int) -> tuple[int, int]:
-    """A zigzag varint at ``pos``: (value, next position); ValueError past the end."""
-    shift = result = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-
-
 def marker_type(batch: memoryview) -> int:
     """COMMIT or ABORT for a control batch's first record, NOT_A_MARKER for anything else
     (another control type, or bytes that do not parse: never an exception)."""
     try:
         pos = HEADER_SIZE
-        _length, pos = _varint(batch, pos)
+        _length, pos = zigzag_varint(batch, pos)
         pos += 1  # record attributes
-        _ts, pos = _varint(batch, pos)
-        _delta, pos = _varint(batch, pos)
-        key_length, pos = _varint(batch, pos)
+        _ts, pos = zigzag_varint(batch, pos)
+        _delta, pos = zigzag_varint(batch, pos)
+        key_length, pos = zigzag_varint(batch, pos)
         if key_length < _KEY.size or pos + _KEY.size > len(batch):
             return NOT_A_MARKER
         _version, kind = _KEY.unpack_from(batch, pos)
-    except (ValueError, struct.error):
+    except (ValueError, struct.error):  # CorruptRecords is a ValueError
         return NOT_A_MARKER
     return kind if kind in (ABORT, COMMIT) else NOT_A_MARKER
 

@@ -38,11 +38,11 @@ from confluent_kafka.admin import (
 )
 
 from ._kafka import Msg, confluent_consume, confluent_produce
+from ._secure import AUTHORIZER
 from .conftest import SluiceBroker
 
 pytestmark = pytest.mark.e2e
 
-AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
 ANONYMOUS = "User:ANONYMOUS"
 EVERYONE = "User:*"
 TOPIC_DENIED = KafkaError.TOPIC_AUTHORIZATION_FAILED  # 29

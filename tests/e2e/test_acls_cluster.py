@@ -12,7 +12,6 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -26,12 +25,13 @@ from sluice.launch.process import free_port
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._kafka import wait_until
-from .test_acls import AUTHORIZER, TOPIC_DENIED, kafka_python_describe_acls, produce_error
+from ._secure import with_authorizer
+from .test_acls import ALL_ACLS, TOPIC_DENIED, kafka_python_describe_acls, produce_error
 
 pytestmark = pytest.mark.e2e
 
 ANONYMOUS = "User:ANONYMOUS"
-ADMIN_OPTIONS = {**FAST_LIVENESS, **AUTHORIZER, "super.users": ANONYMOUS}
+ADMIN_OPTIONS = {**FAST_LIVENESS, **with_authorizer(ANONYMOUS)}
 
 
 @pytest.fixture(scope="module")
@@ -89,17 +89,8 @@ def test_acls_survive_failover_and_reach_a_later_broker(
     after = [grant("kafka-cluster", AclOperation.DESCRIBE, ResourceType.BROKER)]
     for future in admin.create_acls(after, request_timeout=20).values():
         future.result(25)
-    every = AclBindingFilter(
-        ResourceType.ANY,
-        None,
-        ResourcePatternType.ANY,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
     expected = sorted(map(str, before + after))
-    assert sorted(map(str, admin.describe_acls(every).result(10))) == expected
+    assert sorted(map(str, admin.describe_acls(ALL_ACLS).result(10))) == expected
     leader.start()
 
     # A broker started now, without super users, alone (the first one, where ANONYMOUS is

@@ -12,8 +12,16 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient
 
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
@@ -183,6 +191,80 @@ def test_stopped_follower_leaves_the_isr_and_rejoins(healthy: LocalCluster, topi
         assert check.get_watermark_offsets(TopicPartition(strict, 0), 10, cached=False) == (0, 0)
     finally:
         check.close()
+
+
+def test_preferred_leader_election_after_a_stopped_leader_returns(
+    healthy: LocalCluster, topic: str
+) -> None:
+    """kafka-leader-election.sh --election-type PREFERRED: a leader that was away comes back
+    as a follower; once it is in the ISR again the operator gives it its leadership back."""
+    boot = healthy.broker(2).bootstrap  # not the broker that is stopped
+    admin = AdminClient({"bootstrap.servers": boot})
+    create(admin, topic, {"min.insync.replicas": "2"}, [[1, 2, 3]])
+    os.kill(_pid(healthy, 1), signal.SIGSTOP)
+    try:
+        # A fresh client per look: one that knows broker 1 may ask the stopped broker.
+        wait_until(
+            lambda: describe(AdminClient({"bootstrap.servers": boot}), topic)[0][0] == 2,
+            "leadership to move to 2",
+            20,
+        )
+    finally:
+        os.kill(_pid(healthy, 1), signal.SIGCONT)
+    wait_until(lambda: describe(admin, topic)[0][2] == [1, 2, 3], "broker 1 back in the ISR", 20)
+    assert describe(admin, topic)[0][0] == 2  # no automatic move yet (interval: 300 s)
+    producer = Producer({"bootstrap.servers": boot, "acks": "all"})
+    for i in range(10):
+        producer.produce(topic, value=b"%d" % i)
+    assert producer.flush(20) == 0
+    tp = TopicPartition(topic, 0)
+    result = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(20)
+    assert [(k.topic, k.partition) for k in result] == [(topic, 0)] and result[tp] is None
+    assert describe(admin, topic)[0][0] == 1
+    # Again: nothing to do, which Kafka reports as ELECTION_NOT_NEEDED.
+    again = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(20)
+    assert again[tp] is not None and again[tp].code() == KafkaError.ELECTION_NOT_NEEDED
+    for i in range(10, 20):
+        producer.produce(topic, value=b"%d" % i)
+    assert producer.flush(20) == 0
+    got = confluent_consume(healthy.bootstrap, topic, expected=20)
+    assert [int(g.value or b"-1") for g in got] == list(range(20))
+
+
+def test_log_dirs_report_each_replica_of_a_classic_topic(
+    healthy: LocalCluster, topic: str
+) -> None:
+    """kafka-log-dirs.sh --describe (kafka-python's describe_log_dirs, every broker): each
+    replica's local log with its size; diskless topics have no local log to list."""
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic, {}, [[1, 2, 3]])
+    diskless = topic + "-diskless"
+    admin.create_topics([NewTopic(diskless, 1, 1)])[diskless].result(20)
+    producer = Producer({"bootstrap.servers": healthy.bootstrap, "acks": "all"})
+    for _ in range(50):
+        producer.produce(topic, value=b"x" * 1000)
+        producer.produce(diskless, value=b"x" * 1000)
+    assert producer.flush(20) == 0
+    client = KafkaAdminClient(bootstrap_servers=healthy.bootstrap)
+    try:
+        sizes: dict[int, int] = {}
+
+        def replicas_caught_up() -> bool:
+            sizes.clear()
+            for broker in client.describe_log_dirs():
+                for log_dir in broker["log_dirs"]:
+                    assert log_dir["error_code"] == 0 and log_dir["total_bytes"] > 0
+                    names = [t["name"] for t in log_dir["topics"]]
+                    assert diskless not in names
+                    for t in log_dir["topics"]:
+                        if t["name"] == topic:
+                            sizes[broker["broker"]] = t["partitions"][0]["partition_size"]
+            return len(sizes) == 3 and len(set(sizes.values())) == 1
+
+        wait_until(replicas_caught_up, "three replicas of one size", 20)
+        assert sizes[1] > 50 * 1000  # the records and their batch headers
+    finally:
+        client.close()
 
 
 def test_leader_killed_repeatedly_loses_and_duplicates_nothing(

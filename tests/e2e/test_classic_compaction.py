@@ -10,57 +10,35 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from sluice.cluster import LocalCluster
-from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
-from ._kafka import confluent_consumer, unique_topic, wait_until
+from ._kafka import confluent_consumer, wait_until
+from ._secure import classic_cluster, create_classic_rf3
 
 pytestmark = pytest.mark.e2e
 
-RACKS = ("az-a", "az-b", "az-c")
 KEYS = 10
 ROUNDS = 6
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with running_cluster(
-        tmp_path_factory,
-        "classic-compact",
-        brokers=3,
-        racks=RACKS,
-        broker_options={
-            **FAST_LIVENESS,
-            "replica.fetch.backoff.ms": "200",
-            "log.cleaner.backoff.ms": "300",
-        },
-        controllers=1,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
+    with classic_cluster(
+        tmp_path_factory, "classic-compact", {"log.cleaner.backoff.ms": "300"}
     ) as c:
         yield c
 
 
 def test_keys_overwritten_many_times_keep_their_latest_value(cluster: LocalCluster) -> None:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    topic = unique_topic("classic-compact")
     configs = {
-        "diskless.enable": "false",
         "cleanup.policy": "compact",
         "segment.ms": "300",  # segments close quickly: only closed ones are cleaned
         "min.cleanable.dirty.ratio": "0.01",
     }
-    admin.create_topics([NewTopic(topic, 1, 3, config=configs)])[topic].result(20)
-
-    def partition() -> tuple[int, list[int], list[int]]:
-        p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
-        return p.leader, list(p.replicas), sorted(p.isrs)
-
-    wait_until(lambda: partition()[2] == [1, 2, 3], "a full ISR", 20)
-    leader, replicas, _ = partition()
+    topic, leader, replicas = create_classic_rf3(admin, "classic-compact", configs)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
     offset = 0
     latest: dict[bytes, int] = {}

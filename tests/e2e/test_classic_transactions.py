@@ -21,44 +21,22 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.groups.placement import coordinator_for
 from sluice.cluster import LocalCluster
-from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
-from ._kafka import confluent_consume, unique_topic, wait_until
+from ._kafka import confluent_consume, unique_topic
+from ._secure import classic_cluster, create_classic_rf3
 
 pytestmark = pytest.mark.e2e
-
-RACKS = ("az-a", "az-b", "az-c")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with running_cluster(
-        tmp_path_factory,
-        "classic-txn",
-        brokers=3,
-        racks=RACKS,
-        broker_options={**FAST_LIVENESS, "replica.fetch.backoff.ms": "200"},
-        controllers=1,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
-    ) as c:
+    with classic_cluster(tmp_path_factory, "classic-txn") as c:
         yield c
 
 
 def create_classic(cluster: LocalCluster) -> tuple[str, int, list[int]]:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    topic = unique_topic("classic-txn")
-    new = NewTopic(topic, 1, 3, config={"diskless.enable": "false", "min.insync.replicas": "2"})
-    admin.create_topics([new])[topic].result(20)
-
-    def partition() -> tuple[int, list[int], list[int]]:
-        p = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
-        return p.leader, list(p.replicas), sorted(p.isrs)
-
-    wait_until(lambda: partition()[2] == [1, 2, 3], "a full ISR", 20)
-    leader, replicas, _ = partition()
-    return topic, leader, replicas
+    return create_classic_rf3(admin, "classic-txn", {"min.insync.replicas": "2"})
 
 
 def txn_producer(cluster: LocalCluster) -> Producer:

@@ -14,7 +14,7 @@ import json
 import socket
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,15 @@ from kafka.net.sasl.oauth import AbstractTokenProvider as KpTokenProvider
 from sluice.launch.process import free_port
 
 from ._kafka import kcat, unique_topic, wait_until
+from ._secure import (
+    confluent_roundtrip,
+    connect_errors,
+    expected,
+    is_auth_error,
+    kcat_args,
+    python_sasl_conf,
+    sasl_conf,
+)
 from .conftest import SluiceBroker
 
 pytestmark = pytest.mark.e2e
@@ -150,51 +159,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
 # ---------------------------------------------------------------- helpers
 
 
-def confluent_roundtrip(conf: dict[str, Any], topic: str, n: int = 20) -> list[bytes]:
-    """Produce n values and consume them back with the same client settings."""
-    producer = Producer({**conf, "message.timeout.ms": 20000})
-    for i in range(n):
-        producer.produce(topic, f"v{i}".encode())
-    assert producer.flush(30) == 0, "undelivered messages"
-    consumer = Consumer({**conf, "group.id": unique_topic("g"), "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + 30
-    try:
-        while len(got) < n and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(m.error())
-            got.append(m.value())
-    finally:
-        consumer.close()
-    return got
-
-
-def connect_errors(
-    conf: dict[str, Any], want: Any, timeout: float = 10.0
-) -> tuple[float, list[KafkaError]]:
-    """Seconds until librdkafka reported an error ``want`` accepts, and the errors seen."""
-    errors: list[KafkaError] = []
-    admin = AdminClient({**conf, "error_cb": errors.append})
-    started = time.monotonic()
-    while time.monotonic() - started < timeout and not any(want(e) for e in errors):
-        admin.poll(0.1)
-    return time.monotonic() - started, errors
-
-
-def is_auth_error(e: KafkaError) -> bool:
-    return e.code() == KafkaError._AUTHENTICATION
-
-
-def expected(n: int = 20) -> list[bytes]:
-    return [f"v{i}".encode() for i in range(n)]
-
-
 def kafka_python_roundtrip(conf: dict[str, Any], topic: str, n: int = 20) -> list[bytes]:
     producer = KafkaProducer(**conf)
     try:
@@ -259,14 +223,14 @@ def test_metadata_gives_the_address_of_the_listener_the_client_used(
 
 
 def scram_conf(s: Secured, mechanism: str = "SCRAM-SHA-512") -> dict[str, Any]:
-    return {
-        "bootstrap.servers": s.bootstrap("SASL_SSL"),
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanisms": mechanism,
-        "sasl.username": ALICE,
-        "sasl.password": ALICE_PW,
-        "ssl.ca.location": str(s.ca),
-    }
+    return sasl_conf(s.bootstrap("SASL_SSL"), mechanism, ALICE, ALICE_PW, s.ca)
+
+
+def python_scram_conf(s: Secured) -> dict[str, Any]:
+    """kafka-python's and aiokafka's form of ``scram_conf``."""
+    return python_sasl_conf(
+        s.bootstrap("SASL_SSL"), "SCRAM-SHA-512", ALICE, ALICE_PW, ssl_context=s.ssl_context()
+    )
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "SCRAM-SHA-256"])
@@ -275,35 +239,15 @@ def test_confluent_scram_over_sasl_ssl(secured: Secured, topic: str, mechanism: 
 
 
 def test_kafka_python_scram_over_sasl_ssl(secured: Secured, topic: str) -> None:
-    conf = {
-        "bootstrap_servers": secured.bootstrap("SASL_SSL"),
-        "security_protocol": "SASL_SSL",
-        "sasl_mechanism": "SCRAM-SHA-512",
-        "sasl_plain_username": ALICE,
-        "sasl_plain_password": ALICE_PW,
-        "ssl_context": secured.ssl_context(),
-    }
-    assert kafka_python_roundtrip(conf, topic) == expected()
+    assert kafka_python_roundtrip(python_scram_conf(secured), topic) == expected()
 
 
 def test_aiokafka_scram_over_sasl_ssl(secured: Secured, topic: str) -> None:
-    conf = {
-        "bootstrap_servers": secured.bootstrap("SASL_SSL"),
-        "security_protocol": "SASL_SSL",
-        "sasl_mechanism": "SCRAM-SHA-512",
-        "sasl_plain_username": ALICE,
-        "sasl_plain_password": ALICE_PW,
-        "ssl_context": secured.ssl_context(),
-    }
-    assert asyncio.run(aiokafka_roundtrip(conf, topic)) == expected()
+    assert asyncio.run(aiokafka_roundtrip(python_scram_conf(secured), topic)) == expected()
 
 
 def test_kcat_scram_over_sasl_ssl(secured: Secured, topic: str) -> None:
-    args = ["-b", secured.bootstrap("SASL_SSL")]
-    for key, value in scram_conf(secured).items():
-        if key != "bootstrap.servers":
-            args += ["-X", f"{key}={value}"]
-    assert kcat_roundtrip(args, topic) == expected()
+    assert kcat_roundtrip(kcat_args(scram_conf(secured)), topic) == expected()
 
 
 # ---------------------------------------------------------------- mTLS
@@ -319,34 +263,29 @@ def mtls_conf(s: Secured) -> dict[str, Any]:
     }
 
 
+def python_mtls_conf(s: Secured) -> dict[str, Any]:
+    """kafka-python's and aiokafka's form of ``mtls_conf``."""
+    return {
+        "bootstrap_servers": s.bootstrap("SSL"),
+        "security_protocol": "SSL",
+        "ssl_context": s.ssl_context(client_cert=True),
+    }
+
+
 def test_confluent_mtls(secured: Secured, topic: str) -> None:
     assert confluent_roundtrip(mtls_conf(secured), topic) == expected()
 
 
 def test_kafka_python_mtls(secured: Secured, topic: str) -> None:
-    conf = {
-        "bootstrap_servers": secured.bootstrap("SSL"),
-        "security_protocol": "SSL",
-        "ssl_context": secured.ssl_context(client_cert=True),
-    }
-    assert kafka_python_roundtrip(conf, topic) == expected()
+    assert kafka_python_roundtrip(python_mtls_conf(secured), topic) == expected()
 
 
 def test_aiokafka_mtls(secured: Secured, topic: str) -> None:
-    conf = {
-        "bootstrap_servers": secured.bootstrap("SSL"),
-        "security_protocol": "SSL",
-        "ssl_context": secured.ssl_context(client_cert=True),
-    }
-    assert asyncio.run(aiokafka_roundtrip(conf, topic)) == expected()
+    assert asyncio.run(aiokafka_roundtrip(python_mtls_conf(secured), topic)) == expected()
 
 
 def test_kcat_mtls(secured: Secured, topic: str) -> None:
-    args = ["-b", secured.bootstrap("SSL")]
-    for key, value in mtls_conf(secured).items():
-        if key != "bootstrap.servers":
-            args += ["-X", f"{key}={value}"]
-    assert kcat_roundtrip(args, topic) == expected()
+    assert kcat_roundtrip(kcat_args(mtls_conf(secured)), topic) == expected()
 
 
 def test_mtls_listener_refuses_a_client_without_a_certificate(secured: Secured) -> None:
@@ -362,21 +301,9 @@ def test_mtls_listener_refuses_a_client_without_a_certificate(secured: Secured) 
 
 
 def test_plain_over_sasl_plaintext(secured: Secured, topic: str) -> None:
-    conf = {
-        "bootstrap.servers": secured.bootstrap("SASL_PLAINTEXT"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "PLAIN",
-        "sasl.username": BOB,
-        "sasl.password": BOB_PW,
-    }
+    conf = sasl_conf(secured.bootstrap("SASL_PLAINTEXT"), "PLAIN", BOB, BOB_PW)
     assert confluent_roundtrip(conf, topic) == expected()
-    kp = {
-        "bootstrap_servers": secured.bootstrap("SASL_PLAINTEXT"),
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": BOB,
-        "sasl_plain_password": BOB_PW,
-    }
+    kp = python_sasl_conf(secured.bootstrap("SASL_PLAINTEXT"), "PLAIN", BOB, BOB_PW)
     assert kafka_python_roundtrip(kp, topic + "-kp") == expected()
 
 
@@ -390,11 +317,7 @@ def test_unframed_sasl_tokens_after_handshake_v0(
     """A client pinned to Kafka 0.10 (kafka-python's api_version) uses SaslHandshake v0 and
     then sends bare SASL tokens, as Kafka still accepts."""
     admin = KafkaAdminClient(
-        bootstrap_servers=secured.bootstrap("SASL_PLAINTEXT"),
-        security_protocol="SASL_PLAINTEXT",
-        sasl_mechanism=mechanism,
-        sasl_plain_username=user,
-        sasl_plain_password=password,
+        **python_sasl_conf(secured.bootstrap("SASL_PLAINTEXT"), mechanism, user, password),
         api_version=(0, 10, 1),
         request_timeout_ms=10000,
     )
@@ -407,17 +330,21 @@ def test_unframed_sasl_tokens_after_handshake_v0(
         admin.close()
 
 
-def test_oauthbearer_confluent(secured: Secured, topic: str) -> None:
-    def oauth_cb(_config: str) -> tuple[str, float]:
-        return secured.token(), time.time() + 300
-
-    conf = {
-        "bootstrap.servers": secured.bootstrap("SASL_PLAINTEXT"),
+def oauth_conf(s: Secured, oauth_cb: Callable[[str], tuple[str, float]]) -> dict[str, Any]:
+    """confluent-kafka's OAUTHBEARER settings, the token from ``oauth_cb``."""
+    return {
+        "bootstrap.servers": s.bootstrap("SASL_PLAINTEXT"),
         "security.protocol": "SASL_PLAINTEXT",
         "sasl.mechanisms": "OAUTHBEARER",
         "oauth_cb": oauth_cb,
     }
-    assert confluent_roundtrip(conf, topic) == expected()
+
+
+def test_oauthbearer_confluent(secured: Secured, topic: str) -> None:
+    def oauth_cb(_config: str) -> tuple[str, float]:
+        return secured.token(), time.time() + 300
+
+    assert confluent_roundtrip(oauth_conf(secured, oauth_cb), topic) == expected()
 
 
 def test_oauthbearer_kafka_python_and_aiokafka(secured: Secured, topic: str) -> None:
@@ -453,12 +380,7 @@ def test_oauthbearer_refuses_bad_tokens(secured: Secured, problem: str) -> None:
     else:
         token = secured.token(iss="https://evil.test")
 
-    conf = {
-        "bootstrap.servers": secured.bootstrap("SASL_PLAINTEXT"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "OAUTHBEARER",
-        "oauth_cb": lambda _config: (token, time.time() + 300),
-    }
+    conf = oauth_conf(secured, lambda _config: (token, time.time() + 300))
     _, errors = connect_errors(conf, is_auth_error)
     auth = [e for e in errors if is_auth_error(e)]
     assert auth, f"no authentication error among {errors}"
@@ -477,13 +399,7 @@ def test_wrong_password_is_sasl_authentication_failed(secured: Secured) -> None:
     assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in auth[0].str()
 
     # PLAIN answers with its own message.
-    plain = {
-        "bootstrap.servers": secured.bootstrap("SASL_PLAINTEXT"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "PLAIN",
-        "sasl.username": BOB,
-        "sasl.password": "wrong",
-    }
+    plain = sasl_conf(secured.bootstrap("SASL_PLAINTEXT"), "PLAIN", BOB, "wrong")
     _, errors = connect_errors(plain, is_auth_error)
     assert any("Invalid username or password" in e.str() for e in errors), errors
 
@@ -513,13 +429,7 @@ def test_silent_connection_to_a_tls_port_is_dropped(secured: Secured) -> None:
 def test_reauthenticating_clients_keep_working_past_the_session_lifetime(
     secured: Secured, topic: str
 ) -> None:
-    conf = {
-        "bootstrap.servers": secured.bootstrap("REAUTH"),
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "SCRAM-SHA-256",
-        "sasl.username": ALICE,
-        "sasl.password": ALICE_PW,
-    }
+    conf = sasl_conf(secured.bootstrap("REAUTH"), "SCRAM-SHA-256", ALICE, ALICE_PW)
     mark = secured.broker.log_size()
     producer = Producer(conf)
     for round_ in range(3):
@@ -588,14 +498,9 @@ def test_scram_credentials_made_with_kafka_python_admin_then_used_and_deleted(
         assert not any("error" in str(v).lower() and "none" not in str(v).lower() for v in [result])
         described = admin.describe_user_scram_credentials(["carol"])
         assert "carol" in str(described) and "4096" in str(described)
-        carol = {
-            "bootstrap.servers": secured.bootstrap("SASL_SSL"),
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": "SCRAM-SHA-256",
-            "sasl.username": "carol",
-            "sasl.password": "carol-pw",
-            "ssl.ca.location": str(secured.ca),
-        }
+        carol = sasl_conf(
+            secured.bootstrap("SASL_SSL"), "SCRAM-SHA-256", "carol", "carol-pw", secured.ca
+        )
         assert confluent_roundtrip(carol, topic, 5) == expected(5)
         admin.alter_user_scram_credentials([KpDeletion("carol", KpScramMechanism.SCRAM_SHA_256)])
     finally:
@@ -626,13 +531,7 @@ def test_scram_credentials_survive_a_broker_restart(tmp_path: Path, topic: str) 
             f.result(20)
         broker.stop()
         broker.start()
-        conf = {
-            "bootstrap.servers": f"127.0.0.1:{sasl}",
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": "dave",
-            "sasl.password": "dave-pw",
-        }
+        conf = sasl_conf(f"127.0.0.1:{sasl}", "SCRAM-SHA-512", "dave", "dave-pw")
         wait_until(lambda: broker.alive(), "broker up", 10)
         assert confluent_roundtrip(conf, topic, 5) == expected(5)
     finally:

@@ -26,8 +26,8 @@ from confluent_kafka.admin import (
 from sluice.launch.process import free_port
 
 from ._kafka import unique_topic
+from ._secure import confluent_roundtrip, expected, sasl_conf, with_authorizer
 from .conftest import SluiceBroker
-from .test_security import confluent_roundtrip, expected
 
 pytestmark = pytest.mark.e2e
 
@@ -63,8 +63,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             "ssl.certificate.location": str(tmp / "server.pem"),
             "ssl.ca.location": str(tmp / "ca.pem"),
             "ssl.client.auth": "required",
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:admin",
+            **with_authorizer("User:admin"),
         },
         port=sasl,
     )
@@ -72,13 +71,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     try:
 
         def plain(user: str, password: str) -> dict[str, Any]:
-            return {
-                "bootstrap.servers": f"127.0.0.1:{sasl}",
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanisms": "PLAIN",
-                "sasl.username": user,
-                "sasl.password": password,
-            }
+            return sasl_conf(f"127.0.0.1:{sasl}", "PLAIN", user, password)
 
         carol_conf = {
             "bootstrap.servers": f"127.0.0.1:{ssl_port}",

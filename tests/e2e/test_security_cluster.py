@@ -19,7 +19,13 @@ from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._kafka import unique_topic, wait_until
-from .test_security import confluent_roundtrip, connect_errors, expected
+from ._secure import (
+    cluster_admin_conf,
+    confluent_roundtrip,
+    connect_errors,
+    expected,
+    python_sasl_conf,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -41,26 +47,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
-def admin_conf(c: LocalCluster, bootstrap: str) -> dict[str, str]:
-    return {
-        "bootstrap.servers": bootstrap,
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanisms": "SCRAM-SHA-512",
-        "sasl.username": "admin",
-        "sasl.password": c.tls.admin_password(),
-        "ssl.ca.location": str(c.tls.ca),
-    }
-
-
 def test_secure_cluster_serves_only_authenticated_tls_clients(cluster: LocalCluster) -> None:
     bootstrap = cluster.brokers[0].bootstrap
     topic = unique_topic("secure")
-    assert confluent_roundtrip(admin_conf(cluster, bootstrap), topic, 5) == expected(5)
+    assert confluent_roundtrip(cluster_admin_conf(cluster, bootstrap), topic, 5) == expected(5)
     # Plaintext is not served at all, and a wrong password is refused.
     down = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
     _, errors = connect_errors({"bootstrap.servers": bootstrap}, lambda e: e.code() in down)
     assert any(e.code() in down for e in errors), errors
-    wrong = {**admin_conf(cluster, bootstrap), "sasl.password": "nope"}
+    wrong = {**cluster_admin_conf(cluster, bootstrap), "sasl.password": "nope"}
     _, errors = connect_errors(wrong, lambda e: e.code() == KafkaError._AUTHENTICATION)
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
     # The generated password is nowhere in the processes' logs.
@@ -75,12 +70,13 @@ def test_credentials_survive_controller_failover_and_reach_a_later_broker(
     later.stop()
     context = ssl.create_default_context(cafile=str(cluster.tls.ca))
     admin = KafkaAdminClient(
-        bootstrap_servers=first.bootstrap,
-        security_protocol="SASL_SSL",
-        sasl_mechanism="SCRAM-SHA-512",
-        sasl_plain_username="admin",
-        sasl_plain_password=cluster.tls.admin_password(),
-        ssl_context=context,
+        **python_sasl_conf(
+            first.bootstrap,
+            "SCRAM-SHA-512",
+            "admin",
+            cluster.tls.admin_password(),
+            ssl_context=context,
+        )
     )
     try:
         admin.alter_user_scram_credentials(
@@ -100,7 +96,7 @@ def test_credentials_survive_controller_failover_and_reach_a_later_broker(
     )
     later.start()
     erin = {
-        **admin_conf(cluster, later.bootstrap),
+        **cluster_admin_conf(cluster, later.bootstrap),
         "sasl.username": "erin",
         "sasl.password": "erin-pw",
     }

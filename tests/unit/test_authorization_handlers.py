@@ -5,23 +5,22 @@ would fail the test if it were used, and every answer is encoded and decoded."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import uuid
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from broker.apis import (
     acls,
     client_quotas,
     configs,
+    elect_leaders,
     fetch,
     leader_epoch,
     list_offsets,
+    log_dirs,
     metadata,
     producer_ids,
     reassignments,
@@ -29,13 +28,12 @@ from broker.apis import (
     topics_admin,
     transactions,
 )
+from broker.client_quotas import ClientQuotas
 from broker.config import BrokerConfig
 from broker.security.acl import AclBinding
 from broker.security.authorizer import Authorizer
-from broker.server import RequestContext
-from protocol.build import build
-from protocol.codec import RequestHeader, encode_response
 from storage.catalog import Topic
+from tests.unit._handlers import decode_answer, request_and_context, settled
 
 E = ErrorCode
 TOPIC = Topic("orders", uuid.UUID(int=7), 3)
@@ -71,7 +69,8 @@ class FakeBroker:
         self.coordinator = self.transactions = self.groups = Untouchable()
         self.controller = Untouchable()
         self.config = BrokerConfig()
-        self.quotas = None
+        self.quotas = ClientQuotas(lambda: {}, 11, 1)  # none set: never throttles
+        self.classic: Any = None  # no classic topics
         self.fetcher = NoFetches()
         self.cluster_id = "unit-cluster"
         self.controller_id = 1
@@ -90,22 +89,8 @@ class NoFetches:
 
 
 async def call(handler: Any, broker: FakeBroker, key: int, version: int, data: dict) -> Any:
-    request = build(load_request_schema(key, version), data)
-    ctx = RequestContext(
-        RequestHeader(key, version, 1, "unit"),
-        load_response_schema(key, version),
-        "10.0.0.9",
-        4242,
-        PRINCIPAL,
-    )
-    response = await handler(broker, ctx, request)
-    if isinstance(response, asyncio.Future):
-        response = await asyncio.wait_for(response, 5)
-    encoded = b"".join(bytes(part) for part in encode_response(1, response))
-    schema = type(response)
-    start = 9 if schema.__header_schema__.__flexible__ else 8
-    decoded, _ = entity_reader(schema)(memoryview(encoded), start)
-    return decoded
+    request, ctx = request_and_context(key, version, data, PRINCIPAL, "unit")
+    return decode_answer(await settled(await handler(broker, ctx, request)), key, version)
 
 
 def describe_only() -> FakeBroker:
@@ -291,6 +276,23 @@ async def test_cluster_apis_need_cluster_operations() -> None:
         },
     )
     assert answer.results[0].error_code == E.cluster_authorization_failed
+    # Moving leaders needs ALTER on the cluster.
+    answer = await call(
+        elect_leaders.elect_leaders,
+        broker,
+        43,
+        2,
+        {"election_type": 0, "topic_partitions": [{"topic": "orders", "partitions": [0, 1]}]},
+    )
+    assert answer.error_code == E.cluster_authorization_failed
+    assert [p.error_code for p in answer.replica_election_results[0].partition_result] == [
+        E.cluster_authorization_failed
+    ] * 2
+
+
+async def test_log_dirs_need_describe_on_the_cluster() -> None:
+    answer = await call(log_dirs.describe_log_dirs, FakeBroker(), 35, 4, {"topics": None})
+    assert answer.error_code == E.cluster_authorization_failed and answer.results == ()
 
 
 async def test_metadata_hides_and_refuses() -> None:

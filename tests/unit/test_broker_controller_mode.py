@@ -18,9 +18,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from broker import topic_config
 from broker.apis import VERSIONS, build_api_table
@@ -29,7 +27,6 @@ from broker.controller_client import ControllerClient
 from broker.membership import BrokerEndpoint, ControllerMembership
 from broker.metadata_follower import MetadataFollower
 from broker.node import Broker
-from broker.server import RequestContext
 from controller.image import MetadataImage
 from controller.logic import ControllerConfig, ControllerLogic
 from controller.records import Record, encode_batch
@@ -41,10 +38,9 @@ from controller.requests import (
     Reassignment,
 )
 from controller.wire import from_json, to_json
-from protocol.build import build
-from protocol.codec import RequestHeader, encode_response
 from sluice.backends import coordinator_and_catalog, object_store
 from storage.coordinator import PartitionKey
+from tests.unit._handlers import decode_answer, request_and_context, settled
 
 E = ErrorCode
 SECRET = "s3cr3t"
@@ -500,22 +496,9 @@ VERSION_RANGES = {key: (low, high) for key, _, low, high in VERSIONS}
 
 async def call(broker: Broker, key: int, version: int, data: dict[str, Any]) -> Any:
     """Build the request at ``version``, run the handler, encode and decode its answer."""
-    request = build(load_request_schema(key, version), data)
-    ctx = RequestContext(
-        RequestHeader(key, version, 1, "unit-client"),
-        load_response_schema(key, version),
-        "10.0.0.9",
-        4242,
-    )
+    request, ctx = request_and_context(key, version, data)
     handler = build_api_table(broker)[key].handler
-    response = await handler(ctx, request)
-    if isinstance(response, asyncio.Future):
-        response = await asyncio.wait_for(response, 5)
-    encoded = b"".join(bytes(part) for part in encode_response(1, response))
-    schema = load_response_schema(key, version)  # also for answers encoded by hand
-    start = 9 if schema.__header_schema__.__flexible__ else 8
-    decoded, _ = entity_reader(schema)(memoryview(encoded), start)
-    return decoded
+    return decode_answer(await settled(await handler(ctx, request)), key, version)
 
 
 def create_request(name: str, partitions: int = 3, rf: int = -1, **extra: Any) -> dict[str, Any]:

@@ -7,7 +7,6 @@ handlers and the real response encoder, so a field that only exists in some vers
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,18 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from broker.apis import VERSIONS, find_coordinator, group_membership, group_offsets, groups_admin
 from broker.groups.coordinator import GroupConfig
 from broker.groups.service import GroupService
-from broker.server import RequestContext
-from protocol.build import build
-from protocol.codec import RequestHeader, encode_response
 from storage.catalog import Topic
 from storage.sqlite_group_store import SqliteGroupStore
+from tests.unit._handlers import decode_answer, request_and_context, settled
 
 E = ErrorCode
 TOPIC = Topic("orders", uuid.UUID(int=7), 3)
@@ -53,11 +48,12 @@ class Topics:
 
 
 class FakeBroker:
-    """What the group handlers use of a Broker: its groups and its topics."""
+    """What the group handlers use of a Broker: its groups and its topics (no authorizer)."""
 
     def __init__(self, groups: GroupService) -> None:
         self.groups = groups
         self.topics = Topics()
+        self.authorizer = None
 
 
 @pytest.fixture
@@ -79,21 +75,9 @@ async def call(
     handler: Any, broker: FakeBroker, key: int, version: int, data: dict[str, Any]
 ) -> Any:
     """Build the request at ``version``, run the handler, encode and decode its answer."""
-    request = build(load_request_schema(key, version), data)
-    ctx = RequestContext(
-        RequestHeader(key, version, 1, "unit-client"),
-        load_response_schema(key, version),
-        "10.0.0.9",
-        4242,
-    )
-    response = await handler(broker, ctx, request)
-    if isinstance(response, asyncio.Future):
-        response = await asyncio.wait_for(response, 5)
-    encoded = b"".join(bytes(part) for part in encode_response(1, response))
-    # Skip the size, the correlation id and (flexible versions) the empty tag buffer.
-    schema = type(response)
-    start = 9 if schema.__header_schema__.__flexible__ else 8
-    decoded, _ = entity_reader(schema)(memoryview(encoded), start)
+    request, ctx = request_and_context(key, version, data)
+    response = await settled(await handler(broker, ctx, request))
+    decoded = decode_answer(response, key, version)
     assert decoded == response
     return decoded
 

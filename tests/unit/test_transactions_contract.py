@@ -1201,6 +1201,11 @@ async def test_pending_markers_are_recorded_with_the_outcome_until_written(
         p.epoch,
     )
     assert (pending.state, pending.partitions) == (COMPLETE_COMMIT, [C1, C2])
+    # Shown as Kafka shows it while its markers are owed: PrepareCommit.
+    [got] = await c.txn_get(["tx"])
+    assert got is not None and (got.markers_pending, got.shown_state) == (True, "PrepareCommit")
+    [listed] = await c.txn_list([COMPLETE_COMMIT], [], -1, NOW)
+    assert (listed.transactional_id, listed.shown_state) == ("tx", "PrepareCommit")
 
     # Kafka's PrepareCommit: the id takes no new transaction until the markers are written.
     assert (await c.txn_init("tx", TIMEOUT, -1, -1, NOW)).error == CONCURRENT_TRANSACTIONS
@@ -1222,6 +1227,10 @@ async def test_pending_markers_are_recorded_with_the_outcome_until_written(
     assert [s.partitions for s in await c.txn_pending_markers(10)] == [[C2]]
     await c.txn_markers_written("tx", p.pid, p.epoch, [C2, C1])  # C1 again: harmless
     assert await c.txn_pending_markers(10) == []
+    [got] = await c.txn_get(["tx"])
+    assert got is not None and (got.markers_pending, got.shown_state) == (False, "CompleteCommit")
+    [listed] = await c.txn_list([], [], -1, NOW)
+    assert listed.shown_state == "CompleteCommit"
     # Written: a retried EndTxn is answered as before, and records nothing again.
     retried = await c.txn_complete(
         "tx", p.pid, p.epoch, True, False, key(), 60, 7, [], NOW, pending=[C1]

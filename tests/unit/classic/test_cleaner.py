@@ -60,6 +60,7 @@ def clean_now(p: ClassicPartition, config: cleaner.CleanerConfig, now: int = NOW
         now,
         config,
         list(p.txns.aborted),
+        p.producers.last_batch_offsets(),
     )
     if plan is None:
         return 0
@@ -152,7 +153,10 @@ def test_aborted_transactions_records_are_removed_markers_kept(tmp_path: Path) -
         clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=0.0))
         data = p.log.read(0, 1 << 30, p.log.log_end_offset)
         bases = [b.base_offset for b in walk(data)]
-        assert 0 not in bases and 1 in bases  # the data went, the marker stayed
+        # The data went, the marker stayed; the aborted batch was producer 9's last, so it
+        # stays as an empty batch (its sequence state), as Kafka keeps it.
+        assert bases[:2] == [0, 1]
+        assert all(o != 0 for o, _k, _t in contents(p))
         p.close()
 
     asyncio.run(run())
@@ -249,3 +253,90 @@ def test_compact_delete_retention_passes_emptied_segments(tmp_path: Path) -> Non
     assert q.log.enforce_retention() == 0 and len(q.log.segments) == before
     p.close()
     q.close()
+
+
+def test_a_producers_last_batch_stays_so_a_restart_still_knows_its_retries(
+    tmp_path: Path,
+) -> None:
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    pid = 4242
+
+    def idempotent(seq: int, value: bytes) -> bytes:
+        return build_batch(
+            [Record(b"k", value)],
+            base_timestamp_ms=1_000,
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=seq,
+        )
+
+    first = produce(p, idempotent(0, b"p0"), acks=1)
+    second = produce(p, idempotent(1, b"p1"), acks=1)
+    assert not isinstance(second, asyncio.Future) and second.base_offset == 1
+    # Everything after overwrites key k: the producer's records are all superseded.
+    for i in range(40):
+        produce(p, keyed(b"k", b"v%d" % i), acks=1)
+        replicate(p)
+    assert clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=0.0)) > 0
+    assert all(o >= 2 for o, _k, _t in contents(p))  # no record of the producer is left
+    p.close()
+    # Reopened, the state is rebuilt from the log: the emptied last batch still carries the
+    # producer's sequence, so its retry of sequence 1 is a duplicate, answered with the
+    # original offset, not a second copy (nor OUT_OF_ORDER_SEQUENCE).
+    again = open_partition(tmp_path / "p")
+    lead(again, epoch=2)
+    retry = produce(again, idempotent(1, b"p1"), acks=1)
+    assert not isinstance(retry, asyncio.Future)
+    assert (retry.error, retry.base_offset) == (0, 1)
+    nxt = produce(again, idempotent(2, b"p2"), acks=1)
+    assert not isinstance(nxt, asyncio.Future) and nxt.error == 0
+    assert not isinstance(first, asyncio.Future) and first.base_offset == 0
+    again.close()
+
+
+def test_max_compaction_lag_cleans_whatever_the_dirty_ratio(tmp_path: Path) -> None:
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    for i in range(30):
+        produce(p, keyed(b"k", b"v%d" % i, ts=NOW - 10_000), acks=1)
+        replicate(p)
+    never = cleaner.CleanerConfig(min_dirty_ratio=1.1)
+    assert clean_now(p, never) == 0
+    # The oldest dirty record (10 s old) waited longer than a 60 s lag allows? No.
+    assert (
+        clean_now(p, cleaner.CleanerConfig(min_dirty_ratio=1.1, max_compaction_lag_ms=60_000)) == 0
+    )
+    # Longer than 5 s: cleaned although the ratio would never allow it.
+    overdue = cleaner.CleanerConfig(min_dirty_ratio=1.1, max_compaction_lag_ms=5_000)
+    assert clean_now(p, overdue) > 0
+    assert clean_now(p, overdue) == 0  # nothing dirty left below the active segment
+    p.close()
+
+
+def test_a_compacted_log_rolls_by_max_compaction_lag(tmp_path: Path) -> None:
+    clock = [1_000.0]
+    hour = 3_600_000
+
+    def log_with(**over: int | bool) -> ClassicPartition:
+        config = LogConfig(cleanup_delete=False, segment_ms=hour, **over)  # type: ignore[arg-type]
+        plog = Log(
+            str(tmp_path / f"p{len(over)}{over.get('cleanup_compact')}"),
+            config,
+            clock=lambda: clock[0],
+        )
+        p = ClassicPartition(TOPIC_ID, "t", 0, plog, 1, lag_max_ms=1000)
+        lead(p)
+        return p
+
+    compacted = log_with(cleanup_compact=True, max_compaction_lag_ms=5_000)
+    deleted = log_with(cleanup_compact=False, max_compaction_lag_ms=5_000)
+    for p in (compacted, deleted):
+        produce(p, keyed(b"k", b"a"), acks=1)
+    clock[0] += 10  # seconds: past the 5 s lag, far from segment.ms
+    for p in (compacted, deleted):
+        produce(p, keyed(b"k", b"b"), acks=1)
+    assert len(compacted.log.segments) == 2  # rolled: the first record can be cleaned
+    assert len(deleted.log.segments) == 1  # the lag means nothing without compaction
+    compacted.close()
+    deleted.close()

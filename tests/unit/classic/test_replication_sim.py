@@ -6,27 +6,16 @@ the window, so a nightly job can cover new seeds.
 
 from __future__ import annotations
 
-import os
-
 import pytest
+
+from tests._sim import chunk_id, run_seeds, seed_chunks
 
 from .replication_sim import Sim, SimFailure
 
-SEEDS = int(os.environ.get("SLUICE_REPLICATION_SEEDS", "3000"))
-START = int(os.environ.get("SLUICE_REPLICATION_SEED_START", "0"))
-CHUNK = 500
 
-
-@pytest.mark.parametrize("first", range(START, START + SEEDS, CHUNK), ids=lambda s: f"seeds-{s}")
-def test_seeds(first: int) -> None:
-    failures: list[SimFailure] = []
-    for seed in range(first, min(first + CHUNK, START + SEEDS)):
-        try:
-            Sim(seed).run()
-        except SimFailure as exc:
-            failures.append(exc)
-    if failures:
-        pytest.fail(f"{len(failures)} failing seeds; the first:\n{failures[0]}")
+@pytest.mark.parametrize("seeds", seed_chunks("SLUICE_REPLICATION", 3000), ids=chunk_id)
+def test_seeds(seeds: range) -> None:
+    run_seeds(seeds, lambda seed: Sim(seed).run(), SimFailure)
 
 
 def test_the_simulation_does_exercise_elections_truncation_and_refusals() -> None:

@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
+from broker.security.acl import AclBinding, AclFilter
 from controller.acl_admin import (
-    AclFilterSpec,
-    AclSpec,
+    AclDeletionResult,
     QuotaAlteration,
     QuotaOp,
     alter_client_quotas,
@@ -24,10 +24,11 @@ from controller.records import (
     decode_batch,
     encode_batch,
 )
+from controller.wire import from_json, to_json
 
-READ_ORDERS = AclSpec(2, "orders", 3, "User:alice", "*", 3, 3)
-WRITE_PREFIX = AclSpec(2, "ord", 4, "User:bob", "*", 4, 3)
-ALL = AclFilterSpec(1, None, 1, None, None, 1, 1)
+READ_ORDERS = AclBinding(2, "orders", 3, "User:alice", "*", 3, 3)
+WRITE_PREFIX = AclBinding(2, "ord", 4, "User:bob", "*", 4, 3)
+ALL = AclFilter(1, None, 1, None, None, 1, 1)
 
 
 def commit(image: MetadataImage, outcome):  # type: ignore[no-untyped-def]
@@ -38,7 +39,7 @@ def commit(image: MetadataImage, outcome):  # type: ignore[no-untyped-def]
 
 def test_create_is_idempotent_and_checks_each_acl() -> None:
     image = MetadataImage()
-    bad = AclSpec(2, "orders", 2, "User:alice", "*", 3, 3)  # pattern MATCH
+    bad = AclBinding(2, "orders", 2, "User:alice", "*", 3, 3)  # pattern MATCH
     results = commit(image, create_acls(image, [READ_ORDERS, bad, READ_ORDERS, WRITE_PREFIX]))
     assert [r.error_code for r in results] == [0, 42, 0, 0]
     assert "pattern" in (results[1].error_message or "")
@@ -50,14 +51,14 @@ def test_create_is_idempotent_and_checks_each_acl() -> None:
 def test_delete_by_filter_answers_with_what_it_removed() -> None:
     image = MetadataImage()
     commit(image, create_acls(image, [READ_ORDERS, WRITE_PREFIX]))
-    by_bob = AclFilterSpec(1, None, 1, "User:bob", None, 1, 1)
+    by_bob = AclFilter(1, None, 1, "User:bob", None, 1, 1)
     results = commit(image, delete_acls(image, [by_bob, ALL]))
     assert results[0].deleted == [WRITE_PREFIX]
     # Each filter answers with every ACL it matched, even one an earlier filter removed.
     assert sorted(results[1].deleted, key=str) == sorted([READ_ORDERS, WRITE_PREFIX], key=str)
     assert image.acls == {}
     assert commit(image, delete_acls(image, [ALL]))[0].deleted == []
-    invalid = delete_acls(image, [AclFilterSpec(0, None, 1, None, None, 1, 1)])
+    invalid = delete_acls(image, [AclFilter(0, None, 1, None, None, 1, 1)])
     assert invalid.response[0].error_code == 42
 
 
@@ -122,7 +123,7 @@ def test_quota_changes_and_refusals() -> None:
 def test_a_batch_with_a_bad_acl_record_changes_nothing() -> None:
     image = MetadataImage()
     acl_id = uuid.uuid4()
-    image.apply_batch([AccessControlEntry(acl_id, 2, "t", 3, "User:a", "*", 3, 3)])
+    image.apply_batch([AccessControlEntry.of(acl_id, AclBinding(2, "t", 3, "User:a", "*", 3, 3))])
     before = image.acls
     with pytest.raises(ImageError):
         image.apply_batch(
@@ -133,3 +134,29 @@ def test_a_batch_with_a_bad_acl_record_changes_nothing() -> None:
             ]
         )
     assert image.acls == before and image.quotas == {}
+
+
+def test_acls_and_filters_travel_between_broker_and_controller_as_json() -> None:
+    # The broker-controller wire format: flat objects with Kafka's field names.
+    assert to_json([READ_ORDERS]) == [
+        {
+            "resource_type": 2,
+            "resource_name": "orders",
+            "pattern_type": 3,
+            "principal": "User:alice",
+            "host": "*",
+            "operation": 3,
+            "permission": 3,
+        }
+    ]
+    assert from_json(AclBinding, to_json(READ_ORDERS)) == READ_ORDERS
+    assert from_json(AclFilter, to_json(ALL)) == ALL
+    answer = AclDeletionResult(0, None, [READ_ORDERS, WRITE_PREFIX])
+    assert from_json(AclDeletionResult, to_json(answer)) == answer
+
+
+def test_a_stored_acl_entry_is_its_acl_with_an_id() -> None:
+    image = MetadataImage()
+    commit(image, create_acls(image, [READ_ORDERS]))
+    (entry,) = image.acls.values()
+    assert entry.binding() == READ_ORDERS and entry.acl_id in image.acls

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from broker.security.acl import AclBinding
 from controller.records import (
     RECORD_TYPES,
     AccessControlEntry,
@@ -58,7 +59,7 @@ SAMPLES = [
 ]
 # Authorization: ACLs and client quotas.
 SAMPLES += [
-    AccessControlEntry(uuid.UUID(int=9), 2, "orders", 3, "User:alice", "*", 3, 3),
+    AccessControlEntry.of(uuid.UUID(int=9), AclBinding(2, "orders", 3, "User:alice", "*", 3, 3)),
     RemoveAccessControlEntry(uuid.UUID(int=9)),
     ClientQuota(("client-id", "user"), (None, "alice"), "producer_byte_rate", "1024.0"),
     ClientQuota(("user",), ("alice",), "producer_byte_rate", None),
@@ -92,6 +93,20 @@ def test_encoding_is_tagged_versioned_json_with_string_uuids() -> None:
     assert obj == {"t": "Topic", "v": 1, "name": "orders", "topic_id": str(TID)}
     obj = json.loads(encode(PartitionChange(TID, 3, leader=2)))
     assert obj["isr"] is None and obj["leader"] == 2
+
+
+def test_an_acl_entry_written_before_acl_bindings_were_shared_still_decodes() -> None:
+    # Bytes as an earlier release wrote them into metadata logs and snapshots.
+    old = (
+        b'{"acl_id":"00000000-0000-0000-0000-000000000009","host":"*","operation":3,'
+        b'"pattern_type":3,"permission":3,"principal":"User:alice","resource_name":"orders",'
+        b'"resource_type":2,"t":"AccessControlEntry","v":1}'
+    )
+    entry = decode(old)
+    assert entry == AccessControlEntry.of(
+        uuid.UUID(int=9), AclBinding(2, "orders", 3, "User:alice", "*", 3, 3)
+    )
+    assert encode(entry) == old
 
 
 def test_unknown_fields_are_ignored_and_missing_defaults_filled() -> None:
