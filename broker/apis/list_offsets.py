@@ -50,7 +50,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if error or topic is None:
                 entry["error_code"] = error
             elif classic is not None and classic.is_classic(topic.topic_id):
-                code, offset, ts, epoch = classic_list_offset(
+                code, offset, ts, epoch = await classic_list_offset(
                     classic, topic.topic_id, part.partition_index, part.timestamp, read_committed
                 )
                 entry.update(error_code=code, offset=offset, timestamp=ts, leader_epoch=epoch)

@@ -8,23 +8,62 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from protocol.record_scan import first_at_or_after
+from storage.classic.batches import walk
+
 if TYPE_CHECKING:
+    from .partition import ClassicPartition
     from .replica_manager import ReplicaManager
 
 
-def list_offset(
+async def list_offset(
     manager: ReplicaManager,
     topic_id: UUID,
     partition: int,
     timestamp: int,
     read_committed: bool = False,
 ) -> tuple[int, int, int, int]:
-    """(error, offset, timestamp, leader epoch); read_committed: below the LSO."""
+    """(error, offset, timestamp, leader epoch); read_committed: below the LSO. A lookup
+    by time on a tiered partition searches the remote segments first (they hold the
+    oldest records), then the local log."""
     p, error = manager.leader_partition(topic_id, partition)
     if p is None:
         return error, -1, -1, -1
+    if timestamp >= 0 and p.remote.end >= 0:
+        hw = p.last_stable_offset if read_committed else p.high_watermark
+        found = await remote_offset_for_timestamp(manager, p, timestamp, hw)
+        if found is not None:
+            return 0, found[0], found[1], p.leader_epoch
     error, offset, ts = p.list_offset(timestamp, read_committed)
     return error, offset, ts, p.leader_epoch if offset >= 0 else -1
+
+
+async def remote_offset_for_timestamp(
+    manager: ReplicaManager, p: ClassicPartition, timestamp: int, hw: int
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record at or after ``timestamp`` in the tiered
+    part below the local log, or None (then the local log answers)."""
+    reader = manager.tiering.reader
+    start = p.log_start_offset
+    for segment in p.remote.line.segments:
+        if segment.end_offset < start or segment.max_timestamp < timestamp:
+            continue
+        if segment.start_offset >= p.log.log_start_offset:
+            return None  # the local log holds it too, and answers at once
+        found = await reader.offset_for_timestamp(segment, timestamp)
+        if found is None:
+            continue
+        base = max(found[0], start)
+        data = await reader.read(segment, base, 1, min(hw, segment.end_offset + 1))
+        batch = next(iter(walk(data)), None)
+        if batch is None:
+            return None
+        hit = first_at_or_after(data[batch.position : batch.position + batch.size], timestamp)
+        if hit is None:
+            continue
+        offset = max(batch.base_offset + hit[0], start)
+        return (offset, hit[1]) if offset < hw else None
+    return None
 
 
 def end_offset_for_epoch(

@@ -87,12 +87,17 @@ def create(admin: AdminClient, topic: str, **extra: str) -> None:
     wait_until(lambda: len(describe(admin, topic)[2]) == 3, "a full ISR", 15)
 
 
-def produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+def produce(bootstrap: str, topic: str, start: int, count: int, first_timestamp: int = 0) -> None:
+    """Records ``start``.. (value: the number); with ``first_timestamp``, record i is
+    stamped ``first_timestamp + i`` ms."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     errors: list[str] = []
     for i in range(start, start + count):
         producer.produce(
-            topic, value=b"%08d" % i + PAD, on_delivery=lambda e, _m: e and errors.append(str(e))
+            topic,
+            value=b"%08d" % i + PAD,
+            timestamp=first_timestamp + i if first_timestamp else 0,
+            on_delivery=lambda e, _m: e and errors.append(str(e)),
         )
         producer.poll(0)
     assert producer.flush(60) == 0 and not errors, errors[:3]
@@ -177,6 +182,30 @@ def test_delete_records_moves_the_start_of_the_tiered_log(
     assert watermarks(healthy.bootstrap, topic) == (below, 3000)
     got = confluent_consume(healthy.bootstrap, topic, expected=3000 - below)
     assert values(got) == list(range(below, 3000))
+
+
+def test_offsets_for_times_finds_records_in_remote_segments(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    create(admin, topic)
+    first = int(time.time() * 1000) - 600_000
+    produce(healthy.bootstrap, topic, 0, 3000, first_timestamp=first)
+    leader, _, _ = describe(admin, topic)
+    local_start = wait_tiered(healthy, topic, leader)
+    consumer = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "times"})
+    try:
+
+        def offset_for(timestamp: int) -> int:
+            (found,) = consumer.offsets_for_times([TopicPartition(topic, 0, timestamp)], 10)
+            return int(found.offset)
+
+        # Tiered (remote segments only), the last tiered record, the first local one, the end.
+        for i in (0, local_start // 3, local_start - 1, local_start, 2999):
+            assert offset_for(first + i) == i
+        assert offset_for(first + 3000) == -1  # none at or after it (Kafka answers -1)
+    finally:
+        consumer.close()
 
 
 def test_remote_storage_is_refused_on_a_diskless_topic(healthy: LocalCluster, topic: str) -> None:
