@@ -8,6 +8,7 @@ Rebuilt from the log on open: a broker restart must still see duplicates.
 
 from __future__ import annotations
 
+import json
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -111,3 +112,29 @@ class ProducerState:
                 entry.batches.pop()
             if not entry.batches:
                 del self._producers[pid]
+
+    def snapshot(self, upto: int) -> bytes:
+        """The state as of offset ``upto`` (batches ending before it), as JSON: what a
+        tiered segment ending at ``upto - 1`` carries (Kafka copies a producer snapshot
+        with each segment), for a replica that will never hold those batches locally.
+        Producers with no batch left below ``upto`` are not in it (their retries are then
+        accepted as new, as for a producer whose state expired)."""
+        out = {}
+        for pid, entry in self._producers.items():
+            kept = [b for b in entry.batches if b[3] < upto]
+            if kept:
+                out[str(pid)] = [entry.epoch, kept]
+        return json.dumps(out, separators=(",", ":")).encode()
+
+    def merge_older(self, snapshot: bytes) -> int:
+        """Add the producers of an older ``snapshot`` this state does not know (the ones it
+        knows wrote since: their entry here is newer). Returns how many were added."""
+        added = 0
+        for pid_text, (epoch, batches) in json.loads(snapshot or b"{}").items():
+            pid = int(pid_text)
+            if pid in self._producers:
+                continue
+            entry = self._producers[pid] = _Entry(int(epoch))
+            entry.batches.extend(tuple(int(x) for x in b) for b in batches)  # type: ignore[misc]
+            added += 1
+        return added

@@ -281,5 +281,6 @@ class ReplicaFetcher:
             start = starts.get((p.topic, p.index))
             if start is None or p.role != FOLLOWER or p.leader != self.leader_id:
                 continue
-            segments = await self.manager.tiering.metadata.list_segments(p.topic_id, p.index)
-            start_after_tiered(p, segments, start)
+            tiering = self.manager.tiering
+            segments = await tiering.metadata.list_segments(p.topic_id, p.index)
+            await start_after_tiered(p, segments, start, tiering.reader)

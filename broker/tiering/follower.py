@@ -1,8 +1,9 @@
 """A follower whose fetch offset lies in the leader's tiered part (the leader answered
 OFFSET_MOVED_TO_TIERED_STORAGE): it does not fetch those offsets again. As Kafka's
 follower does, it asks the leader's local log start (ListOffsets, EARLIEST_LOCAL), takes
-the epochs of the offsets below it from the remote segments that end there, restarts its
-local log at that offset (``storage.tiered.follower``) and replicates from it.
+the epochs of the offsets below it and the producers' state from the remote segments that
+end there, restarts its local log at that offset (``storage.tiered.follower``) and
+replicates from it.
 
 The remote segments chained back from the leader's local log start are the leader's
 lineage: each is the newest copy (largest copying epoch) holding the offset just before
@@ -19,22 +20,26 @@ from collections.abc import Sequence
 from storage.tiered.follower import start_from_remote
 from storage.tiered.lineage import FollowerStart
 from storage.tiered.metadata import EpochVector, RemoteSegment, SegmentState
+from storage.tiered.reader import RemoteReader
 
 from ..classic.partition import ClassicPartition
+from ..classic.producer_state import ProducerState
 
 log = logging.getLogger(__name__)
 
 
-def chain_to(segments: Sequence[RemoteSegment], local_start: int, max_epoch: int) -> EpochVector:
-    """The epoch entries of the tiered offsets below ``local_start``, from the segments
-    chained back from ``local_start - 1`` (none copied by an epoch past ``max_epoch``)."""
+def chain(
+    segments: Sequence[RemoteSegment], local_start: int, max_epoch: int
+) -> list[RemoteSegment]:
+    """The segments chained back from ``local_start - 1``, newest first (none copied by an
+    epoch past ``max_epoch``)."""
     finished = [
         s
         for s in segments
         if s.state is SegmentState.COPY_SEGMENT_FINISHED and s.leader_epoch <= max_epoch
     ]
     target, bound = local_start - 1, max_epoch
-    starts: dict[int, int] = {}
+    out: list[RemoteSegment] = []
     while target >= 0:
         covering = [
             s
@@ -44,10 +49,20 @@ def chain_to(segments: Sequence[RemoteSegment], local_start: int, max_epoch: int
         if not covering:
             break
         s = max(covering, key=lambda c: (c.leader_epoch, c.end_offset))
+        out.append(s)
+        bound = s.epochs[0][0]
+        target = s.start_offset - 1
+    return out
+
+
+def chain_to(segments: Sequence[RemoteSegment], local_start: int, max_epoch: int) -> EpochVector:
+    """The epoch entries of the tiered offsets below ``local_start``, from ``chain``."""
+    starts: dict[int, int] = {}
+    target = local_start - 1
+    for s in chain(segments, local_start, max_epoch):
         for epoch, first in s.epochs:
             if first <= target:
                 starts[epoch] = min(first, starts.get(epoch, first))
-        bound = s.epochs[0][0]
         target = s.start_offset - 1
     out: list[tuple[int, int]] = []
     for epoch, first in sorted(starts.items()):
@@ -57,15 +72,22 @@ def chain_to(segments: Sequence[RemoteSegment], local_start: int, max_epoch: int
     return tuple(out)
 
 
-def start_after_tiered(
-    p: ClassicPartition, segments: Sequence[RemoteSegment], leader_local_start: int
+async def start_after_tiered(
+    p: ClassicPartition,
+    segments: Sequence[RemoteSegment],
+    leader_local_start: int,
+    reader: RemoteReader,
 ) -> bool:
-    """Restart ``p``'s log at the leader's local log start with the tiered epochs; False
-    when its log already reaches there (nothing done)."""
+    """Restart ``p``'s log at the leader's local log start with the tiered epochs and the
+    producers' state of the segment ending there; False when its log already reaches there
+    (nothing done)."""
     epochs = chain_to(segments, leader_local_start, p.leader_epoch)
+    last = chain(segments, leader_local_start, p.leader_epoch)[:1]
+    snapshot = await reader.producer_snapshot(last[0]) if last else b""
     if not start_from_remote(p.log, FollowerStart(leader_local_start, epochs)):
         return False
-    p.producers.truncate_from(leader_local_start)
+    p.producers = ProducerState()
+    p.producers.merge_older(snapshot)
     p.txns.clear()
     p.high_watermark = max(p.high_watermark, leader_local_start)
     log.info(

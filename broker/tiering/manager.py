@@ -118,7 +118,9 @@ class TieringManager:
         elif tiering_enabled(topic) and not _true(topic.configs.get(COPY_DISABLE)):
             upto = min(p.high_watermark, p.last_stable_offset)
             try:
-                copied = await self.copier.copy_rolled(p.log, p.topic_id, p.index, epoch, upto)
+                copied = await self.copier.copy_rolled(
+                    p.log, p.topic_id, p.index, epoch, upto, p.producers.snapshot
+                )
             except LocalGap as exc:
                 log.warning("%s-%d: not copying to remote storage: %s", p.topic, p.index, exc)
             except CopyFenced as exc:
@@ -191,8 +193,20 @@ class TieringManager:
             self.tiered_topics.add(p.topic_id)
             try:
                 await self.refresh(p)
+                await self.load_tiered_producers(p)
             except Exception as exc:
                 log.warning("%s-%d: reading the remote metadata failed: %r", p.topic, p.index, exc)
+
+    async def load_tiered_producers(self, p: ClassicPartition) -> int:
+        """A replica opened its log: the producers known only from tiered batches (local
+        retention deleted theirs) come from the snapshot of the segment ending below the
+        local log, so a retry of their last batches is still recognised. Returns how many."""
+        local_start = p.log.log_start_offset
+        below = [s for s in p.remote.line.segments if s.end_offset < local_start]
+        if not below:
+            return 0
+        snapshot = await self.reader.producer_snapshot(below[-1])
+        return p.producers.merge_older(snapshot)
 
     async def refresh(self, p: ClassicPartition) -> RemoteView:
         """This replica's view of the tiered part, from the remote metadata: the segments

@@ -65,9 +65,16 @@ class SegmentCopier:
         self.deleter = SegmentDeleter(store, metadata, clock_ms)
 
     async def copy_segment(
-        self, log: Log, segment: Segment, topic_id: UUID, partition: int, leader_epoch: int
+        self,
+        log: Log,
+        segment: Segment,
+        topic_id: UUID,
+        partition: int,
+        leader_epoch: int,
+        producer_snapshot: Callable[[int], bytes] | None = None,
     ) -> RemoteSegment:
-        """Copy one rolled segment of ``log``; returns its metadata (FINISHED)."""
+        """Copy one rolled segment of ``log``; returns its metadata (FINISHED).
+        ``producer_snapshot(end)`` gives the producers' state as of the segment's end."""
         if segment is log.active:
             raise ValueError("the active segment is never copied: it still grows")
         last = segment.next_offset - 1
@@ -95,6 +102,9 @@ class SegmentCopier:
         # The log last: an object present means its indexes are too (a reader of a segment
         # copied by an older version without them still works from the log alone).
         await self.store.put(layout.key(meta, layout.EPOCHS), [layout.epochs_checkpoint(meta)])
+        # Always written (empty without producers), so every segment has all its files.
+        snapshot = producer_snapshot(segment.next_offset) if producer_snapshot else b"{}"
+        await self.store.put(layout.key(meta, layout.PRODUCER_SNAPSHOT), [snapshot])
         await self.store.put(layout.key(meta, layout.OFFSET_INDEX), [files[1]])
         await self.store.put(layout.key(meta, layout.TIME_INDEX), [files[2]])
         await self.store.put(layout.key(meta, layout.LOG), [files[0]])
@@ -112,6 +122,7 @@ class SegmentCopier:
         partition: int,
         leader_epoch: int,
         upto: int,
+        producer_snapshot: Callable[[int], bytes] | None = None,
     ) -> list[RemoteSegment]:
         """One run of the leader's copy task: clean up copies that never finished, then
         copy every rolled segment after the tiered lineage whose records all lie below
@@ -141,6 +152,10 @@ class SegmentCopier:
                     f"next offset to tier {next_offset} is below the local segment at "
                     f"{segment.base_offset}"
                 )
-            copied.append(await self.copy_segment(log, segment, topic_id, partition, leader_epoch))
+            copied.append(
+                await self.copy_segment(
+                    log, segment, topic_id, partition, leader_epoch, producer_snapshot
+                )
+            )
             next_offset = segment.next_offset
         return copied

@@ -17,7 +17,9 @@ LOG = "log"
 OFFSET_INDEX = "index"
 TIME_INDEX = "timeindex"
 EPOCHS = "leader-epoch-checkpoint"
-FILES = (LOG, OFFSET_INDEX, TIME_INDEX, EPOCHS)
+# The producers' state as of the segment's end (written by the broker, which owns it).
+PRODUCER_SNAPSHOT = "producer-snapshot"
+FILES = (LOG, OFFSET_INDEX, TIME_INDEX, EPOCHS, PRODUCER_SNAPSHOT)
 
 
 def key(segment: RemoteSegment, file: str) -> str:

@@ -64,6 +64,11 @@ class RemoteReader:
         except ObjectNotFound:
             return b""
 
+    async def producer_snapshot(self, segment: RemoteSegment) -> bytes:
+        """The producers' state as of the segment's end, as the broker wrote it (empty for
+        a segment copied without one)."""
+        return await self._get(layout.key(segment, layout.PRODUCER_SNAPSHOT))
+
     async def indexes(self, segment: RemoteSegment) -> _Indexes:
         found = self._indexes.get(segment.segment_id)
         if found is None:

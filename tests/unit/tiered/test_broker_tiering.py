@@ -15,10 +15,13 @@ from broker.classic.partition import ClassicPartition
 from broker.tiering.follower import chain_to, start_after_tiered
 from broker.tiering.view import RemoteView
 from controller.image import PartitionState
+from protocol.records import parse_batches
 from storage.classic.log import Log, LogConfig
 from storage.tiered.copier import history_of
 from storage.tiered.lineage import lineage
 from storage.tiered.metadata import RemoteSegment, SegmentState
+from storage.tiered.reader import RemoteReader
+from tests.e2e._batches import Record, build_batch
 
 from .test_copier_reader import NOW, TOPIC, Env, fill
 
@@ -135,8 +138,43 @@ async def test_a_wiped_follower_restarts_at_the_leaders_local_start(
     p = ClassicPartition(TOPIC, "t", 0, follower_log, 2, lag_max_ms=1000)
     p.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
     start = copied[-1].end_offset + 1
-    assert start_after_tiered(p, await env.meta.list_segments(TOPIC, 0), start)
+    reader = RemoteReader(env.store)
+    segments = await env.meta.list_segments(TOPIC, 0)
+    assert await start_after_tiered(p, segments, start, reader)
     assert follower_log.log_start_offset == follower_log.log_end_offset == start
     assert follower_log.epochs.entries == [(1, 0)]
-    assert not start_after_tiered(p, [], start)  # already there
+    assert not await start_after_tiered(p, [], start, reader)  # already there
     follower_log.close()
+
+
+async def test_producer_state_travels_with_the_tiered_segments(env: Env, tmp_path: Path) -> None:
+    """An idempotent producer whose batches are all tiered is still known to a follower that
+    started after the tiered part: its retry is recognised, not appended twice."""
+    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    leader.apply(PartitionState((1, 2), (1,), 1, 1, 1), lambda _p: None)
+    for seq in range(0, 30, 3):
+        data = build_batch(
+            [Record(b"k", b"v" * 300) for _ in range(3)],
+            base_timestamp_ms=NOW,
+            producer_id=77,
+            producer_epoch=0,
+            base_sequence=seq,
+        )
+        view = memoryview(data)
+        leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
+    copied = await env.copier.copy_rolled(
+        env.log, TOPIC, 0, 1, env.log.log_end_offset, leader.producers.snapshot
+    )
+    start = copied[-1].end_offset + 1
+    follower = ClassicPartition(
+        TOPIC, "t", 0, Log(str(tmp_path / "f"), LogConfig()), 2, lag_max_ms=1000
+    )
+    follower.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
+    segments = await env.meta.list_segments(TOPIC, 0)
+    assert await start_after_tiered(follower, segments, start, RemoteReader(env.store))
+    # The last batch wholly tiered, sent again: a duplicate at its original offset.
+    seq_last_tiered = max((s for s in range(0, 30, 3) if s + 2 < start), default=None)
+    assert seq_last_tiered is not None
+    error, duplicate = follower.producers.check(77, 0, seq_last_tiered, seq_last_tiered + 2)
+    assert error is None and duplicate == seq_last_tiered
+    follower.log.close()
