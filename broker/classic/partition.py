@@ -90,6 +90,9 @@ class ClassicPartition:
         # Tiered storage: the remote segments of this replica's lineage (refreshed by
         # broker.tiering.manager); EMPTY for a topic that never tiered.
         self.remote: RemoteView = EMPTY
+        # Whether the aborted transactions of the tiered part were read from its segments
+        # (broker.tiering.manager.load_tiered_aborted), after the local log's.
+        self.tiered_aborted_loaded = False
         self._load_producers()
 
     @property
@@ -112,6 +115,7 @@ class ClassicPartition:
         """Producer state and transactions from the log's batch headers (the transaction
         index alone after a truncation: the producer state cuts itself)."""
         self.txns.clear()
+        self.tiered_aborted_loaded = False
         # Headers only, through a mapping: a 1 GiB segment is not read into memory.
         for segment in self.log.segments:
             if segment.size == 0:

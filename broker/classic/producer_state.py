@@ -8,7 +8,6 @@ Rebuilt from the log on open: a broker restart must still see duplicates.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections import deque
 from collections.abc import Iterable
@@ -113,8 +112,8 @@ class ProducerState:
             if not entry.batches:
                 del self._producers[pid]
 
-    def snapshot(self, upto: int) -> bytes:
-        """The state as of offset ``upto`` (batches ending before it), as JSON: what a
+    def snapshot(self, upto: int) -> dict[str, list]:  # type: ignore[type-arg]
+        """The state as of offset ``upto`` (batches ending before it), JSON-ready: what a
         tiered segment ending at ``upto - 1`` carries (Kafka copies a producer snapshot
         with each segment), for a replica that will never hold those batches locally.
         Producers with no batch left below ``upto`` are not in it (their retries are then
@@ -124,13 +123,13 @@ class ProducerState:
             kept = [b for b in entry.batches if b[3] < upto]
             if kept:
                 out[str(pid)] = [entry.epoch, kept]
-        return json.dumps(out, separators=(",", ":")).encode()
+        return out
 
-    def merge_older(self, snapshot: bytes) -> int:
+    def merge_older(self, snapshot: dict[str, list]) -> int:  # type: ignore[type-arg]
         """Add the producers of an older ``snapshot`` this state does not know (the ones it
         knows wrote since: their entry here is newer). Returns how many were added."""
         added = 0
-        for pid_text, (epoch, batches) in json.loads(snapshot or b"{}").items():
+        for pid_text, (epoch, batches) in snapshot.items():
             pid = int(pid_text)
             if pid in self._producers:
                 continue

@@ -42,6 +42,13 @@ async def read_tiered(
             slot.error = int(ErrorCode.offset_out_of_range)
             continue
         limit = p.last_stable_offset if read_committed else p.high_watermark
+        if read_committed and not p.tiered_aborted_loaded:
+            try:
+                await manager.load_tiered_aborted(p)
+            except Exception as exc:  # retriable: the consumer fetches again
+                log.warning("%s-%d: reading tiered aborted transactions: %r", p.topic, p.index, exc)
+                slot.error = int(ErrorCode.kafka_storage_error)
+                continue
         try:
             slot.data = await manager.reader.read(
                 segment, slot.offset, max(room, 1), min(limit, segment.end_offset + 1)

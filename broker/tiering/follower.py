@@ -24,6 +24,7 @@ from storage.tiered.reader import RemoteReader
 
 from ..classic.partition import ClassicPartition
 from ..classic.producer_state import ProducerState
+from .snapshot import parse
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +84,13 @@ async def start_after_tiered(
     (nothing done)."""
     epochs = chain_to(segments, leader_local_start, p.leader_epoch)
     last = chain(segments, leader_local_start, p.leader_epoch)[:1]
-    snapshot = await reader.producer_snapshot(last[0]) if last else b""
+    producers, _ = parse(await reader.producer_snapshot(last[0]) if last else b"")
     if not start_from_remote(p.log, FollowerStart(leader_local_start, epochs)):
         return False
     p.producers = ProducerState()
-    p.producers.merge_older(snapshot)
+    p.producers.merge_older(producers)
     p.txns.clear()
+    p.tiered_aborted_loaded = False  # read from the segments if a consumer needs them
     p.high_watermark = max(p.high_watermark, leader_local_start)
     log.info(
         "%s-%d: starting after the tiered part of the log, at %d (epochs %s)",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -36,6 +37,7 @@ from storage.tiered.reader import RemoteReader
 
 from ..background import cancel_and_wait
 from ..classic.partition import LEADER, ClassicPartition
+from .snapshot import parse, segment_state
 from .view import EMPTY, RemoteView
 
 if TYPE_CHECKING:
@@ -119,7 +121,7 @@ class TieringManager:
             upto = min(p.high_watermark, p.last_stable_offset)
             try:
                 copied = await self.copier.copy_rolled(
-                    p.log, p.topic_id, p.index, epoch, upto, p.producers.snapshot
+                    p.log, p.topic_id, p.index, epoch, upto, partial(segment_state, p)
                 )
             except LocalGap as exc:
                 log.warning("%s-%d: not copying to remote storage: %s", p.topic, p.index, exc)
@@ -205,8 +207,18 @@ class TieringManager:
         below = [s for s in p.remote.line.segments if s.end_offset < local_start]
         if not below:
             return 0
-        snapshot = await self.reader.producer_snapshot(below[-1])
-        return p.producers.merge_older(snapshot)
+        producers, _ = parse(await self.reader.producer_snapshot(below[-1]))
+        return p.producers.merge_older(producers)
+
+    async def load_tiered_aborted(self, p: ClassicPartition) -> int:
+        """The aborted transactions of the tiered part, from each lineage segment's snapshot
+        (once per replica: a read_committed consumer reading tiered offsets needs them, and
+        a replica knows them only from the batches it saw). Returns how many were added."""
+        found = []
+        for segment in p.remote.line.segments:
+            found += parse(await self.reader.producer_snapshot(segment))[1]
+        p.tiered_aborted_loaded = True
+        return p.txns.merge_aborted(a for a in found if a.last_offset >= p.log_start_offset)
 
     async def refresh(self, p: ClassicPartition) -> RemoteView:
         """This replica's view of the tiered part, from the remote metadata: the segments

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from protocol.records import ATTRIBUTES_OFFSET, CONTROL_BIT, HEADER_SIZE, TRANSACTIONAL_BIT
@@ -105,6 +105,16 @@ class TxnIndex:
             # Its data went with retention; its marker is still to come, and read_committed
             # consumers stop at the log start at worst.
             self.ongoing[pid] = log_start
+
+    def merge_aborted(self, older: Iterable[AbortedTxn]) -> int:
+        """Add aborted transactions known from elsewhere (a tiered segment's index), keeping
+        the list ordered by marker offset; ones already known are skipped. Returns how many
+        were added."""
+        known = {(a.producer_id, a.last_offset) for a in self.aborted}
+        new = [a for a in older if (a.producer_id, a.last_offset) not in known]
+        if new:
+            self.aborted = sorted([*self.aborted, *new], key=lambda a: a.last_offset)
+        return len(new)
 
     def clear(self) -> None:
         self.ongoing.clear()

@@ -71,10 +71,11 @@ class SegmentCopier:
         topic_id: UUID,
         partition: int,
         leader_epoch: int,
-        producer_snapshot: Callable[[int], bytes] | None = None,
+        snapshot: Callable[[int, int], bytes] | None = None,
     ) -> RemoteSegment:
         """Copy one rolled segment of ``log``; returns its metadata (FINISHED).
-        ``producer_snapshot(end)`` gives the producers' state as of the segment's end."""
+        ``snapshot(start, end)`` gives what the segment [start, end) carries besides its
+        records: the producers' state and its aborted transactions (the broker's)."""
         if segment is log.active:
             raise ValueError("the active segment is never copied: it still grows")
         last = segment.next_offset - 1
@@ -103,8 +104,8 @@ class SegmentCopier:
         # copied by an older version without them still works from the log alone).
         await self.store.put(layout.key(meta, layout.EPOCHS), [layout.epochs_checkpoint(meta)])
         # Always written (empty without producers), so every segment has all its files.
-        snapshot = producer_snapshot(segment.next_offset) if producer_snapshot else b"{}"
-        await self.store.put(layout.key(meta, layout.PRODUCER_SNAPSHOT), [snapshot])
+        state = snapshot(segment.base_offset, segment.next_offset) if snapshot else b"{}"
+        await self.store.put(layout.key(meta, layout.PRODUCER_SNAPSHOT), [state])
         await self.store.put(layout.key(meta, layout.OFFSET_INDEX), [files[1]])
         await self.store.put(layout.key(meta, layout.TIME_INDEX), [files[2]])
         await self.store.put(layout.key(meta, layout.LOG), [files[0]])
@@ -122,7 +123,7 @@ class SegmentCopier:
         partition: int,
         leader_epoch: int,
         upto: int,
-        producer_snapshot: Callable[[int], bytes] | None = None,
+        snapshot: Callable[[int, int], bytes] | None = None,
     ) -> list[RemoteSegment]:
         """One run of the leader's copy task: clean up copies that never finished, then
         copy every rolled segment after the tiered lineage whose records all lie below
@@ -153,9 +154,7 @@ class SegmentCopier:
                     f"{segment.base_offset}"
                 )
             copied.append(
-                await self.copy_segment(
-                    log, segment, topic_id, partition, leader_epoch, producer_snapshot
-                )
+                await self.copy_segment(log, segment, topic_id, partition, leader_epoch, snapshot)
             )
             next_offset = segment.next_offset
         return copied

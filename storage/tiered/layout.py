@@ -17,7 +17,8 @@ LOG = "log"
 OFFSET_INDEX = "index"
 TIME_INDEX = "timeindex"
 EPOCHS = "leader-epoch-checkpoint"
-# The producers' state as of the segment's end (written by the broker, which owns it).
+# The producers' state as of the segment's end and its aborted transactions (written by
+# the broker, which owns both: broker.tiering.snapshot).
 PRODUCER_SNAPSHOT = "producer-snapshot"
 FILES = (LOG, OFFSET_INDEX, TIME_INDEX, EPOCHS, PRODUCER_SNAPSHOT)
 

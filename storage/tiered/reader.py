@@ -65,8 +65,8 @@ class RemoteReader:
             return b""
 
     async def producer_snapshot(self, segment: RemoteSegment) -> bytes:
-        """The producers' state as of the segment's end, as the broker wrote it (empty for
-        a segment copied without one)."""
+        """The segment's producer snapshot object, as the broker wrote it (empty for a
+        segment copied without one)."""
         return await self._get(layout.key(segment, layout.PRODUCER_SNAPSHOT))
 
     async def indexes(self, segment: RemoteSegment) -> _Indexes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.classic.partition import ClassicPartition
 from broker.tiering.follower import chain_to, start_after_tiered
+from broker.tiering.snapshot import parse, segment_state
 from broker.tiering.view import RemoteView
 from controller.image import PartitionState
 from protocol.records import parse_batches
@@ -21,7 +23,7 @@ from storage.tiered.copier import history_of
 from storage.tiered.lineage import lineage
 from storage.tiered.metadata import RemoteSegment, SegmentState
 from storage.tiered.reader import RemoteReader
-from tests.e2e._batches import Record, build_batch
+from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
 
 from .test_copier_reader import NOW, TOPIC, Env, fill
 
@@ -163,7 +165,7 @@ async def test_producer_state_travels_with_the_tiered_segments(env: Env, tmp_pat
         view = memoryview(data)
         leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
     copied = await env.copier.copy_rolled(
-        env.log, TOPIC, 0, 1, env.log.log_end_offset, leader.producers.snapshot
+        env.log, TOPIC, 0, 1, env.log.log_end_offset, partial(segment_state, leader)
     )
     start = copied[-1].end_offset + 1
     follower = ClassicPartition(
@@ -178,3 +180,42 @@ async def test_producer_state_travels_with_the_tiered_segments(env: Env, tmp_pat
     error, duplicate = follower.producers.check(77, 0, seq_last_tiered, seq_last_tiered + 2)
     assert error is None and duplicate == seq_last_tiered
     follower.log.close()
+
+
+async def test_aborted_transactions_travel_with_the_tiered_segments(env: Env) -> None:
+    """A replica that knows only the local log learns the tiered part's aborted
+    transactions from the segments' snapshots (read_committed consumers drop them)."""
+    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    leader.apply(PartitionState((1,), (1,), 1, 1, 1), lambda _p: None)
+    payload = b"".join(encode_record(Record(b"k", b"v" * 300), i) for i in range(3))
+    for txn in range(6):
+        data = build_raw_batch(
+            payload,
+            records_count=3,
+            base_timestamp_ms=NOW,
+            attributes=0x10,  # transactional
+            producer_id=9,
+            producer_epoch=0,
+            base_sequence=3 * txn,
+        )
+        view = memoryview(data)
+        leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
+        leader.append_marker(9, 0, txn % 2 == 0, 0)  # odd transactions are aborted
+    fill(env.log, 20, epoch=1)  # roll past the markers
+    aborted = list(leader.txns.aborted)
+    assert len(aborted) == 3
+    copied = await env.copier.copy_rolled(
+        env.log, TOPIC, 0, 1, env.log.log_end_offset, partial(segment_state, leader)
+    )
+    reader = RemoteReader(env.store)
+    found = []
+    for segment in copied:
+        _, in_segment = parse(await reader.producer_snapshot(segment))
+        assert all(segment.start_offset <= a.last_offset <= segment.end_offset for a in in_segment)
+        found += in_segment
+    assert found == aborted
+    fresh = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    fresh.txns.clear()  # as a replica that never held these batches
+    assert fresh.txns.merge_aborted(found) == 3
+    assert fresh.txns.merge_aborted(found) == 0  # known already: not twice
+    assert fresh.txns.aborted_between(0, env.log.log_end_offset) == aborted
