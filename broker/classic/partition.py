@@ -105,16 +105,26 @@ class ClassicPartition:
             return local
         return min(first, local)
 
+    def reload_transactions(self, ongoing_before: dict[int, int]) -> None:
+        """The transactions again, with those open where the local log starts (a restarted
+        replica learns them from the tiered part only after opening its log)."""
+        self._load_producers(producers=False, ongoing_before=ongoing_before)
+
     def is_remote(self, offset: int) -> bool:
         """Whether ``offset`` is served from a remote segment (below the local log)."""
         return offset < self.log.log_start_offset and self.log_start_offset <= offset
 
     # ---------------------------------------------------------------- state changes
 
-    def _load_producers(self, producers: bool = True) -> None:
+    def _load_producers(
+        self, producers: bool = True, ongoing_before: dict[int, int] | None = None
+    ) -> None:
         """Producer state and transactions from the log's batch headers (the transaction
-        index alone after a truncation: the producer state cuts itself)."""
+        index alone after a truncation: the producer state cuts itself). ``ongoing_before``:
+        transactions already open where the local log starts (known from the tiered part),
+        so that their markers in the local log are understood."""
         self.txns.clear()
+        self.txns.ongoing.update(ongoing_before or {})
         self.tiered_aborted_loaded = False
         # Headers only, through a mapping: a 1 GiB segment is not read into memory.
         for segment in self.log.segments:

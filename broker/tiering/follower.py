@@ -84,12 +84,14 @@ async def start_after_tiered(
     (nothing done)."""
     epochs = chain_to(segments, leader_local_start, p.leader_epoch)
     last = chain(segments, leader_local_start, p.leader_epoch)[:1]
-    producers, _ = parse(await reader.producer_snapshot(last[0]) if last else b"")
+    state = parse(await reader.producer_snapshot(last[0]) if last else b"")
     if not start_from_remote(p.log, FollowerStart(leader_local_start, epochs)):
         return False
     p.producers = ProducerState()
-    p.producers.merge_older(producers)
+    p.producers.merge_older(state.producers)
     p.txns.clear()
+    # Transactions open at the new start: their markers, fetched next, close them.
+    p.txns.ongoing.update(state.ongoing)
     p.tiered_aborted_loaded = False  # read from the segments if a consumer needs them
     p.high_watermark = max(p.high_watermark, leader_local_start)
     log.info(

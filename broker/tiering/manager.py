@@ -207,8 +207,12 @@ class TieringManager:
         below = [s for s in p.remote.line.segments if s.end_offset < local_start]
         if not below:
             return 0
-        producers, _ = parse(await self.reader.producer_snapshot(below[-1]))
-        return p.producers.merge_older(producers)
+        state = parse(await self.reader.producer_snapshot(below[-1]))
+        if state.ongoing:
+            # Transactions open across the local log's start: their markers in the local log
+            # are read again knowing where they began (an abort is then recorded).
+            p.reload_transactions(state.ongoing)
+        return p.producers.merge_older(state.producers)
 
     async def load_tiered_aborted(self, p: ClassicPartition) -> int:
         """The aborted transactions of the tiered part, from each lineage segment's snapshot
@@ -216,7 +220,7 @@ class TieringManager:
         a replica knows them only from the batches it saw). Returns how many were added."""
         found = []
         for segment in p.remote.line.segments:
-            found += parse(await self.reader.producer_snapshot(segment))[1]
+            found += parse(await self.reader.producer_snapshot(segment)).aborted
         p.tiered_aborted_loaded = True
         return p.txns.merge_aborted(a for a in found if a.last_offset >= p.log_start_offset)
 

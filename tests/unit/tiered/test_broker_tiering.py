@@ -210,7 +210,7 @@ async def test_aborted_transactions_travel_with_the_tiered_segments(env: Env) ->
     reader = RemoteReader(env.store)
     found = []
     for segment in copied:
-        _, in_segment = parse(await reader.producer_snapshot(segment))
+        in_segment = parse(await reader.producer_snapshot(segment)).aborted
         assert all(segment.start_offset <= a.last_offset <= segment.end_offset for a in in_segment)
         found += in_segment
     assert found == aborted
@@ -219,3 +219,41 @@ async def test_aborted_transactions_travel_with_the_tiered_segments(env: Env) ->
     assert fresh.txns.merge_aborted(found) == 3
     assert fresh.txns.merge_aborted(found) == 0  # known already: not twice
     assert fresh.txns.aborted_between(0, env.log.log_end_offset) == aborted
+
+
+async def test_a_transaction_open_across_the_tiered_boundary_is_aborted_on_a_new_follower(
+    env: Env, tmp_path: Path
+) -> None:
+    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    leader.apply(PartitionState((1,), (1,), 1, 1, 1), lambda _p: None)
+    payload = b"".join(encode_record(Record(b"k", b"v" * 300), i) for i in range(3))
+    data = build_raw_batch(
+        payload,
+        records_count=3,
+        base_timestamp_ms=NOW,
+        attributes=0x10,  # transactional
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=0,
+    )
+    view = memoryview(data)
+    leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
+    fill(env.log, 10, epoch=1)  # the transaction's first segment rolls
+    first = env.log.segments[0]
+    copied = await env.copier.copy_segment(
+        env.log, first, TOPIC, 0, 1, partial(segment_state, leader)
+    )
+    start = copied.end_offset + 1
+    leader.append_marker(9, 0, False, 0)  # aborted, in a later (local) segment
+    follower = ClassicPartition(
+        TOPIC, "t", 0, Log(str(tmp_path / "f"), LogConfig()), 2, lag_max_ms=1000
+    )
+    follower.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
+    segments = await env.meta.list_segments(TOPIC, 0)
+    assert await start_after_tiered(follower, segments, start, RemoteReader(env.store))
+    assert follower.txns.ongoing == {9: 0}  # open where its log starts
+    while follower.log.log_end_offset < env.log.log_end_offset:  # fetches, one segment each
+        chunk = env.log.read(follower.log.log_end_offset, 1 << 20)
+        follower.append_fetched(chunk, env.log.log_end_offset, 0)
+    assert [(a.producer_id, a.first_offset) for a in follower.txns.aborted] == [(9, 0)]
+    follower.log.close()
