@@ -30,9 +30,10 @@ from kio.schema.errors import ErrorCode
 
 from controller.image import TIERING_DISABLING, TopicImage
 from controller.tiering import COPY_DISABLE, tiering_enabled
+from storage.classic.txn_index import AbortedTxn
 from storage.tiered.copier import CopyFenced, LocalGap, SegmentCopier, history_of
 from storage.tiered.lineage import lineage
-from storage.tiered.metadata import RemoteLogMetadataStore
+from storage.tiered.metadata import RemoteLogMetadataStore, RemoteSegment
 from storage.tiered.reader import RemoteReader
 
 from ..background import cancel_and_wait
@@ -44,6 +45,11 @@ if TYPE_CHECKING:
     from ..classic.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+
+# Snapshot objects read at once when a replica learns the tiered part's aborted
+# transactions (small GETs: latency, not bandwidth, is what they cost).
+SNAPSHOT_READS = 8
 
 
 def _true(value: str | None) -> bool:
@@ -218,9 +224,14 @@ class TieringManager:
         """The aborted transactions of the tiered part, from each lineage segment's snapshot
         (once per replica: a read_committed consumer reading tiered offsets needs them, and
         a replica knows them only from the batches it saw). Returns how many were added."""
-        found = []
-        for segment in p.remote.line.segments:
-            found += parse(await self.reader.producer_snapshot(segment)).aborted
+        gate = asyncio.Semaphore(SNAPSHOT_READS)
+
+        async def aborted_in(segment: RemoteSegment) -> list[AbortedTxn]:
+            async with gate:
+                return parse(await self.reader.producer_snapshot(segment)).aborted
+
+        lists = await asyncio.gather(*(aborted_in(s) for s in p.remote.line.segments))
+        found = [a for aborted in lists for a in aborted]
         p.tiered_aborted_loaded = True
         return p.txns.merge_aborted(a for a in found if a.last_offset >= p.log_start_offset)
 
