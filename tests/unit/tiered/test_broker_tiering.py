@@ -20,7 +20,7 @@ from controller.image import PartitionState
 from protocol.records import parse_batches
 from storage.classic.log import Log, LogConfig
 from storage.tiered.copier import history_of
-from storage.tiered.lineage import lineage
+from storage.tiered.lineage import History, lineage
 from storage.tiered.metadata import RemoteSegment, SegmentState
 from storage.tiered.reader import RemoteReader
 from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
@@ -257,3 +257,22 @@ async def test_a_transaction_open_across_the_tiered_boundary_is_aborted_on_a_new
         follower.append_fetched(chunk, env.log.log_end_offset, 0)
     assert [(a.producer_id, a.first_offset) for a in follower.txns.aborted] == [(9, 0)]
     follower.log.close()
+
+
+def test_the_view_finds_the_segment_of_an_offset_as_the_lineage_does() -> None:
+    import random
+
+    from storage.tiered.lineage import segment_for
+
+    rng = random.Random(7)
+    for _case in range(50):
+        segments, start = [], 0
+        for _ in range(rng.randint(1, 30)):
+            end = start + rng.randint(0, 20)
+            segments.append(_segment(start, end, ((1, start),), 1))
+            # The next copy starts right after, or overlaps (a retried or re-led copy).
+            start = end + 1 - rng.choice([0, 0, 0, rng.randint(0, end - start + 1)])
+        history = History(((1, 0),), max(s.end_offset for s in segments) + 1)
+        view = RemoteView(lineage(history, segments), 0)
+        for offset in range(0, history.log_end + 2):
+            assert view.segment(offset) == segment_for(view.line, offset)
