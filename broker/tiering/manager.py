@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 # Snapshot objects read at once when a replica learns the tiered part's aborted
 # transactions (small GETs: latency, not bandwidth, is what they cost).
 SNAPSHOT_READS = 8
+# Every this many runs of the task, remote segments of deleted topics are swept.
+SWEEP_EVERY_RUNS = 20
 
 
 def _true(value: str | None) -> bool:
@@ -96,6 +98,13 @@ class TieringManager:
             await self.run_once()
 
     async def run_once(self) -> None:
+        if self.runs % SWEEP_EVERY_RUNS == SWEEP_EVERY_RUNS - 1:
+            try:
+                await self.sweep_deleted_topics()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("sweep of deleted tiered topics failed: %r", exc)
         for p in list(self.replicas.partitions.values()):
             if self.replicas.stopping:
                 return
@@ -248,6 +257,31 @@ class TieringManager:
             # epochs of tiered offsets stay, they are this replica's lineage).
             p.log.forget_epochs_before(min(start, p.log.log_start_offset))
         return view
+
+    async def sweep_deleted_topics(self) -> int:
+        """Remote segments of topics deleted while every replica of a partition was down
+        (no replica saw the deletion to act on it): deleted, with their metadata. A topic
+        counts as deleted only when it is missing from an image at least as new as the
+        active controller's, read after the segments were listed (a topic exists before
+        any of its segments). Returns the segments deleted."""
+        listed = await self.metadata.topic_partitions()
+        controller = self.replicas.broker.controller
+        if not listed or controller is None:
+            return 0
+        follower = controller.follower
+        chunk = await controller.client.metadata(follower.applied, 0, from_leader=True)
+        if not await follower.wait_for(chunk.applied, 10.0):
+            return 0  # this broker's image lags: not the time to judge
+        topics = self.replicas.image().topics
+        deleted = 0
+        for topic_id, partitions in listed.items():
+            if topic_id in topics:
+                continue
+            for partition in sorted(partitions):
+                deleted += await self.forget_partition(topic_id, partition)
+            await self.metadata.delete_topics([topic_id])
+            log.info("deleted topic %s: %d remote segments deleted", topic_id, deleted)
+        return deleted
 
     async def forget_partition(self, topic_id: UUID, partition: int) -> int:
         """A deleted topic's partition: its remote segments and their metadata go (every

@@ -151,6 +151,11 @@ class RemoteLogMetadataStore(ABC):
         segments."""
 
     @abstractmethod
+    async def topic_partitions(self) -> dict[UUID, set[int]]:
+        """Every (topic, partition) with segments in any state: the sweep of deleted topics
+        whose replicas were all down when they were deleted."""
+
+    @abstractmethod
     async def log_start(self, topic_id: UUID, partition: int) -> int:
         """The partition's remote log start offset (0 when never set)."""
 

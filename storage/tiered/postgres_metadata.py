@@ -52,6 +52,7 @@ _DELETE_TOPICS = (
     " d AS (DELETE FROM remote_log_segments WHERE topic_id = ANY($1::uuid[])"
     " RETURNING 1) SELECT count(*) FROM d"
 )
+_TOPIC_PARTITIONS = "SELECT DISTINCT topic_id, partition FROM remote_log_segments"
 _LOG_START = (
     "SELECT coalesce((SELECT log_start FROM remote_log_starts"
     " WHERE topic_id = $1 AND partition = $2), 0)"
@@ -144,6 +145,12 @@ class PostgresRemoteLogMetadata(PoolUser, RemoteLogMetadataStore):
             return 0
         row = await self._pool.fetchrow(_DELETE_TOPICS, list(set(topic_ids)), write=True)
         return int(row[0]) if row is not None else 0
+
+    async def topic_partitions(self) -> dict[UUID, set[int]]:
+        out: dict[UUID, set[int]] = {}
+        for row in await self._pool.fetch(_TOPIC_PARTITIONS, write=False):
+            out.setdefault(UUID(bytes=row[0].bytes), set()).add(int(row[1]))
+        return out
 
     async def log_start(self, topic_id: UUID, partition: int) -> int:
         row = await self._pool.fetchrow(_LOG_START, topic_id, partition, write=False)

@@ -107,6 +107,9 @@ class SqliteRemoteLogMetadata(SqliteUser, RemoteLogMetadataStore):
         ids = [(i.bytes,) for i in set(topic_ids)]
         return await self._write(_delete_topics, ids) if ids else 0
 
+    async def topic_partitions(self) -> dict[UUID, set[int]]:
+        return await self._read(_topic_partitions)
+
     async def log_start(self, topic_id: UUID, partition: int) -> int:
         return await self._read(_log_start, topic_id.bytes, partition)
 
@@ -163,6 +166,15 @@ def _delete_topics(cur: sqlite3.Cursor, ids: list[tuple[bytes]]) -> int:
     deleted = cur.rowcount if cur.rowcount >= 0 else 0
     cur.executemany("DELETE FROM remote_log_starts WHERE topic_id = ?", ids)
     return deleted
+
+
+def _topic_partitions(cur: sqlite3.Cursor) -> dict[UUID, set[int]]:
+    out: dict[UUID, set[int]] = {}
+    for topic_id, partition in cur.execute(
+        "SELECT DISTINCT topic_id, partition FROM remote_log_segments"
+    ):
+        out.setdefault(UUID(bytes=topic_id), set()).add(int(partition))
+    return out
 
 
 def _log_start(cur: sqlite3.Cursor, topic_id: bytes, partition: int) -> int:

@@ -391,6 +391,26 @@ def test_deleting_a_tiered_topic_deletes_its_remote_segments(
     wait_until(lambda: not _remote_objects(healthy, topic_id), "remote segments deleted", 30)
 
 
+def test_a_topic_deleted_while_its_only_replica_is_down_loses_its_remote_segments(
+    healthy: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    config = {**TIERED, "min.insync.replicas": "1"}
+    new = NewTopic(topic, 1, replica_assignment=[[3]], config=config)
+    admin.create_topics([new])[topic].result(20)
+    wait_until(lambda: describe(admin, topic)[0] == 3, "a leader", 15)
+    produce(healthy.bootstrap, topic, 0, 2000)
+    wait_tiered(healthy, topic, 3)
+    topic_id = _topic_id(admin, topic)
+    assert _remote_objects(healthy, topic_id)
+    healthy.broker(3).stop()
+    others = AdminClient({"bootstrap.servers": healthy.broker(1).bootstrap})
+    others.delete_topics([topic])[topic].result(20)
+    healthy.broker(3).start()
+    # No replica saw the deletion: the brokers' sweep of the remote metadata finds it.
+    wait_until(lambda: not _remote_objects(healthy, topic_id), "remote segments deleted", 60)
+
+
 def _topic_id(admin: AdminClient, topic: str) -> str:
     desc = admin.describe_topics(TopicCollection([topic]))[topic].result(10)
     u = desc.topic_id

@@ -171,9 +171,11 @@ async def test_delete_segments_and_topics(store: RemoteLogMetadataStore) -> None
     assert await store.delete_segments([a.segment_id, a.segment_id, uuid.uuid4()]) == 1
     assert await store.delete_segments([]) == 0
     assert await store.list_segments(T1, 0) == [b]
+    assert await store.topic_partitions() == {T1: {0}, T2: {0, 1}}
     assert await store.delete_topics([T2]) == 2
     assert await store.list_segments(T2, 0) == [] and await store.list_segments(T2, 1) == []
     assert await store.list_segments(T1, 0) == [b]
+    assert await store.topic_partitions() == {T1: {0}}
 
 
 async def test_the_log_start_only_moves_up(store: RemoteLogMetadataStore) -> None:
