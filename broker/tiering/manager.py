@@ -72,6 +72,9 @@ class TieringManager:
         self.deleter = self.copier.deleter
         self.reader = RemoteReader(broker.store, broker.cache)
         self.interval = broker.config.remote_log_manager_task_interval_ms / 1000
+        # remote.log.storage.system.enable=false: nothing is copied (what is tiered already
+        # is still read, and expires by retention).
+        self.system_enabled = broker.config.remote_log_storage_system_enable
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         # Topics seen tiering: their remote data goes when they are deleted.
@@ -132,7 +135,11 @@ class TieringManager:
         if t is not None and t.state == TIERING_DISABLING:
             if p.index not in t.done:
                 await self._disable(p, t.generation, t.policy)
-        elif tiering_enabled(topic) and not _true(topic.configs.get(COPY_DISABLE)):
+        elif (
+            self.system_enabled
+            and tiering_enabled(topic)
+            and not _true(topic.configs.get(COPY_DISABLE))
+        ):
             upto = min(p.high_watermark, p.last_stable_offset)
             try:
                 copied = await self.copier.copy_rolled(
