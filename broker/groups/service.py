@@ -36,7 +36,9 @@ class GroupService:
         wall_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.store = store
-        self.coordinator = GroupCoordinator(node_id, live_brokers, config, scheduler, wall_ms)
+        self.coordinator = GroupCoordinator(
+            node_id, live_brokers, config, scheduler, wall_ms, store
+        )
         self.offsets = GroupOffsets(self.coordinator, store, config, wall_ms)
         self.admin = GroupAdmin(self.coordinator, store)
         self._ownership_task: asyncio.Task[None] | None = None
