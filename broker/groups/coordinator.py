@@ -243,6 +243,11 @@ class GroupCoordinator:
         self._adopt(snapshot)
         return None
 
+    async def snapshots_settled(self) -> None:
+        """Wait until the snapshot writes issued so far are done."""
+        if self._persistence is not None:
+            await self._persistence.settled()
+
     def _adopt(self, snapshot: GroupSnapshot) -> None:
         group = group_from(snapshot)
         self.groups[group.group_id] = group

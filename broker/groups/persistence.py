@@ -131,6 +131,11 @@ class GroupPersistence:
             lambda: self.store.delete_group_snapshots([group_id]),
         )
 
+    async def settled(self) -> None:
+        """Wait for every write issued so far (shutdown: before the store closes)."""
+        while self._writes:
+            await asyncio.wait(list(self._writes.values()))
+
     async def load(self, group_id: str) -> GroupSnapshot | None:
         pending = self._writes.get(group_id)
         if pending is not None:
