@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from sluice.cluster import LocalCluster
@@ -178,6 +179,61 @@ def test_members_keep_their_generation_when_the_coordinator_dies(
     assert [m.assignment for m in (one, two)] == assignments
     expected = {f"{tag}{p}-{i}" for tag in ("before", "after") for p in range(4) for i in range(5)}
     assert sorted(values()) == sorted(expected)
+
+
+def test_a_transaction_commits_a_members_offsets_across_the_coordinator_change(
+    healthy: LocalCluster,
+) -> None:
+    """Consume-transform-produce (KIP-447): the producer's TxnOffsetCommit names the
+    consumer's member id and generation. After the group's coordinator died, the new
+    one still knows them: the transaction commits instead of having to abort."""
+    bootstrap = healthy.bootstrap
+    topic = unique_topic("txn-failover")
+    create_topic(bootstrap, topic, 2)
+    produce_round_robin(bootstrap, topic, 2, 3)
+    group = f"txn-{topic}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "session.timeout.ms": FAILOVER_SESSION_MS,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        got: list[str] = []
+
+        def read_all() -> bool:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value().decode())
+            return len(got) == 6
+
+        wait_until(read_all, "the 6 records consumed")
+        metadata = consumer.consumer_group_metadata()
+        positions = consumer.position(consumer.assignment())
+        coordinator, state, _ = _described(bootstrap, group)
+        assert state == "STABLE"
+        survivor = next(b for b in healthy.brokers if b.node_id != coordinator)
+        healthy.broker(coordinator).kill()
+        wait_until(lambda: _brokers_seen(survivor.bootstrap) == 1, "the survivor alone")
+
+        # A producer started now (its transaction coordinator is the survivor) commits
+        # the offsets with the member id and generation the consumer had before.
+        producer = Producer(
+            {"bootstrap.servers": survivor.bootstrap, "transactional.id": f"txn-{topic}"}
+        )
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"processed", partition=0)
+        producer.send_offsets_to_transaction(positions, metadata, 30)
+        producer.commit_transaction(30)
+        assert committed_offsets(survivor.bootstrap, group, topic, 2) == {0: 3, 1: 3}
+    finally:
+        consumer.close()
 
 
 def test_committed_offsets_survive_a_restart_of_every_broker(healthy: LocalCluster) -> None:
