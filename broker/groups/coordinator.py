@@ -909,8 +909,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         managed = generation_id >= 0 or bool(member_id) or group_instance_id is not None
         if group is None:
-            # Only a group nobody manages here: after a restart or a coordinator move the
-            # members' generation is gone and they must rejoin.
+            # Only a group nobody manages here: no snapshot brought its members back
+            # (callers load it first), so their generation is gone and they must rejoin.
             return ErrorCode.illegal_generation if managed else ErrorCode.none
         if managed:
             error = self._validate_member(group, member_id, group_instance_id)
