@@ -324,7 +324,9 @@ class ControllerClient:
         data, applied = await self._write("/v1/reassignments", body)
         return self._results(ReassignmentResult, data), applied
 
-    async def elect_leaders(self, election: LeaderElection) -> tuple[list[ElectionResult], int]:
+    async def elect_leaders(
+        self, election: LeaderElection
+    ) -> tuple[list[ElectionResult], int]:
         body = {
             "election_type": election.election_type,
             "partitions": None if election.partitions is None else list(election.partitions),
