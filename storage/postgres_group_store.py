@@ -1,6 +1,6 @@
 """Committed group offsets on PostgreSQL, in the coordinator's database (table
 ``group_offsets``, migration 0003), and membership snapshots (``group_snapshots`` and
-``group_snapshot_members``, migration 0010).
+``group_snapshot_members``, migration 0009).
 
 Same contract as :class:`storage.sqlite_group_store.SqliteGroupStore`; every method is
 one statement, so an OffsetCommit or OffsetFetch request is one round trip whatever
