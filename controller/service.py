@@ -299,9 +299,7 @@ class ControllerService:
         now = _now_ms()
         if now >= self._next_unclean_check_ms:
             self._next_unclean_check_ms = now + UNCLEAN_CHECK_MS
-            await self._write(
-                lambda: Outcome(self.logic.unclean_elections(self.state.image), None)
-            )
+            await self._write(lambda: Outcome(self.logic.unclean_elections(self.state.image), None))
         if not cfg.auto_leader_rebalance or now < self._next_rebalance_ms:
             return
         self._next_rebalance_ms = now + cfg.leader_imbalance_check_interval_ms
