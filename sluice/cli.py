@@ -12,8 +12,9 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from broker.config import BrokerConfig, load_config, parse_config_file
 
@@ -293,7 +294,12 @@ async def run_broker(
         from controller.embedded import EmbeddedController
 
         controller = EmbeddedController(config)
-        config = await controller.start()
+        # The embedded controller binds port 0 for its Raft and HTTP listeners; the kernel
+        # may hand it a port the broker's own listeners are configured to use (a port a
+        # launcher probed free and gave us moments ago). Held while the controller binds,
+        # those ports cannot be picked.
+        with _reserved(_listener_ports(config)):
+            config = await controller.start()
     jobs = None
     if jobs_every_s:
         from .launch.jobs import ScheduledJobs
@@ -324,6 +330,36 @@ async def run_controller(settings: object) -> None:
 
 class StartFailed(Exception):
     pass
+
+
+def _listener_ports(config: BrokerConfig) -> list[tuple[str, int]]:
+    from broker.security.listeners import listener_plan
+
+    try:
+        plan = listener_plan(config)
+    except ValueError:
+        return []  # reported when the broker starts
+    return [(listener.host, listener.port) for listener in plan.bound if listener.port]
+
+
+@contextlib.contextmanager
+def _reserved(addresses: list[tuple[str, int]]) -> Iterator[None]:
+    held = []
+    for host, port in addresses:
+        # No SO_REUSEADDR: a socket that has it could still share the port with this one.
+        # Never listening nor connected, it leaves no TIME_WAIT behind when closed.
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        try:
+            s.bind((host, port))
+        except OSError:
+            s.close()  # in use already: the broker's own bind will say so
+            continue
+        held.append(s)
+    try:
+        yield
+    finally:
+        for s in held:
+            s.close()
 
 
 async def _serve(

@@ -1,10 +1,13 @@
 """Committed offsets of consumer groups, kept in the batch coordinator's database.
 
-The group coordinator (broker/groups/) keeps membership in memory only: after a
-restart or a change of coordinator, members simply rejoin. Committed offsets must
-survive everything, so they live here, next to the batches they point into: SQLite
-embedded, PostgreSQL in production. Every backend passes one contract suite
-(tests/unit/test_group_store_contract.py).
+Committed offsets must survive everything, so they live here, next to the batches
+they point into: SQLite embedded, PostgreSQL in production. Every backend passes one
+contract suite (tests/unit/test_group_store_contract.py).
+
+Membership lives in the coordinator's memory, with a snapshot here (Kafka's
+GroupMetadata record): written when a generation's assignment is set, removed when the
+group becomes empty or is deleted. A broker that becomes a group's coordinator loads
+it, so the members keep their ids, generation and assignment across the change.
 
 Offsets are keyed by topic id, not name: deleting a topic removes its offsets, and a
 topic created again under the same name starts without any.
@@ -41,6 +44,32 @@ class CommittedOffset:
         return OffsetKey(self.topic_id, self.partition)
 
 
+@dataclass(frozen=True, slots=True)
+class MemberSnapshot:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes  # the member's metadata for the group's chosen protocol
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """A group's membership as of its last assignment (members in join order)."""
+
+    group_id: str
+    generation_id: int
+    protocol_type: str
+    protocol_name: str
+    leader_id: str
+    state_since_ms: int  # when the generation's assignment was set
+    written_ms: int
+    members: tuple[MemberSnapshot, ...]
+
+
 class GroupStore(ABC):
     async def start(self) -> None:  # noqa: B027 - optional hook
         pass
@@ -71,7 +100,8 @@ class GroupStore(ABC):
 
     @abstractmethod
     async def delete_groups(self, group_ids: Sequence[str]) -> list[str]:
-        """Forget every offset of these groups; returns those that had any, sorted."""
+        """Forget every offset and the membership snapshot of these groups; returns those
+        that had either, sorted."""
 
     @abstractmethod
     async def delete_topics(self, topic_ids: Sequence[UUID]) -> None:
@@ -86,3 +116,21 @@ class GroupStore(ABC):
     async def expire_offsets(self, group_ids: Sequence[str], cutoff_ms: int) -> int:
         """Delete the offsets of these groups committed before ``cutoff_ms``; returns how
         many. An offset committed again since is newer and stays."""
+
+    @abstractmethod
+    async def store_group(self, snapshot: GroupSnapshot) -> None:
+        """Replace the group's membership snapshot, members included, all or nothing
+        (one round trip)."""
+
+    @abstractmethod
+    async def load_group(self, group_id: str) -> GroupSnapshot | None:
+        """The group's membership snapshot, or None."""
+
+    @abstractmethod
+    async def delete_group_snapshots(self, group_ids: Sequence[str]) -> None:
+        """Forget the membership snapshots of these groups (they became empty or are
+        gone); offsets stay."""
+
+    @abstractmethod
+    async def groups_with_snapshots(self) -> list[str]:
+        """Every group with a membership snapshot, sorted."""

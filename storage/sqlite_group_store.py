@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
-from storage.group_store import CommittedOffset, GroupStore, OffsetKey
+from storage.group_store import (
+    CommittedOffset,
+    GroupSnapshot,
+    GroupStore,
+    MemberSnapshot,
+    OffsetKey,
+)
 from storage.sqlite_coordinator import SqliteUser
 
 T = TypeVar("T")
@@ -33,6 +39,31 @@ MIGRATIONS: list[list[str]] = [
         ) WITHOUT ROWID""",
         # Deleting a topic removes its offsets from every group.
         "CREATE INDEX group_offsets_topic ON group_offsets (topic_id)",
+    ],
+    # 2: membership snapshots (storage/group_store.py: GroupSnapshot).
+    [
+        """CREATE TABLE group_snapshots (
+            group_id TEXT PRIMARY KEY,
+            generation_id INTEGER NOT NULL,
+            protocol_type TEXT NOT NULL,
+            protocol_name TEXT NOT NULL,
+            leader_id TEXT NOT NULL,
+            state_since_ms INTEGER NOT NULL,
+            written_ms INTEGER NOT NULL
+        ) WITHOUT ROWID""",
+        """CREATE TABLE group_snapshot_members (
+            group_id TEXT NOT NULL,
+            position INTEGER NOT NULL,
+            member_id TEXT NOT NULL,
+            group_instance_id TEXT,
+            client_id TEXT NOT NULL,
+            client_host TEXT NOT NULL,
+            rebalance_timeout_ms INTEGER NOT NULL,
+            session_timeout_ms INTEGER NOT NULL,
+            subscription BLOB NOT NULL,
+            assignment BLOB NOT NULL,
+            PRIMARY KEY (group_id, position)
+        ) WITHOUT ROWID""",
     ],
 ]
 
@@ -83,6 +114,23 @@ class SqliteGroupStore(SqliteUser, GroupStore):
         if not group_ids:
             return []
         return await self._write(_delete_groups, sorted(set(group_ids)))
+
+    async def store_group(self, snapshot: GroupSnapshot) -> None:
+        await self._write(_store_group, snapshot)
+
+    async def load_group(self, group_id: str) -> GroupSnapshot | None:
+        return await self._read(_load_group, group_id)
+
+    async def delete_group_snapshots(self, group_ids: Sequence[str]) -> None:
+        if group_ids:
+            await self._write(_delete_snapshots, sorted(set(group_ids)))
+
+    async def groups_with_snapshots(self) -> list[str]:
+        return await self._read(
+            lambda cur: [
+                r[0] for r in cur.execute("SELECT group_id FROM group_snapshots ORDER BY 1")
+            ]
+        )
 
     async def delete_topics(self, topic_ids: Sequence[UUID]) -> None:
         if topic_ids:
@@ -156,9 +204,62 @@ def _delete_offsets(cur: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> None:
 def _delete_groups(cur: sqlite3.Cursor, group_ids: list[str]) -> list[str]:
     existed = []
     for group_id in group_ids:
-        if cur.execute("DELETE FROM group_offsets WHERE group_id = ?", (group_id,)).rowcount:
+        had_offsets = cur.execute(
+            "DELETE FROM group_offsets WHERE group_id = ?", (group_id,)
+        ).rowcount
+        if _delete_snapshot(cur, group_id) or had_offsets:
             existed.append(group_id)
     return existed
+
+
+def _delete_snapshot(cur: sqlite3.Cursor, group_id: str) -> bool:
+    cur.execute("DELETE FROM group_snapshot_members WHERE group_id = ?", (group_id,))
+    return cur.execute("DELETE FROM group_snapshots WHERE group_id = ?", (group_id,)).rowcount > 0
+
+
+def _delete_snapshots(cur: sqlite3.Cursor, group_ids: list[str]) -> None:
+    for group_id in group_ids:
+        _delete_snapshot(cur, group_id)
+
+
+def _store_group(cur: sqlite3.Cursor, s: GroupSnapshot) -> None:
+    _delete_snapshot(cur, s.group_id)
+    cur.execute(
+        "INSERT INTO group_snapshots (group_id, generation_id, protocol_type, protocol_name,"
+        " leader_id, state_since_ms, written_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (s.group_id, s.generation_id, s.protocol_type, s.protocol_name, s.leader_id,
+         s.state_since_ms, s.written_ms),
+    )  # fmt: skip
+    cur.executemany(
+        "INSERT INTO group_snapshot_members (group_id, position, member_id, group_instance_id,"
+        " client_id, client_host, rebalance_timeout_ms, session_timeout_ms, subscription,"
+        " assignment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (s.group_id, i, m.member_id, m.group_instance_id, m.client_id, m.client_host,
+             m.rebalance_timeout_ms, m.session_timeout_ms, m.subscription, m.assignment)
+            for i, m in enumerate(s.members)
+        ],
+    )  # fmt: skip
+
+
+def _load_group(cur: sqlite3.Cursor, group_id: str) -> GroupSnapshot | None:
+    row = cur.execute(
+        "SELECT generation_id, protocol_type, protocol_name, leader_id, state_since_ms,"
+        " written_ms FROM group_snapshots WHERE group_id = ?",
+        (group_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    members = tuple(
+        MemberSnapshot(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]))
+        for r in cur.execute(
+            "SELECT member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,"
+            " session_timeout_ms, subscription, assignment FROM group_snapshot_members"
+            " WHERE group_id = ? ORDER BY position",
+            (group_id,),
+        )
+    )
+    return GroupSnapshot(group_id, row[0], row[1], row[2], row[3], row[4], row[5], members)
 
 
 def _delete_topics(cur: sqlite3.Cursor, topic_ids: list[bytes]) -> None:

@@ -39,17 +39,23 @@ async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     session_ms = millis(request.session_timeout)
     # v0 has no rebalance timeout: the session timeout served as both.
     rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
-    future = broker.groups.coordinator.join_group(
-        request.group_id,
-        request.member_id,
-        getattr(request, "group_instance_id", None),
-        ctx.header.client_id or "",
-        client_host(ctx),
-        rebalance_ms,
-        session_ms,
-        request.protocol_type,
-        [(p.name, p.metadata) for p in request.protocols],
-        require_known_member_id=version >= 4,
+    coordinator = broker.groups.coordinator
+    loaded = await coordinator.load(request.group_id)
+    future = (
+        coordinator.join_group(
+            request.group_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            ctx.header.client_id or "",
+            client_host(ctx),
+            rebalance_ms,
+            session_ms,
+            request.protocol_type,
+            [(p.name, p.metadata) for p in request.protocols],
+            require_known_member_id=version >= 4,
+        )
+        if loaded is None
+        else coordinator.failed(JoinResult.failed(loaded, request.member_id))
     )
 
     def respond(result: JoinResult) -> Any:
@@ -82,14 +88,20 @@ async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
-    future = broker.groups.coordinator.sync_group(
-        request.group_id,
-        request.generation_id,
-        request.member_id,
-        getattr(request, "group_instance_id", None),
-        getattr(request, "protocol_type", None),
-        getattr(request, "protocol_name", None),
-        {a.member_id: a.assignment for a in request.assignments},
+    coordinator = broker.groups.coordinator
+    loaded = await coordinator.load(request.group_id)
+    future = (
+        coordinator.sync_group(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None),
+            getattr(request, "protocol_name", None),
+            {a.member_id: a.assignment for a in request.assignments},
+        )
+        if loaded is None
+        else coordinator.failed(SyncResult.failed(loaded))
     )
 
     def respond(result: SyncResult) -> Any:
@@ -109,7 +121,8 @@ async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 async def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
-    error = broker.groups.coordinator.heartbeat(
+    coordinator = broker.groups.coordinator
+    error = await coordinator.load(request.group_id) or coordinator.heartbeat(
         request.group_id,
         request.member_id,
         getattr(request, "group_instance_id", None),
@@ -126,7 +139,12 @@ async def leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         leaving = [LeavingMember(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [LeavingMember(request.member_id, None)]
-    error, member_errors = broker.groups.coordinator.leave_group(request.group_id, leaving)
+    coordinator = broker.groups.coordinator
+    loaded = await coordinator.load(request.group_id)
+    if loaded is not None:
+        error, member_errors = loaded, []
+    else:
+        error, member_errors = coordinator.leave_group(request.group_id, leaving)
     if version < 3:
         # One member, and only the request's error code to say how it went.
         if not error and member_errors:

@@ -252,7 +252,11 @@ async def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -
     if group_error:
         pass
     elif member_id or generation >= 0 or instance_id is not None:
-        group_error = int(groups.check_commit(request.group_id, member_id, instance_id, generation))
+        # A member of a group whose coordinator changed: its membership comes back first.
+        group_error = int(
+            await groups.load(request.group_id)
+            or groups.check_commit(request.group_id, member_id, instance_id, generation)
+        )
     else:
         group_error = 0 if groups.owns(request.group_id) else NOT_COORDINATOR
     limit = broker.config.offset_metadata_max_bytes

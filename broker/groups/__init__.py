@@ -7,8 +7,11 @@
 - ``offsets.py``: committed offsets (validation against the group, persistence in the
   :class:`storage.group_store.GroupStore`, expiry) and the admin views;
 - ``placement.py``: which live broker coordinates a group;
+- ``persistence.py``: membership snapshots in the group store, so a new coordinator
+  takes the group over where the old one left it;
 - ``consumer_protocol.py``: the subscribed topics inside consumer member metadata.
 
-Membership is in memory only. A broker that becomes a group's coordinator starts with
-an empty group (its members rejoin); committed offsets are always in the database.
+Membership is in memory, with a snapshot stored at each assignment: a broker that
+becomes a group's coordinator loads it and the members go on with their member id,
+generation and assignment. Committed offsets are always in the database.
 """

@@ -47,6 +47,14 @@ class GroupAdmin:
         if types and GROUP_TYPE not in {t.lower() for t in types}:
             return ErrorCode.none, []
         self._coordinator.check_ownership()
+        try:
+            snapshots = await self._store.groups_with_snapshots()
+        except Exception as exc:
+            return store_error(exc, "listing groups"), []
+        for group_id in snapshots:
+            # Those coordinated here that no request brought back yet.
+            if loaded := await self._coordinator.load(group_id):
+                return loaded, []
         listed: dict[str, dict[str, Any]] = {}
         for group in list(self._coordinator.groups.values()):
             listed[group.group_id] = {
@@ -85,6 +93,9 @@ class GroupAdmin:
             if not self._coordinator.owns(group_id):
                 entries[group_id] = _error_entry(group_id, ErrorCode.not_coordinator)
                 continue
+            if loaded := await self._coordinator.load(group_id):
+                entries[group_id] = _error_entry(group_id, loaded)
+                continue
             group = self._coordinator.groups.get(group_id)
             if group is not None:
                 entries[group_id] = {"error_code": 0, **group.describe()}
@@ -112,6 +123,9 @@ class GroupAdmin:
         for group_id in dict.fromkeys(group_ids):
             if not self._coordinator.owns(group_id):
                 errors[group_id] = ErrorCode.not_coordinator
+                continue
+            if loaded := await self._coordinator.load(group_id):
+                errors[group_id] = loaded
                 continue
             group = self._coordinator.groups.get(group_id)
             if group is not None and not group.is_(GroupState.EMPTY):

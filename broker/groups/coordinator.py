@@ -24,6 +24,11 @@ JoinGroup and SyncGroup answers that wait are asyncio futures; the connection wr
 them in order when they complete, and meanwhile other connections are served.
 
 Timers run on a :class:`Scheduler` (the event loop, or a manual clock in tests).
+
+Given a group store, membership survives a change of coordinator (see
+:mod:`broker.groups.persistence`): request handlers ``await load(group_id)`` before
+calling in, which brings back the snapshot of a group this broker just became the
+coordinator of.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from storage.group_store import GroupSnapshot, GroupStore
+
 from .group import (
     Cancellable,
     Group,
@@ -46,7 +53,9 @@ from .group import (
     Member,
     SyncResult,
 )
+from .persistence import GroupPersistence, group_from, snapshot_of
 from .placement import HasNodeId, coordinator_for
+from .store_errors import store_error
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +108,8 @@ class LeavingMember:
 
 
 class GroupCoordinator:
-    """Membership of the groups this broker coordinates (in memory only)."""
+    """Membership of the groups this broker coordinates: in memory, with a snapshot in
+    ``store`` (when given) for the next coordinator."""
 
     def __init__(
         self,
@@ -108,6 +118,7 @@ class GroupCoordinator:
         config: GroupConfig,
         scheduler: Scheduler | None = None,
         wall_ms: Callable[[], int] = wall_clock_ms,
+        store: GroupStore | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config
@@ -116,6 +127,13 @@ class GroupCoordinator:
         self._wall_ms = wall_ms
         self.groups: dict[str, Group] = {}
         self._view: tuple[int, ...] | None = None
+        self._persistence = GroupPersistence(store) if store is not None else None
+        self._loading: dict[str, asyncio.Future[ErrorCode | None]] = {}
+        # Groups coordinated here that have no snapshot: only this broker writes their
+        # snapshots while it coordinates them, so there is no need to look again (an
+        # OffsetCommit outside group management costs no extra read) until the live
+        # brokers change.
+        self._absent: set[str] = set()
 
     # ---------------------------------------------------------------- plumbing
 
@@ -131,6 +149,10 @@ class GroupCoordinator:
     @staticmethod
     def _future() -> asyncio.Future[Any]:
         return asyncio.get_running_loop().create_future()
+
+    def failed(self, result: Any) -> asyncio.Future[Any]:
+        """A JoinGroup/SyncGroup answered at once (a snapshot could not be loaded)."""
+        return self._done(result)
 
     def _done(self, result: Any) -> asyncio.Future[Any]:
         future = self._future()
@@ -159,6 +181,7 @@ class GroupCoordinator:
         if view == self._view:
             return
         self._view = view
+        self._absent.clear()
         for group_id in list(self.groups):
             chosen = self.coordinator_of(group_id)
             if chosen is None or chosen.node_id != self.node_id:
@@ -182,10 +205,74 @@ class GroupCoordinator:
         self._cancel(group.sync_timer)
         group.transition(S.DEAD, self._wall_ms())
         self.groups.pop(group.group_id, None)
+        self._absent.discard(group.group_id)
 
     def remove_group(self, group: Group) -> None:
         """DeleteGroups (the group is Empty) or expiry: forget it."""
         self._unload(group, ErrorCode.coordinator_not_available)
+
+    # ---------------------------------------------------------------- snapshots
+
+    async def load(self, group_id: str) -> ErrorCode | None:
+        """Before a request on ``group_id``: when this broker coordinates the group but
+        does not hold it, bring back its membership snapshot. None when done (or nothing
+        to do), else the error to answer the request with."""
+        if self._persistence is None or not group_id or group_id in self.groups:
+            return None
+        if not self.owns(group_id) or group_id in self._absent:
+            return None
+        loading = self._loading.get(group_id)
+        if loading is None:
+            loading = asyncio.ensure_future(self._load(group_id))
+            self._loading[group_id] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(group_id, None))
+        # Shielded: a request that goes away does not stop the load others wait on.
+        return await asyncio.shield(loading)
+
+    async def _load(self, group_id: str) -> ErrorCode | None:
+        assert self._persistence is not None
+        try:
+            snapshot = await self._persistence.load(group_id)
+        except Exception as exc:
+            return store_error(exc, f"loading group {group_id}")
+        if group_id in self.groups or not self.owns(group_id):
+            return None  # it moved away meanwhile: the request says NOT_COORDINATOR
+        if snapshot is None or not snapshot.members:
+            self._absent.add(group_id)
+            return None
+        self._adopt(snapshot)
+        return None
+
+    async def snapshots_settled(self) -> None:
+        """Wait until the snapshot writes issued so far are done."""
+        if self._persistence is not None:
+            await self._persistence.settled()
+
+    def _adopt(self, snapshot: GroupSnapshot) -> None:
+        group = group_from(snapshot)
+        self.groups[group.group_id] = group
+        # Each member's session starts now, as in Kafka: a member that does not come
+        # back within it is removed and the others rebalance.
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member)
+        log.info(
+            "group %s loaded: generation %d, %d members, protocol %s, leader %s",
+            group.group_id,
+            group.generation_id,
+            len(group.members),
+            group.protocol_name,
+            group.leader_id,
+        )
+
+    def _store_snapshot(self, group: Group) -> asyncio.Future[None] | None:
+        if self._persistence is None:
+            return None
+        assignments = {m.member_id: m.assignment for m in group.members.values()}
+        return self._persistence.store_group(snapshot_of(group, assignments, self._wall_ms()))
+
+    def _forget_snapshot(self, group: Group) -> None:
+        if self._persistence is not None:
+            self._persistence.forget_group(group.group_id)
 
     def _session_timeout_error(self, session_timeout_ms: int) -> bool:
         return not (
@@ -464,6 +551,8 @@ class GroupCoordinator:
                         leader_before or "",
                     )
                 )
+                # The member's new id must be known to the next coordinator too.
+                self._store_snapshot(group)
             else:
                 self._maybe_prepare_rebalance(
                     group, f"static member {instance_id} rejoined with other protocols"
@@ -550,6 +639,8 @@ class GroupCoordinator:
         group.init_next_generation(self._wall_ms())
         if group.is_(S.EMPTY):
             log.info("group %s is empty (generation %d)", group.group_id, group.generation_id)
+            # Nobody to bring back on another coordinator.
+            self._forget_snapshot(group)
             return
         log.info(
             "group %s generation %d: %d members, protocol %s, leader %s",
@@ -679,16 +770,57 @@ class GroupCoordinator:
         future: asyncio.Future[SyncResult] = self._future()
         member.answer_sync(SyncResult.failed(ErrorCode.rebalance_in_progress))  # a retry
         member.sync_future = future
-        if group.is_leader(member_id):
-            for m in group.members.values():
-                # Members the leader left out get an empty assignment.
-                m.assignment = assignments.get(m.member_id, b"")
-            for m in group.members.values():
-                m.answer_sync(self._sync_result(group, m))
-                self._schedule_heartbeat(group, m)
-            group.transition(S.STABLE, self._wall_ms())
-            log.info("group %s generation %d is stable", group_id, group.generation_id)
+        if group.is_leader(member_id) and not group.storing_assignment:
+            # Members the leader left out get an empty assignment.
+            assigned = {m: assignments.get(m, b"") for m in group.members}
+            if self._persistence is None:
+                self._set_assignment(group, assigned)
+            else:
+                # Answered once stored, as Kafka does: a member never holds an
+                # assignment the next coordinator would not know.
+                group.storing_assignment = True
+                generation = group.generation_id
+                snapshot = snapshot_of(group, assigned, self._wall_ms())
+                stored = self._persistence.store_group(snapshot)
+                stored.add_done_callback(
+                    lambda done: self._assignment_stored(group, generation, assigned, done)
+                )
         return future
+
+    def _set_assignment(self, group: Group, assigned: dict[str, bytes]) -> None:
+        for m in group.members.values():
+            m.assignment = assigned.get(m.member_id, b"")
+        for m in group.members.values():
+            m.answer_sync(self._sync_result(group, m))
+            self._schedule_heartbeat(group, m)
+        group.transition(S.STABLE, self._wall_ms())
+        log.info("group %s generation %d is stable", group.group_id, group.generation_id)
+
+    def _assignment_stored(
+        self,
+        group: Group,
+        generation_id: int,
+        assigned: dict[str, bytes],
+        done: asyncio.Future[None],
+    ) -> None:
+        if (
+            self.groups.get(group.group_id) is not group
+            or group.generation_id != generation_id
+            or not group.is_(S.COMPLETING_REBALANCE)
+        ):
+            return  # a rebalance (or a move) since answered the members
+        group.storing_assignment = False
+        exc = None if done.cancelled() else done.exception()
+        if done.cancelled() or exc is not None:
+            error = (
+                ErrorCode.coordinator_not_available
+                if exc is None
+                else store_error(exc, f"storing the assignment of group {group.group_id}")
+            )
+            self._reset_and_propagate_assignment_error(group, error)
+            self._maybe_prepare_rebalance(group, "storing the assignment failed")
+            return
+        self._set_assignment(group, assigned)
 
     def _sync_result(self, group: Group, member: Member) -> SyncResult:
         return SyncResult(NONE, group.protocol_type, group.protocol_name, member.assignment)
@@ -777,8 +909,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         managed = generation_id >= 0 or bool(member_id) or group_instance_id is not None
         if group is None:
-            # Only a group nobody manages here: after a restart or a coordinator move the
-            # members' generation is gone and they must rejoin.
+            # Only a group nobody manages here: no snapshot brought its members back
+            # (callers load it first), so their generation is gone and they must rejoin.
             return ErrorCode.illegal_generation if managed else ErrorCode.none
         if managed:
             error = self._validate_member(group, member_id, group_instance_id)

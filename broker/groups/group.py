@@ -186,6 +186,9 @@ class Group:
         # fires, not as soon as every member has joined.
         self.initial_delay = False
         self.sync_timer: Cancellable | None = None
+        # The leader's assignment of this generation is being stored; the SyncGroup
+        # answers wait for it (a retried leader SyncGroup does not store it again).
+        self.storing_assignment = False
 
     def __repr__(self) -> str:
         return (
@@ -332,9 +335,10 @@ class Group:
 
     def init_next_generation(self, now_ms: int) -> None:
         self.generation_id += 1
+        self.storing_assignment = False
         if self.members:
             self.protocol_name = self.select_protocol()
-            self.subscribed_topics = self._compute_subscribed_topics()
+            self.subscribed_topics = self.compute_subscribed_topics()
             self.transition(GroupState.COMPLETING_REBALANCE, now_ms)
         else:
             self.protocol_name = None
@@ -342,7 +346,7 @@ class Group:
             self.transition(GroupState.EMPTY, now_ms)
         self.pending_sync = set(self.members)
 
-    def _compute_subscribed_topics(self) -> set[str] | None:
+    def compute_subscribed_topics(self) -> set[str] | None:
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
             return None
         topics: set[str] = set()

@@ -11,19 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from storage.coordinator import CoordinatorUnavailable
 from storage.group_store import CommittedOffset, GroupStore, OffsetKey
 
 from ..background import cancel_and_wait
 from .coordinator import GroupConfig, GroupCoordinator, wall_clock_ms
 from .group import CONSUMER_PROTOCOL_TYPE, GroupState
+from .store_errors import store_error
 
 log = logging.getLogger(__name__)
 
@@ -34,16 +33,6 @@ class OffsetToCommit:
     offset: int
     leader_epoch: int
     metadata: str | None
-
-
-def store_error(exc: BaseException, what: str) -> ErrorCode:
-    """The Kafka error for a failed store call. An unavailable database is retriable:
-    COORDINATOR_NOT_AVAILABLE makes clients look the coordinator up again and retry."""
-    if isinstance(exc, CoordinatorUnavailable | sqlite3.OperationalError | OSError):
-        log.warning("%s failed: %s", what, exc)
-        return ErrorCode.coordinator_not_available
-    log.error("%s failed", what, exc_info=exc)
-    return ErrorCode.unknown_server_error
 
 
 @dataclass(slots=True)
@@ -84,7 +73,7 @@ class GroupOffsets:
         offsets: Sequence[OffsetToCommit],
     ) -> list[ErrorCode]:
         """One error per offset, in order."""
-        error = self._coordinator.check_commit(
+        error = await self._coordinator.load(group_id) or self._coordinator.check_commit(
             group_id, member_id, group_instance_id, generation_id
         )
         if error != ErrorCode.none:
@@ -155,6 +144,8 @@ class GroupOffsets:
             return ErrorCode.invalid_group_id, []
         if not self._coordinator.owns(group_id):
             return ErrorCode.not_coordinator, []
+        if loaded := await self._coordinator.load(group_id):
+            return loaded, []
         group = self._coordinator.groups.get(group_id)
         errors: list[ErrorCode] = []
         if group is not None and not group.is_(GroupState.EMPTY):
@@ -190,23 +181,30 @@ class GroupOffsets:
         """Expire the offsets past retention of the empty groups this broker
         coordinates; returns how many went. Empty groups left without offsets are
         forgotten too (joins that never completed leave such groups behind)."""
+        await self._load_snapshots()
         await self._forget_empty_groups()
         cutoff = self._wall_ms() - self._config.offsets_retention_ms
         candidates = await self.store.groups_committed_before(cutoff)
-        eligible = [
-            g
-            for g in candidates
-            if self._coordinator.owns(g) and self._coordinator.expirable(g, cutoff)
-        ]
+        owned = [g for g in candidates if self._coordinator.owns(g)]
+        for group_id in owned:
+            # A group with members on another coordinator before is not expirable.
+            if loaded := await self._coordinator.load(group_id):
+                raise RuntimeError(f"loading group {group_id} failed ({loaded.name})")
+        eligible = [g for g in owned if self._coordinator.expirable(g, cutoff)]
         if not eligible:
             return 0
         removed = await self.store.expire_offsets(eligible, cutoff)
         still = set(await self.store.groups_with_offsets(eligible))
+        forgotten = []
         for group_id in eligible:
             group = self._coordinator.groups.get(group_id)
-            if group_id not in still and group is not None and group.is_(GroupState.EMPTY):
+            if group_id not in still and (group is None or group.is_(GroupState.EMPTY)):
                 # Nothing left of it: forget the group, as Kafka does.
-                self._coordinator.remove_group(group)
+                if group is not None:
+                    self._coordinator.remove_group(group)
+                forgotten.append(group_id)
+        # An empty group has no snapshot; this only makes sure none survives it.
+        await self.store.delete_group_snapshots(forgotten)
         if removed:
             log.info("expired %d committed offsets of %d groups", removed, len(eligible))
         return removed
@@ -223,8 +221,18 @@ class GroupOffsets:
         if not candidates:
             return
         stored = set(await self.store.groups_with_offsets(candidates))
-        for group_id in set(idle()) & set(candidates) - stored:
+        forgotten = sorted(set(idle()) & set(candidates) - stored)
+        for group_id in forgotten:
             self._coordinator.remove_group(self._coordinator.groups[group_id])
+        await self.store.delete_group_snapshots(forgotten)
+
+    async def _load_snapshots(self) -> None:
+        """Snapshots of groups coordinated here that no request brought back (their
+        members went away with the old coordinator): loaded, their members' sessions
+        expire and the groups become empty, as on Kafka after a coordinator change."""
+        for group_id in await self.store.groups_with_snapshots():
+            # No-op for the groups held here and those coordinated elsewhere.
+            await self._coordinator.load(group_id)
 
     async def _expiry_loop(self) -> None:
         interval = self._config.offsets_retention_check_interval_ms / 1000

@@ -2,8 +2,8 @@
 
 Every broker computes the same answer from the same list of live brokers: sorted by
 node id, the one at ``murmur3(group id) mod n``. When the list changes, some groups
-move; their new coordinator starts them empty and their members rejoin, while the
-committed offsets stay in the shared database.
+move; their new coordinator loads their membership snapshot and committed offsets from
+the shared database, and the members go on without rejoining.
 """
 
 from __future__ import annotations

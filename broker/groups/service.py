@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 # every group request: a JoinGroup waiting on a group that moved away is answered
 # NOT_COORDINATOR within this time even when no other request comes.
 OWNERSHIP_CHECK_S = 1.0
+# How long shutdown waits for membership snapshots being written.
+CLOSE_WRITES_S = 5.0
 
 
 class GroupService:
@@ -36,7 +38,9 @@ class GroupService:
         wall_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.store = store
-        self.coordinator = GroupCoordinator(node_id, live_brokers, config, scheduler, wall_ms)
+        self.coordinator = GroupCoordinator(
+            node_id, live_brokers, config, scheduler, wall_ms, store
+        )
         self.offsets = GroupOffsets(self.coordinator, store, config, wall_ms)
         self.admin = GroupAdmin(self.coordinator, store)
         self._ownership_task: asyncio.Task[None] | None = None
@@ -56,6 +60,11 @@ class GroupService:
         self._ownership_task = None
         self.coordinator.resign_all()
         await self.offsets.stop()
+        try:
+            # Assignments being stored are the next coordinator's starting point.
+            await asyncio.wait_for(self.coordinator.snapshots_settled(), CLOSE_WRITES_S)
+        except TimeoutError:
+            log.warning("group snapshot writes still pending at shutdown")
         await self.store.close()
 
     async def _ownership_loop(self) -> None:

@@ -274,15 +274,21 @@ def test_leader_killed_repeatedly_loses_and_duplicates_nothing(
     create(admin, topic, {"min.insync.replicas": "2"})
 
     kills: list[int] = []  # the high watermark when each kill happened
-    watcher = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "watch"})
 
     def high_watermark() -> int:
-        # Right after a kill the client's metadata may still name the old leader.
-        for _attempt in range(50):
-            try:
-                return int(watcher.get_watermark_offsets(TopicPartition(topic, 0), 5)[1])
-            except KafkaException:
-                time.sleep(0.2)
+        # A fresh client each time: librdkafka answers "Unknown partition" from its cache,
+        # without asking again, once a Metadata answer has left out the broker its cached
+        # leader is on (a restarting broker is fenced, and Kafka lists only unfenced ones).
+        # Right after a kill the metadata may also still name the old leader: retried.
+        watcher = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "watch"})
+        try:
+            for _attempt in range(50):
+                try:
+                    return int(watcher.get_watermark_offsets(TopicPartition(topic, 0), 5)[1])
+                except KafkaException:
+                    time.sleep(0.2)
+        finally:
+            watcher.close()
         raise AssertionError("no high watermark")
 
     def kill_leaders() -> None:
@@ -305,7 +311,6 @@ def test_leader_killed_repeatedly_loses_and_duplicates_nothing(
     # ~15 s of paced records: the three kills (a few seconds each) all land mid-stream.
     total = 24_000
     stream = stream_through(healthy.bootstrap, topic, total, kill_leaders, after_fraction=0.05)
-    watcher.close()
     assert len(kills) == 3 and kills[-1] < total, f"kills at offsets {kills} of {total}"
     got = confluent_consume(healthy.bootstrap, topic, expected=total)
     assert_exactly_once(stream, got, 1)

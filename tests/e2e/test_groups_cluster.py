@@ -2,15 +2,18 @@
 `sluice.cluster.LocalCluster`.
 
 Each group has one coordinator among the live brokers. When it dies, the survivor
-takes the group over: members find it, rejoin, and go on from the committed offsets,
-which live in PostgreSQL and so also survive a restart of every broker.
+takes the group over: it loads the group's membership snapshot, so the members go on
+with their member id, generation and assignment (no rebalance), and the committed
+offsets live in PostgreSQL and so also survive a restart of every broker.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from sluice.cluster import LocalCluster
@@ -103,6 +106,134 @@ def test_group_survives_the_death_of_its_coordinator(
         "committed offsets at the end of every partition",
         20,
     )
+
+
+# Long enough for the members to find the new coordinator before their own session
+# (librdkafka rejoins when it gets no heartbeat answer for that long).
+FAILOVER_SESSION_MS = 10_000
+
+
+def _described(bootstrap: str, group: str) -> tuple[int, str, dict[str, list[int]]]:
+    """(coordinator id, state, member id -> assigned partitions) as the admin sees them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.describe_consumer_groups([group])[group].result(timeout=20)
+    members = {
+        m.member_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+        for m in found.members
+    }
+    return found.coordinator.id, str(found.state.name), members
+
+
+def test_members_keep_their_generation_when_the_coordinator_dies(
+    healthy: LocalCluster, members: Members
+) -> None:
+    bootstrap = healthy.bootstrap
+    topic = unique_topic("keep-generation")
+    create_topic(bootstrap, topic, 4)
+    group = f"keep-{topic}"
+    one, two = (
+        members.start(
+            "confluent", bootstrap, group, topic, name, commit=True,
+            session_ms=FAILOVER_SESSION_MS,
+        )
+        for name in ("one", "two")
+    )  # fmt: skip
+    wait_until(lambda: partitioned([one, two], 4), "two members split 4 partitions")
+    produce_round_robin(bootstrap, topic, 4, 5, tag="before")
+
+    def values() -> list[str]:
+        return [v for m in (one, two) for _, _, v in m.records()]
+
+    wait_until(lambda: len(values()) == 20, "the first 20 records consumed")
+    coordinator, state, before = _described(bootstrap, group)
+    assert state == "STABLE" and len(before) == 2
+    rebalances = [(len(m.of("assigned")), len(m.of("revoked"))) for m in (one, two)]
+    assignments = [m.assignment for m in (one, two)]
+    survivor = next(b for b in healthy.brokers if b.node_id != coordinator)
+    healthy.broker(coordinator).kill()
+    killed_at = time.monotonic()
+
+    produce_round_robin(survivor.bootstrap, topic, 4, 5, tag="after")
+    wait_until(lambda: len(values()) >= 40, "the records produced after the failover", 40)
+    # The members commit through the new coordinator, as members of the old generation.
+    wait_until(
+        lambda: (
+            committed_offsets(survivor.bootstrap, group, topic, 4) == dict.fromkeys(range(4), 10)
+        ),
+        "every record committed through the new coordinator",
+        30,
+    )
+    # Still so a session timeout after the move: the members heartbeat there with
+    # their member id and generation (else they would have been removed by now).
+    settled_after = killed_at + FAILOVER_SESSION_MS / 1000 + 2
+    wait_until(
+        lambda: (
+            time.monotonic() > settled_after
+            and _described(survivor.bootstrap, group) == (survivor.node_id, "STABLE", before)
+        ),
+        "the new coordinator shows the same members and assignment",
+        40,
+    )
+    # No rebalance on either member, and so nothing consumed twice.
+    assert [(len(m.of("assigned")), len(m.of("revoked"))) for m in (one, two)] == rebalances
+    assert [m.assignment for m in (one, two)] == assignments
+    expected = {f"{tag}{p}-{i}" for tag in ("before", "after") for p in range(4) for i in range(5)}
+    assert sorted(values()) == sorted(expected)
+
+
+def test_a_transaction_commits_a_members_offsets_across_the_coordinator_change(
+    healthy: LocalCluster,
+) -> None:
+    """Consume-transform-produce (KIP-447): the producer's TxnOffsetCommit names the
+    consumer's member id and generation. After the group's coordinator died, the new
+    one still knows them: the transaction commits instead of having to abort."""
+    bootstrap = healthy.bootstrap
+    topic = unique_topic("txn-failover")
+    create_topic(bootstrap, topic, 2)
+    produce_round_robin(bootstrap, topic, 2, 3)
+    group = f"txn-{topic}"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "session.timeout.ms": FAILOVER_SESSION_MS,
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        got: list[str] = []
+
+        def read_all() -> bool:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value().decode())
+            return len(got) == 6
+
+        wait_until(read_all, "the 6 records consumed")
+        metadata = consumer.consumer_group_metadata()
+        positions = consumer.position(consumer.assignment())
+        coordinator, state, _ = _described(bootstrap, group)
+        assert state == "STABLE"
+        survivor = next(b for b in healthy.brokers if b.node_id != coordinator)
+        healthy.broker(coordinator).kill()
+        wait_until(lambda: _brokers_seen(survivor.bootstrap) == 1, "the survivor alone")
+
+        # A producer started now (its transaction coordinator is the survivor) commits
+        # the offsets with the member id and generation the consumer had before.
+        producer = Producer(
+            {"bootstrap.servers": survivor.bootstrap, "transactional.id": f"txn-{topic}"}
+        )
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"processed", partition=0)
+        producer.send_offsets_to_transaction(positions, metadata, 30)
+        producer.commit_transaction(30)
+        assert committed_offsets(survivor.bootstrap, group, topic, 2) == {0: 3, 1: 3}
+    finally:
+        consumer.close()
 
 
 def test_committed_offsets_survive_a_restart_of_every_broker(healthy: LocalCluster) -> None:

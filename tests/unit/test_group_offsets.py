@@ -75,13 +75,14 @@ async def committed(groups: GroupService, group_id: str) -> dict[OffsetKey, int]
     return {k: o.offset for k, o in fetched.offsets.items()}
 
 
-def stable_member(
+async def stable_member(
     groups: GroupService, clock: ManualClock, topics: Sequence[str] = ("t1",)
 ) -> JoinResult:
     joined = new_member(groups.coordinator, protocols=[("range", subscription(*topics))])
     clock.advance(0)
     result = joined.result()
-    sync(groups.coordinator, result, {result.member_id: b"x"})
+    # Answered once the membership snapshot is stored.
+    assert (await sync(groups.coordinator, result, {result.member_id: b"x"})).error == E.none
     return result
 
 
@@ -102,7 +103,7 @@ async def test_simple_consumers_commit_and_fetch(groups: GroupService) -> None:
 async def test_members_commit_with_their_generation(
     groups: GroupService, clock: ManualClock
 ) -> None:
-    member = stable_member(groups, clock)
+    member = await stable_member(groups, clock)
     ok = await groups.offsets.commit("g", member.member_id, None, 1, [commit_item()])
     assert ok == [E.none]
     stale = await groups.offsets.commit("g", member.member_id, None, 0, [commit_item()])
@@ -174,7 +175,7 @@ async def test_offsets_of_groups_without_members_expire(
 async def test_offsets_of_active_groups_do_not_expire(
     groups: GroupService, clock: ManualClock
 ) -> None:
-    member = stable_member(groups, clock)
+    member = await stable_member(groups, clock)
     await groups.offsets.commit("g", member.member_id, None, 1, [commit_item()])
     for _ in range(2 * RETENTION_MS // 5000):  # twice the retention, heartbeating
         clock.advance(5000)
@@ -199,7 +200,7 @@ def _leaving(member_id: str) -> LeavingMember:
 async def test_offset_delete_refuses_topics_the_group_consumes(
     groups: GroupService, clock: ManualClock
 ) -> None:
-    member = stable_member(groups, clock, topics=["t1"])
+    member = await stable_member(groups, clock, topics=["t1"])
     await groups.offsets.commit(
         "g", member.member_id, None, 1, [commit_item(T1, 0), commit_item(T2, 0)]
     )
@@ -224,7 +225,7 @@ async def test_offset_delete_of_unknown_group(groups: GroupService) -> None:
 async def test_list_and_describe_show_members_and_stored_groups(
     groups: GroupService, clock: ManualClock
 ) -> None:
-    member = stable_member(groups, clock)
+    member = await stable_member(groups, clock)
     await groups.offsets.commit("stored-only", "", None, -1, [commit_item()])
     error, listed = await groups.admin.list_groups((), ())
     assert error == E.none
@@ -245,7 +246,7 @@ async def test_list_and_describe_show_members_and_stored_groups(
 
 
 async def test_delete_groups(groups: GroupService, clock: ManualClock) -> None:
-    stable_member(groups, clock)
+    await stable_member(groups, clock)
     await groups.offsets.commit("old", "", None, -1, [commit_item()])
     results = await groups.admin.delete_groups(["g", "old", "ghost"])
     assert results == [
@@ -265,7 +266,7 @@ async def test_deleted_topics_take_their_offsets_along(groups: GroupService) -> 
 async def test_empty_groups_without_offsets_are_forgotten(
     groups: GroupService, clock: ManualClock
 ) -> None:
-    member = stable_member(groups, clock)
+    member = await stable_member(groups, clock)
     await groups.offsets.commit("g", member.member_id, None, 1, [commit_item()])
     groups.coordinator.leave_group("g", [_leaving(member.member_id)])
     joined_only = new_member(groups.coordinator, group="never-committed")

@@ -16,7 +16,13 @@ from uuid import UUID
 import pytest
 
 from storage.coordinator import PartitionKey
-from storage.group_store import CommittedOffset, GroupStore, OffsetKey
+from storage.group_store import (
+    CommittedOffset,
+    GroupSnapshot,
+    GroupStore,
+    MemberSnapshot,
+    OffsetKey,
+)
 from storage.postgres_group_store import PostgresGroupStore
 from storage.sqlite_coordinator import SqliteCoordinator
 from storage.sqlite_group_store import SqliteGroupStore
@@ -229,6 +235,78 @@ async def test_expiry_candidates_and_expiry(store: GroupStore) -> None:
     assert len(await fetch_all(store, "new")) == 1
 
 
+# --------------------------------------------------------------------------- snapshots
+
+
+def member(n: int, instance: str | None = None) -> MemberSnapshot:
+    return MemberSnapshot(
+        f"m{n}", instance, f"client-{n}", f"/10.0.0.{n}", 60_000 + n, 10_000 + n,
+        b"\x00sub" + bytes([n]), b"\x00\xffassign" + bytes([n]) * n,
+    )  # fmt: skip
+
+
+def snapshot(group_id: str = "g", generation: int = 3, *members: MemberSnapshot) -> GroupSnapshot:
+    return GroupSnapshot(
+        group_id, generation, "consumer", "range", members[0].member_id if members else "",
+        NOW, NOW + 1, members,
+    )  # fmt: skip
+
+
+async def test_a_stored_snapshot_loads_back_whole(store: GroupStore) -> None:
+    stored = snapshot("g", 7, member(2, "instance-2"), member(1), member(3))
+    await store.store_group(stored)
+    # Members come back in the order given (join order: the next leader is the first).
+    assert await store.load_group("g") == stored
+    assert await store.load_group("other") is None
+    assert await store.groups_with_snapshots() == ["g"]
+
+
+async def test_a_later_snapshot_replaces_the_whole_group(store: GroupStore) -> None:
+    await store.store_group(snapshot("g", 1, member(1), member(2), member(3)))
+    fewer = snapshot("g", 2, member(4))
+    await store.store_group(fewer)
+    assert await store.load_group("g") == fewer
+    more = snapshot("g", 3, member(5), member(6), member(7), member(8))
+    await store.store_group(more)
+    assert await store.load_group("g") == more
+    nobody = snapshot("g", 4)
+    await store.store_group(nobody)
+    assert await store.load_group("g") == nobody
+
+
+async def test_deleting_snapshots_keeps_offsets(store: GroupStore) -> None:
+    await store.store_group(snapshot("a", 1, member(1)))
+    await store.store_group(snapshot("b", 1, member(1)))
+    await store.commit_offsets("a", [offset()])
+    await store.delete_group_snapshots(["a", "missing"])
+    await store.delete_group_snapshots([])
+    assert await store.load_group("a") is None
+    assert await store.load_group("b") is not None
+    assert await fetch_all(store, "a") == [offset()]
+
+
+async def test_delete_groups_removes_snapshots_too(store: GroupStore) -> None:
+    await store.store_group(snapshot("only-members", 1, member(1)))
+    await store.store_group(snapshot("both", 1, member(1)))
+    await store.commit_offsets("both", [offset()])
+    await store.commit_offsets("only-offsets", [offset()])
+    deleted = await store.delete_groups(["only-members", "both", "only-offsets", "none"])
+    assert deleted == ["both", "only-members", "only-offsets"]
+    assert await store.groups_with_snapshots() == []
+    assert await store.load_group("both") is None
+
+
+async def test_another_broker_loads_the_snapshot(stores: Stores) -> None:
+    # The coordinator moved: the new one reads what the old one stored.
+    a, b = await stores.open(), await stores.open()
+    stored = snapshot("g", 5, member(1), member(2))
+    await a.store_group(stored)
+    assert await b.load_group("g") == stored
+    await a.close()
+    c = await stores.open()
+    assert await c.load_group("g") == stored
+
+
 # --------------------------------------------------------------------------- backend extras
 
 
@@ -269,5 +347,21 @@ async def test_postgresql_one_round_trip_per_commit_and_fetch(postgres_dsn: str)
         )
         assert len(sent) == 1
         assert len(got["g"]) == 100
+    finally:
+        await store.close()
+
+
+async def test_postgresql_one_round_trip_per_snapshot(postgres_dsn: str) -> None:
+    store = PostgresGroupStore(postgres_dsn)
+    await store.start()
+    try:
+        sent: list[str] = []
+        store.pool.on_query = sent.append
+        await store.store_group(snapshot("g", 1, *(member(n) for n in range(50))))
+        assert len(sent) == 1
+        sent.clear()
+        loaded = await store.load_group("g")
+        assert len(sent) == 1
+        assert loaded is not None and len(loaded.members) == 50
     finally:
         await store.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from controller.requests import IsrChange, LeaderElection
+from controller.requests import AlterTopicConfigs, ConfigOp, IsrChange, LeaderElection
 
 from .harness import Cluster
 from .test_classic_topics import cluster, create, fence, isr_change, unfence
@@ -118,3 +118,18 @@ def test_rebalance_tolerates_an_imbalance_under_the_threshold() -> None:
     assert [p.leader for p in c.partitions("t").values()].count(2) == 1
     assert c.logic.rebalance_leaders(c.image, 10) == []
     assert len(c.logic.rebalance_leaders(c.image, 5)) == 1
+
+
+def test_turning_unclean_election_on_elects_a_leaderless_partition() -> None:
+    c = cluster()
+    create(c, "t", assignments={0: [1, 2, 3]}, partitions=-1, rf=-1)
+    fence(c, 1, 2, 3)
+    unfence(c, 2)  # not the last ISR member (3): no clean leader
+    assert c.partitions("t")[0].leader == -1
+    assert c.logic.unclean_elections(c.image) == []  # not allowed yet
+    ops = [ConfigOp("unclean.leader.election.enable", 0, "true")]
+    c.commit(c.logic.alter_configs(c.image, [AlterTopicConfigs("t", ops)]))
+    c.commit(c.logic.unclean_elections(c.image))
+    p = c.partitions("t")[0]
+    assert p.leader == 2 and p.isr == (2,)
+    assert c.logic.unclean_elections(c.image) == []
