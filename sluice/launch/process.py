@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,15 +33,49 @@ _HANDED_OUT: set[int] = set()
 
 
 def free_port() -> int:
-    # Binding to port 0 lets the kernel pick; the window before the process binds it is an
-    # accepted race for a local cluster (nothing else here grabs random high ports).
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+    """A port for a component of a local cluster to listen on, free when asked.
+
+    Taken below the kernel's ephemeral range when there is room: a port the kernel picked
+    for us (bind to port 0) is free only until the component binds it, and meanwhile any
+    process's outgoing connection may get it as its local port (brokers open many: to
+    PostgreSQL, the object store, the controller); such a collision once kept a broker of a
+    test cluster from starting. Ports below the range are never handed out that way."""
+    low, _high = _ephemeral_range()
+    for _ in range(1000):
+        if low > _PRIVATE_LOW + 1000:
+            port = random.randrange(_PRIVATE_LOW, low)
+            if port in _HANDED_OUT or not _bindable(port):
+                continue
+        else:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port in _HANDED_OUT:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free port found")
+
+
+# Below the ephemeral range, above the ports services commonly use.
+_PRIVATE_LOW = 20_000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def sluice_command() -> list[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from controller.raft import (
 )
 from controller.raft.messages import Entry, VoteRequest
 from controller.raft.transport import TcpTransport
+from sluice.launch.process import free_port
 
 SECRET = b"test-secret"
 
@@ -42,13 +42,7 @@ class ListMachine:
 
 
 def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    return [free_port() for _ in range(n)]
 
 
 def make_nodes(tmp_path: Path, **overrides: object) -> list[tuple[RaftNode, ListMachine]]:
