@@ -35,6 +35,7 @@ from controller.acl_admin import (
     QuotaAlteration,
     QuotaResult,
 )
+from controller.migration import SealReport
 from controller.requests import (
     AlterPartitionResult,
     AlterTopicConfigs,
@@ -366,6 +367,11 @@ class ControllerClient:
         body = {"broker_id": broker_id, "broker_epoch": broker_epoch, "changes": to_json(changes)}
         data, applied = await self._write("/v1/partitions/isr", body)
         return from_json(AlterPartitionResult, data), applied
+
+    async def partition_sealed(self, report: SealReport) -> tuple[ErrorResult, int]:
+        """A leader sealed its partition for a migration (controller.migration)."""
+        data, applied = await self._write("/v1/migrations/sealed", to_json(report))
+        return from_json(ErrorResult, data), applied
 
     # --- the metadata log ----------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from kio.schema.errors import ErrorCode
 from .alter_partition import IsrAdmin
 from .election import alive_after, reelect
 from .image import BrokerRegistration, MetadataImage
+from .migration import MigrationAdmin
 from .reassignment import ReassignmentAdmin
 from .records import FenceBroker, Record, RegisterBroker, UnfenceBroker, UnregisterBroker
 from .requests import (
@@ -87,7 +88,7 @@ class ControllerConfig:
     classic_topics: bool = False
 
 
-class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin, TieringAdmin):
+class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin, TieringAdmin, MigrationAdmin):
     """The whole API: broker lifecycle here; topics, reassignments and classic partitions'
     ISR changes from the mixins."""
 

@@ -29,6 +29,7 @@ from broker.http_endpoint import serve
 from controller import acl_admin
 from controller import metrics as image_metrics
 from controller.logic import ControllerConfig, ControllerLogic
+from controller.migration import SealReport
 from controller.raft.messages import CommitUnknown, NotLeader
 from controller.raft.node import NodeConfig, NodeStopped, RaftNode
 from controller.records import encode_batch
@@ -174,6 +175,7 @@ class ControllerService:
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
             web.post("/v1/partitions/isr", self._alter_partition),
+            web.post("/v1/migrations/sealed", self._partition_sealed),
             web.post("/v1/scram", self._alter_scram),
         ]
         app.add_routes(routes)
@@ -432,6 +434,13 @@ class ControllerService:
                 int(b["broker_epoch"]),
                 [from_json(IsrChange, c) for c in b["changes"]],
             ),
+        )
+
+    async def _partition_sealed(self, request: web.Request) -> web.Response:
+        # A classic partition's leader sealed its log for a migration (controller.migration).
+        return await self._answer(
+            request,
+            lambda b: self.logic.partition_sealed(self.state.image, from_json(SealReport, b)),
         )
 
     async def _alter_scram(self, request: web.Request) -> web.Response:
