@@ -270,6 +270,17 @@ class BatchReplacement:
         return True
 
 
+class SeededProducerBatch(NamedTuple):
+    """One retained batch of an idempotent producer, for ``seed_log``."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_sequence: int
+    base_offset: int
+    last_offset: int
+
+
 class BatchCoordinator(TransactionStore, ABC):
     """Orders batches of uploaded objects into partition logs.
 
@@ -287,6 +298,17 @@ class BatchCoordinator(TransactionStore, ABC):
     @abstractmethod
     async def create_logs(self, logs: Sequence[PartitionKey]) -> None:
         """Create empty logs (log start 0, high watermark 0); existing ones are kept."""
+
+    async def seed_log(
+        self, key: PartitionKey, start: int, producers: Sequence[SeededProducerBatch]
+    ) -> tuple[int, int]:
+        """Make an empty log start at ``start`` (log start = high watermark = ``start``)
+        with ``producers``' retained batches, so idempotent producers keep their sequences:
+        a classic partition migrating to diskless continues here at its boundary. Only a
+        log without batches whose high watermark equals its log start is changed (again
+        with a later start is fine: a new leader sealed later); a log that took batches is
+        left alone. Returns the log's (log start, high watermark) afterwards."""
+        raise NotImplementedError
 
     @abstractmethod
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:

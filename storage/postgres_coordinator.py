@@ -37,6 +37,7 @@ from storage.coordinator import (
     LogsChanged,
     PartitionKey,
     RetentionPolicy,
+    SeededProducerBatch,
     StoredBatch,
 )
 from storage.postgres_pool import PoolUser, PostgresPool
@@ -60,6 +61,36 @@ _CREATE_LOGS = (
     " ON CONFLICT DO NOTHING"
 )
 _DELETE_LOGS = "SELECT sluice_delete_logs($1, $2)"
+# One statement: the log row is locked (a concurrent commit waits), moved only while empty;
+# the producer rows of an earlier seed that this one does not repeat go, the new ones are
+# added (a row of the same batch is the same row: kept).
+_SEED_LOG = (
+    "WITH target AS ("
+    "  SELECT l.topic_id, l.partition FROM logs l"
+    "  WHERE l.topic_id = $1 AND l.partition = $2 AND l.high_watermark = l.log_start_offset"
+    "    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.topic_id = $1 AND b.partition = $2)"
+    "  FOR UPDATE),"
+    " seed AS ("
+    "  SELECT * FROM unnest($4::bigint[], $5::bigint[], $6::integer[], $7::bigint[],"
+    "    $8::bigint[], $9::bigint[]) AS s(pid, base, epoch, fseq, lseq, last)),"
+    " moved AS ("
+    "  UPDATE logs l SET log_start_offset = $3, high_watermark = $3 FROM target t"
+    "  WHERE l.topic_id = t.topic_id AND l.partition = t.partition"
+    "  RETURNING l.log_start_offset, l.high_watermark),"
+    " cleared AS ("
+    "  DELETE FROM producer_state p USING target t"
+    "  WHERE p.topic_id = t.topic_id AND p.partition = t.partition"
+    "    AND (p.producer_id, p.base_offset) NOT IN (SELECT pid, base FROM seed)),"
+    " added AS ("
+    "  INSERT INTO producer_state (topic_id, partition, producer_id, base_offset,"
+    "    producer_epoch, base_sequence, last_sequence, last_offset, log_append_time)"
+    "  SELECT $1, $2, pid, base, epoch, fseq, lseq, last, -1 FROM seed"
+    "  WHERE EXISTS (SELECT 1 FROM target) ON CONFLICT DO NOTHING)"
+    " SELECT log_start_offset, high_watermark FROM moved"
+    " UNION ALL"
+    " SELECT log_start_offset, high_watermark FROM logs"
+    " WHERE topic_id = $1 AND partition = $2 AND NOT EXISTS (SELECT 1 FROM target)"
+)
 _LOG_INFO = (
     "SELECT l.log_start_offset, l.high_watermark, l.byte_size"
     " FROM unnest($1::uuid[], $2::integer[]) WITH ORDINALITY AS k(topic_id, part, i)"
@@ -183,6 +214,26 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
 
     async def create_logs(self, logs: Sequence[PartitionKey]) -> None:
         await self._pool.fetch(_CREATE_LOGS, *_keys(logs), write=True)
+
+    async def seed_log(
+        self, key: PartitionKey, start: int, producers: Sequence[SeededProducerBatch]
+    ) -> tuple[int, int]:
+        await self._pool.fetch(_CREATE_LOGS, [key.topic_id], [key.partition], write=True)
+        row = await self._pool.fetchrow(
+            _SEED_LOG,
+            key.topic_id,
+            key.partition,
+            start,
+            [b.producer_id for b in producers],
+            [b.base_offset for b in producers],
+            [b.producer_epoch for b in producers],
+            [b.base_sequence for b in producers],
+            [b.last_sequence for b in producers],
+            [b.last_offset for b in producers],
+            write=True,
+        )
+        assert row is not None
+        return int(row[0]), int(row[1])
 
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
         await self._pool.fetch(_DELETE_LOGS, list(topic_ids), now_ms, write=True)

@@ -50,6 +50,7 @@ from storage.coordinator import (
     LogInfo,
     PartitionKey,
     RetentionPolicy,
+    SeededProducerBatch,
     StoredBatch,
 )
 from storage.sqlite_transactions import (
@@ -487,6 +488,11 @@ class SqliteCoordinator(SqliteUser, SqliteTransactions, BatchCoordinator):
         rows = [(k.topic_id.bytes, k.partition) for k in logs]
         await self._write(_create_logs, rows)
 
+    async def seed_log(
+        self, key: PartitionKey, start: int, producers: Sequence[SeededProducerBatch]
+    ) -> tuple[int, int]:
+        return await self._write(_seed_log, key.topic_id.bytes, key.partition, start, producers)
+
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
         await self._write(_delete_logs, [t.bytes for t in topic_ids], now_ms)
 
@@ -577,6 +583,46 @@ class SqliteCoordinator(SqliteUser, SqliteTransactions, BatchCoordinator):
 
 def _create_logs(cur: sqlite3.Cursor, rows: list[tuple[bytes, int]]) -> None:
     cur.executemany("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", rows)
+
+
+def _seed_log(
+    cur: sqlite3.Cursor,
+    tid: bytes,
+    partition: int,
+    start: int,
+    producers: Sequence[SeededProducerBatch],
+) -> tuple[int, int]:
+    cur.execute("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", (tid, partition))
+    row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+    has_batches = cur.execute(
+        "SELECT 1 FROM batches WHERE topic_id = ? AND partition = ? LIMIT 1", (tid, partition)
+    ).fetchone()
+    if row[0] != row[1] or has_batches:
+        return row[0], row[1]
+    cur.execute(
+        "UPDATE logs SET log_start_offset = ?, high_watermark = ? WHERE topic_id = ?"
+        " AND partition = ?",
+        (start, start, tid, partition),
+    )
+    cur.execute("DELETE FROM producer_state WHERE topic_id = ? AND partition = ?", (tid, partition))
+    cur.executemany(
+        _INSERT_PRODUCER,
+        [
+            (
+                tid,
+                partition,
+                b.producer_id,
+                b.base_offset,
+                b.producer_epoch,
+                b.base_sequence,
+                b.last_sequence,
+                b.last_offset,
+                -1,
+            )
+            for b in producers
+        ],
+    )
+    return start, start
 
 
 def _delete_logs(cur: sqlite3.Cursor, topic_ids: list[bytes], now_ms: int) -> None:

@@ -981,3 +981,39 @@ async def test_concurrent_replacements_of_one_range_apply_once(
     assert [b.object_key for b in (await find(c1, 0)).batches] == [winner, winner, "c"]
     assert await deleting_keys(c1) == {"a", "b", "y" if winner == "x" else "x"}
     assert await info(c1) == LogInfo(NONE, 0, 5, 30)
+
+
+# --------------------------------------------------------------------------- migration
+
+
+async def test_seeded_log_starts_at_the_boundary_with_producer_state(
+    coordinator: BatchCoordinator,
+) -> None:
+    from storage.coordinator import SeededProducerBatch
+
+    await setup_logs(coordinator, (T1, 0))
+    # A classic log sealed at 40: PID's last batches were seq 0-9 at 20-29 and 10-19 at 30-39.
+    seeded = [
+        SeededProducerBatch(PID, 2, 0, 9, 20, 29),
+        SeededProducerBatch(PID, 2, 10, 19, 30, 39),
+    ]
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 40, seeded) == (40, 40)
+    # Again, later (a new leader sealed after more appends): still empty, so it moves.
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 41, seeded) == (41, 41)
+    assert await info(coordinator) == LogInfo(NONE, 41, 41, 0)
+    # A retry of the last classic batch is a duplicate at its classic offset; the next
+    # sequence continues at the boundary; a gap or an old epoch is refused as before.
+    results = await commit(
+        coordinator,
+        batch(count=10, pid=PID, epoch=2, seq=10),
+        batch(count=2, pid=PID, epoch=2, seq=20),
+        batch(count=1, pid=PID, epoch=2, seq=30),
+        batch(count=1, pid=PID, epoch=1, seq=22),
+    )
+    assert [(r.error, r.base_offset) for r in results[:2]] == [(NONE, 30), (NONE, 41)]
+    assert [r.error for r in results[2:]] == [OUT_OF_ORDER, BAD_EPOCH]
+    assert await info(coordinator) == LogInfo(NONE, 41, 43, 100)
+    # Below the boundary there is nothing here (the classic log serves it).
+    assert (await find(coordinator, 41)).batches[0].base_offset == 41
+    # A log that took batches is never moved again.
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 50, []) == (41, 43)
