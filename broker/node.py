@@ -40,6 +40,7 @@ from .membership import (
 )
 from .metadata_follower import BrokerStorageListener
 from .metrics import METRICS
+from .migration.sealer import MigrationSealer
 from .producer_ids import ProducerIdAllocator
 from .security.authorizer import Authorizer, parse_super_users
 from .security.listeners import ListenerPlan, listener_plan
@@ -131,6 +132,7 @@ class Broker:
         # Classic topics (local logs, leader-follower replication) need the controllers'
         # leaders and epochs: controller mode only.
         self.classic = ReplicaManager(self) if self.controller is not None else None
+        self._sealer: MigrationSealer | None = None
         if self.classic is not None:
             marker_writer.classic = ClassicMarkerSender(self)
         self.cluster_id = ""
@@ -249,6 +251,9 @@ class Broker:
         await self.topics.load()
         if self.classic is not None:
             await self.classic.start()
+            # Leaders seal their classic partitions of topics migrating to diskless.
+            self._sealer = MigrationSealer(self)
+            self._sealer.start()
         table = build_api_table(self)
         for number, listener in enumerate(self.listener_plan.bound):
             server = KafkaServer(
@@ -315,6 +320,8 @@ class Broker:
         for server in self._servers.values():
             await server.close()
         await cancel_and_wait(self._tasks)
+        if self._sealer is not None:
+            await self._sealer.stop()
         if self.classic is not None:
             await self.classic.stop()
         await self.transactions.stop()

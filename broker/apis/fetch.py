@@ -31,6 +31,7 @@ from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import leader_epoch_error
 from ..metrics import METRICS
+from ..migration.routing import reads_classic
 from ..security import access
 from ..security.acl import AclOperation
 from ..transformer import preferred_read_replica, route_without_replicas
@@ -177,7 +178,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if error or topic is None:
                 slots.append(_Slot(key, part.partition, error, -1))
                 continue
-            if classic is not None and classic.is_classic(topic.topic_id):
+            if classic is not None and reads_classic(
+                broker, classic, topic.topic_id, part.partition, part.fetch_offset, replica_id
+            ):
                 slot = classic_slot(
                     classic, key, topic, part, replica_id, ctx.header.api_version, rack
                 )

@@ -9,6 +9,7 @@ from storage.coordinator import PartitionKey
 
 from ..classic.offsets import end_offset_for_epoch
 from ..fetch import leader_epoch_error
+from ..migration.routing import answers_epochs_classic
 from ..security import access
 from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
@@ -49,7 +50,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             classic = getattr(broker, "classic", None)
             if error or topic is None:
                 entry["error_code"] = error
-            elif classic is not None and classic.is_classic(topic.topic_id):
+            elif classic is not None and answers_epochs_classic(
+                broker, classic, topic.topic_id, part.partition, replication
+            ):
                 code, epoch, end = end_offset_for_epoch(
                     classic, topic.topic_id, part.partition, part.leader_epoch
                 )

@@ -29,6 +29,7 @@ from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
 from ..background import cancel_and_wait
+from ..migration.routing import migrated_with_classic_logs
 from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from .partition import LEADER, ClassicPartition
 from .replica_fetcher import ReplicaFetcher
@@ -154,7 +155,9 @@ class ReplicaManager:
         self._classic = classic
         wanted: set[tuple[UUID, int]] = set()
         changed: list[ClassicPartition] = []
-        for tid in classic:
+        # Topics migrated to diskless keep their sealed classic logs (offsets below the
+        # boundary) on their replicas: broker/migration reads them.
+        for tid in classic | migrated_with_classic_logs(image):
             t = image.topics[tid]
             topic = self.broker.topics.get_by_id(tid) or Topic(
                 t.name, tid, len(t.partitions), dict(t.configs)
@@ -231,6 +234,8 @@ class ReplicaManager:
         """Ask the controller for an ISR change if the leader's view calls for one."""
         ls = p.leader_state
         now = time.time() * 1000
+        if p.topic_id not in self._classic:
+            return  # a sealed log of a migrated (now diskless) topic: its ISR is diskless's
         if ls is None or p.isr_change_pending or p.role != LEADER or now < p.isr_retry_at:
             return
         isr = set(p.isr)
