@@ -1,0 +1,205 @@
+"""Topic migration classic → diskless (issue 18) on three brokers in three racks behind
+one controller: a classic RF=3 topic under a continuous idempotent stream and a consumer
+group becomes diskless (IncrementalAlterConfigs diskless.enable=true), and every
+acknowledged record is read exactly once at its acknowledged offset, by the group and by
+a fresh reader from the beginning (below the boundary from the sealed classic log, above
+it from the diskless one). Further runs kill the partition's leader mid-migration.
+
+Stock clients only (confluent-kafka).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+)
+
+from sluice.cluster import LocalCluster
+
+from ._kafka import Got, assert_exactly_once, confluent_consume, stream_through, wait_until
+from .test_classic_cluster import cluster, create, describe, healthy  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.e2e
+
+STATE = "diskless.migration.state"
+BOUNDARIES = "diskless.migration.boundaries"
+
+
+def start_migration(admin: AdminClient, topic: str) -> None:
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("diskless.enable", "true", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(20)
+
+
+def migration(admin: AdminClient, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(20)
+    return {k: e.value for k, e in entries.items() if k.startswith("diskless.")}
+
+
+def migrated(admin: AdminClient, topic: str) -> bool:
+    return migration(admin, topic).get(STATE, "").startswith("migrated")
+
+
+class GroupReader:
+    """A consumer group member reading the topic the whole time (subscribe, auto commit),
+    in a thread: it must see every record once across the switch."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        self.got: list[Got] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 200,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self._consumer.subscribe([topic])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self._consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                self.errors.append(str(msg.error()))
+                continue
+            self.got.append(Got(msg.partition(), msg.offset(), msg.key(), msg.value(), []))
+
+    def close(self) -> list[Got]:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+        return self.got
+
+
+@pytest.fixture
+def admin(healthy: LocalCluster) -> Iterator[AdminClient]:  # noqa: F811
+    yield AdminClient({"bootstrap.servers": healthy.bootstrap})
+
+
+def run_migration(
+    lc: LocalCluster, admin: AdminClient, topic: str, kill_leader: bool
+) -> tuple[list[int], list[Got]]:
+    """A paced idempotent stream with a group reading it; midway the topic is migrated
+    (its leader SIGKILLed right after the migration starts, if asked). Returns the kills'
+    brokers and what the group read."""
+    create(admin, topic, {"min.insync.replicas": "2"})
+    reader = GroupReader(lc.bootstrap, topic, f"{topic}-group")
+    killed: list[int] = []
+
+    def migrate() -> None:
+        leader = describe(admin, topic)[0][0]
+        start_migration(admin, topic)
+        if kill_leader:
+            broker = lc.broker(leader)
+            broker.stop(signal.SIGKILL)
+            killed.append(leader)
+            wait_until(lambda: migrated(admin, topic), "the migration", 40)
+            broker.start()
+        else:
+            wait_until(lambda: migrated(admin, topic), "the migration", 30)
+
+    total = 20_000
+    stream = stream_through(lc.bootstrap, topic, total, migrate, after_fraction=0.3)
+    try:
+        wait_until(lambda: len(reader.got) >= total, "the group reading every record", 60)
+        time.sleep(0.5)  # duplicates would arrive after the last new record
+    finally:
+        got = reader.close()
+    assert_exactly_once(stream, got, 1)
+    return killed, got
+
+
+def boundary_of(admin: AdminClient, topic: str) -> int:
+    (entry,) = migration(admin, topic)[BOUNDARIES].split(",")
+    partition, boundary = entry.split(":")
+    assert partition == "0"
+    return int(boundary)
+
+
+def test_classic_topic_becomes_diskless_under_a_live_stream(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    _killed, _got = run_migration(healthy, admin, topic, kill_leader=False)
+    boundary = boundary_of(admin, topic)
+    # The switch happened mid-stream: records on both sides of the boundary.
+    assert 0 < boundary < 20_000, boundary
+    # Diskless now: the kind, one replica per rack, the AZ transformer's Metadata.
+    assert migration(admin, topic)["diskless.enable"] == "true"
+    leader, replicas, _isr = describe(admin, topic)[0]
+    assert sorted(replicas) == [1, 2, 3]
+    # A fresh reader from the beginning: below the boundary the sealed classic log,
+    # above it the diskless log, every offset once.
+    again = confluent_consume(healthy.bootstrap, topic, expected=20_000)
+    assert [g.offset for g in again] == list(range(20_000))
+    assert [int(g.value or b"-1") for g in again] == sorted(int(g.value or b"-1") for g in again)
+    # Watermarks: the classic log start and the diskless high watermark.
+    probe = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "probe"})
+    try:
+        low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), 10, cached=False)
+    finally:
+        probe.close()
+    assert (low, high) == (0, 20_000)
+    # A client in an AZ is routed to the replica in its AZ (the transformer applies).
+    az_admin = AdminClient(
+        {"bootstrap.servers": healthy.bootstrap, "client.id": "app,diskless_az=az-b"}
+    )
+    md = az_admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    assert md.leader == 2, (md.leader, leader)
+
+
+def test_leader_killed_mid_migration_resumes_and_loses_nothing(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    killed, _got = run_migration(healthy, admin, topic, kill_leader=True)
+    assert len(killed) == 1
+    assert 0 < boundary_of(admin, topic) < 20_000
+    again = confluent_consume(healthy.bootstrap, topic, expected=20_000)
+    assert [g.offset for g in again] == list(range(20_000))
+
+
+def test_changing_back_is_refused_for_now(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    create(admin, topic, {})
+    start_migration(admin, topic)
+    wait_until(lambda: migrated(admin, topic), "the migration of an idle topic", 20)
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("diskless.enable", "false", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    with pytest.raises(Exception) as failed:
+        admin.incremental_alter_configs([resource])[resource].result(20)
+    assert failed.value.args[0].code() == KafkaError.INVALID_CONFIG
