@@ -281,6 +281,15 @@ class SeededProducerBatch(NamedTuple):
     last_offset: int
 
 
+@dataclass(frozen=True)
+class SealedLog:
+    error: int
+    log_start_offset: int = -1
+    boundary: int = -1
+    byte_size: int = 0
+    producers: list[SeededProducerBatch] = field(default_factory=list)
+
+
 class BatchCoordinator(TransactionStore, ABC):
     """Orders batches of uploaded objects into partition logs.
 
@@ -308,6 +317,14 @@ class BatchCoordinator(TransactionStore, ABC):
         log without batches whose high watermark equals its log start is changed (again
         with a later start is fine: a new leader sealed later); a log that took batches is
         left alone. Returns the log's (log start, high watermark) afterwards."""
+        raise NotImplementedError
+
+    async def seal_log(self, key: PartitionKey) -> SealedLog:
+        """Seal a diskless log for a migration to classic: no batch is committed at or
+        after its high watermark (the boundary) any more, by any broker (a commit trying
+        fails whole, retriably, and writes nothing). Refused with CONCURRENT_TRANSACTIONS
+        while a transaction is open in it. Idempotent: a sealed log answers its boundary.
+        Returns the boundary and the producer states the classic log continues with."""
         raise NotImplementedError
 
     @abstractmethod

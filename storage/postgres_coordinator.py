@@ -37,6 +37,7 @@ from storage.coordinator import (
     LogsChanged,
     PartitionKey,
     RetentionPolicy,
+    SealedLog,
     SeededProducerBatch,
     StoredBatch,
 )
@@ -46,6 +47,7 @@ from storage.transactions import AbortedTransaction
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+CONCURRENT_TRANSACTIONS = int(ErrorCode.concurrent_transactions)
 
 _COMMIT = (
     "SELECT * FROM sluice_commit_file("
@@ -90,6 +92,35 @@ _SEED_LOG = (
     " UNION ALL"
     " SELECT log_start_offset, high_watermark FROM logs"
     " WHERE topic_id = $1 AND partition = $2 AND NOT EXISTS (SELECT 1 FROM target)"
+)
+# One statement: the log row is locked (commits of the partition wait for it), the seal
+# recorded at the high watermark unless a transaction is open (boundary NULL then) or it
+# already is; the producer rows come along (one output row each, or one without).
+_SEAL_LOG = (
+    "WITH log AS ("
+    "  SELECT log_start_offset, high_watermark, byte_size FROM logs"
+    "  WHERE topic_id = $1 AND partition = $2 FOR UPDATE),"
+    " old AS (SELECT boundary FROM sealed_logs WHERE topic_id = $1 AND partition = $2),"
+    " busy AS (SELECT 1 FROM open_txns WHERE topic_id = $1 AND partition = $2 LIMIT 1),"
+    " new AS ("
+    "  INSERT INTO sealed_logs (topic_id, partition, boundary)"
+    "  SELECT $1, $2, high_watermark FROM log"
+    "  WHERE NOT EXISTS (SELECT 1 FROM old) AND NOT EXISTS (SELECT 1 FROM busy)"
+    "  RETURNING boundary)"
+    " SELECT l.log_start_offset, l.byte_size,"
+    "  COALESCE((SELECT boundary FROM old), (SELECT boundary FROM new)) AS boundary,"
+    "  p.producer_id, p.producer_epoch, p.base_sequence, p.last_sequence, p.base_offset,"
+    "  p.last_offset"
+    " FROM log l LEFT JOIN producer_state p ON p.topic_id = $1 AND p.partition = $2"
+    " ORDER BY p.producer_id, p.base_offset"
+)
+_PRODUCER_COLUMNS = (
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "last_sequence",
+    "base_offset",
+    "last_offset",
 )
 _LOG_INFO = (
     "SELECT l.log_start_offset, l.high_watermark, l.byte_size"
@@ -234,6 +265,26 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
         )
         assert row is not None
         return int(row[0]), int(row[1])
+
+    async def seal_log(self, key: PartitionKey) -> SealedLog:
+        rows = await self._pool.fetch(_SEAL_LOG, key.topic_id, key.partition, write=True)
+        if not rows:
+            return SealedLog(UNKNOWN_TOPIC_OR_PARTITION)
+        first = rows[0]
+        if first["boundary"] is None:
+            return SealedLog(CONCURRENT_TRANSACTIONS)
+        producers = [
+            SeededProducerBatch(*(int(r[k]) for k in _PRODUCER_COLUMNS))
+            for r in rows
+            if r["producer_id"] is not None
+        ]
+        return SealedLog(
+            NONE,
+            int(first["log_start_offset"]),
+            int(first["boundary"]),
+            int(first["byte_size"]),
+            producers,
+        )
 
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
         await self._pool.fetch(_DELETE_LOGS, list(topic_ids), now_ms, write=True)

@@ -50,6 +50,7 @@ from storage.coordinator import (
     LogInfo,
     PartitionKey,
     RetentionPolicy,
+    SealedLog,
     SeededProducerBatch,
     StoredBatch,
 )
@@ -66,6 +67,7 @@ T = TypeVar("T")
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+CONCURRENT_TRANSACTIONS = int(ErrorCode.concurrent_transactions)
 OFFSET_OUT_OF_RANGE = int(ErrorCode.offset_out_of_range)
 INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
 OUT_OF_ORDER_SEQUENCE_NUMBER = int(ErrorCode.out_of_order_sequence_number)
@@ -360,6 +362,20 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (transactional_id, topic_id, partition)
         ) WITHOUT ROWID"""
     ],
+    # 7: diskless logs sealed by a migration to classic (as postgres 0009): no batch at or
+    # after the boundary, whichever broker commits it.
+    [
+        """CREATE TABLE sealed_logs (
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            boundary INTEGER NOT NULL,
+            PRIMARY KEY (topic_id, partition)
+        ) WITHOUT ROWID""",
+        """CREATE TRIGGER batches_sealed BEFORE INSERT ON batches
+        WHEN EXISTS (SELECT 1 FROM sealed_logs s WHERE s.topic_id = NEW.topic_id
+            AND s.partition = NEW.partition AND NEW.base_offset >= s.boundary)
+        BEGIN SELECT RAISE(ABORT, 'log sealed for a migration to classic'); END""",
+    ],
 ]
 
 
@@ -493,6 +509,9 @@ class SqliteCoordinator(SqliteUser, SqliteTransactions, BatchCoordinator):
     ) -> tuple[int, int]:
         return await self._write(_seed_log, key.topic_id.bytes, key.partition, start, producers)
 
+    async def seal_log(self, key: PartitionKey) -> SealedLog:
+        return await self._write(_seal_log, key.topic_id.bytes, key.partition)
+
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
         await self._write(_delete_logs, [t.bytes for t in topic_ids], now_ms)
 
@@ -623,6 +642,35 @@ def _seed_log(
         ],
     )
     return start, start
+
+
+def _seal_log(cur: sqlite3.Cursor, tid: bytes, partition: int) -> SealedLog:
+    row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+    if row is None:
+        return SealedLog(UNKNOWN_TOPIC_OR_PARTITION)
+    sealed = cur.execute(
+        "SELECT boundary FROM sealed_logs WHERE topic_id = ? AND partition = ?", (tid, partition)
+    ).fetchone()
+    if sealed is None:
+        if cur.execute(
+            "SELECT 1 FROM open_txns WHERE topic_id = ? AND partition = ? LIMIT 1", (tid, partition)
+        ).fetchone():
+            return SealedLog(CONCURRENT_TRANSACTIONS)
+        cur.execute(
+            "INSERT INTO sealed_logs (topic_id, partition, boundary) VALUES (?, ?, ?)",
+            (tid, partition, row[1]),
+        )
+    producers = [
+        SeededProducerBatch(r[0], r[1], r[2], r[3], r[4], r[5])
+        for r in cur.execute(
+            "SELECT producer_id, producer_epoch, base_sequence, last_sequence, base_offset,"
+            " last_offset FROM producer_state WHERE topic_id = ? AND partition = ?"
+            " ORDER BY producer_id, base_offset",
+            (tid, partition),
+        )
+    ]
+    boundary = row[1] if sealed is None else sealed[0]
+    return SealedLog(NONE, row[0], boundary, row[2], producers)
 
 
 def _delete_logs(cur: sqlite3.Cursor, topic_ids: list[bytes], now_ms: int) -> None:

@@ -1017,3 +1017,24 @@ async def test_seeded_log_starts_at_the_boundary_with_producer_state(
     assert (await find(coordinator, 41)).batches[0].base_offset == 41
     # A log that took batches is never moved again.
     assert await coordinator.seed_log(PartitionKey(T1, 0), 50, []) == (41, 43)
+
+
+async def test_sealed_log_takes_no_batch_at_or_after_its_boundary(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    await commit(coordinator, batch(count=3, pid=PID, epoch=1, seq=0), batch(partition=1))
+    sealed = await coordinator.seal_log(PartitionKey(T1, 0))
+    assert (sealed.error, sealed.log_start_offset, sealed.boundary) == (NONE, 0, 3)
+    assert [tuple(p) for p in sealed.producers] == [(PID, 1, 0, 2, 0, 2)]
+    # A broker that has not seen the migration yet: its commit fails whole, nothing stored.
+    with pytest.raises(Exception):  # noqa: B017 - the backend's own error
+        await commit(coordinator, batch(partition=1), batch(pid=PID, epoch=1, seq=3))
+    assert (await info(coordinator)).high_watermark == 3
+    assert (await info(coordinator, partition=1)).high_watermark == 1
+    # Other partitions go on; reads of the sealed log too; sealing again answers the same.
+    assert [r.error for r in await commit(coordinator, batch(partition=1))] == [NONE]
+    assert [b.base_offset for b in (await find(coordinator, 0)).batches] == [0]
+    again = await coordinator.seal_log(PartitionKey(T1, 0))
+    assert (again.error, again.boundary) == (NONE, 3)
+    assert (await coordinator.seal_log(PartitionKey(T2, 0))).error == UNKNOWN
