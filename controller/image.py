@@ -620,6 +620,7 @@ MIGRATION_MIGRATED = "MIGRATED"
 class SealedPartition:
     boundary: int
     old_bytes: int = 0
+    old_start: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -631,9 +632,13 @@ class MigrationState:
     sealed: tuple[tuple[int, SealedPartition], ...] = ()
 
     def boundary(self, partition: int) -> int | None:
+        s = self.sealed_partition(partition)
+        return None if s is None else s.boundary
+
+    def sealed_partition(self, partition: int) -> SealedPartition | None:
         for index, s in self.sealed:
             if index == partition:
-                return s.boundary
+                return s
         return None
 
     @property
@@ -674,7 +679,9 @@ def _apply_partition_sealed(image: MetadataImage, r: PartitionSealed) -> None:
         )
     if m.boundary(r.partition) is not None:
         raise ImageError(f"PartitionSealed {topic.name}-{r.partition}: already sealed")
-    sealed = tuple(sorted((*m.sealed, (r.partition, SealedPartition(r.boundary, r.old_bytes)))))
+    sealed = tuple(
+        sorted((*m.sealed, (r.partition, SealedPartition(r.boundary, r.old_bytes, r.old_start))))
+    )
     topic.migration = replace(m, sealed=sealed)
 
 
@@ -687,7 +694,7 @@ def _migration_snapshot(topic: TopicImage) -> list[Record]:
         TopicMigration(topic.topic_id, m.direction, MIGRATION_SEALING, m.generation)
     ]
     out.extend(
-        PartitionSealed(topic.topic_id, index, m.generation, s.boundary, s.old_bytes)
+        PartitionSealed(topic.topic_id, index, m.generation, s.boundary, s.old_bytes, s.old_start)
         for index, s in m.sealed
     )
     if m.state == MIGRATION_MIGRATED:

@@ -35,6 +35,7 @@ from .image import (
     DISKLESS_ENABLE,
     MIGRATION_MIGRATED,
     MIGRATION_SEALING,
+    TO_CLASSIC,
     TO_DISKLESS,
     MetadataImage,
     TopicImage,
@@ -48,6 +49,7 @@ from .tiering import tiering_enabled
 STATE_KEY = "diskless.migration.state"
 BOUNDARIES_KEY = "diskless.migration.boundaries"
 CLASSIC_BYTES_KEY = "diskless.migration.classic.bytes"
+DISKLESS_BYTES_KEY = "diskless.migration.diskless.bytes"
 PENDING = "pending"
 SEALING = "sealing"
 MIGRATED = "migrated"
@@ -57,10 +59,13 @@ def _wants_diskless(value: str | None) -> bool:
     return str(value or "true").lower() != "false"
 
 
-def migration_records(topic: TopicImage, changes: Mapping[str, str | None]) -> list[Record] | str:
+def migration_records(
+    topic: TopicImage, changes: Mapping[str, str | None], classic_allowed: bool = True
+) -> list[Record] | str:
     """The records an IncrementalAlterConfigs of ``topic`` needs for a change of
     ``diskless.enable``, or why it is refused (INVALID_CONFIG). The config key itself is not
-    changed here: it flips with MIGRATED, once every partition is sealed."""
+    changed here: it flips with MIGRATED, once every partition is sealed.
+    ``classic_allowed``: brokers serve classic topics (ControllerConfig.classic_topics)."""
     if DISKLESS_ENABLE not in changes:
         return []
     wanted = _wants_diskless(changes[DISKLESS_ENABLE])
@@ -76,14 +81,17 @@ def migration_records(topic: TopicImage, changes: Mapping[str, str | None]) -> l
         )
     if wanted == topic.diskless:
         return []
+    generation = 0 if m is None else m.generation + 1
     if not wanted:
-        return (
-            "Migrating a diskless topic back to classic (diskless.enable=false) is not "
-            "supported yet"
-        )
+        if not classic_allowed:
+            return "diskless.enable=false is not supported: brokers do not serve classic topics"
+        return [TopicMigration(topic.topic_id, TO_CLASSIC, MIGRATION_SEALING, generation)]
+    if m is not None and m.direction == TO_CLASSIC:
+        # Its diskless log is sealed at the last boundary and holds the offsets below it:
+        # a diskless log cannot start again at a later boundary (see README limits).
+        return "A topic migrated back to classic cannot migrate to diskless again yet"
     if tiering_enabled(topic):
         return "Disable tiered storage (remote.storage.enable=false) before migrating to diskless"
-    generation = 0 if m is None else m.generation + 1
     return [TopicMigration(topic.topic_id, TO_DISKLESS, MIGRATION_SEALING, generation)]
 
 
@@ -105,12 +113,20 @@ def one_per_rack(image: MetadataImage, replicas: tuple[int, ...], leader: int) -
     return target
 
 
-def _finish(image: MetadataImage, topic: TopicImage, generation: int) -> list[Record]:
-    """MIGRATED, the kind's config, and the replicas of the new kind."""
+def _finish(
+    image: MetadataImage, topic: TopicImage, direction: str, generation: int
+) -> list[Record]:
+    """MIGRATED, the kind's config, and (to diskless) the replicas of the new kind. To
+    classic the replicas stay: one per rack, each already real (seed 000), and each starts
+    its classic log empty at the boundary, so all of them are in sync from the start."""
     out: list[Record] = [
-        TopicMigration(topic.topic_id, TO_DISKLESS, MIGRATION_MIGRATED, generation),
-        TopicConfig(topic.topic_id, DISKLESS_ENABLE, "true"),
+        TopicMigration(topic.topic_id, direction, MIGRATION_MIGRATED, generation),
+        TopicConfig(
+            topic.topic_id, DISKLESS_ENABLE, "true" if direction == TO_DISKLESS else "false"
+        ),
     ]
+    if direction == TO_CLASSIC:
+        return out
     alive = image.alive_brokers()
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
@@ -139,6 +155,7 @@ class SealReport:
     leader_epoch: int
     boundary: int
     old_bytes: int = 0
+    old_start: int = -1
 
 
 class MigrationAdmin:
@@ -171,10 +188,12 @@ class MigrationAdmin:
         if r.boundary < 0:
             return Outcome([], ErrorResult(ErrorCode.invalid_request, "negative boundary"))
         records: list[Record] = [
-            PartitionSealed(r.topic_id, r.partition, r.generation, r.boundary, r.old_bytes)
+            PartitionSealed(
+                r.topic_id, r.partition, r.generation, r.boundary, r.old_bytes, r.old_start
+            )
         ]
         if set(topic.partitions) <= {i for i, _ in m.sealed} | {r.partition}:
-            records += _finish(image, topic, r.generation)
+            records += _finish(image, topic, m.direction, r.generation)
         return Outcome(records, ErrorResult(ErrorCode.none))
 
 
@@ -195,8 +214,10 @@ def describe_entries(topic: TopicImage) -> dict[str, str]:
     if m is None or state is None:
         return {}
     direction = "to-diskless" if m.direction == TO_DISKLESS else "to-classic"
+    old_bytes = str(sum(s.old_bytes for _, s in m.sealed))
     return {
         STATE_KEY: f"{state} ({direction}, generation {m.generation})",
         BOUNDARIES_KEY: ",".join(f"{i}:{s.boundary}" for i, s in m.sealed),
-        CLASSIC_BYTES_KEY: str(sum(s.old_bytes for _, s in m.sealed)),
+        # The old log's bytes, still read below the boundaries (their size at the seal).
+        CLASSIC_BYTES_KEY if m.direction == TO_DISKLESS else DISKLESS_BYTES_KEY: old_bytes,
     }

@@ -299,6 +299,9 @@ class PartitionSealed:
     generation: int
     boundary: int
     old_bytes: int = 0
+    # The old log's start at the seal (diskless → classic: the diskless log's start; below
+    # it the topic's older classic log serves, if it was classic before). -1: unknown.
+    old_start: int = -1
 
 
 # --- end of migration records -----------------------------------------------------------------

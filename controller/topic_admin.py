@@ -428,7 +428,7 @@ class TopicAdmin:
                 results.append(TopicResult(res.name, ErrorCode.invalid_config, config_error))
                 continue
             # diskless.enable changes by a migration (controller.migration), not directly.
-            migration = migration_records(topic, changes)
+            migration = migration_records(topic, changes, self.config.classic_topics)
             if isinstance(migration, str):
                 results.append(TopicResult(res.name, ErrorCode.invalid_config, migration))
                 continue

@@ -47,6 +47,7 @@ def seal(c: Cluster, index: int, boundary: int, name: str = "t", **kw: Any) -> A
         kw.pop("leader_epoch", p.leader_epoch),
         boundary,
         kw.pop("old_bytes", 100),
+        kw.pop("old_start", -1),
     )
     return c.commit(c.logic.partition_sealed(c.image, report))
 
@@ -81,9 +82,36 @@ def test_enabling_diskless_on_a_classic_topic_starts_a_migration_and_sealing_fin
     # Followers replaying the log get the same image, and so does a snapshot.
     assert c.rebuilt() == c.image
     assert MetadataImage.from_records(decode_batch(encode_batch(c.image.snapshot()))) == c.image
-    # Migrated: enabling again is a no-op, going back is refused for now.
+    # Migrated: enabling again is a no-op.
     assert start(c).error_code == ErrorCode.none
-    assert start(c, value="false").error_code == ErrorCode.invalid_config
+
+
+def test_back_to_classic_keeps_the_replicas_and_flips_the_kind_when_sealed() -> None:
+    c = cluster()
+    c.create("t", 2, replication_factor=3, configs=CLASSIC)
+    start(c)
+    seal(c, 0, 42)
+    seal(c, 1, 7)
+    before = dict(c.partitions("t"))
+    assert start(c, value="false").error_code == ErrorCode.none
+    topic = c.image.topic("t")
+    assert topic is not None and topic.migration is not None
+    assert topic.diskless and topic.migration.direction == "TO_CLASSIC"
+    assert topic.migration.generation == 1 and migration_state(topic) == "pending"
+    # The diskless logs' starts (the first boundaries) come with the seals.
+    assert seal(c, 0, 50, old_start=42).error_code == ErrorCode.none
+    assert seal(c, 1, 9, old_start=7).error_code == ErrorCode.none
+    assert not topic.diskless and topic.migration.state == MIGRATION_MIGRATED
+    sealed = topic.migration.sealed_partition(0)
+    assert sealed is not None and (sealed.boundary, sealed.old_start) == (50, 42)
+    assert {i: p.replicas for i, p in c.partitions("t").items()} == {
+        i: p.replicas for i, p in before.items()
+    }
+    assert describe_entries(topic)["diskless.migration.diskless.bytes"] == "200"
+    assert c.rebuilt() == c.image
+    assert MetadataImage.from_records(decode_batch(encode_batch(c.image.snapshot()))) == c.image
+    # A diskless log sealed for classic cannot start again later: refused for now.
+    assert start(c).error_code == ErrorCode.invalid_config
 
 
 def test_only_the_current_leader_at_its_epoch_may_seal() -> None:
