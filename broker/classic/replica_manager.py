@@ -29,7 +29,7 @@ from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
 from ..background import cancel_and_wait
-from ..migration.routing import migrated_with_classic_logs
+from ..migration.routing import hosted_classic
 from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from .partition import LEADER, ClassicPartition
 from .replica_fetcher import ReplicaFetcher
@@ -156,8 +156,11 @@ class ReplicaManager:
         wanted: set[tuple[UUID, int]] = set()
         changed: list[ClassicPartition] = []
         # Topics migrated to diskless keep their sealed classic logs (offsets below the
-        # boundary) on their replicas: broker/migration reads them.
-        for tid in classic | migrated_with_classic_logs(image):
+        # boundary) on their replicas; partitions sealed for classic start theirs
+        # (broker/migration).
+        hosted = hosted_classic(image, classic)
+        sealer = getattr(self.broker, "migration_sealer", None)
+        for tid in hosted:
             t = image.topics[tid]
             topic = self.broker.topics.get_by_id(tid) or Topic(
                 t.name, tid, len(t.partitions), dict(t.configs)
@@ -178,6 +181,8 @@ class ReplicaManager:
                     self.partitions[key] = p
                 elif p.log.config != config:
                     p.log.config = config
+                if sealer is not None:
+                    sealer.on_replica(p, t)  # before a leadership: the log's end matters
                 p.apply(state, changed.append)
         for key in [k for k in self.partitions if k not in wanted]:
             p = self.partitions.pop(key)

@@ -1,4 +1,8 @@
-"""The leader's part of a classic → diskless migration: seal each partition it leads.
+"""The leader's part of a migration between classic and diskless: seal each partition it
+leads; and every replica's part of a migration to classic: continue the classic log at
+the boundary.
+
+Classic → diskless (the classic leader):
 
 For every partition of a topic in SEALING that the image does not show sealed yet and
 that this broker leads (``p.role == LEADER``), once:
@@ -20,6 +24,16 @@ report not recorded means the partition is still classic, and the new leader (ev
 in-sync replica has the log up to the boundary) seals again — with a later boundary if
 it took appends meanwhile, which ``seed_log`` allows as long as the diskless log is empty,
 and it stays empty until the controller records the seal.
+
+Diskless → classic (the partition's leader in the image; its replicas are real, seed 000):
+every broker stops appending to the partition once its image shows the migration
+(``routing.refuses_diskless_append``); the leader seals the diskless log in the batch
+coordinator at its high watermark (``seal_log``: from then on the coordinator refuses any
+batch past it, from a broker that had not yet seen the migration too; refused while a
+transaction is open there), and reports the boundary and the diskless log's start. Each
+replica then opens (or keeps) its classic log and moves its end to the boundary, refusing
+appends until it has loaded the producer states of the diskless log (``on_replica``,
+``_continue``); the classic leader then takes the partition's appends from the boundary.
 """
 
 from __future__ import annotations
@@ -33,7 +47,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from controller.image import MIGRATION_SEALING, TO_DISKLESS
+from controller.image import MIGRATION_SEALING, TO_CLASSIC, TopicImage
 from controller.migration import SealReport
 from storage.coordinator import PartitionKey, SeededProducerBatch
 
@@ -56,6 +70,9 @@ class MigrationSealer:
         self._running: dict[tuple[UUID, int], asyncio.Task[None]] = {}
         self._retry_at: dict[tuple[UUID, int], float] = {}
         self._task: asyncio.Task[None] | None = None
+        # Classic replicas continuing at a boundary whose producer states are loaded, by
+        # (topic, partition, migration generation).
+        self._continued: set[tuple[UUID, int, int]] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop())
@@ -78,9 +95,15 @@ class MigrationSealer:
         if controller is None or classic is None or classic.stopping:
             return
         now = time.monotonic()
+        me = self.broker.config.node_id
         for topic in controller.image.topics.values():
             m = topic.migration
-            if m is None or m.state != MIGRATION_SEALING or m.direction != TO_DISKLESS:
+            if m is None:
+                continue
+            if m.direction == TO_CLASSIC:
+                self._scan_to_classic(topic, me, now)
+                continue
+            if m.state != MIGRATION_SEALING:
                 continue
             for index in topic.partitions:
                 key = (topic.topic_id, index)
@@ -94,6 +117,116 @@ class MigrationSealer:
                 task = asyncio.create_task(self._seal(p, m.generation, p.leader_epoch))
                 self._running[key] = task
                 task.add_done_callback(lambda _t, key=key: self._running.pop(key, None))
+
+    def _scan_to_classic(self, topic: TopicImage, me: int, now: float) -> None:
+        m = topic.migration
+        assert m is not None and self.broker.classic is not None
+        for index, state in topic.partitions.items():
+            key = (topic.topic_id, index)
+            if key in self._running or self._retry_at.get(key, 0.0) > now:
+                continue
+            if m.boundary(index) is None:
+                if m.state == MIGRATION_SEALING and state.leader == me:
+                    task = asyncio.create_task(
+                        self._seal_diskless(topic.topic_id, index, m.generation, state.leader_epoch)
+                    )
+                else:
+                    continue
+            else:
+                p = self.broker.classic.get(topic.topic_id, index)
+                if p is None or (topic.topic_id, index, m.generation) in self._continued:
+                    continue
+                task = asyncio.create_task(self._continue(p, m.generation))
+            self._running[key] = task
+            task.add_done_callback(lambda _t, key=key: self._running.pop(key, None))
+
+    def on_replica(self, p: ClassicPartition, topic: TopicImage) -> None:
+        """Called by the replica manager for every hosted classic replica, before it takes
+        the image's role: a replica of a partition sealed for classic continues its log at
+        the boundary (the offsets below are in the diskless log, or in an older classic
+        log this replica kept), and refuses appends until its producer states are loaded."""
+        m = topic.migration
+        if m is None or m.direction != TO_CLASSIC:
+            return
+        boundary = m.boundary(p.index)
+        if boundary is None:
+            return
+        plog = p.log
+        if plog.log_end_offset < boundary:
+            if plog.log_end_offset == plog.log_start_offset:
+                plog.truncate_fully_and_start_at(boundary)
+            else:
+                # Keep the older classic records; an empty segment at the boundary makes
+                # it the log end (offsets in between are not in this log: a gap, as a
+                # compacted log has them). Redone after a restart that dropped it.
+                plog.active.flush()
+                plog.segments.append(plog._new_segment(boundary))
+            p.high_watermark = max(p.high_watermark, boundary)
+            log.info("%s-%d: classic log continues at %d", p.topic, p.index, boundary)
+        if (p.topic_id, p.index, m.generation) not in self._continued:
+            p.sealed = True
+
+    async def _continue(self, p: ClassicPartition, generation: int) -> None:
+        """Load the diskless log's producer states into a replica continuing at the
+        boundary, then let it take appends."""
+        key = (p.topic_id, p.index)
+        try:
+            sealed = await self.broker.coordinator.seal_log(PartitionKey(p.topic_id, p.index))
+        except Exception as exc:
+            log.warning("%s-%d: reading the sealed diskless log failed: %r", p.topic, p.index, exc)
+            self._retry_at[key] = time.monotonic() + RETRY_S
+            return
+        if sealed.error:
+            log.warning("%s-%d: sealed diskless log: error %d", p.topic, p.index, sealed.error)
+            self._retry_at[key] = time.monotonic() + RETRY_S
+            return
+        for b in sealed.producers:
+            # Producers the classic log already knows (appends since) keep their state.
+            if p.producers.epoch_of(b.producer_id) in (-1, b.producer_epoch):
+                count = (b.last_sequence - b.base_sequence) % (1 << 31) + 1
+                p.producers.update(
+                    b.producer_id, b.producer_epoch, b.base_sequence, count, b.base_offset
+                )
+        self._continued.add((p.topic_id, p.index, generation))
+        p.sealed = False
+        self.broker.watch.wake([(p.topic_id, p.index)])
+
+    async def _seal_diskless(
+        self, topic_id: UUID, index: int, generation: int, leader_epoch: int
+    ) -> None:
+        controller = self.broker.controller
+        assert controller is not None
+        key = (topic_id, index)
+        done = False
+        try:
+            sealed = await self.broker.coordinator.seal_log(PartitionKey(topic_id, index))
+            if sealed.error:
+                log.info("%s-%d: not sealed yet: error %d", topic_id, index, sealed.error)
+            else:
+                report = SealReport(
+                    self.broker.config.node_id,
+                    topic_id,
+                    index,
+                    generation,
+                    leader_epoch,
+                    sealed.boundary,
+                    sealed.byte_size,
+                    sealed.log_start_offset,
+                )
+                result, applied = await controller.client.partition_sealed(report)
+                done = result.error_code in (
+                    ErrorCode.none,
+                    ErrorCode.not_leader_or_follower,
+                    ErrorCode.fenced_leader_epoch,
+                )
+                if result.error_code == ErrorCode.none:
+                    log.info("diskless log %s-%d sealed at %d", topic_id, index, sealed.boundary)
+                    with contextlib.suppress(Exception):
+                        await controller.follower.wait_for(applied, 5.0)
+        except Exception as exc:
+            log.warning("%s-%d: sealing the diskless log failed: %r", topic_id, index, exc)
+        if not done:
+            self._retry_at[key] = time.monotonic() + RETRY_S
 
     def _still_leading(self, p: ClassicPartition, epoch: int) -> bool:
         classic = self.broker.classic

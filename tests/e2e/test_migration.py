@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -35,12 +35,12 @@ STATE = "diskless.migration.state"
 BOUNDARIES = "diskless.migration.boundaries"
 
 
-def start_migration(admin: AdminClient, topic: str) -> None:
+def start_migration(admin: AdminClient, topic: str, value: str = "true") -> None:
     resource = ConfigResource(
         ConfigResource.Type.TOPIC,
         topic,
         incremental_configs=[
-            ConfigEntry("diskless.enable", "true", incremental_operation=AlterConfigOpType.SET)
+            ConfigEntry("diskless.enable", value, incremental_operation=AlterConfigOpType.SET)
         ],
     )
     admin.incremental_alter_configs([resource])[resource].result(20)
@@ -52,8 +52,8 @@ def migration(admin: AdminClient, topic: str) -> dict[str, str]:
     return {k: e.value for k, e in entries.items() if k.startswith("diskless.")}
 
 
-def migrated(admin: AdminClient, topic: str) -> bool:
-    return migration(admin, topic).get(STATE, "").startswith("migrated")
+def migrated(admin: AdminClient, topic: str, direction: str = "to-diskless") -> bool:
+    return migration(admin, topic).get(STATE, "").startswith(f"migrated ({direction}")
 
 
 class GroupReader:
@@ -101,26 +101,35 @@ def admin(healthy: LocalCluster) -> Iterator[AdminClient]:  # noqa: F811
 
 
 def run_migration(
-    lc: LocalCluster, admin: AdminClient, topic: str, kill_leader: bool
+    lc: LocalCluster,
+    admin: AdminClient,
+    topic: str,
+    kill_leader: bool,
+    steps: tuple[str, ...] = ("true",),
 ) -> tuple[Stream, list[int], list[Got]]:
-    """A paced idempotent stream with a group reading it; midway the topic is migrated
-    (its leader SIGKILLed right after the migration starts, if asked). Returns the kills'
-    brokers and what the group read."""
+    """A paced idempotent stream with a group reading it; midway the topic is migrated,
+    once per value of ``diskless.enable`` in ``steps`` (its leader SIGKILLed right after
+    each migration starts, if asked). Returns the kills' brokers and what the group read."""
     create(admin, topic, {"min.insync.replicas": "2"})
     reader = GroupReader(lc.bootstrap, topic, f"{topic}-group")
     killed: list[int] = []
 
     def migrate() -> None:
-        leader = describe(admin, topic)[0][0]
-        start_migration(admin, topic)
-        if kill_leader:
-            broker = lc.broker(leader)
-            broker.stop(signal.SIGKILL)
-            killed.append(leader)
-            wait_until(lambda: migrated(admin, topic), "the migration", 40)
-            broker.start()
-        else:
-            wait_until(lambda: migrated(admin, topic), "the migration", 30)
+        for value in steps:
+            direction = "to-diskless" if value == "true" else "to-classic"
+            leader = describe(admin, topic)[0][0]
+            start_migration(admin, topic, value)
+            if kill_leader:
+                broker = lc.broker(leader)
+                broker.stop(signal.SIGKILL)
+                killed.append(leader)
+                wait_until(lambda d=direction: migrated(admin, topic, d), "the migration", 40)
+                broker.start()
+                wait_until(
+                    lambda: len(admin.list_topics(timeout=10).brokers) == 3, "broker back", 20
+                )
+            else:
+                wait_until(lambda d=direction: migrated(admin, topic, d), "the migration", 30)
 
     total = 20_000
     stream = stream_through(lc.bootstrap, topic, total, migrate, after_fraction=0.3)
@@ -203,21 +212,23 @@ def test_leader_killed_mid_migration_resumes_and_loses_nothing(
     assert_exactly_once(stream, once_per_offset(got), 1)
 
 
-def test_changing_back_is_refused_for_now(
+def test_classic_to_diskless_and_back_under_a_live_stream(
     healthy: LocalCluster,  # noqa: F811
     admin: AdminClient,
     topic: str,
 ) -> None:
-    create(admin, topic, {})
-    start_migration(admin, topic)
-    wait_until(lambda: migrated(admin, topic), "the migration of an idle topic", 20)
-    resource = ConfigResource(
-        ConfigResource.Type.TOPIC,
-        topic,
-        incremental_configs=[
-            ConfigEntry("diskless.enable", "false", incremental_operation=AlterConfigOpType.SET)
-        ],
+    stream, _killed, got = run_migration(
+        healthy, admin, topic, kill_leader=False, steps=("true", "false")
     )
-    with pytest.raises(Exception) as failed:
-        admin.incremental_alter_configs([resource])[resource].result(20)
-    assert failed.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert_exactly_once(stream, got, 1)
+    state = migration(admin, topic)
+    assert state["diskless.enable"] == "false"
+    assert state[STATE] == "migrated (to-classic, generation 1)"
+    # Three parts: [0, B1) the first classic log, [B1, H) diskless, [H, ...) classic again.
+    back = boundary_of(admin, topic)
+    assert 0 < back < 20_000, back
+    again = confluent_consume(healthy.bootstrap, topic, expected=20_000)
+    assert_exactly_once(stream, again, 1)
+    # Classic again: Metadata names the real leader and replicas (no AZ transformer).
+    leader, replicas, isr = describe(admin, topic)[0]
+    assert sorted(replicas) == [1, 2, 3] and leader in replicas and sorted(isr) == [1, 2, 3]
