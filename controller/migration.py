@@ -221,3 +221,32 @@ def describe_entries(topic: TopicImage) -> dict[str, str]:
         # The old log's bytes, still read below the boundaries (their size at the seal).
         CLASSIC_BYTES_KEY if m.direction == TO_DISKLESS else DISKLESS_BYTES_KEY: old_bytes,
     }
+
+
+STATE_VALUES = {PENDING: 0, SEALING: 1, MIGRATED: 2}
+
+
+@dataclass(frozen=True)
+class MigrationMetrics:
+    """Per topic with a migration: its direction and state (0 pending, 1 sealing,
+    2 migrated), each sealed partition's boundary, and the old log's bytes at the seals."""
+
+    state: dict[tuple[str, str], int]  # (topic, direction) -> state value
+    boundary: dict[tuple[str, int], int]
+    old_bytes: dict[str, int]
+
+
+def migration_metrics(image: MetadataImage) -> MigrationMetrics:
+    state: dict[tuple[str, str], int] = {}
+    boundary: dict[tuple[str, int], int] = {}
+    old_bytes: dict[str, int] = {}
+    for topic in image.topics.values():
+        m, value = topic.migration, migration_state(topic)
+        if m is None or value is None:
+            continue
+        direction = "to-diskless" if m.direction == TO_DISKLESS else "to-classic"
+        state[(topic.name, direction)] = STATE_VALUES[value]
+        for index, s in m.sealed:
+            boundary[(topic.name, index)] = s.boundary
+        old_bytes[topic.name] = sum(s.old_bytes for _, s in m.sealed)
+    return MigrationMetrics(state, boundary, old_bytes)

@@ -29,7 +29,7 @@ from broker.http_endpoint import serve
 from controller import acl_admin
 from controller import metrics as image_metrics
 from controller.logic import ControllerConfig, ControllerLogic
-from controller.migration import SealReport
+from controller.migration import SealReport, migration_metrics
 from controller.raft.messages import CommitUnknown, NotLeader
 from controller.raft.node import NodeConfig, NodeStopped, RaftNode
 from controller.records import encode_batch
@@ -529,6 +529,24 @@ class ControllerService:
         self._g_offline = Gauge(
             "sluice_controller_offline_partitions", "Partitions without a leader", registry=r
         )
+        self._g_migration = Gauge(
+            "sluice_controller_topic_migration_state",
+            "A topic's migration between classic and diskless: 0 pending, 1 sealing, 2 migrated",
+            ["topic", "direction"],
+            registry=r,
+        )
+        self._g_boundary = Gauge(
+            "sluice_controller_topic_migration_boundary_offset",
+            "Where a migrated partition's new log starts",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self._g_old_bytes = Gauge(
+            "sluice_controller_topic_migration_old_log_bytes",
+            "Bytes of a migrated topic's old logs (classic, or diskless) at their seals",
+            ["topic"],
+            registry=r,
+        )
 
     def _update_metrics(self) -> None:
         self._g_term.set(self.node.term)
@@ -546,6 +564,15 @@ class ControllerService:
         self._g_rf1.set(m.rf1_topics_total)
         self._g_urp.set(m.under_replicated_partitions)
         self._g_offline.set(m.offline_partitions)
+        mm = migration_metrics(self.state.image)
+        for gauge in (self._g_migration, self._g_boundary, self._g_old_bytes):
+            gauge.clear()
+        for (topic, direction), value in mm.state.items():
+            self._g_migration.labels(topic, direction).set(value)
+        for (topic, partition), offset in mm.boundary.items():
+            self._g_boundary.labels(topic, str(partition)).set(offset)
+        for topic, size in mm.old_bytes.items():
+            self._g_old_bytes.labels(topic).set(size)
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         self._update_metrics()

@@ -128,7 +128,9 @@ class MigrationSealer:
             if m.boundary(index) is None:
                 if m.state == MIGRATION_SEALING and state.leader == me:
                     task = asyncio.create_task(
-                        self._seal_diskless(topic.topic_id, index, m.generation, state.leader_epoch)
+                        self._seal_diskless(
+                            topic.name, topic.topic_id, index, m.generation, state.leader_epoch
+                        )
                     )
                 else:
                     continue
@@ -192,7 +194,7 @@ class MigrationSealer:
         self.broker.watch.wake([(p.topic_id, p.index)])
 
     async def _seal_diskless(
-        self, topic_id: UUID, index: int, generation: int, leader_epoch: int
+        self, name: str, topic_id: UUID, index: int, generation: int, leader_epoch: int
     ) -> None:
         controller = self.broker.controller
         assert controller is not None
@@ -201,7 +203,7 @@ class MigrationSealer:
         try:
             sealed = await self.broker.coordinator.seal_log(PartitionKey(topic_id, index))
             if sealed.error:
-                log.info("%s-%d: not sealed yet: error %d", topic_id, index, sealed.error)
+                log.info("%s-%d: not sealed yet: error %d", name, index, sealed.error)
             else:
                 report = SealReport(
                     self.broker.config.node_id,
@@ -220,11 +222,11 @@ class MigrationSealer:
                     ErrorCode.fenced_leader_epoch,
                 )
                 if result.error_code == ErrorCode.none:
-                    log.info("diskless log %s-%d sealed at %d", topic_id, index, sealed.boundary)
+                    log.info("%s-%d: diskless log sealed at %d", name, index, sealed.boundary)
                     with contextlib.suppress(Exception):
                         await controller.follower.wait_for(applied, 5.0)
         except Exception as exc:
-            log.warning("%s-%d: sealing the diskless log failed: %r", topic_id, index, exc)
+            log.warning("%s-%d: sealing the diskless log failed: %r", name, index, exc)
         if not done:
             self._retry_at[key] = time.monotonic() + RETRY_S
 

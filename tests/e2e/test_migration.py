@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -25,9 +26,16 @@ from confluent_kafka.admin import (
 )
 
 from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._kafka import Got, Stream, assert_exactly_once, confluent_consume, stream_through, wait_until
-from .test_classic_cluster import cluster, create, describe, healthy  # noqa: F401 - fixtures
+from .test_classic_cluster import (  # noqa: F401 - fixtures
+    RACKS,
+    cluster,
+    create,
+    describe,
+    healthy,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -106,10 +114,13 @@ def run_migration(
     topic: str,
     kill_leader: bool,
     steps: tuple[str, ...] = ("true",),
+    kill_controller: bool = False,
+    total: int = 20_000,
 ) -> tuple[Stream, list[int], list[Got]]:
     """A paced idempotent stream with a group reading it; midway the topic is migrated,
     once per value of ``diskless.enable`` in ``steps`` (its leader SIGKILLed right after
-    each migration starts, if asked). Returns the kills' brokers and what the group read."""
+    each migration starts, if asked, or the active controller). Returns the kills (brokers,
+    controllers negated) and what the group read."""
     create(admin, topic, {"min.insync.replicas": "2"})
     reader = GroupReader(lc.bootstrap, topic, f"{topic}-group")
     killed: list[int] = []
@@ -117,28 +128,42 @@ def run_migration(
     def migrate() -> None:
         for value in steps:
             direction = "to-diskless" if value == "true" else "to-classic"
+            # The partition's leader in the image (clients without an AZ see it).
             leader = describe(admin, topic)[0][0]
-            start_migration(admin, topic, value)
             if kill_leader:
+                # Killed before the migration starts, so it is still the leader when the
+                # migration is recorded (the controller fences it after its session): the
+                # migration waits for the next leader, which seals.
                 broker = lc.broker(leader)
                 broker.stop(signal.SIGKILL)
                 killed.append(leader)
-                wait_until(lambda d=direction: migrated(admin, topic, d), "the migration", 40)
+            start_migration(admin, topic, value)
+            if kill_controller:
+                active = lc.active_controller()
+                assert active is not None
+                active.stop(signal.SIGKILL)
+                killed.append(-active.node_id)
+            wait_until(lambda d=direction: migrated(admin, topic, d), "the migration", 40)
+            if kill_controller:
+                active.start()
+            if kill_leader:
                 broker.start()
                 wait_until(
                     lambda: len(admin.list_topics(timeout=10).brokers) == 3, "broker back", 20
                 )
-            else:
-                wait_until(lambda d=direction: migrated(admin, topic, d), "the migration", 30)
 
-    total = 20_000
-    stream = stream_through(lc.bootstrap, topic, total, migrate, after_fraction=0.3)
+    # ~1700 records/s: the migrations (with kills, a few seconds each) land mid-stream.
+    stream = stream_through(lc.bootstrap, topic, total, migrate, after_fraction=0.2)
     try:
         wait_until(lambda: len(reader.got) >= total, "the group reading every record", 60)
         time.sleep(0.5)  # duplicates would arrive after the last new record
     finally:
         got = reader.close()
     return stream, killed, got
+
+
+def seal_logged(text: str, topic: str, what: str) -> bool:
+    return any(what in line and "sealed at" in line for line in text.splitlines() if topic in line)
 
 
 def once_per_offset(got: list[Got]) -> list[Got]:
@@ -198,16 +223,24 @@ def test_classic_topic_becomes_diskless_under_a_live_stream(
     assert md.leader == 2, (md.leader, leader)
 
 
-def test_leader_killed_mid_migration_resumes_and_loses_nothing(
+def test_leader_killed_mid_migration_both_ways_resumes_and_loses_nothing(
     healthy: LocalCluster,  # noqa: F811
     admin: AdminClient,
     topic: str,
 ) -> None:
-    stream, killed, got = run_migration(healthy, admin, topic, kill_leader=True)
-    assert len(killed) == 1
-    assert 0 < boundary_of(admin, topic) < 20_000
+    stream, killed, got = run_migration(
+        healthy, admin, topic, kill_leader=True, steps=("true", "false"), total=40_000
+    )
+    assert len(killed) == 2
+    # Each seal was made by a broker that was not killed: the next leader resumed.
+    for line, dead in (("classic log sealed at", killed[0]), ("diskless log", killed[1])):
+        sealers = [
+            b.node_id for b in healthy.brokers if seal_logged(b.log_path.read_text(), topic, line)
+        ]
+        assert sealers and dead not in sealers, (line, sealers, dead)
+    assert 0 < boundary_of(admin, topic) < 40_000
     # The log: every acknowledged record once, at its acknowledged offset.
-    assert_exactly_once(stream, confluent_consume(healthy.bootstrap, topic, expected=20_000), 1)
+    assert_exactly_once(stream, confluent_consume(healthy.bootstrap, topic, expected=40_000), 1)
     # The group: every record, at its offset (re-reads after its rejoin aside).
     assert_exactly_once(stream, once_per_offset(got), 1)
 
@@ -232,3 +265,51 @@ def test_classic_to_diskless_and_back_under_a_live_stream(
     # Classic again: Metadata names the real leader and replicas (no AZ transformer).
     leader, replicas, isr = describe(admin, topic)[0]
     assert sorted(replicas) == [1, 2, 3] and leader in replicas and sorted(isr) == [1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def quorum_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory,
+        "migration-quorum",
+        brokers=3,
+        racks=RACKS,
+        broker_options={**FAST_LIVENESS, "replica.lag.time.max.ms": "2000"},
+        controllers=3,
+        controller_options={
+            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
+        },
+    ) as c:
+        yield c
+
+
+def test_active_controller_killed_mid_migration_both_ways(
+    quorum_cluster: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": quorum_cluster.bootstrap})
+    stream, killed, got = run_migration(
+        quorum_cluster,
+        admin,
+        topic,
+        False,
+        steps=("true", "false"),
+        kill_controller=True,
+        total=40_000,
+    )
+    assert len(killed) == 2 and all(k < 0 for k in killed)
+    assert 0 < boundary_of(admin, topic) < 40_000  # the way back was mid-stream too
+    assert_exactly_once(stream, once_per_offset(got), 1)
+    assert_exactly_once(
+        stream, confluent_consume(quorum_cluster.bootstrap, topic, expected=40_000), 1
+    )
+    # The active controller's metrics: migrated to classic (2), the boundary.
+    active = quorum_cluster.active_controller()
+    assert active is not None
+    with urllib.request.urlopen(active.url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    state = f'sluice_controller_topic_migration_state{{direction="to-classic",topic="{topic}"}} 2.0'
+    assert state in text
+    assert (
+        f'sluice_controller_topic_migration_boundary_offset{{partition="0",topic="{topic}"}}'
+        in (text)
+    )

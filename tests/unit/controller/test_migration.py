@@ -175,3 +175,20 @@ def test_a_second_migration_needs_the_first_to_finish_and_tiering_off() -> None:
     start(c)
     # Deleting the override means the default (diskless): also asked again, no error.
     assert start(c, value=None).error_code == ErrorCode.none
+
+
+def test_metrics_show_state_boundaries_and_old_bytes() -> None:
+    from controller.migration import migration_metrics
+
+    c = cluster()
+    c.create("t", 2, replication_factor=3, configs=CLASSIC)
+    c.create("other", 1, replication_factor=3, configs=CLASSIC)
+    start(c)
+    m = migration_metrics(c.image)
+    assert m.state == {("t", "to-diskless"): 0} and m.boundary == {}
+    seal(c, 1, 9, old_bytes=300)
+    m = migration_metrics(c.image)
+    assert m.state == {("t", "to-diskless"): 1}
+    assert m.boundary == {("t", 1): 9} and m.old_bytes == {"t": 300}
+    seal(c, 0, 4, old_bytes=5)
+    assert migration_metrics(c.image).state == {("t", "to-diskless"): 2}
