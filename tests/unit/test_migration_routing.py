@@ -1,0 +1,131 @@
+"""Which log serves a migrating partition (broker/migration/routing.py): produce, fetch by
+offset and ListOffsets, in both directions, decided from the metadata image alone."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+from uuid import UUID
+
+from broker.migration import routing
+from controller.logic import ControllerConfig
+from controller.migration import SealReport
+from controller.requests import AlterTopicConfigs, ConfigOp, OpType
+from tests.unit.controller.harness import Cluster, uuids
+
+
+class Manager:
+    """The replica manager's queries routing uses."""
+
+    def __init__(self, image: Any, hosted: dict[tuple[UUID, int], Any]) -> None:
+        self._image = image
+        self._hosted = hosted
+
+    def is_classic(self, topic_id: UUID) -> bool:
+        return not self._image.topics[topic_id].diskless
+
+    def get(self, topic_id: UUID, partition: int) -> Any:
+        return self._hosted.get((topic_id, partition))
+
+
+def replica(start: int) -> Any:
+    """A hosted classic replica whose log starts at ``start``."""
+    return SimpleNamespace(
+        log=SimpleNamespace(log_start_offset=start),
+        list_offset=lambda ts, rc: (0, -1, -1),
+        role="leader",
+        high_watermark=0,
+    )
+
+
+def setup() -> tuple[Cluster, Any, UUID]:
+    c = Cluster(ControllerConfig(new_uuid=uuids(), classic_topics=True))
+    c.start({1: "a", 2: "b", 3: "c"})
+    c.create("t", 2, replication_factor=3, configs={"diskless.enable": "false"})
+    topic = c.image.topic("t")
+    assert topic is not None
+    broker = SimpleNamespace(
+        controller=SimpleNamespace(image=c.image), leader_epoch=lambda _t, _p: 0
+    )
+    return c, broker, topic.topic_id
+
+
+def migrate(c: Cluster, value: str) -> None:
+    op = ConfigOp("diskless.enable", OpType.SET, value)
+    (r,) = c.commit(c.logic.alter_configs(c.image, [AlterTopicConfigs("t", [op])]))
+    assert r.error_code == 0
+
+
+def seal(c: Cluster, index: int, boundary: int, old_start: int = -1) -> None:
+    topic = c.image.topic("t")
+    assert topic is not None and topic.migration is not None
+    p = topic.partitions[index]
+    report = SealReport(
+        p.leader,
+        topic.topic_id,
+        index,
+        topic.migration.generation,
+        p.leader_epoch,
+        boundary,
+        0,
+        old_start,
+    )
+    assert c.commit(c.logic.partition_sealed(c.image, report)).error_code == 0
+
+
+def test_classic_to_diskless_routes_by_the_boundary_once_sealed() -> None:
+    c, broker, tid = setup()
+    classic = Manager(c.image, {(tid, 0): replica(0)})
+    migrate(c, "true")
+    # Sealing, not sealed yet: still classic everywhere.
+    assert routing.appends_classic(broker, classic, tid, 0)
+    assert routing.reads_classic(broker, classic, tid, 0, 10**9, -1)
+    seal(c, 0, 100)
+    # Partition 0 sealed (partition 1 not): appends and reads from 100 are diskless.
+    assert not routing.appends_classic(broker, classic, tid, 0)
+    assert routing.appends_classic(broker, classic, tid, 1)
+    assert routing.reads_classic(broker, classic, tid, 0, 99, -1)
+    assert not routing.reads_classic(broker, classic, tid, 0, 100, -1)
+    assert routing.reads_classic(broker, classic, tid, 0, 100, 2)  # a follower: classic
+    # EARLIEST from the local classic replica, LATEST from the diskless log.
+    assert routing.list_offset_route(broker, classic, tid, 0, -2, False) == (0, 0, -1, 0)
+    assert routing.list_offset_route(broker, classic, tid, 0, -1, False) == routing.DISKLESS
+    assert routing.epochs_route(broker, classic, tid, 0, False, 0, 0) == routing.DISKLESS
+    assert routing.epochs_route(broker, classic, tid, 0, True, 0, 0) == routing.CLASSIC
+    seal(c, 1, 7)
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless and routing.az_routed(topic)
+    assert routing.hosted_classic(c.image, set()) == {tid}  # the sealed logs stay
+
+
+def test_diskless_to_classic_has_three_parts() -> None:
+    c, broker, tid = setup()
+    migrate(c, "true")
+    seal(c, 0, 100)
+    seal(c, 1, 7)
+    classic = Manager(c.image, {(tid, 0): replica(0)})
+    migrate(c, "false")
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless and not routing.az_routed(topic)
+    # Sealing: no broker appends to the diskless log, reads are diskless.
+    assert routing.refuses_diskless_append(broker, tid, 0)
+    assert not routing.appends_classic(broker, classic, tid, 0)
+    assert not routing.reads_classic(broker, classic, tid, 0, 150, -1)
+    seal(c, 0, 300, old_start=100)
+    assert not routing.refuses_diskless_append(broker, tid, 0)
+    assert routing.appends_classic(broker, classic, tid, 0)
+    # [0, 100) the first classic log, [100, 300) diskless, [300, ...) classic again.
+    reads = {o: routing.reads_classic(broker, classic, tid, 0, o, -1) for o in (0, 99, 100, 299)}
+    assert reads == {0: True, 99: True, 100: False, 299: False}
+    assert routing.reads_classic(broker, classic, tid, 0, 300, -1)
+    assert routing.list_offset_route(broker, classic, tid, 0, -2, False) == (0, 0, -1, 0)
+    assert routing.list_offset_route(broker, classic, tid, 0, -1, False) == routing.CLASSIC
+    # Without the old classic log here, the earliest offset is the diskless log's.
+    bare = Manager(c.image, {})
+    assert routing.list_offset_route(broker, bare, tid, 0, -2, False) == routing.DISKLESS
+    # A consumer's OffsetForLeaderEpoch: the classic leader's high watermark.
+    leader = replica(300)
+    leader.high_watermark = 420
+    led = Manager(c.image, {(tid, 0): leader})
+    assert routing.epochs_route(broker, led, tid, 0, False, 3, 5) == (0, 3, 420)
+    assert routing.epochs_route(broker, led, tid, 0, False, 6, 5) == (0, -1, -1)
