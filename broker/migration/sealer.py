@@ -47,7 +47,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from controller.image import MIGRATION_SEALING, TO_CLASSIC, TopicImage
+from controller.image import MIGRATION_SEALING, TO_CLASSIC, TO_DISKLESS, TopicImage
 from controller.migration import SealReport
 from storage.coordinator import PartitionKey, SeededProducerBatch
 
@@ -148,6 +148,9 @@ class MigrationSealer:
         the boundary (the offsets below are in the diskless log, or in an older classic
         log this replica kept), and refuses appends until its producer states are loaded."""
         m = topic.migration
+        if m is not None and m.direction == TO_DISKLESS and topic.diskless:
+            self._retire(p, m.boundary(p.index))
+            return
         if m is None or m.direction != TO_CLASSIC:
             return
         boundary = m.boundary(p.index)
@@ -167,6 +170,15 @@ class MigrationSealer:
             log.info("%s-%d: classic log continues at %d", p.topic, p.index, boundary)
         if (p.topic_id, p.index, m.generation) not in self._continued:
             p.sealed = True
+
+    @staticmethod
+    def _retire(p: ClassicPartition, boundary: int | None) -> None:
+        """A sealed classic log of a topic now diskless: its last segment is closed too (an
+        empty one at the boundary ends the log), so retention deletes every segment with
+        records once they expire, and then the earliest offset is the diskless log's."""
+        plog = p.log
+        if boundary is not None and plog.log_end_offset == boundary and plog.active.size:
+            plog.roll()
 
     async def _continue(self, p: ClassicPartition, generation: int) -> None:
         """Load the diskless log's producer states into a replica continuing at the

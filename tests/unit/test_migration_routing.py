@@ -129,3 +129,49 @@ def test_diskless_to_classic_has_three_parts() -> None:
     led = Manager(c.image, {(tid, 0): leader})
     assert routing.epochs_route(broker, led, tid, 0, False, 3, 5) == (0, 3, 420)
     assert routing.epochs_route(broker, led, tid, 0, False, 6, 5) == (0, -1, -1)
+
+
+# --- a replica's log at the boundary (broker/migration/sealer.py on_replica) -------------
+
+
+def partition(tmp_path: Any, records: int) -> Any:
+    from storage.classic.log import Log, LogConfig
+    from tests.unit.classic.test_log import append, batch
+
+    plog = Log(str(tmp_path), LogConfig(retention_ms=0))
+    for _ in range(records):
+        append(plog, batch(1, ts=1_000))
+    return SimpleNamespace(
+        log=plog, index=0, topic="t", topic_id=None, sealed=False, high_watermark=records
+    )
+
+
+def test_a_log_sealed_for_diskless_retires_whole_and_one_for_classic_continues(
+    tmp_path: Any,
+) -> None:
+    from broker.migration.sealer import MigrationSealer
+
+    c, _broker, _tid = setup()
+    sealer = MigrationSealer(SimpleNamespace())  # type: ignore[arg-type]
+    migrate(c, "true")
+    seal(c, 0, 3)
+    seal(c, 1, 0)
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless
+    p = partition(tmp_path / "a", 3)
+    sealer.on_replica(p, topic)
+    # The last segment is closed: retention can delete every record, the log stays at 3.
+    assert p.log.log_end_offset == 3 and p.log.active.size == 0
+    assert p.log.enforce_retention() == 1 and p.log.log_start_offset == 3
+    # Back to classic at 10 (the diskless log held [3, 10)): the log continues at 10,
+    # keeping what it has, and refuses appends until its producer states are loaded.
+    migrate(c, "false")
+    seal(c, 0, 10, old_start=3)
+    q = partition(tmp_path / "b", 3)
+    sealer.on_replica(q, topic)
+    assert (q.log.log_start_offset, q.log.log_end_offset) == (0, 10)
+    assert q.sealed and q.high_watermark == 10
+    assert q.log.read(0, 1 << 20)  # the older records are still there
+    empty = partition(tmp_path / "c", 0)
+    sealer.on_replica(empty, topic)
+    assert (empty.log.log_start_offset, empty.log.log_end_offset) == (10, 10)
