@@ -17,9 +17,12 @@ partition already sealed answers OK again (leaders retry until they hear back), 
 migration is idempotent per partition. The state is in the log: a new active controller,
 or a new leader after a SIGKILL, carries on from the partitions not sealed yet.
 
-The reverse (``diskless.enable=false`` on a diskless topic) is recorded with direction
-TO_CLASSIC by the same records, but is refused for now: sealing a diskless log needs the
-batch coordinator to stop every broker's appends atomically (see README limits).
+The reverse (``diskless.enable=false`` on a diskless topic) uses the same records with
+direction TO_CLASSIC: the leader seals the diskless log in the batch coordinator at its
+high watermark and reports the boundary and the diskless log's start; the last seal flips
+the kind (the replicas stay: one per rack, each starting its classic log at the boundary).
+A topic migrated back to classic cannot go to diskless again yet (its diskless log is
+sealed below the later boundary).
 """
 
 from __future__ import annotations
