@@ -116,12 +116,15 @@ def run_migration(
     steps: tuple[str, ...] = ("true",),
     kill_controller: bool = False,
     total: int = 20_000,
+    partitions: int = 1,
 ) -> tuple[Stream, list[int], list[Got]]:
     """A paced idempotent stream with a group reading it; midway the topic is migrated,
     once per value of ``diskless.enable`` in ``steps`` (its leader SIGKILLed right after
     each migration starts, if asked, or the active controller). Returns the kills (brokers,
     controllers negated) and what the group read."""
-    create(admin, topic, {"min.insync.replicas": "2"})
+    # Leaders spread over the brokers (partition 0's is the one killed).
+    assignment = [[1, 2, 3], [2, 3, 1], [3, 1, 2]][:partitions] if partitions > 1 else None
+    create(admin, topic, {"min.insync.replicas": "2"}, assignment)
     reader = GroupReader(lc.bootstrap, topic, f"{topic}-group")
     killed: list[int] = []
 
@@ -182,11 +185,14 @@ def once_per_offset(got: list[Got]) -> list[Got]:
     return out
 
 
+def boundaries(admin: AdminClient, topic: str) -> dict[int, int]:
+    entries = migration(admin, topic)[BOUNDARIES].split(",")
+    return {int(p): int(b) for p, b in (e.split(":") for e in entries)}
+
+
 def boundary_of(admin: AdminClient, topic: str) -> int:
-    (entry,) = migration(admin, topic)[BOUNDARIES].split(",")
-    partition, boundary = entry.split(":")
-    assert partition == "0"
-    return int(boundary)
+    (boundary,) = boundaries(admin, topic).values()
+    return boundary
 
 
 def test_classic_topic_becomes_diskless_under_a_live_stream(
@@ -250,21 +256,23 @@ def test_classic_to_diskless_and_back_under_a_live_stream(
     admin: AdminClient,
     topic: str,
 ) -> None:
+    # Three partitions led by three brokers: each is sealed on its own, the topic's kind
+    # flips with the last one.
     stream, _killed, got = run_migration(
-        healthy, admin, topic, kill_leader=False, steps=("true", "false")
+        healthy, admin, topic, kill_leader=False, steps=("true", "false"), partitions=3
     )
-    assert_exactly_once(stream, got, 1)
+    assert_exactly_once(stream, got, 3)
     state = migration(admin, topic)
     assert state["diskless.enable"] == "false"
     assert state[STATE] == "migrated (to-classic, generation 1)"
     # Three parts: [0, B1) the first classic log, [B1, H) diskless, [H, ...) classic again.
-    back = boundary_of(admin, topic)
-    assert 0 < back < 20_000, back
-    again = confluent_consume(healthy.bootstrap, topic, expected=20_000)
-    assert_exactly_once(stream, again, 1)
-    # Classic again: Metadata names the real leader and replicas (no AZ transformer).
-    leader, replicas, isr = describe(admin, topic)[0]
-    assert sorted(replicas) == [1, 2, 3] and leader in replicas and sorted(isr) == [1, 2, 3]
+    back = boundaries(admin, topic)
+    assert sorted(back) == [0, 1, 2] and 0 < sum(back.values()) < 20_000, back
+    again = confluent_consume(healthy.bootstrap, topic, (0, 1, 2), expected=20_000)
+    assert_exactly_once(stream, again, 3)
+    # Classic again: Metadata names the real leaders and replicas (no AZ transformer).
+    for leader, replicas, isr in describe(admin, topic).values():
+        assert sorted(replicas) == [1, 2, 3] and leader in replicas and sorted(isr) == [1, 2, 3]
 
 
 @pytest.fixture(scope="module")
