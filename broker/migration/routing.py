@@ -103,11 +103,13 @@ def reads_classic(
 ) -> bool:
     """A fetch at ``offset`` reads the classic log (else: the diskless one)."""
     m = _migration(broker, topic_id)
+    if m is not None and replica_id >= 0:
+        # A follower of the classic log, sealed or not: never a diskless batch (one that
+        # copied them would hold offsets its classic log does not own).
+        return True
     s = None if m is None else m.sealed_partition(partition)
     if m is None or s is None:
         return classic.is_classic(topic_id)
-    if replica_id >= 0:
-        return True  # a follower of the classic log
     if m.direction == TO_DISKLESS:
         return offset < s.boundary
     return offset >= s.boundary or offset < s.old_start

@@ -194,9 +194,13 @@ class MigrationSealer:
             log.warning("%s-%d: sealed diskless log: error %d", p.topic, p.index, sealed.error)
             self._retry_at[key] = time.monotonic() + RETRY_S
             return
+        # Producers the classic log already knows (it took their batches since the
+        # boundary, before a restart) keep that newer state.
+        known = {
+            b.producer_id for b in sealed.producers if p.producers.epoch_of(b.producer_id) >= 0
+        }
         for b in sealed.producers:
-            # Producers the classic log already knows (appends since) keep their state.
-            if p.producers.epoch_of(b.producer_id) in (-1, b.producer_epoch):
+            if b.producer_id not in known:
                 count = (b.last_sequence - b.base_sequence) % (1 << 31) + 1
                 p.producers.update(
                     b.producer_id, b.producer_epoch, b.base_sequence, count, b.base_offset

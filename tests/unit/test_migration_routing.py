@@ -111,6 +111,7 @@ def test_diskless_to_classic_has_three_parts() -> None:
     assert routing.refuses_diskless_append(broker, tid, 0)
     assert not routing.appends_classic(broker, classic, tid, 0)
     assert not routing.reads_classic(broker, classic, tid, 0, 150, -1)
+    assert routing.reads_classic(broker, classic, tid, 0, 150, 2)  # followers: never diskless
     seal(c, 0, 300, old_start=100)
     assert not routing.refuses_diskless_append(broker, tid, 0)
     assert routing.appends_classic(broker, classic, tid, 0)
@@ -175,3 +176,28 @@ def test_a_log_sealed_for_diskless_retires_whole_and_one_for_classic_continues(
     empty = partition(tmp_path / "c", 0)
     sealer.on_replica(empty, topic)
     assert (empty.log.log_start_offset, empty.log.log_end_offset) == (10, 10)
+
+
+async def test_a_replica_continuing_at_the_boundary_takes_the_diskless_producer_states() -> None:
+    from broker.classic.producer_state import ProducerState
+    from broker.migration.sealer import MigrationSealer
+    from storage.coordinator import SealedLog, SeededProducerBatch
+
+    batches = [SeededProducerBatch(7, 2, 0, 4, 10, 14), SeededProducerBatch(7, 2, 5, 9, 15, 19)]
+    coordinator = SimpleNamespace()
+
+    async def seal_log(_key: Any) -> SealedLog:
+        return SealedLog(0, 0, 20, 0, batches)
+
+    coordinator.seal_log = seal_log
+    broker = SimpleNamespace(coordinator=coordinator, watch=SimpleNamespace(wake=lambda _k: None))
+    sealer = MigrationSealer(broker)  # type: ignore[arg-type]
+    p = SimpleNamespace(topic_id=UUID(int=1), index=0, topic="t", sealed=True)
+    p.producers = ProducerState()
+    await sealer._continue(p, 1)  # type: ignore[arg-type]
+    assert not p.sealed
+    # A retry of the last diskless batch is its duplicate; the next sequence is accepted,
+    # a gap is not.
+    assert p.producers.check(7, 2, 5, 9) == (None, 15)
+    assert p.producers.check(7, 2, 10, 12) == (None, -1)
+    assert p.producers.check(7, 2, 11, 12)[0] is not None
