@@ -23,6 +23,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
 )
 
 from sluice.cluster import LocalCluster
@@ -117,6 +118,7 @@ def run_migration(
     kill_controller: bool = False,
     total: int = 20_000,
     partitions: int = 1,
+    born_diskless: bool = False,
 ) -> tuple[Stream, list[int], list[Got]]:
     """A paced idempotent stream with a group reading it; midway the topic is migrated,
     once per value of ``diskless.enable`` in ``steps`` (its leader SIGKILLed right after
@@ -124,7 +126,12 @@ def run_migration(
     controllers negated) and what the group read."""
     # Leaders spread over the brokers (partition 0's is the one killed).
     assignment = [[1, 2, 3], [2, 3, 1], [3, 1, 2]][:partitions] if partitions > 1 else None
-    create(admin, topic, {"min.insync.replicas": "2"}, assignment)
+    if born_diskless:
+        # The managed replication factor: one replica per rack.
+        new = NewTopic(topic, partitions, config={"min.insync.replicas": "2"})
+        admin.create_topics([new])[topic].result(20)
+    else:
+        create(admin, topic, {"min.insync.replicas": "2"}, assignment)
     reader = GroupReader(lc.bootstrap, topic, f"{topic}-group")
     killed: list[int] = []
 
@@ -273,6 +280,27 @@ def test_classic_to_diskless_and_back_under_a_live_stream(
     # Classic again: Metadata names the real leaders and replicas (no AZ transformer).
     for leader, replicas, isr in describe(admin, topic).values():
         assert sorted(replicas) == [1, 2, 3] and leader in replicas and sorted(isr) == [1, 2, 3]
+
+
+def test_a_diskless_topic_becomes_classic_under_a_live_stream(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    stream, _killed, got = run_migration(
+        healthy, admin, topic, kill_leader=False, steps=("false",), born_diskless=True
+    )
+    assert_exactly_once(stream, got, 1)
+    # Two parts: [0, H) in the object store, [H, ...) in the classic logs.
+    assert 0 < boundary_of(admin, topic) < 20_000
+    again = confluent_consume(healthy.bootstrap, topic, expected=20_000)
+    assert_exactly_once(stream, again, 1)
+    probe = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "probe"})
+    try:
+        low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), 10, cached=False)
+    finally:
+        probe.close()
+    assert (low, high) == (0, 20_000)
 
 
 @pytest.fixture(scope="module")
