@@ -194,13 +194,17 @@ class MigrationSealer:
             log.warning("%s-%d: sealed diskless log: error %d", p.topic, p.index, sealed.error)
             self._retry_at[key] = time.monotonic() + RETRY_S
             return
-        # Producers the classic log already knows (it took their batches since the
-        # boundary, before a restart) keep that newer state.
-        known = {
-            b.producer_id for b in sealed.producers if p.producers.epoch_of(b.producer_id) >= 0
-        }
+        # The classic log's own state of a producer is newer only if it took batches of it
+        # from the boundary on (before a restart); older state (an earlier classic log below
+        # the diskless part) is replaced by the diskless one.
+        newest: dict[int, int] = {}
+        for pid, _epoch, _first, _last, _base, last_offset in p.producers.snapshot():
+            newest[pid] = max(newest.get(pid, -1), last_offset)
+        keep = {pid for pid, last in newest.items() if last >= sealed.boundary}
+        for pid in {b.producer_id for b in sealed.producers} - keep:
+            p.producers.forget(pid)
         for b in sealed.producers:
-            if b.producer_id not in known:
+            if b.producer_id not in keep:
                 count = (b.last_sequence - b.base_sequence) % (1 << 31) + 1
                 p.producers.update(
                     b.producer_id, b.producer_epoch, b.base_sequence, count, b.base_offset

@@ -194,8 +194,14 @@ async def test_a_replica_continuing_at_the_boundary_takes_the_diskless_producer_
     sealer = MigrationSealer(broker)  # type: ignore[arg-type]
     p = SimpleNamespace(topic_id=UUID(int=1), index=0, topic="t", sealed=True)
     p.producers = ProducerState()
+    # The replica's classic log below the diskless part knew producer 7 (older batches):
+    # replaced. Producer 8 wrote to the classic log from the boundary on: kept.
+    p.producers.update(7, 2, 0, 3, 0)
+    p.producers.update(8, 0, 0, 2, 20)
+    batches.append(SeededProducerBatch(8, 0, 0, 0, 3, 3))
     await sealer._continue(p, 1)  # type: ignore[arg-type]
     assert not p.sealed
+    assert p.producers.check(8, 0, 2, 2) == (None, -1)
     # A retry of the last diskless batch is its duplicate; the next sequence is accepted,
     # a gap is not.
     assert p.producers.check(7, 2, 5, 9) == (None, 15)
