@@ -314,9 +314,10 @@ class BatchCoordinator(TransactionStore, ABC):
         """Make an empty log start at ``start`` (log start = high watermark = ``start``)
         with ``producers``' retained batches, so idempotent producers keep their sequences:
         a classic partition migrating to diskless continues here at its boundary. Only a
-        log without batches whose high watermark equals its log start is changed (again
-        with a later start is fine: a new leader sealed later); a log that took batches is
-        left alone. Returns the log's (log start, high watermark) afterwards."""
+        log whose high watermark is at most ``start`` is changed: its batches (a classic
+        partition's log holds only the markers of its transactions) are dropped; again
+        with a later start is fine (a new leader sealed later); a log that took batches
+        past ``start`` is left alone. Returns the log's (log start, high watermark) afterwards."""
         raise NotImplementedError
 
     async def seal_log(self, key: PartitionKey) -> SealedLog:

@@ -9,6 +9,7 @@ Semantics are the SQLite backend's, held to by the shared contract suite.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from uuid import UUID
 
@@ -63,6 +64,12 @@ _CREATE_LOGS = (
     " ON CONFLICT DO NOTHING"
 )
 _DELETE_LOGS = "SELECT sluice_delete_logs($1, $2)"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
 # One statement: the log row is locked (a concurrent commit waits), moved only while empty;
 # the producer rows of an earlier seed that this one does not repeat go, the new ones are
 # added (a row of the same batch is the same row: kept).
@@ -250,6 +257,12 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
         self, key: PartitionKey, start: int, producers: Sequence[SeededProducerBatch]
     ) -> tuple[int, int]:
         await self._pool.fetch(_CREATE_LOGS, [key.topic_id], [key.partition], write=True)
+        (info,) = await self.log_info([key])
+        if info.error == NONE and info.log_start_offset < info.high_watermark <= start:
+            # Transaction markers of the classic partition (a transaction's outcome is
+            # recorded for each of its partitions here too): none of its records, dropped.
+            # Up to that high watermark only: never past what it was.
+            await self.delete_records([(key, info.high_watermark)], _now_ms())
         row = await self._pool.fetchrow(
             _SEED_LOG,
             key.topic_id,

@@ -362,8 +362,8 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (transactional_id, topic_id, partition)
         ) WITHOUT ROWID"""
     ],
-    # 7: diskless logs sealed by a migration to classic (as postgres 0009): no batch at or
-    # after the boundary, whichever broker commits it.
+    # 7: diskless logs sealed by a migration to classic (as postgres 0009): commit_file
+    # stores no produced batch in them any more, whichever broker commits it.
     [
         """CREATE TABLE sealed_logs (
             topic_id BLOB NOT NULL,
@@ -371,10 +371,6 @@ MIGRATIONS: list[list[str]] = [
             boundary INTEGER NOT NULL,
             PRIMARY KEY (topic_id, partition)
         ) WITHOUT ROWID""",
-        """CREATE TRIGGER batches_sealed BEFORE INSERT ON batches
-        WHEN EXISTS (SELECT 1 FROM sealed_logs s WHERE s.topic_id = NEW.topic_id
-            AND s.partition = NEW.partition AND NEW.base_offset >= s.boundary)
-        BEGIN SELECT RAISE(ABORT, 'log sealed for a migration to classic'); END""",
     ],
 ]
 
@@ -613,6 +609,12 @@ def _seed_log(
 ) -> tuple[int, int]:
     cur.execute("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", (tid, partition))
     row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+    if row[0] < row[1] <= start:
+        # Transaction markers of the classic partition (a transaction's outcome is
+        # recorded for each of its partitions here too): none of its records, dropped.
+        key = PartitionKey(UUID(bytes=tid), partition)
+        _delete_records(cur, [(key, row[1])], int(time.time() * 1000))
+        row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
     has_batches = cur.execute(
         "SELECT 1 FROM batches WHERE topic_id = ? AND partition = ? LIMIT 1", (tid, partition)
     ).fetchone()
@@ -705,6 +707,7 @@ def _commit_file(
     batches: Sequence[BatchToCommit],
     now_ms: int,
 ) -> list[CommitResult]:
+    _refuse_sealed(cur, batches)
     cur.execute(_INSERT_FILE, (object_key, object_size, uploader_broker_id, now_ms))
     file_id = cur.lastrowid
 
@@ -806,6 +809,23 @@ def _commit_file(
             (now_ms, file_id),
         )
     return results
+
+
+class SealedLogError(Exception):
+    """A produced batch for a diskless log sealed by a migration to classic."""
+
+
+def _refuse_sealed(cur: sqlite3.Cursor, batches: Sequence[BatchToCommit]) -> None:
+    """A broker that had not yet seen a migration to classic must not store a batch past
+    the seal: the whole commit fails (as PostgreSQL's trigger makes it), its producers
+    retry. One cheap query while no log is sealed."""
+    if not cur.execute("SELECT EXISTS (SELECT 1 FROM sealed_logs)").fetchone()[0]:
+        return
+    for key in {(b.topic_id.bytes, b.partition) for b in batches}:
+        if cur.execute(
+            "SELECT 1 FROM sealed_logs WHERE topic_id = ? AND partition = ?", key
+        ).fetchone():
+            raise SealedLogError(f"log {UUID(bytes=key[0])}-{key[1]} is sealed")
 
 
 def _with_start(result: CommitResult, log_start_offset: int) -> CommitResult:

@@ -31,7 +31,7 @@ from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import leader_epoch_error
 from ..metrics import METRICS
-from ..migration.routing import reads_classic
+from ..migration.routing import cap_sealed_diskless, reads_classic
 from ..security import access
 from ..security.acl import AclOperation
 from ..transformer import preferred_read_replica, route_without_replicas
@@ -234,6 +234,7 @@ async def _collect(
     local = [s for s in slots if s.classic is not None and s.preferred < 0]
     while True:
         results = await broker.fetcher.find(finds, max_bytes, read_committed) if finds else []
+        cap_sealed_diskless(broker, finds, results)
         available = sum(b.byte_size for r in results for b in r.batches)
         available += read_classic(broker, local, max_bytes - available, read_committed)
         remaining = deadline - loop.time()

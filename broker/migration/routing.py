@@ -22,6 +22,7 @@ paths.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -35,7 +36,13 @@ from controller.image import (
     MigrationState,
     TopicImage,
 )
-from storage.coordinator import EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.coordinator import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FindRequest,
+    FindResult,
+)
 
 if TYPE_CHECKING:
     from ..classic.replica_manager import ReplicaManager
@@ -195,3 +202,27 @@ def has_diskless_part(controller: object, topic_id: UUID) -> bool:
     topic = None if image is None else image.topics.get(topic_id)
     m = None if topic is None else topic.migration
     return m is not None and m.direction == TO_CLASSIC
+
+
+def cap_sealed_diskless(
+    broker: Broker, finds: Sequence[FindRequest], results: Sequence[FindResult]
+) -> None:
+    """A diskless log sealed for classic ends at its boundary for readers: transactions
+    of the classic partition still record their outcome in it (the batch coordinator
+    writes every partition's marker), and a consumer must not step over the classic
+    records at those offsets."""
+    controller = broker.controller
+    if controller is None:
+        return
+    topics = controller.image.topics
+    for find, result in zip(finds, results, strict=True):
+        topic = topics.get(find.topic_id)
+        m = None if topic is None else topic.migration
+        if m is None or m.direction != TO_CLASSIC:
+            continue
+        boundary = m.boundary(find.partition)
+        if boundary is None or result.high_watermark <= boundary:
+            continue
+        result.batches = [b for b in result.batches if b.base_offset < boundary]
+        result.high_watermark = boundary
+        result.last_stable_offset = min(result.last_stable_offset, boundary)

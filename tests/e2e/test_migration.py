@@ -303,6 +303,48 @@ def test_a_diskless_topic_becomes_classic_under_a_live_stream(
     assert (low, high) == (0, 20_000)
 
 
+def test_transactions_across_migrations_and_an_open_one_delays_the_seal(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    from confluent_kafka import Producer
+
+    create(admin, topic, {})
+    producer = Producer(
+        {"bootstrap.servers": healthy.bootstrap, "transactional.id": f"{topic}-txn"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=b"%d" % i)
+    producer.flush(20)
+    start_migration(admin, topic)
+    # Open in the classic log: no boundary may cut it, the partition stays unsealed.
+    time.sleep(1.5)  # a span in which a seal would have happened (it takes ~0.2 s)
+    assert migration(admin, topic)[STATE].startswith("pending"), migration(admin, topic)
+    producer.commit_transaction(30)
+    wait_until(lambda: migrated(admin, topic), "the seal after the commit", 20)
+    # The commit marker is below the boundary: the records and the marker are classic.
+    assert boundary_of(admin, topic) == 11
+    # Transactions go on: on the diskless log, and after a migration back to classic on
+    # the classic log again (their outcome is also recorded in the sealed diskless log).
+    for value in ("diskless", "classic"):
+        if value == "classic":
+            start_migration(admin, topic, "false")
+            wait_until(lambda: migrated(admin, topic, "to-classic"), "back to classic", 20)
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, value=f"{value}-{i}".encode())
+        producer.commit_transaction(30)
+    got = confluent_consume(
+        healthy.bootstrap, topic, expected=20, **{"isolation.level": "read_committed"}
+    )
+    assert [g.value for g in got] == [b"%d" % i for i in range(10)] + [
+        f"{v}-{i}".encode() for v in ("diskless", "classic") for i in range(5)
+    ]
+
+
 @pytest.fixture(scope="module")
 def quorum_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with running_cluster(

@@ -1015,8 +1015,22 @@ async def test_seeded_log_starts_at_the_boundary_with_producer_state(
     assert await info(coordinator) == LogInfo(NONE, 41, 43, 100)
     # Below the boundary there is nothing here (the classic log serves it).
     assert (await find(coordinator, 41)).batches[0].base_offset == 41
-    # A log that took batches is never moved again.
-    assert await coordinator.seed_log(PartitionKey(T1, 0), 50, []) == (41, 43)
+    # A log that took batches past the start asked for is left alone.
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 42, []) == (41, 43)
+    assert await info(coordinator) == LogInfo(NONE, 41, 43, 100)
+
+
+async def test_seeding_drops_the_markers_a_classic_partition_log_holds(
+    coordinator: BatchCoordinator,
+) -> None:
+    # A transaction's outcome is recorded for each of its partitions, classic ones too:
+    # their logs here hold those markers only (as batches below the classic boundary).
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(), batch())
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 10, []) == (10, 10)
+    assert await info(coordinator) == LogInfo(NONE, 10, 10, 0)
+    assert (await find(coordinator, 10)).batches == []
+    assert "objects/" in "".join(await deleting_keys(coordinator))
 
 
 async def test_sealed_log_takes_no_batch_at_or_after_its_boundary(
@@ -1038,3 +1052,34 @@ async def test_sealed_log_takes_no_batch_at_or_after_its_boundary(
     again = await coordinator.seal_log(PartitionKey(T1, 0))
     assert (again.error, again.boundary) == (NONE, 3)
     assert (await coordinator.seal_log(PartitionKey(T2, 0))).error == UNKNOWN
+
+
+async def test_a_sealed_log_still_takes_the_markers_of_its_transactions(
+    coordinator: BatchCoordinator,
+) -> None:
+    # Migrated to classic: a transaction's outcome is recorded for each of its partitions
+    # (the classic leader writes the marker that counts); the sealed log must not refuse.
+    from storage.transactions import Marker
+
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch())
+    assert (await coordinator.seal_log(PartitionKey(T1, 0))).boundary == 1
+    init = await coordinator.txn_init("tx", 60_000, -1, -1, NOW)
+    assert init.error == NONE
+    added = await coordinator.txn_add(
+        "tx", init.producer_id, init.producer_epoch, [PartitionKey(T1, 0)], [], NOW
+    )
+    assert added == NONE
+    done = await coordinator.txn_complete(
+        "tx",
+        init.producer_id,
+        init.producer_epoch,
+        True,
+        False,
+        key(),
+        100,
+        7,
+        [Marker(T1, 0, 0, 100, NOW)],
+        NOW,
+    )
+    assert done.error == NONE
