@@ -685,6 +685,7 @@ def _delete_logs(cur: sqlite3.Cursor, topic_ids: list[bytes], now_ms: int) -> No
     cur.executemany("DELETE FROM producer_state WHERE topic_id = ?", params)
     cur.executemany("DELETE FROM open_txns WHERE topic_id = ?", params)
     cur.executemany("DELETE FROM aborted_txns WHERE topic_id = ?", params)
+    cur.executemany("DELETE FROM sealed_logs WHERE topic_id = ?", params)
     _mark_files_if_empty(cur, file_ids, now_ms)
 
 

@@ -1083,3 +1083,12 @@ async def test_a_sealed_log_still_takes_the_markers_of_its_transactions(
         NOW,
     )
     assert done.error == NONE
+
+
+async def test_deleting_a_topic_forgets_its_seals(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await coordinator.seal_log(PartitionKey(T1, 0))
+    await coordinator.delete_logs([T1], NOW)
+    # The same id again (only tests reuse ids): a fresh, unsealed log.
+    await setup_logs(coordinator, (T1, 0))
+    assert [r.error for r in await commit(coordinator, batch())] == [NONE]
