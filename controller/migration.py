@@ -27,7 +27,7 @@ sealed below the later boundary).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from uuid import UUID
 
@@ -210,14 +210,24 @@ def migration_state(topic: TopicImage) -> str | None:
     return SEALING if m.sealed else PENDING
 
 
-def describe_entries(topic: TopicImage) -> dict[str, str]:
-    """The migration's read-only entries for DescribeConfigs."""
+def describe_entries(
+    topic: TopicImage, size_now: Callable[[int], int | None] = lambda _p: None
+) -> dict[str, str]:
+    """The migration's read-only entries for DescribeConfigs. ``size_now``: a sealed
+    partition's old log size now, where the caller knows it (a broker, of the sealed
+    classic logs it holds: what retention left), else the size at the seal counts."""
     m = topic.migration
     state = migration_state(topic)
     if m is None or state is None:
         return {}
     direction = "to-diskless" if m.direction == TO_DISKLESS else "to-classic"
-    old_bytes = str(sum(s.old_bytes for _, s in m.sealed))
+    # (To classic, the old log is diskless: its size at the seal.)
+    sizes = [size_now(i) if m.direction == TO_DISKLESS else None for i, _ in m.sealed]
+    old_bytes = str(
+        sum(
+            s.old_bytes if now is None else now for (_, s), now in zip(m.sealed, sizes, strict=True)
+        )
+    )
     return {
         STATE_KEY: f"{state} ({direction}, generation {m.generation})",
         BOUNDARIES_KEY: ",".join(f"{i}:{s.boundary}" for i, s in m.sealed),

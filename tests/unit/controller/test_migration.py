@@ -192,3 +192,17 @@ def test_metrics_show_state_boundaries_and_old_bytes() -> None:
     assert m.boundary == {("t", 1): 9} and m.old_bytes == {"t": 300}
     seal(c, 0, 4, old_bytes=5)
     assert migration_metrics(c.image).state == {("t", "to-diskless"): 2}
+
+
+def test_classic_bytes_are_what_a_broker_still_holds_where_it_knows() -> None:
+    c = cluster()
+    c.create("t", 2, replication_factor=3, configs=CLASSIC)
+    start(c)
+    seal(c, 0, 4, old_bytes=500)
+    seal(c, 1, 4, old_bytes=70)
+    topic = c.image.topic("t")
+    assert topic is not None
+    # Retention left 120 bytes of partition 0 here; partition 1 is not held here.
+    sizes = {0: 120}
+    entries = describe_entries(topic, sizes.get)
+    assert entries["diskless.migration.classic.bytes"] == "190"
