@@ -63,7 +63,11 @@ _CREATE_LOGS = (
     " ORDER BY 1, 2"
     " ON CONFLICT DO NOTHING"
 )
-_DELETE_LOGS = "SELECT sluice_delete_logs($1, $2)"
+# With the seals of migrations to classic (0009), in the same statement.
+_DELETE_LOGS = (
+    "WITH seals AS (DELETE FROM sealed_logs WHERE topic_id = ANY($1::uuid[]))"
+    " SELECT sluice_delete_logs($1, $2)"
+)
 
 
 def _now_ms() -> int:
@@ -301,11 +305,6 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
 
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
         await self._pool.fetch(_DELETE_LOGS, list(topic_ids), now_ms, write=True)
-        # Seals of migrations to classic (0009): after the logs, so a failure between
-        # leaves only a row for an id that is never used again.
-        await self._pool.fetch(
-            "DELETE FROM sealed_logs WHERE topic_id = ANY($1::uuid[])", list(topic_ids), write=True
-        )
 
     async def log_info(self, logs: Sequence[PartitionKey]) -> list[LogInfo]:
         rows = await self._pool.fetch(_LOG_INFO, *_keys(logs), write=False)

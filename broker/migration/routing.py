@@ -211,7 +211,7 @@ def cap_sealed_diskless(
     of the classic partition still record their outcome in it (the batch coordinator
     writes every partition's marker), and a consumer must not step over the classic
     records at those offsets."""
-    controller = broker.controller
+    controller = broker.controller if finds else None
     if controller is None:
         return
     topics = controller.image.topics
