@@ -34,6 +34,7 @@ from controller.acl_admin import (
     QuotaAlteration,
     QuotaResult,
 )
+from controller.migration import SealReport
 from controller.requests import (
     AlterPartitionResult,
     AlterTopicConfigs,
@@ -382,6 +383,11 @@ class ControllerClient:
         """KIP-950: this leader finished disabling tiered storage on the partition."""
         body = {"topic_id": str(topic_id), "partition": partition, "generation": generation}
         data, applied = await self._write("/v1/tiering/disabled", body)
+        return from_json(ErrorResult, data), applied
+
+    async def partition_sealed(self, report: SealReport) -> tuple[ErrorResult, int]:
+        """A leader sealed its partition for a migration (controller.migration)."""
+        data, applied = await self._write("/v1/migrations/sealed", to_json(report))
         return from_json(ErrorResult, data), applied
 
     # --- the metadata log ----------------------------------------------------------------

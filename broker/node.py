@@ -40,6 +40,8 @@ from .membership import (
 )
 from .metadata_follower import BrokerStorageListener
 from .metrics import METRICS
+from .migration.routing import has_diskless_part
+from .migration.sealer import MigrationSealer
 from .producer_ids import ProducerIdAllocator
 from .security.authorizer import Authorizer, parse_super_users
 from .security.listeners import ListenerPlan, listener_plan
@@ -131,6 +133,9 @@ class Broker:
         # Classic topics (local logs, leader-follower replication) need the controllers'
         # leaders and epochs: controller mode only.
         self.classic = ReplicaManager(self) if self.controller is not None else None
+        # Seals partitions of migrating topics this broker leads (broker/migration); the
+        # replica manager asks it about every replica it opens.
+        self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
         if self.classic is not None:
             marker_writer.classic = ClassicMarkerSender(self)
         self.cluster_id = ""
@@ -249,6 +254,9 @@ class Broker:
         await self.topics.load()
         if self.classic is not None:
             await self.classic.start()
+            # Leaders seal their classic partitions of topics migrating to diskless.
+            assert self.migration_sealer is not None
+            self.migration_sealer.start()
         table = build_api_table(self)
         for number, listener in enumerate(self.listener_plan.bound):
             server = KafkaServer(
@@ -315,6 +323,8 @@ class Broker:
         for server in self._servers.values():
             await server.close()
         await cancel_and_wait(self._tasks)
+        if self.migration_sealer is not None:
+            await self.migration_sealer.stop()
         if self.classic is not None:
             await self.classic.stop()
         await self.transactions.stop()
@@ -427,8 +437,11 @@ class Broker:
                 self.topics.int_config(topic, "retention.bytes"),
             )
             for topic in self.topics.all()
-            # Classic logs are local: broker/classic enforces their retention.
-            if self.classic is None or not self.classic.is_classic(topic.topic_id)
+            # Classic logs are local: broker/classic enforces their retention (the diskless
+            # part of a topic migrated to classic is the coordinator's).
+            if self.classic is None
+            or not self.classic.is_classic(topic.topic_id)
+            or has_diskless_part(self.controller, topic.topic_id)
             for partition in range(topic.partitions)
         ]
         if policies:

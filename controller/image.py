@@ -25,6 +25,7 @@ from .records import (
     FenceBroker,
     Partition,
     PartitionChange,
+    PartitionSealed,
     Record,
     RegisterBroker,
     RemoveAccessControlEntry,
@@ -33,6 +34,7 @@ from .records import (
     TieringPartitionDisabled,
     Topic,
     TopicConfig,
+    TopicMigration,
     TopicTiering,
     UnfenceBroker,
     UnregisterBroker,
@@ -101,6 +103,8 @@ class TopicImage:
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     # Tiered storage (see the block at the end): None until a TopicTiering record.
     tiering: TieringState | None = None
+    # Migration between classic and diskless (see the block at the end): None until one.
+    migration: MigrationState | None = None
 
     @property
     def diskless(self) -> bool:
@@ -110,7 +114,12 @@ class TopicImage:
     def copy(self) -> TopicImage:
         # PartitionState is immutable: copying the dicts is a full copy.
         return TopicImage(
-            self.name, self.topic_id, dict(self.configs), dict(self.partitions), self.tiering
+            self.name,
+            self.topic_id,
+            dict(self.configs),
+            dict(self.partitions),
+            self.tiering,
+            self.migration,
         )
 
 
@@ -411,6 +420,7 @@ class MetadataImage:
                     )
                 )
             out.extend(_tiering_snapshot(topic))
+            out.extend(_migration_snapshot(topic))
         out.extend(_authorization_snapshot(self))
         out.extend(self._scram_snapshot())
         return out
@@ -594,5 +604,107 @@ _HANDLERS.update(
     {
         TopicTiering: _apply_topic_tiering,
         TieringPartitionDisabled: _apply_partition_disabled,
+    }
+)
+
+
+# --- topic migration between classic and diskless (issue 18) ---------------------------------
+# (records.TopicMigration / PartitionSealed; decisions in controller.migration.)
+TO_DISKLESS = "TO_DISKLESS"
+TO_CLASSIC = "TO_CLASSIC"
+MIGRATION_SEALING = "SEALING"
+MIGRATION_MIGRATED = "MIGRATED"
+
+
+@dataclass(frozen=True, slots=True)
+class SealedPartition:
+    boundary: int
+    old_bytes: int = 0
+    old_start: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationState:
+    direction: str
+    state: str
+    generation: int
+    # Partitions sealed in this migration: offsets >= boundary are in the new kind's log.
+    sealed: tuple[tuple[int, SealedPartition], ...] = ()
+
+    def boundary(self, partition: int) -> int | None:
+        s = self.sealed_partition(partition)
+        return None if s is None else s.boundary
+
+    def sealed_partition(self, partition: int) -> SealedPartition | None:
+        for index, s in self.sealed:
+            if index == partition:
+                return s
+        return None
+
+    @property
+    def sealed_partitions(self) -> dict[int, SealedPartition]:
+        return dict(self.sealed)
+
+
+def _apply_topic_migration(image: MetadataImage, r: TopicMigration) -> None:
+    topic = image._existing_topic(r.topic_id, "TopicMigration")
+    if r.direction not in (TO_DISKLESS, TO_CLASSIC) or r.state not in (
+        MIGRATION_SEALING,
+        MIGRATION_MIGRATED,
+    ):
+        raise ImageError(f"TopicMigration: bad direction {r.direction!r} or state {r.state!r}")
+    old = topic.migration
+    if r.state == MIGRATION_SEALING:
+        # A new migration: after the previous one finished (or the first one).
+        if old is not None and old.state != MIGRATION_MIGRATED:
+            raise ImageError(f"TopicMigration {topic.name}: a migration is in progress")
+        # (Without one, any generation: a snapshot replays the current migration.)
+        if old is not None and r.generation != old.generation + 1:
+            raise ImageError(f"TopicMigration {topic.name}: generation {r.generation} is not next")
+        topic.migration = MigrationState(r.direction, r.state, r.generation)
+        return
+    if old is None or old.generation != r.generation or old.direction != r.direction:
+        raise ImageError(f"TopicMigration {topic.name}: not migrating generation {r.generation}")
+    topic.migration = replace(old, state=r.state)
+
+
+def _apply_partition_sealed(image: MetadataImage, r: PartitionSealed) -> None:
+    topic = image._existing_topic(r.topic_id, "PartitionSealed")
+    m = topic.migration
+    if r.partition not in topic.partitions:
+        raise ImageError(f"PartitionSealed: unknown partition {topic.name}-{r.partition}")
+    if m is None or m.generation != r.generation or r.boundary < 0:
+        raise ImageError(
+            f"PartitionSealed {topic.name}-{r.partition}: not migrating generation {r.generation}"
+        )
+    if m.boundary(r.partition) is not None:
+        raise ImageError(f"PartitionSealed {topic.name}-{r.partition}: already sealed")
+    sealed = tuple(
+        sorted((*m.sealed, (r.partition, SealedPartition(r.boundary, r.old_bytes, r.old_start))))
+    )
+    topic.migration = replace(m, sealed=sealed)
+
+
+def _migration_snapshot(topic: TopicImage) -> list[Record]:
+    m = topic.migration
+    if m is None:
+        return []
+    # SEALING first, the sealed partitions, then MIGRATED: replays the same moves.
+    out: list[Record] = [
+        TopicMigration(topic.topic_id, m.direction, MIGRATION_SEALING, m.generation)
+    ]
+    out.extend(
+        PartitionSealed(topic.topic_id, index, m.generation, s.boundary, s.old_bytes, s.old_start)
+        for index, s in m.sealed
+    )
+    if m.state == MIGRATION_MIGRATED:
+        out.append(TopicMigration(topic.topic_id, m.direction, MIGRATION_MIGRATED, m.generation))
+    return out
+
+
+_HANDLERS.update(
+    {
+        TopicMigration: _apply_topic_migration,
+        PartitionSealed: _apply_partition_sealed,
     }
 )

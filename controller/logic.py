@@ -46,6 +46,7 @@ from .alter_partition import IsrAdmin
 from .election import alive_after, reelect
 from .image import BrokerRegistration, MetadataImage
 from .leader_election import LeaderElectionAdmin
+from .migration import MigrationAdmin
 from .reassignment import ReassignmentAdmin
 from .records import FenceBroker, Record, RegisterBroker, UnfenceBroker, UnregisterBroker
 from .requests import (
@@ -93,7 +94,9 @@ class ControllerConfig:
     classic_topics: bool = False
 
 
-class ControllerLogic(TopicAdmin, ReassignmentAdmin, IsrAdmin, TieringAdmin, LeaderElectionAdmin):
+class ControllerLogic(
+    TopicAdmin, ReassignmentAdmin, IsrAdmin, TieringAdmin, LeaderElectionAdmin, MigrationAdmin
+):
     """The whole API: broker lifecycle here; topics, reassignments and classic partitions'
     ISR changes from the mixins."""
 

@@ -270,6 +270,47 @@ class TieringPartitionDisabled:
 # --- end of tiered storage records -------------------------------------------------------------
 
 
+# --- topic migration between classic and diskless (issue 18) --------------------------------
+# A migration's state is in the log, so a new active controller, and a new partition leader,
+# resume it: the partitions without a PartitionSealed are still to be sealed by their leader.
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMigration:
+    """Sets a topic's migration: SEALING (the leaders seal their partitions at a boundary
+    offset) or MIGRATED (every partition sealed; the topic is now of the ``direction``'s
+    kind). ``generation`` counts the topic's migrations, so a late report of an older one
+    never counts."""
+
+    TYPE: ClassVar[str] = "TopicMigration"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+    direction: str  # TO_DISKLESS | TO_CLASSIC
+    state: str  # SEALING | MIGRATED
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSealed:
+    """A partition's leader sealed its old log at ``boundary``: offsets from there on are in
+    the new kind's log (which starts there, with the old producer states), older ones stay
+    in the old log. ``old_bytes``: the old log's size at the seal."""
+
+    TYPE: ClassVar[str] = "PartitionSealed"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+    partition: int
+    generation: int
+    boundary: int
+    old_bytes: int = 0
+    # The old log's start at the seal (diskless → classic: the diskless log's start; below
+    # it the topic's older classic log serves, if it was classic before). -1: unknown.
+    old_start: int = -1
+
+
+# --- end of migration records -----------------------------------------------------------------
+
+
 Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     RegisterBroker,
     UnregisterBroker,
@@ -288,6 +329,8 @@ Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     RemoveUserScramCredential,
     TopicTiering,
     TieringPartitionDisabled,
+    TopicMigration,
+    PartitionSealed,
 ]
 
 RECORD_TYPES: dict[str, type] = {cls.TYPE: cls for cls in typing.get_args(Record)}

@@ -30,6 +30,7 @@ from broker.security.acl import AclBinding, AclFilter
 from controller import acl_admin
 from controller import metrics as image_metrics
 from controller.logic import ControllerConfig, ControllerLogic
+from controller.migration import SealReport, migration_metrics
 from controller.raft.messages import CommitUnknown, NotLeader
 from controller.raft.node import NodeConfig, NodeStopped, RaftNode
 from controller.records import encode_batch
@@ -191,6 +192,7 @@ class ControllerService:
             web.post("/v1/quotas/alter", self._alter_quotas),
             web.post("/v1/partitions/isr", self._alter_partition),
             web.post("/v1/tiering/disabled", self._tiering_disabled),
+            web.post("/v1/migrations/sealed", self._partition_sealed),
             web.post("/v1/scram", self._alter_scram),
         ]
         app.add_routes(routes)
@@ -488,6 +490,13 @@ class ControllerService:
             ),
         )
 
+    async def _partition_sealed(self, request: web.Request) -> web.Response:
+        # A classic partition's leader sealed its log for a migration (controller.migration).
+        return await self._answer(
+            request,
+            lambda b: self.logic.partition_sealed(self.state.image, from_json(SealReport, b)),
+        )
+
     async def _alter_scram(self, request: web.Request) -> web.Response:
         from controller.scram_admin import alter_scram_credentials
 
@@ -574,6 +583,24 @@ class ControllerService:
         self._g_offline = Gauge(
             "sluice_controller_offline_partitions", "Partitions without a leader", registry=r
         )
+        self._g_migration = Gauge(
+            "sluice_controller_topic_migration_state",
+            "A topic's migration between classic and diskless: 0 pending, 1 sealing, 2 migrated",
+            ["topic", "direction"],
+            registry=r,
+        )
+        self._g_boundary = Gauge(
+            "sluice_controller_topic_migration_boundary_offset",
+            "Where a migrated partition's new log starts",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self._g_old_bytes = Gauge(
+            "sluice_controller_topic_migration_old_log_bytes",
+            "Bytes of a migrated topic's old logs (classic, or diskless) at their seals",
+            ["topic"],
+            registry=r,
+        )
 
     def _update_metrics(self) -> None:
         self._g_term.set(self.node.term)
@@ -591,6 +618,15 @@ class ControllerService:
         self._g_rf1.set(m.rf1_topics_total)
         self._g_urp.set(m.under_replicated_partitions)
         self._g_offline.set(m.offline_partitions)
+        mm = migration_metrics(self.state.image)
+        for gauge in (self._g_migration, self._g_boundary, self._g_old_bytes):
+            gauge.clear()
+        for (topic, direction), value in mm.state.items():
+            self._g_migration.labels(topic, direction).set(value)
+        for (topic, partition), offset in mm.boundary.items():
+            self._g_boundary.labels(topic, str(partition)).set(offset)
+        for topic, size in mm.old_bytes.items():
+            self._g_old_bytes.labels(topic).set(size)
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         self._update_metrics()

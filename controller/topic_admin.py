@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from .classic_placement import ClassicPlacementError, manual_assignment_error, place_classic
 from .election import desired_state
 from .image import DISKLESS_ENABLE, MetadataImage, PartitionState, TopicImage
+from .migration import migration_records
 from .placement import (
     Load,
     PlacementError,
@@ -426,19 +427,14 @@ class TopicAdmin:
             if (config_error := self._config_error(changes, creating=False)) is not None:
                 results.append(TopicResult(res.name, ErrorCode.invalid_config, config_error))
                 continue
-            if (
-                DISKLESS_ENABLE in changes
-                and (str(changes[DISKLESS_ENABLE] or "true").lower() != "false") != topic.diskless
-            ):
-                results.append(
-                    TopicResult(
-                        res.name,
-                        ErrorCode.invalid_config,
-                        "Changing diskless.enable of an existing topic (a migration between "
-                        "classic and diskless) is not supported yet",
-                    )
-                )
+            # diskless.enable changes by a migration (controller.migration), not directly.
+            migration = migration_records(topic, changes, self.config.classic_topics)
+            if isinstance(migration, str):
+                results.append(TopicResult(res.name, ErrorCode.invalid_config, migration))
                 continue
+            if migration or topic.migration is not None:
+                # The key flips when the migration completes (MIGRATED).
+                changes = {k: v for k, v in changes.items() if k != DISKLESS_ENABLE}
             tiering = tiering_records(topic, changes)
             if isinstance(tiering, str):
                 results.append(TopicResult(res.name, ErrorCode.invalid_config, tiering))
@@ -447,6 +443,7 @@ class TopicAdmin:
                 if topic.configs.get(key) != value:
                     records.append(TopicConfig(topic.topic_id, key, value))
             records += tiering
+            records += migration
             results.append(TopicResult(res.name, OK))
         return Outcome([] if validate_only else records, results)
 

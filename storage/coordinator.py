@@ -270,6 +270,26 @@ class BatchReplacement:
         return True
 
 
+class SeededProducerBatch(NamedTuple):
+    """One retained batch of an idempotent producer, for ``seed_log``."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_sequence: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True)
+class SealedLog:
+    error: int
+    log_start_offset: int = -1
+    boundary: int = -1
+    byte_size: int = 0
+    producers: list[SeededProducerBatch] = field(default_factory=list)
+
+
 class BatchCoordinator(TransactionStore, ABC):
     """Orders batches of uploaded objects into partition logs.
 
@@ -287,6 +307,26 @@ class BatchCoordinator(TransactionStore, ABC):
     @abstractmethod
     async def create_logs(self, logs: Sequence[PartitionKey]) -> None:
         """Create empty logs (log start 0, high watermark 0); existing ones are kept."""
+
+    async def seed_log(
+        self, key: PartitionKey, start: int, producers: Sequence[SeededProducerBatch]
+    ) -> tuple[int, int]:
+        """Make an empty log start at ``start`` (log start = high watermark = ``start``)
+        with ``producers``' retained batches, so idempotent producers keep their sequences:
+        a classic partition migrating to diskless continues here at its boundary. Only a
+        log whose high watermark is at most ``start`` is changed: its batches (a classic
+        partition's log holds only the markers of its transactions) are dropped; again
+        with a later start is fine (a new leader sealed later); a log that took batches
+        past ``start`` is left alone. Returns the log's (log start, high watermark) afterwards."""
+        raise NotImplementedError
+
+    async def seal_log(self, key: PartitionKey) -> SealedLog:
+        """Seal a diskless log for a migration to classic: no batch is committed at or
+        after its high watermark (the boundary) any more, by any broker (a commit trying
+        fails whole, retriably, and writes nothing). Refused with CONCURRENT_TRANSACTIONS
+        while a transaction is open in it. Idempotent: a sealed log answers its boundary.
+        Returns the boundary and the producer states the classic log continues with."""
+        raise NotImplementedError
 
     @abstractmethod
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:

@@ -9,6 +9,7 @@ Semantics are the SQLite backend's, held to by the shared contract suite.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from uuid import UUID
 
@@ -37,6 +38,8 @@ from storage.coordinator import (
     LogsChanged,
     PartitionKey,
     RetentionPolicy,
+    SealedLog,
+    SeededProducerBatch,
     StoredBatch,
 )
 from storage.postgres_pool import PoolUser, PostgresPool
@@ -45,6 +48,7 @@ from storage.transactions import AbortedTransaction
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+CONCURRENT_TRANSACTIONS = int(ErrorCode.concurrent_transactions)
 
 _COMMIT = (
     "SELECT * FROM sluice_commit_file("
@@ -59,7 +63,76 @@ _CREATE_LOGS = (
     " ORDER BY 1, 2"
     " ON CONFLICT DO NOTHING"
 )
-_DELETE_LOGS = "SELECT sluice_delete_logs($1, $2)"
+# With the seals of migrations to classic (0010), in the same statement.
+_DELETE_LOGS = (
+    "WITH seals AS (DELETE FROM sealed_logs WHERE topic_id = ANY($1::uuid[]))"
+    " SELECT sluice_delete_logs($1, $2)"
+)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# One statement: the log row is locked (a concurrent commit waits), moved only while empty;
+# the producer rows of an earlier seed that this one does not repeat go, the new ones are
+# added (a row of the same batch is the same row: kept).
+_SEED_LOG = (
+    "WITH target AS ("
+    "  SELECT l.topic_id, l.partition FROM logs l"
+    "  WHERE l.topic_id = $1 AND l.partition = $2 AND l.high_watermark = l.log_start_offset"
+    "    AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.topic_id = $1 AND b.partition = $2)"
+    "  FOR UPDATE),"
+    " seed AS ("
+    "  SELECT * FROM unnest($4::bigint[], $5::bigint[], $6::integer[], $7::bigint[],"
+    "    $8::bigint[], $9::bigint[]) AS s(pid, base, epoch, fseq, lseq, last)),"
+    " moved AS ("
+    "  UPDATE logs l SET log_start_offset = $3, high_watermark = $3 FROM target t"
+    "  WHERE l.topic_id = t.topic_id AND l.partition = t.partition"
+    "  RETURNING l.log_start_offset, l.high_watermark),"
+    " cleared AS ("
+    "  DELETE FROM producer_state p USING target t"
+    "  WHERE p.topic_id = t.topic_id AND p.partition = t.partition"
+    "    AND (p.producer_id, p.base_offset) NOT IN (SELECT pid, base FROM seed)),"
+    " added AS ("
+    "  INSERT INTO producer_state (topic_id, partition, producer_id, base_offset,"
+    "    producer_epoch, base_sequence, last_sequence, last_offset, log_append_time)"
+    "  SELECT $1, $2, pid, base, epoch, fseq, lseq, last, -1 FROM seed"
+    "  WHERE EXISTS (SELECT 1 FROM target) ON CONFLICT DO NOTHING)"
+    " SELECT log_start_offset, high_watermark FROM moved"
+    " UNION ALL"
+    " SELECT log_start_offset, high_watermark FROM logs"
+    " WHERE topic_id = $1 AND partition = $2 AND NOT EXISTS (SELECT 1 FROM target)"
+)
+# One statement: the log row is locked (commits of the partition wait for it), the seal
+# recorded at the high watermark unless a transaction is open (boundary NULL then) or it
+# already is; the producer rows come along (one output row each, or one without).
+_SEAL_LOG = (
+    "WITH log AS ("
+    "  SELECT log_start_offset, high_watermark, byte_size FROM logs"
+    "  WHERE topic_id = $1 AND partition = $2 FOR UPDATE),"
+    " old AS (SELECT boundary FROM sealed_logs WHERE topic_id = $1 AND partition = $2),"
+    " busy AS (SELECT 1 FROM open_txns WHERE topic_id = $1 AND partition = $2 LIMIT 1),"
+    " new AS ("
+    "  INSERT INTO sealed_logs (topic_id, partition, boundary)"
+    "  SELECT $1, $2, high_watermark FROM log"
+    "  WHERE NOT EXISTS (SELECT 1 FROM old) AND NOT EXISTS (SELECT 1 FROM busy)"
+    "  RETURNING boundary)"
+    " SELECT l.log_start_offset, l.byte_size,"
+    "  COALESCE((SELECT boundary FROM old), (SELECT boundary FROM new)) AS boundary,"
+    "  p.producer_id, p.producer_epoch, p.base_sequence, p.last_sequence, p.base_offset,"
+    "  p.last_offset"
+    " FROM log l LEFT JOIN producer_state p ON p.topic_id = $1 AND p.partition = $2"
+    " ORDER BY p.producer_id, p.base_offset"
+)
+_PRODUCER_COLUMNS = (
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "last_sequence",
+    "base_offset",
+    "last_offset",
+)
 _LOG_INFO = (
     "SELECT l.log_start_offset, l.high_watermark, l.byte_size"
     " FROM unnest($1::uuid[], $2::integer[]) WITH ORDINALITY AS k(topic_id, part, i)"
@@ -183,6 +256,52 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
 
     async def create_logs(self, logs: Sequence[PartitionKey]) -> None:
         await self._pool.fetch(_CREATE_LOGS, *_keys(logs), write=True)
+
+    async def seed_log(
+        self, key: PartitionKey, start: int, producers: Sequence[SeededProducerBatch]
+    ) -> tuple[int, int]:
+        await self._pool.fetch(_CREATE_LOGS, [key.topic_id], [key.partition], write=True)
+        (info,) = await self.log_info([key])
+        if info.error == NONE and info.log_start_offset < info.high_watermark <= start:
+            # Transaction markers of the classic partition (a transaction's outcome is
+            # recorded for each of its partitions here too): none of its records, dropped.
+            # Up to that high watermark only: never past what it was.
+            await self.delete_records([(key, info.high_watermark)], _now_ms())
+        row = await self._pool.fetchrow(
+            _SEED_LOG,
+            key.topic_id,
+            key.partition,
+            start,
+            [b.producer_id for b in producers],
+            [b.base_offset for b in producers],
+            [b.producer_epoch for b in producers],
+            [b.base_sequence for b in producers],
+            [b.last_sequence for b in producers],
+            [b.last_offset for b in producers],
+            write=True,
+        )
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    async def seal_log(self, key: PartitionKey) -> SealedLog:
+        rows = await self._pool.fetch(_SEAL_LOG, key.topic_id, key.partition, write=True)
+        if not rows:
+            return SealedLog(UNKNOWN_TOPIC_OR_PARTITION)
+        first = rows[0]
+        if first["boundary"] is None:
+            return SealedLog(CONCURRENT_TRANSACTIONS)
+        producers = [
+            SeededProducerBatch(*(int(r[k]) for k in _PRODUCER_COLUMNS))
+            for r in rows
+            if r["producer_id"] is not None
+        ]
+        return SealedLog(
+            NONE,
+            int(first["log_start_offset"]),
+            int(first["boundary"]),
+            int(first["byte_size"]),
+            producers,
+        )
 
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
         await self._pool.fetch(_DELETE_LOGS, list(topic_ids), now_ms, write=True)

@@ -50,6 +50,8 @@ from storage.coordinator import (
     LogInfo,
     PartitionKey,
     RetentionPolicy,
+    SealedLog,
+    SeededProducerBatch,
     StoredBatch,
 )
 from storage.sqlite_transactions import (
@@ -65,6 +67,7 @@ T = TypeVar("T")
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+CONCURRENT_TRANSACTIONS = int(ErrorCode.concurrent_transactions)
 OFFSET_OUT_OF_RANGE = int(ErrorCode.offset_out_of_range)
 INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
 OUT_OF_ORDER_SEQUENCE_NUMBER = int(ErrorCode.out_of_order_sequence_number)
@@ -359,6 +362,16 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (transactional_id, topic_id, partition)
         ) WITHOUT ROWID"""
     ],
+    # 7: diskless logs sealed by a migration to classic (as postgres 0010): commit_file
+    # stores no produced batch in them any more, whichever broker commits it.
+    [
+        """CREATE TABLE sealed_logs (
+            topic_id BLOB NOT NULL,
+            partition INTEGER NOT NULL,
+            boundary INTEGER NOT NULL,
+            PRIMARY KEY (topic_id, partition)
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 
@@ -487,6 +500,14 @@ class SqliteCoordinator(SqliteUser, SqliteTransactions, BatchCoordinator):
         rows = [(k.topic_id.bytes, k.partition) for k in logs]
         await self._write(_create_logs, rows)
 
+    async def seed_log(
+        self, key: PartitionKey, start: int, producers: Sequence[SeededProducerBatch]
+    ) -> tuple[int, int]:
+        return await self._write(_seed_log, key.topic_id.bytes, key.partition, start, producers)
+
+    async def seal_log(self, key: PartitionKey) -> SealedLog:
+        return await self._write(_seal_log, key.topic_id.bytes, key.partition)
+
     async def delete_logs(self, topic_ids: Sequence[UUID], now_ms: int) -> None:
         await self._write(_delete_logs, [t.bytes for t in topic_ids], now_ms)
 
@@ -579,6 +600,81 @@ def _create_logs(cur: sqlite3.Cursor, rows: list[tuple[bytes, int]]) -> None:
     cur.executemany("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", rows)
 
 
+def _seed_log(
+    cur: sqlite3.Cursor,
+    tid: bytes,
+    partition: int,
+    start: int,
+    producers: Sequence[SeededProducerBatch],
+) -> tuple[int, int]:
+    cur.execute("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", (tid, partition))
+    row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+    if row[0] < row[1] <= start:
+        # Transaction markers of the classic partition (a transaction's outcome is
+        # recorded for each of its partitions here too): none of its records, dropped.
+        key = PartitionKey(UUID(bytes=tid), partition)
+        _delete_records(cur, [(key, row[1])], int(time.time() * 1000))
+        row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+    has_batches = cur.execute(
+        "SELECT 1 FROM batches WHERE topic_id = ? AND partition = ? LIMIT 1", (tid, partition)
+    ).fetchone()
+    if row[0] != row[1] or has_batches:
+        return row[0], row[1]
+    cur.execute(
+        "UPDATE logs SET log_start_offset = ?, high_watermark = ? WHERE topic_id = ?"
+        " AND partition = ?",
+        (start, start, tid, partition),
+    )
+    cur.execute("DELETE FROM producer_state WHERE topic_id = ? AND partition = ?", (tid, partition))
+    cur.executemany(
+        _INSERT_PRODUCER,
+        [
+            (
+                tid,
+                partition,
+                b.producer_id,
+                b.base_offset,
+                b.producer_epoch,
+                b.base_sequence,
+                b.last_sequence,
+                b.last_offset,
+                -1,
+            )
+            for b in producers
+        ],
+    )
+    return start, start
+
+
+def _seal_log(cur: sqlite3.Cursor, tid: bytes, partition: int) -> SealedLog:
+    row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+    if row is None:
+        return SealedLog(UNKNOWN_TOPIC_OR_PARTITION)
+    sealed = cur.execute(
+        "SELECT boundary FROM sealed_logs WHERE topic_id = ? AND partition = ?", (tid, partition)
+    ).fetchone()
+    if sealed is None:
+        if cur.execute(
+            "SELECT 1 FROM open_txns WHERE topic_id = ? AND partition = ? LIMIT 1", (tid, partition)
+        ).fetchone():
+            return SealedLog(CONCURRENT_TRANSACTIONS)
+        cur.execute(
+            "INSERT INTO sealed_logs (topic_id, partition, boundary) VALUES (?, ?, ?)",
+            (tid, partition, row[1]),
+        )
+    producers = [
+        SeededProducerBatch(r[0], r[1], r[2], r[3], r[4], r[5])
+        for r in cur.execute(
+            "SELECT producer_id, producer_epoch, base_sequence, last_sequence, base_offset,"
+            " last_offset FROM producer_state WHERE topic_id = ? AND partition = ?"
+            " ORDER BY producer_id, base_offset",
+            (tid, partition),
+        )
+    ]
+    boundary = row[1] if sealed is None else sealed[0]
+    return SealedLog(NONE, row[0], boundary, row[2], producers)
+
+
 def _delete_logs(cur: sqlite3.Cursor, topic_ids: list[bytes], now_ms: int) -> None:
     file_ids: set[int] = set()
     for tid in topic_ids:
@@ -589,6 +685,7 @@ def _delete_logs(cur: sqlite3.Cursor, topic_ids: list[bytes], now_ms: int) -> No
     cur.executemany("DELETE FROM producer_state WHERE topic_id = ?", params)
     cur.executemany("DELETE FROM open_txns WHERE topic_id = ?", params)
     cur.executemany("DELETE FROM aborted_txns WHERE topic_id = ?", params)
+    cur.executemany("DELETE FROM sealed_logs WHERE topic_id = ?", params)
     _mark_files_if_empty(cur, file_ids, now_ms)
 
 
@@ -611,6 +708,7 @@ def _commit_file(
     batches: Sequence[BatchToCommit],
     now_ms: int,
 ) -> list[CommitResult]:
+    _refuse_sealed(cur, batches)
     cur.execute(_INSERT_FILE, (object_key, object_size, uploader_broker_id, now_ms))
     file_id = cur.lastrowid
 
@@ -712,6 +810,23 @@ def _commit_file(
             (now_ms, file_id),
         )
     return results
+
+
+class SealedLogError(Exception):
+    """A produced batch for a diskless log sealed by a migration to classic."""
+
+
+def _refuse_sealed(cur: sqlite3.Cursor, batches: Sequence[BatchToCommit]) -> None:
+    """A broker that had not yet seen a migration to classic must not store a batch past
+    the seal: the whole commit fails (as PostgreSQL's trigger makes it), its producers
+    retry. One cheap query while no log is sealed."""
+    if not cur.execute("SELECT EXISTS (SELECT 1 FROM sealed_logs)").fetchone()[0]:
+        return
+    for key in {(b.topic_id.bytes, b.partition) for b in batches}:
+        if cur.execute(
+            "SELECT 1 FROM sealed_logs WHERE topic_id = ? AND partition = ?", key
+        ).fetchone():
+            raise SealedLogError(f"log {UUID(bytes=key[0])}-{key[1]} is sealed")
 
 
 def _with_start(result: CommitResult, log_start_offset: int) -> CommitResult:

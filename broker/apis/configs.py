@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from controller.migration import describe_entries
 from storage.catalog import TopicNotFound
 
 from .. import topic_config, topic_config_keys
@@ -59,7 +60,43 @@ def _topic_configs(
                 "documentation": spec.doc if with_docs else None,
             }
         )
+    out += _migration_entries(broker, topic.topic_id, keys)
     return out
+
+
+def _migration_entries(broker: Broker, topic_id: Any, keys: Any) -> list[dict[str, Any]]:
+    """A migration's progress (controller.migration): read-only entries beside the
+    configs, as Kafka shows its own synthetic ones."""
+    controller = broker.controller
+    image_topic = None if controller is None else controller.image.topic_by_id(topic_id)
+    if image_topic is None:
+        return []
+    return [
+        {
+            "name": key,
+            "value": value,
+            "read_only": True,
+            "is_default": False,
+            "config_source": topic_config.SOURCE_DYNAMIC_TOPIC,
+            "is_sensitive": False,
+            "synonyms": [],
+            "config_type": topic_config_keys.STRING,
+            "documentation": None,
+        }
+        for key, value in describe_entries(image_topic, _sealed_size(broker, topic_id)).items()
+        if keys is None or key in keys
+    ]
+
+
+def _sealed_size(broker: Broker, topic_id: Any) -> Callable[[int], int | None]:
+    """A sealed classic log's size now on this broker (None where it holds no replica)."""
+    classic = getattr(broker, "classic", None)
+
+    def size(partition: int) -> int | None:
+        p = None if classic is None else classic.get(topic_id, partition)
+        return None if p is None else p.log.size
+
+    return size
 
 
 def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:

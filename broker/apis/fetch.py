@@ -31,6 +31,7 @@ from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import leader_epoch_error
 from ..metrics import METRICS
+from ..migration.routing import cap_sealed_diskless, reads_classic
 from ..security import access
 from ..security.acl import AclOperation
 from ..tiering.fetch import read_tiered
@@ -178,7 +179,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if error or topic is None:
                 slots.append(_Slot(key, part.partition, error, -1))
                 continue
-            if classic is not None and classic.is_classic(topic.topic_id):
+            if classic is not None and reads_classic(
+                broker, classic, topic.topic_id, part.partition, part.fetch_offset, replica_id
+            ):
                 slot = classic_slot(
                     classic, key, topic, part, replica_id, ctx.header.api_version, rack
                 )
@@ -235,6 +238,7 @@ async def _collect(
     tiered = await read_tiered(broker, local, max_bytes, read_committed) if local else 0
     while True:
         results = await broker.fetcher.find(finds, max_bytes, read_committed) if finds else []
+        cap_sealed_diskless(broker, finds, results)
         available = tiered + sum(b.byte_size for r in results for b in r.batches)
         available += read_classic(broker, local, max_bytes - available, read_committed)
         remaining = deadline - loop.time()

@@ -9,6 +9,7 @@ from storage.coordinator import PartitionKey
 
 from ..classic.offsets import end_offset_for_epoch
 from ..fetch import leader_epoch_error
+from ..migration.routing import CLASSIC, epochs_route
 from ..security import access
 from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
@@ -49,7 +50,24 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             classic = broker.classic
             if error or topic is None:
                 entry["error_code"] = error
-            elif classic is not None and classic.is_classic(topic.topic_id):
+            elif classic is not None and isinstance(
+                route := epochs_route(
+                    broker,
+                    classic,
+                    topic.topic_id,
+                    part.partition,
+                    replication,
+                    part.leader_epoch,
+                    current,
+                ),
+                tuple,
+            ):
+                # A partition migrated to classic, asked by a consumer (broker/migration).
+                code, epoch, end = route
+                entry.update(error_code=code, leader_epoch=epoch, end_offset=end)
+            elif classic is not None and (
+                route == CLASSIC or (route is None and classic.is_classic(topic.topic_id))
+            ):
                 code, epoch, end = end_offset_for_epoch(
                     classic, topic.topic_id, part.partition, part.leader_epoch
                 )

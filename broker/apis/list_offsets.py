@@ -9,6 +9,7 @@ from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest
 
 from ..classic.offsets import list_offset as classic_list_offset
 from ..fetch import leader_epoch_error
+from ..migration.routing import CLASSIC, list_offset_route
 from ..security import access
 from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
@@ -49,7 +50,23 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             classic = broker.classic
             if error or topic is None:
                 entry["error_code"] = error
-            elif classic is not None and classic.is_classic(topic.topic_id):
+            elif classic is not None and isinstance(
+                route := list_offset_route(
+                    broker,
+                    classic,
+                    topic.topic_id,
+                    part.partition_index,
+                    part.timestamp,
+                    read_committed,
+                ),
+                tuple,
+            ):
+                # A migrated partition: the old classic log (below a boundary) answers.
+                code, offset, ts, epoch = route
+                entry.update(error_code=code, offset=offset, timestamp=ts, leader_epoch=epoch)
+            elif classic is not None and (
+                route == CLASSIC or (route is None and classic.is_classic(topic.topic_id))
+            ):
                 code, offset, ts, epoch = await classic_list_offset(
                     classic, topic.topic_id, part.partition_index, part.timestamp, read_committed
                 )

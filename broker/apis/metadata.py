@@ -12,6 +12,7 @@ from ..authorized_operations import NOT_REQUESTED
 from ..client_az import client_az
 from ..controller_client import ControllerRefused
 from ..metrics import METRICS
+from ..migration.routing import az_routed
 from ..security import access
 from ..security.acl import CLUSTER_NAME, AclOperation
 from ..topics import InvalidTopic
@@ -76,7 +77,7 @@ def _controller_partition_entry(
             "offline_replicas": [],
         }
     topic_image = image.topic_by_id(topic.topic_id)
-    if routing is not None and topic_image is not None and topic_image.diskless:
+    if routing is not None and topic_image is not None and az_routed(topic_image):
         r = route(
             topic.topic_id,
             partition,

@@ -22,6 +22,7 @@ from ..append import PartitionAppend, PartitionResult
 from ..classic.produce import classic_append, needs_verification, verified_append
 from ..client_az import az_from_client_id, count_bytes, count_produce
 from ..client_quotas import user_of
+from ..migration.routing import appends_classic, refuses_diskless_append
 from ..refusals import REFUSALS
 from ..security import access
 from ..security.acl import AclOperation
@@ -112,7 +113,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     reason=name,
                 )
                 continue
-            if classic is not None and classic.is_classic(topic.topic_id):
+            if classic is not None and appends_classic(broker, classic, topic.topic_id, part.index):
                 # A classic partition: appended to this broker's log if it leads it.
                 timeout_ms = int(request.timeout.total_seconds() * 1000)
                 if needs_verification(classic, topic, part.index, batches):
@@ -152,6 +153,11 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 else:
                     slots.append((name, part.index, -1 - len(waits), None, ()))
                     waits.append(outcome)
+                continue
+            if refuses_diskless_append(broker, topic.topic_id, part.index):
+                # Being sealed for a migration to classic: retriable, nothing written.
+                result = PartitionResult(int(ErrorCode.not_leader_or_follower))
+                slots.append((name, part.index, result, None, ()))
                 continue
             slots.append((name, part.index, len(appends), None, ()))
             appends.append(

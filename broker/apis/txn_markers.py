@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..classic.txn_markers import mark
+from ..migration.routing import appends_classic
 from ..security import access
 from ..security.acl import AclOperation
 
@@ -57,7 +58,7 @@ async def _one(
     topic = broker.topics.get(name)
     if topic is None or not 0 <= index < topic.partitions:
         return int(ErrorCode.unknown_topic_or_partition)
-    if manager is None or not manager.is_classic(topic.topic_id):
+    if manager is None or not appends_classic(broker, manager, topic.topic_id, index):
         return int(ErrorCode.invalid_request)
     return await mark(
         manager,

@@ -82,6 +82,8 @@ class ClassicPartition:
         # An ISR change asked of the controller and not answered yet (one at a time).
         self.isr_change_pending = False
         self.isr_retry_at = 0.0  # ms: a refused ISR change is not asked again before
+        # Sealed by a migration to diskless (broker/migration): no appends here any more.
+        self.sealed = False
         # min.insync.replicas of the last acks=all produce: checked again when the HW
         # completes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank meanwhile).
         self._min_isr = 1

@@ -86,6 +86,10 @@ def classic_append(
     p, error = manager.leader_partition(topic.topic_id, partition)
     if p is None:
         return PartitionResult(error)
+    if p.sealed:
+        # Being migrated to diskless (broker/migration): retriable, nothing written; the
+        # producer's retry goes to the diskless log once the seal is recorded.
+        return PartitionResult(int(ErrorCode.not_leader_or_follower))
     if not batches:
         return PartitionResult(0, p.log.log_end_offset, -1, p.log_start_offset)
     min_isr = topics.int_config(topic, "min.insync.replicas")

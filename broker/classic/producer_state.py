@@ -98,6 +98,15 @@ class ProducerState:
         entry = self._producers.get(pid)
         return -1 if entry is None else entry.epoch
 
+    def retained_batches(self) -> list[tuple[int, int, int, int, int, int]]:
+        """(pid, epoch, first seq, last seq, first offset, last offset) of every retained
+        batch, oldest first per producer: what a migration hands to the diskless log."""
+        return [(pid, e.epoch, *b) for pid, e in sorted(self._producers.items()) for b in e.batches]
+
+    def forget(self, pid: int) -> None:
+        """Drop a producer's state (a migration replaces it with a newer one)."""
+        self._producers.pop(pid, None)
+
     def load(self, batches: Iterable[tuple[int, int, int, int, int]]) -> None:
         """(pid, epoch, first seq, count, base offset) of the log's batches, in order."""
         for pid, epoch, seq, count, base in batches:

@@ -29,6 +29,7 @@ from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
 from ..background import cancel_and_wait
+from ..migration.routing import hosted_classic
 from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from .partition import LEADER, ClassicPartition
 from .replica_fetcher import ReplicaFetcher
@@ -181,7 +182,12 @@ class ReplicaManager:
         self._classic = classic
         wanted: set[tuple[UUID, int]] = set()
         changed: list[ClassicPartition] = []
-        for tid in classic:
+        # Topics migrated to diskless keep their sealed classic logs (offsets below the
+        # boundary) on their replicas; partitions sealed for classic start theirs
+        # (broker/migration).
+        hosted = hosted_classic(image, classic)
+        sealer = getattr(self.broker, "migration_sealer", None)
+        for tid in hosted:
             t = image.topics[tid]
             topic = self.broker.topics.get_by_id(tid) or Topic(
                 t.name, tid, len(t.partitions), dict(t.configs)
@@ -202,6 +208,8 @@ class ReplicaManager:
                     self.partitions[key] = p
                 elif p.log.config != config:
                     p.log.config = config
+                if sealer is not None:
+                    sealer.on_replica(p, t)  # before a leadership: the log's end matters
                 p.apply(state, changed.append)
         for key in [k for k in self.partitions if k not in wanted]:
             p = self.partitions.pop(key)
@@ -263,6 +271,8 @@ class ReplicaManager:
         """Ask the controller for an ISR change if the leader's view calls for one."""
         ls = p.leader_state
         now = time.time() * 1000
+        if p.topic_id not in self._classic:
+            return  # a sealed log of a migrated (now diskless) topic: its ISR is diskless's
         if ls is None or p.isr_change_pending or p.role != LEADER or now < p.isr_retry_at:
             return
         isr = set(p.isr)

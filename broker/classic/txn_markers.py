@@ -26,6 +26,7 @@ from kio.static.primitive import i16, i32
 from storage.coordinator import PartitionKey
 
 from ..append import PartitionResult
+from ..migration.routing import appends_classic
 from .kafka_client import ConnectionLost, KafkaConnection
 
 if TYPE_CHECKING:
@@ -81,7 +82,10 @@ class ClassicMarkerSender:
 
     def is_classic(self, key: PartitionKey) -> bool:
         manager = self._broker.classic
-        return manager is not None and manager.is_classic(key.topic_id)
+        # A partition sealed for diskless takes its markers in the diskless log.
+        return manager is not None and appends_classic(
+            self._broker, manager, key.topic_id, key.partition
+        )
 
     async def write(
         self,

@@ -981,3 +981,114 @@ async def test_concurrent_replacements_of_one_range_apply_once(
     assert [b.object_key for b in (await find(c1, 0)).batches] == [winner, winner, "c"]
     assert await deleting_keys(c1) == {"a", "b", "y" if winner == "x" else "x"}
     assert await info(c1) == LogInfo(NONE, 0, 5, 30)
+
+
+# --------------------------------------------------------------------------- migration
+
+
+async def test_seeded_log_starts_at_the_boundary_with_producer_state(
+    coordinator: BatchCoordinator,
+) -> None:
+    from storage.coordinator import SeededProducerBatch
+
+    await setup_logs(coordinator, (T1, 0))
+    # A classic log sealed at 40: PID's last batches were seq 0-9 at 20-29 and 10-19 at 30-39.
+    seeded = [
+        SeededProducerBatch(PID, 2, 0, 9, 20, 29),
+        SeededProducerBatch(PID, 2, 10, 19, 30, 39),
+    ]
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 40, seeded) == (40, 40)
+    # Again, later (a new leader sealed after more appends): still empty, so it moves.
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 41, seeded) == (41, 41)
+    assert await info(coordinator) == LogInfo(NONE, 41, 41, 0)
+    # A retry of the last classic batch is a duplicate at its classic offset; the next
+    # sequence continues at the boundary; a gap or an old epoch is refused as before.
+    results = await commit(
+        coordinator,
+        batch(count=10, pid=PID, epoch=2, seq=10),
+        batch(count=2, pid=PID, epoch=2, seq=20),
+        batch(count=1, pid=PID, epoch=2, seq=30),
+        batch(count=1, pid=PID, epoch=1, seq=22),
+    )
+    assert [(r.error, r.base_offset) for r in results[:2]] == [(NONE, 30), (NONE, 41)]
+    assert [r.error for r in results[2:]] == [OUT_OF_ORDER, BAD_EPOCH]
+    assert await info(coordinator) == LogInfo(NONE, 41, 43, 100)
+    # Below the boundary there is nothing here (the classic log serves it).
+    assert (await find(coordinator, 41)).batches[0].base_offset == 41
+    # A log that took batches past the start asked for is left alone.
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 42, []) == (41, 43)
+    assert await info(coordinator) == LogInfo(NONE, 41, 43, 100)
+
+
+async def test_seeding_drops_the_markers_a_classic_partition_log_holds(
+    coordinator: BatchCoordinator,
+) -> None:
+    # A transaction's outcome is recorded for each of its partitions, classic ones too:
+    # their logs here hold those markers only (as batches below the classic boundary).
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(), batch())
+    assert await coordinator.seed_log(PartitionKey(T1, 0), 10, []) == (10, 10)
+    assert await info(coordinator) == LogInfo(NONE, 10, 10, 0)
+    assert (await find(coordinator, 10)).batches == []
+    assert "objects/" in "".join(await deleting_keys(coordinator))
+
+
+async def test_sealed_log_takes_no_batch_at_or_after_its_boundary(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
+    await commit(coordinator, batch(count=3, pid=PID, epoch=1, seq=0), batch(partition=1))
+    sealed = await coordinator.seal_log(PartitionKey(T1, 0))
+    assert (sealed.error, sealed.log_start_offset, sealed.boundary) == (NONE, 0, 3)
+    assert [tuple(p) for p in sealed.producers] == [(PID, 1, 0, 2, 0, 2)]
+    # A broker that has not seen the migration yet: its commit fails whole, nothing stored.
+    with pytest.raises(Exception):  # noqa: B017 - the backend's own error
+        await commit(coordinator, batch(partition=1), batch(pid=PID, epoch=1, seq=3))
+    assert (await info(coordinator)).high_watermark == 3
+    assert (await info(coordinator, partition=1)).high_watermark == 1
+    # Other partitions go on; reads of the sealed log too; sealing again answers the same.
+    assert [r.error for r in await commit(coordinator, batch(partition=1))] == [NONE]
+    assert [b.base_offset for b in (await find(coordinator, 0)).batches] == [0]
+    again = await coordinator.seal_log(PartitionKey(T1, 0))
+    assert (again.error, again.boundary) == (NONE, 3)
+    assert (await coordinator.seal_log(PartitionKey(T2, 0))).error == UNKNOWN
+
+
+async def test_a_sealed_log_still_takes_the_markers_of_its_transactions(
+    coordinator: BatchCoordinator,
+) -> None:
+    # Migrated to classic: a transaction's outcome is recorded for each of its partitions
+    # (the classic leader writes the marker that counts); the sealed log must not refuse.
+    from storage.transactions import Marker
+
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch())
+    assert (await coordinator.seal_log(PartitionKey(T1, 0))).boundary == 1
+    init = await coordinator.txn_init("tx", 60_000, -1, -1, NOW)
+    assert init.error == NONE
+    added = await coordinator.txn_add(
+        "tx", init.producer_id, init.producer_epoch, [PartitionKey(T1, 0)], [], NOW
+    )
+    assert added == NONE
+    done = await coordinator.txn_complete(
+        "tx",
+        init.producer_id,
+        init.producer_epoch,
+        True,
+        False,
+        key(),
+        100,
+        7,
+        [Marker(T1, 0, 0, 100, NOW)],
+        NOW,
+    )
+    assert done.error == NONE
+
+
+async def test_deleting_a_topic_forgets_its_seals(coordinator: BatchCoordinator) -> None:
+    await setup_logs(coordinator, (T1, 0))
+    await coordinator.seal_log(PartitionKey(T1, 0))
+    await coordinator.delete_logs([T1], NOW)
+    # The same id again (only tests reuse ids): a fresh, unsealed log.
+    await setup_logs(coordinator, (T1, 0))
+    assert [r.error for r in await commit(coordinator, batch())] == [NONE]

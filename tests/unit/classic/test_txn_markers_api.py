@@ -58,6 +58,7 @@ async def test_write_txn_markers_needs_cluster_action() -> None:
 async def test_write_txn_markers_errors_per_partition() -> None:
     broker = FakeBroker()
     broker.authorizer = None  # type: ignore[assignment]
+    broker.controller = None  # type: ignore[assignment]  # no migration to look up
     broker.classic = Manager(True)  # type: ignore[attr-defined]
     answer = await call(
         txn_markers.handle,

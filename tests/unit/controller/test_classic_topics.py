@@ -183,16 +183,17 @@ def test_create_partitions_keeps_rf_and_takes_assignments() -> None:
         assert r.error_code == ErrorCode.invalid_replica_assignment, assignments
 
 
-def test_changing_the_kind_is_refused() -> None:
+def test_changing_the_kind_starts_a_migration_and_keeps_the_kind_until_sealed() -> None:
     from controller.requests import AlterTopicConfigs, ConfigOp, OpType
 
     c = cluster()
     create(c, "t")
     for op in (ConfigOp("diskless.enable", OpType.SET, "true"), ConfigOp("diskless.enable", 1)):
         (r,) = c.commit(c.logic.alter_configs(c.image, [AlterTopicConfigs("t", [op])]))
-        assert r.error_code == ErrorCode.invalid_config
+        assert r.error_code == ErrorCode.none
     topic = c.image.topic("t")
-    assert topic is not None and not topic.diskless
+    # (tests/unit/controller/test_migration.py: the rest of the migration)
+    assert topic is not None and not topic.diskless and topic.migration is not None
 
 
 # --- election -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from controller.records import (
     FenceBroker,
     Partition,
     PartitionChange,
+    PartitionSealed,
     RegisterBroker,
     RemoveAccessControlEntry,
     RemoveTopic,
@@ -24,6 +25,7 @@ from controller.records import (
     TieringPartitionDisabled,
     Topic,
     TopicConfig,
+    TopicMigration,
     TopicTiering,
     UnfenceBroker,
     UnregisterBroker,
@@ -68,6 +70,10 @@ SAMPLES += [
 SAMPLES += [
     TopicTiering(TID, "DISABLING", 2, "delete"),
     TieringPartitionDisabled(TID, 0, 2),
+]
+SAMPLES += [
+    TopicMigration(TID, "TO_DISKLESS", "SEALING", 1),
+    PartitionSealed(TID, 3, 1, 12345, 678),
 ]
 
 

@@ -1,0 +1,393 @@
+"""Topic migration classic → diskless (issue 18) on three brokers in three racks behind
+one controller: a classic RF=3 topic under a continuous idempotent stream and a consumer
+group becomes diskless (IncrementalAlterConfigs diskless.enable=true), and every
+acknowledged record is read exactly once at its acknowledged offset, by the group and by
+a fresh reader from the beginning (below the boundary from the sealed classic log, above
+it from the diskless one). Further runs kill the partition's leader mid-migration.
+
+Stock clients only (confluent-kafka).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from sluice.cluster import LocalCluster
+from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+
+from ._kafka import Got, Stream, assert_exactly_once, confluent_consume, stream_through, wait_until
+from .test_classic_cluster import (  # noqa: F401 - fixtures
+    RACKS,
+    cluster,
+    create,
+    describe,
+    healthy,
+)
+
+pytestmark = pytest.mark.e2e
+
+STATE = "diskless.migration.state"
+BOUNDARIES = "diskless.migration.boundaries"
+
+
+def start_migration(admin: AdminClient, topic: str, value: str = "true") -> None:
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("diskless.enable", value, incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(20)
+
+
+def migration(admin: AdminClient, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(20)
+    return {k: e.value for k, e in entries.items() if k.startswith("diskless.")}
+
+
+def migrated(admin: AdminClient, topic: str, direction: str = "to-diskless") -> bool:
+    return migration(admin, topic).get(STATE, "").startswith(f"migrated ({direction}")
+
+
+class GroupReader:
+    """A consumer group member reading the topic the whole time (subscribe, auto commit),
+    in a thread: it must see every record once across the switch."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str) -> None:
+        self.got: list[Got] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": 200,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        self._consumer.subscribe([topic])
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self._consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                self.errors.append(str(msg.error()))
+                continue
+            self.got.append(Got(msg.partition(), msg.offset(), msg.key(), msg.value(), []))
+
+    def close(self) -> list[Got]:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+        return self.got
+
+
+@pytest.fixture
+def admin(healthy: LocalCluster) -> Iterator[AdminClient]:  # noqa: F811
+    yield AdminClient({"bootstrap.servers": healthy.bootstrap})
+
+
+def run_migration(
+    lc: LocalCluster,
+    admin: AdminClient,
+    topic: str,
+    kill_leader: bool,
+    steps: tuple[str, ...] = ("true",),
+    kill_controller: bool = False,
+    total: int = 20_000,
+    partitions: int = 1,
+    born_diskless: bool = False,
+) -> tuple[Stream, list[int], list[Got]]:
+    """A paced idempotent stream with a group reading it; midway the topic is migrated,
+    once per value of ``diskless.enable`` in ``steps`` (its leader SIGKILLed right after
+    each migration starts, if asked, or the active controller). Returns the kills (brokers,
+    controllers negated) and what the group read."""
+    # Leaders spread over the brokers (partition 0's is the one killed).
+    assignment = [[1, 2, 3], [2, 3, 1], [3, 1, 2]][:partitions] if partitions > 1 else None
+    if born_diskless:
+        # The managed replication factor: one replica per rack.
+        new = NewTopic(topic, partitions, config={"min.insync.replicas": "2"})
+        admin.create_topics([new])[topic].result(20)
+    else:
+        create(admin, topic, {"min.insync.replicas": "2"}, assignment)
+    reader = GroupReader(lc.bootstrap, topic, f"{topic}-group")
+    killed: list[int] = []
+
+    def migrate() -> None:
+        for value in steps:
+            direction = "to-diskless" if value == "true" else "to-classic"
+            # The partition's leader in the image (clients without an AZ see it).
+            leader = describe(admin, topic)[0][0]
+            if kill_leader:
+                # Killed before the migration starts, so it is still the leader when the
+                # migration is recorded (the controller fences it after its session): the
+                # migration waits for the next leader, which seals.
+                broker = lc.broker(leader)
+                broker.stop(signal.SIGKILL)
+                killed.append(leader)
+            start_migration(admin, topic, value)
+            if kill_controller:
+                active = lc.active_controller()
+                assert active is not None
+                active.stop(signal.SIGKILL)
+                killed.append(-active.node_id)
+            wait_until(lambda d=direction: migrated(admin, topic, d), "the migration", 40)
+            if kill_controller:
+                active.start()
+            if kill_leader:
+                broker.start()
+                wait_until(
+                    lambda: len(admin.list_topics(timeout=10).brokers) == 3, "broker back", 20
+                )
+
+    # ~1700 records/s: the migrations (with kills, a few seconds each) land mid-stream.
+    stream = stream_through(lc.bootstrap, topic, total, migrate, after_fraction=0.2)
+    try:
+        wait_until(lambda: len(reader.got) >= total, "the group reading every record", 60)
+        time.sleep(0.5)  # duplicates would arrive after the last new record
+    finally:
+        got = reader.close()
+    return stream, killed, got
+
+
+def seal_logged(text: str, topic: str, what: str) -> bool:
+    return any(what in line and "sealed at" in line for line in text.splitlines() if topic in line)
+
+
+def once_per_offset(got: list[Got]) -> list[Got]:
+    """A group member that rejoins (its coordinator was killed: README, consumer groups)
+    reads again from its last commit: the same records at the same offsets, which is
+    Kafka's at-least-once for a group, not a duplicate in the log. Those re-reads are
+    dropped here after checking they are the same record."""
+    seen: dict[int, bytes | None] = {}
+    out = []
+    for g in got:
+        if g.offset in seen:
+            assert seen[g.offset] == g.value, f"offset {g.offset} read with two values"
+            continue
+        seen[g.offset] = g.value
+        out.append(g)
+    return out
+
+
+def boundaries(admin: AdminClient, topic: str) -> dict[int, int]:
+    entries = migration(admin, topic)[BOUNDARIES].split(",")
+    return {int(p): int(b) for p, b in (e.split(":") for e in entries)}
+
+
+def boundary_of(admin: AdminClient, topic: str) -> int:
+    (boundary,) = boundaries(admin, topic).values()
+    return boundary
+
+
+def test_classic_topic_becomes_diskless_under_a_live_stream(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    stream, _killed, got = run_migration(healthy, admin, topic, kill_leader=False)
+    assert_exactly_once(stream, got, 1)
+    boundary = boundary_of(admin, topic)
+    # The switch happened mid-stream: records on both sides of the boundary.
+    assert 0 < boundary < 20_000, boundary
+    # Diskless now: the kind, one replica per rack, the AZ transformer's Metadata.
+    assert migration(admin, topic)["diskless.enable"] == "true"
+    leader, replicas, _isr = describe(admin, topic)[0]
+    assert sorted(replicas) == [1, 2, 3]
+    # A fresh reader from the beginning: below the boundary the sealed classic log,
+    # above it the diskless log, every offset once.
+    again = confluent_consume(healthy.bootstrap, topic, expected=20_000)
+    assert [g.offset for g in again] == list(range(20_000))
+    assert [int(g.value or b"-1") for g in again] == sorted(int(g.value or b"-1") for g in again)
+    # Watermarks: the classic log start and the diskless high watermark.
+    probe = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "probe"})
+    try:
+        low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), 10, cached=False)
+    finally:
+        probe.close()
+    assert (low, high) == (0, 20_000)
+    # A client in an AZ is routed to the replica in its AZ (the transformer applies).
+    az_admin = AdminClient(
+        {"bootstrap.servers": healthy.bootstrap, "client.id": "app,diskless_az=az-b"}
+    )
+    md = az_admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+    assert md.leader == 2, (md.leader, leader)
+
+
+def test_leader_killed_mid_migration_both_ways_resumes_and_loses_nothing(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    stream, killed, got = run_migration(
+        healthy, admin, topic, kill_leader=True, steps=("true", "false"), total=40_000
+    )
+    assert len(killed) == 2
+    # Each seal was made by a broker that was not killed: the next leader resumed.
+    for line, dead in (("classic log sealed at", killed[0]), ("diskless log", killed[1])):
+        sealers = [
+            b.node_id for b in healthy.brokers if seal_logged(b.log_path.read_text(), topic, line)
+        ]
+        assert sealers and dead not in sealers, (line, sealers, dead)
+    assert 0 < boundary_of(admin, topic) < 40_000
+    # The log: every acknowledged record once, at its acknowledged offset.
+    assert_exactly_once(stream, confluent_consume(healthy.bootstrap, topic, expected=40_000), 1)
+    # The group: every record, at its offset (re-reads after its rejoin aside).
+    assert_exactly_once(stream, once_per_offset(got), 1)
+
+
+def test_classic_to_diskless_and_back_under_a_live_stream(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    # Three partitions led by three brokers: each is sealed on its own, the topic's kind
+    # flips with the last one.
+    stream, _killed, got = run_migration(
+        healthy, admin, topic, kill_leader=False, steps=("true", "false"), partitions=3
+    )
+    assert_exactly_once(stream, got, 3)
+    state = migration(admin, topic)
+    assert state["diskless.enable"] == "false"
+    assert state[STATE] == "migrated (to-classic, generation 1)"
+    # Three parts: [0, B1) the first classic log, [B1, H) diskless, [H, ...) classic again.
+    back = boundaries(admin, topic)
+    assert sorted(back) == [0, 1, 2] and 0 < sum(back.values()) < 20_000, back
+    again = confluent_consume(healthy.bootstrap, topic, (0, 1, 2), expected=20_000)
+    assert_exactly_once(stream, again, 3)
+    # Classic again: Metadata names the real leaders and replicas (no AZ transformer).
+    for leader, replicas, isr in describe(admin, topic).values():
+        assert sorted(replicas) == [1, 2, 3] and leader in replicas and sorted(isr) == [1, 2, 3]
+
+
+def test_a_diskless_topic_becomes_classic_under_a_live_stream(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    stream, _killed, got = run_migration(
+        healthy, admin, topic, kill_leader=False, steps=("false",), born_diskless=True
+    )
+    assert_exactly_once(stream, got, 1)
+    # Two parts: [0, H) in the object store, [H, ...) in the classic logs.
+    assert 0 < boundary_of(admin, topic) < 20_000
+    again = confluent_consume(healthy.bootstrap, topic, expected=20_000)
+    assert_exactly_once(stream, again, 1)
+    probe = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "probe"})
+    try:
+        low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), 10, cached=False)
+    finally:
+        probe.close()
+    assert (low, high) == (0, 20_000)
+
+
+def test_transactions_across_migrations_and_an_open_one_delays_the_seal(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    from confluent_kafka import Producer
+
+    create(admin, topic, {})
+    producer = Producer(
+        {"bootstrap.servers": healthy.bootstrap, "transactional.id": f"{topic}-txn"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=b"%d" % i)
+    producer.flush(20)
+    start_migration(admin, topic)
+    # Open in the classic log: no boundary may cut it, the partition stays unsealed.
+    time.sleep(1.5)  # a span in which a seal would have happened (it takes ~0.2 s)
+    assert migration(admin, topic)[STATE].startswith("pending"), migration(admin, topic)
+    producer.commit_transaction(30)
+    wait_until(lambda: migrated(admin, topic), "the seal after the commit", 20)
+    # The commit marker is below the boundary: the records and the marker are classic.
+    assert boundary_of(admin, topic) == 11
+    # Transactions go on: on the diskless log, and after a migration back to classic on
+    # the classic log again (their outcome is also recorded in the sealed diskless log).
+    for value in ("diskless", "classic"):
+        if value == "classic":
+            start_migration(admin, topic, "false")
+            wait_until(lambda: migrated(admin, topic, "to-classic"), "back to classic", 20)
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, value=f"{value}-{i}".encode())
+        producer.commit_transaction(30)
+    got = confluent_consume(
+        healthy.bootstrap, topic, expected=20, **{"isolation.level": "read_committed"}
+    )
+    assert [g.value for g in got] == [b"%d" % i for i in range(10)] + [
+        f"{v}-{i}".encode() for v in ("diskless", "classic") for i in range(5)
+    ]
+
+
+@pytest.fixture(scope="module")
+def quorum_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with running_cluster(
+        tmp_path_factory,
+        "migration-quorum",
+        brokers=3,
+        racks=RACKS,
+        broker_options={**FAST_LIVENESS, "replica.lag.time.max.ms": "2000"},
+        controllers=3,
+        controller_options={
+            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
+        },
+    ) as c:
+        yield c
+
+
+def test_active_controller_killed_mid_migration_both_ways(
+    quorum_cluster: LocalCluster, topic: str
+) -> None:
+    admin = AdminClient({"bootstrap.servers": quorum_cluster.bootstrap})
+    stream, killed, got = run_migration(
+        quorum_cluster,
+        admin,
+        topic,
+        False,
+        steps=("true", "false"),
+        kill_controller=True,
+        total=40_000,
+    )
+    assert len(killed) == 2 and all(k < 0 for k in killed)
+    assert 0 < boundary_of(admin, topic) < 40_000  # the way back was mid-stream too
+    assert_exactly_once(stream, once_per_offset(got), 1)
+    assert_exactly_once(
+        stream, confluent_consume(quorum_cluster.bootstrap, topic, expected=40_000), 1
+    )
+    # The active controller's metrics: migrated to classic (2), the boundary.
+    active = quorum_cluster.active_controller()
+    assert active is not None
+    with urllib.request.urlopen(active.url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    state = f'sluice_controller_topic_migration_state{{direction="to-classic",topic="{topic}"}} 2.0'
+    assert state in text
+    assert (
+        f'sluice_controller_topic_migration_boundary_offset{{partition="0",topic="{topic}"}}'
+        in (text)
+    )

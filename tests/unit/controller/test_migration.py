@@ -1,0 +1,208 @@
+"""The controller's side of topic migration classic → diskless (issue 18): the state
+machine in the metadata log, leader reports, the final placement, failover and snapshots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from controller.image import MIGRATION_MIGRATED, MIGRATION_SEALING, TO_DISKLESS, MetadataImage
+from controller.logic import ControllerConfig, ControllerLogic
+from controller.migration import SealReport, describe_entries, migration_state, one_per_rack
+from controller.records import decode_batch, encode_batch
+from controller.requests import AlterTopicConfigs, ConfigOp, OpType
+
+from .harness import Cluster, uuids
+
+RACKS = {1: "a", 2: "b", 3: "c", 4: "a", 5: "b", 6: "c"}
+CLASSIC = {"diskless.enable": "false"}
+
+
+def cluster() -> Cluster:
+    c = Cluster(ControllerConfig(new_uuid=uuids(), classic_topics=True))
+    c.start(RACKS)
+    return c
+
+
+def start(c: Cluster, name: str = "t", value: str | None = "true") -> Any:
+    op = (
+        ConfigOp("diskless.enable", OpType.SET, value)
+        if value
+        else ConfigOp("diskless.enable", OpType.DELETE)
+    )
+    (r,) = c.commit(c.logic.alter_configs(c.image, [AlterTopicConfigs(name, [op])]))
+    return r
+
+
+def seal(c: Cluster, index: int, boundary: int, name: str = "t", **kw: Any) -> Any:
+    topic = c.image.topic(name)
+    assert topic is not None and topic.migration is not None
+    p = topic.partitions[index]
+    report = SealReport(
+        kw.pop("broker_id", p.leader),
+        topic.topic_id,
+        index,
+        kw.pop("generation", topic.migration.generation),
+        kw.pop("leader_epoch", p.leader_epoch),
+        boundary,
+        kw.pop("old_bytes", 100),
+        kw.pop("old_start", -1),
+    )
+    return c.commit(c.logic.partition_sealed(c.image, report))
+
+
+def test_enabling_diskless_on_a_classic_topic_starts_a_migration_and_sealing_finishes_it() -> None:
+    c = cluster()
+    c.create("t", 2, replication_factor=3, configs=CLASSIC)
+    r = start(c)
+    assert r.error_code == ErrorCode.none
+    topic = c.image.topic("t")
+    assert topic is not None and topic.migration is not None
+    # Still classic until every partition is sealed: the leaders keep serving it.
+    assert not topic.diskless and topic.migration.state == MIGRATION_SEALING
+    assert topic.migration.direction == TO_DISKLESS and migration_state(topic) == "pending"
+    # Asked again while it runs: nothing new, no error.
+    assert start(c).error_code == ErrorCode.none
+    assert seal(c, 0, 42).error_code == ErrorCode.none
+    assert migration_state(topic) == "sealing" and not topic.diskless
+    assert topic.migration.boundary(0) == 42
+    # A repeat of the same report (the leader missed the answer) is fine and changes nothing.
+    before = len(c.log)
+    assert seal(c, 0, 42).error_code == ErrorCode.none and len(c.log) == before
+    assert seal(c, 0, 41).error_code == ErrorCode.invalid_request
+    assert seal(c, 1, 7).error_code == ErrorCode.none
+    assert topic.diskless and topic.migration.state == MIGRATION_MIGRATED
+    assert migration_state(topic) == "migrated"
+    assert describe_entries(topic) == {
+        "diskless.migration.state": "migrated (to-diskless, generation 0)",
+        "diskless.migration.boundaries": "0:42,1:7",
+        "diskless.migration.classic.bytes": "200",
+    }
+    # Followers replaying the log get the same image, and so does a snapshot.
+    assert c.rebuilt() == c.image
+    assert MetadataImage.from_records(decode_batch(encode_batch(c.image.snapshot()))) == c.image
+    # Migrated: enabling again is a no-op.
+    assert start(c).error_code == ErrorCode.none
+
+
+def test_back_to_classic_keeps_the_replicas_and_flips_the_kind_when_sealed() -> None:
+    c = cluster()
+    c.create("t", 2, replication_factor=3, configs=CLASSIC)
+    start(c)
+    seal(c, 0, 42)
+    seal(c, 1, 7)
+    before = dict(c.partitions("t"))
+    assert start(c, value="false").error_code == ErrorCode.none
+    topic = c.image.topic("t")
+    assert topic is not None and topic.migration is not None
+    assert topic.diskless and topic.migration.direction == "TO_CLASSIC"
+    assert topic.migration.generation == 1 and migration_state(topic) == "pending"
+    # The diskless logs' starts (the first boundaries) come with the seals.
+    assert seal(c, 0, 50, old_start=42).error_code == ErrorCode.none
+    assert seal(c, 1, 9, old_start=7).error_code == ErrorCode.none
+    assert not topic.diskless and topic.migration.state == MIGRATION_MIGRATED
+    sealed = topic.migration.sealed_partition(0)
+    assert sealed is not None and (sealed.boundary, sealed.old_start) == (50, 42)
+    assert {i: p.replicas for i, p in c.partitions("t").items()} == {
+        i: p.replicas for i, p in before.items()
+    }
+    assert describe_entries(topic)["diskless.migration.diskless.bytes"] == "200"
+    assert c.rebuilt() == c.image
+    assert MetadataImage.from_records(decode_batch(encode_batch(c.image.snapshot()))) == c.image
+    # A diskless log sealed for classic cannot start again later: refused for now.
+    assert start(c).error_code == ErrorCode.invalid_config
+
+
+def test_only_the_current_leader_at_its_epoch_may_seal() -> None:
+    c = cluster()
+    c.create("t", 1, replication_factor=3, configs=CLASSIC)
+    start(c)
+    p = c.partitions("t")[0]
+    other = next(r for r in p.replicas if r != p.leader)
+    assert seal(c, 0, 5, broker_id=other).error_code == ErrorCode.not_leader_or_follower
+    assert seal(c, 0, 5, leader_epoch=p.leader_epoch - 1).error_code == (
+        ErrorCode.fenced_leader_epoch
+    )
+    assert seal(c, 0, 5, generation=3).error_code == ErrorCode.invalid_request
+    topic = c.image.topic("t")
+    assert topic is not None and topic.migration is not None and not topic.migration.sealed
+
+
+def test_a_new_controller_resumes_from_the_log() -> None:
+    c = cluster()
+    c.create("t", 2, replication_factor=3, configs=CLASSIC)
+    start(c)
+    seal(c, 0, 10)
+    # Failover: a fresh logic on the image rebuilt from the committed entries.
+    image = c.rebuilt()
+    logic = ControllerLogic(c.config)
+    logic.become_active(image, c.now)
+    topic = image.topic("t")
+    assert topic is not None and topic.migration is not None
+    assert topic.migration.boundary(0) == 10 and topic.migration.boundary(1) is None
+    p = topic.partitions[1]
+    out = logic.partition_sealed(
+        image, SealReport(p.leader, topic.topic_id, 1, 0, p.leader_epoch, 3)
+    )
+    assert out.response.error_code == ErrorCode.none
+    image.apply_batch(out.records)
+    assert image.topic("t").diskless  # type: ignore[union-attr]
+
+
+def test_migrated_partitions_get_one_replica_per_rack_keeping_their_replicas() -> None:
+    c = cluster()
+    # Two replicas in rack a (1 and 4), none in c: one of them makes room for rack c.
+    r = c.create("t", -1, configs=CLASSIC, assignments={0: [1, 4, 2]})
+    assert r.error_code == ErrorCode.none, r
+    start(c)
+    seal(c, 0, 0)
+    p = c.partitions("t")[0]
+    assert p.replicas[0] == 1 and len(p.replicas) == 3
+    assert {RACKS[r] for r in p.replicas} == {"a", "b", "c"} and 2 in p.replicas
+    assert p.leader == 1 and set(p.isr) == set(p.replicas)
+    # Already one per rack: unchanged.
+    assert one_per_rack(c.image, (1, 2, 3), 1) == (1, 2, 3)
+
+
+def test_a_second_migration_needs_the_first_to_finish_and_tiering_off() -> None:
+    c = cluster()
+    c.create("t", 1, replication_factor=3, configs=CLASSIC)
+    c.create(
+        "tiered", 1, replication_factor=3, configs={**CLASSIC, "remote.storage.enable": "true"}
+    )
+    assert start(c, "tiered").error_code == ErrorCode.invalid_config
+    start(c)
+    # Deleting the override means the default (diskless): also asked again, no error.
+    assert start(c, value=None).error_code == ErrorCode.none
+
+
+def test_metrics_show_state_boundaries_and_old_bytes() -> None:
+    from controller.migration import migration_metrics
+
+    c = cluster()
+    c.create("t", 2, replication_factor=3, configs=CLASSIC)
+    c.create("other", 1, replication_factor=3, configs=CLASSIC)
+    start(c)
+    m = migration_metrics(c.image)
+    assert m.state == {("t", "to-diskless"): 0} and m.boundary == {}
+    seal(c, 1, 9, old_bytes=300)
+    m = migration_metrics(c.image)
+    assert m.state == {("t", "to-diskless"): 1}
+    assert m.boundary == {("t", 1): 9} and m.old_bytes == {"t": 300}
+    seal(c, 0, 4, old_bytes=5)
+    assert migration_metrics(c.image).state == {("t", "to-diskless"): 2}
+
+
+def test_classic_bytes_are_what_a_broker_still_holds_where_it_knows() -> None:
+    c = cluster()
+    c.create("t", 2, replication_factor=3, configs=CLASSIC)
+    start(c)
+    seal(c, 0, 4, old_bytes=500)
+    seal(c, 1, 4, old_bytes=70)
+    topic = c.image.topic("t")
+    assert topic is not None
+    # Retention left 120 bytes of partition 0 here; partition 1 is not held here.
+    sizes = {0: 120}
+    entries = describe_entries(topic, sizes.get)
+    assert entries["diskless.migration.classic.bytes"] == "190"

@@ -1,0 +1,234 @@
+"""Which log serves a migrating partition (broker/migration/routing.py): produce, fetch by
+offset and ListOffsets, in both directions, decided from the metadata image alone."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+from uuid import UUID
+
+from broker.migration import routing
+from controller.logic import ControllerConfig
+from controller.migration import SealReport
+from controller.requests import AlterTopicConfigs, ConfigOp, OpType
+from tests.unit.controller.harness import Cluster, uuids
+
+
+class Manager:
+    """The replica manager's queries routing uses."""
+
+    def __init__(self, image: Any, hosted: dict[tuple[UUID, int], Any]) -> None:
+        self._image = image
+        self._hosted = hosted
+
+    def is_classic(self, topic_id: UUID) -> bool:
+        return not self._image.topics[topic_id].diskless
+
+    def get(self, topic_id: UUID, partition: int) -> Any:
+        return self._hosted.get((topic_id, partition))
+
+
+def replica(start: int) -> Any:
+    """A hosted classic replica whose log starts at ``start``."""
+    return SimpleNamespace(
+        log=SimpleNamespace(log_start_offset=start),
+        list_offset=lambda ts, rc: (0, -1, -1),
+        role="leader",
+        high_watermark=0,
+    )
+
+
+def setup() -> tuple[Cluster, Any, UUID]:
+    c = Cluster(ControllerConfig(new_uuid=uuids(), classic_topics=True))
+    c.start({1: "a", 2: "b", 3: "c"})
+    c.create("t", 2, replication_factor=3, configs={"diskless.enable": "false"})
+    topic = c.image.topic("t")
+    assert topic is not None
+    broker = SimpleNamespace(
+        controller=SimpleNamespace(image=c.image), leader_epoch=lambda _t, _p: 0
+    )
+    return c, broker, topic.topic_id
+
+
+def migrate(c: Cluster, value: str) -> None:
+    op = ConfigOp("diskless.enable", OpType.SET, value)
+    (r,) = c.commit(c.logic.alter_configs(c.image, [AlterTopicConfigs("t", [op])]))
+    assert r.error_code == 0
+
+
+def seal(c: Cluster, index: int, boundary: int, old_start: int = -1) -> None:
+    topic = c.image.topic("t")
+    assert topic is not None and topic.migration is not None
+    p = topic.partitions[index]
+    report = SealReport(
+        p.leader,
+        topic.topic_id,
+        index,
+        topic.migration.generation,
+        p.leader_epoch,
+        boundary,
+        0,
+        old_start,
+    )
+    assert c.commit(c.logic.partition_sealed(c.image, report)).error_code == 0
+
+
+def test_classic_to_diskless_routes_by_the_boundary_once_sealed() -> None:
+    c, broker, tid = setup()
+    classic = Manager(c.image, {(tid, 0): replica(0)})
+    migrate(c, "true")
+    # Sealing, not sealed yet: still classic everywhere.
+    assert routing.appends_classic(broker, classic, tid, 0)
+    assert routing.reads_classic(broker, classic, tid, 0, 10**9, -1)
+    seal(c, 0, 100)
+    # Partition 0 sealed (partition 1 not): appends and reads from 100 are diskless.
+    assert not routing.appends_classic(broker, classic, tid, 0)
+    assert routing.appends_classic(broker, classic, tid, 1)
+    assert routing.reads_classic(broker, classic, tid, 0, 99, -1)
+    assert not routing.reads_classic(broker, classic, tid, 0, 100, -1)
+    assert routing.reads_classic(broker, classic, tid, 0, 100, 2)  # a follower: classic
+    # EARLIEST from the local classic replica, LATEST from the diskless log.
+    assert routing.list_offset_route(broker, classic, tid, 0, -2, False) == (0, 0, -1, 0)
+    assert routing.list_offset_route(broker, classic, tid, 0, -1, False) == routing.DISKLESS
+    assert routing.epochs_route(broker, classic, tid, 0, False, 0, 0) == routing.DISKLESS
+    assert routing.epochs_route(broker, classic, tid, 0, True, 0, 0) == routing.CLASSIC
+    seal(c, 1, 7)
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless and routing.az_routed(topic)
+    assert routing.hosted_classic(c.image, set()) == {tid}  # the sealed logs stay
+
+
+def test_diskless_to_classic_has_three_parts() -> None:
+    c, broker, tid = setup()
+    migrate(c, "true")
+    seal(c, 0, 100)
+    seal(c, 1, 7)
+    classic = Manager(c.image, {(tid, 0): replica(0)})
+    migrate(c, "false")
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless and not routing.az_routed(topic)
+    # Sealing: no broker appends to the diskless log, reads are diskless.
+    assert routing.refuses_diskless_append(broker, tid, 0)
+    assert not routing.appends_classic(broker, classic, tid, 0)
+    assert not routing.reads_classic(broker, classic, tid, 0, 150, -1)
+    assert routing.reads_classic(broker, classic, tid, 0, 150, 2)  # followers: never diskless
+    seal(c, 0, 300, old_start=100)
+    assert not routing.refuses_diskless_append(broker, tid, 0)
+    assert routing.appends_classic(broker, classic, tid, 0)
+    # [0, 100) the first classic log, [100, 300) diskless, [300, ...) classic again.
+    reads = {o: routing.reads_classic(broker, classic, tid, 0, o, -1) for o in (0, 99, 100, 299)}
+    assert reads == {0: True, 99: True, 100: False, 299: False}
+    assert routing.reads_classic(broker, classic, tid, 0, 300, -1)
+    assert routing.list_offset_route(broker, classic, tid, 0, -2, False) == (0, 0, -1, 0)
+    assert routing.list_offset_route(broker, classic, tid, 0, -1, False) == routing.CLASSIC
+    # Without the old classic log here, the earliest offset is the diskless log's.
+    bare = Manager(c.image, {})
+    assert routing.list_offset_route(broker, bare, tid, 0, -2, False) == routing.DISKLESS
+    # A consumer's OffsetForLeaderEpoch: the classic leader's high watermark.
+    leader = replica(300)
+    leader.high_watermark = 420
+    led = Manager(c.image, {(tid, 0): leader})
+    assert routing.epochs_route(broker, led, tid, 0, False, 3, 5) == (0, 3, 420)
+    assert routing.epochs_route(broker, led, tid, 0, False, 6, 5) == (0, -1, -1)
+
+
+# --- a replica's log at the boundary (broker/migration/sealer.py on_replica) -------------
+
+
+def partition(tmp_path: Any, records: int) -> Any:
+    from storage.classic.log import Log, LogConfig
+    from tests.unit.classic.test_log import append, batch
+
+    plog = Log(str(tmp_path), LogConfig(retention_ms=0))
+    for _ in range(records):
+        append(plog, batch(1, ts=1_000))
+    return SimpleNamespace(
+        log=plog, index=0, topic="t", topic_id=None, sealed=False, high_watermark=records
+    )
+
+
+def test_a_log_sealed_for_diskless_retires_whole_and_one_for_classic_continues(
+    tmp_path: Any,
+) -> None:
+    from broker.migration.sealer import MigrationSealer
+
+    c, _broker, _tid = setup()
+    sealer = MigrationSealer(SimpleNamespace())  # type: ignore[arg-type]
+    migrate(c, "true")
+    seal(c, 0, 3)
+    seal(c, 1, 0)
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless
+    p = partition(tmp_path / "a", 3)
+    sealer.on_replica(p, topic)
+    # The last segment is closed: retention can delete every record, the log stays at 3.
+    assert p.log.log_end_offset == 3 and p.log.active.size == 0
+    assert p.log.enforce_retention() == 1 and p.log.log_start_offset == 3
+    # Back to classic at 10 (the diskless log held [3, 10)): the log continues at 10,
+    # keeping what it has, and refuses appends until its producer states are loaded.
+    migrate(c, "false")
+    seal(c, 0, 10, old_start=3)
+    q = partition(tmp_path / "b", 3)
+    sealer.on_replica(q, topic)
+    assert (q.log.log_start_offset, q.log.log_end_offset) == (0, 10)
+    assert q.sealed and q.high_watermark == 10
+    assert q.log.read(0, 1 << 20)  # the older records are still there
+    empty = partition(tmp_path / "c", 0)
+    sealer.on_replica(empty, topic)
+    assert (empty.log.log_start_offset, empty.log.log_end_offset) == (10, 10)
+
+
+async def test_a_replica_continuing_at_the_boundary_takes_the_diskless_producer_states() -> None:
+    from broker.classic.producer_state import ProducerState
+    from broker.migration.sealer import MigrationSealer
+    from storage.coordinator import SealedLog, SeededProducerBatch
+
+    batches = [SeededProducerBatch(7, 2, 0, 4, 10, 14), SeededProducerBatch(7, 2, 5, 9, 15, 19)]
+    coordinator = SimpleNamespace()
+
+    async def seal_log(_key: Any) -> SealedLog:
+        return SealedLog(0, 0, 20, 0, batches)
+
+    coordinator.seal_log = seal_log
+    broker = SimpleNamespace(coordinator=coordinator, watch=SimpleNamespace(wake=lambda _k: None))
+    sealer = MigrationSealer(broker)  # type: ignore[arg-type]
+    p = SimpleNamespace(topic_id=UUID(int=1), index=0, topic="t", sealed=True)
+    p.producers = ProducerState()
+    # The replica's classic log below the diskless part knew producer 7 (older batches):
+    # replaced. Producer 8 wrote to the classic log from the boundary on: kept.
+    p.producers.update(7, 2, 0, 3, 0)
+    p.producers.update(8, 0, 0, 2, 20)
+    batches.append(SeededProducerBatch(8, 0, 0, 0, 3, 3))
+    await sealer._continue(p, 1)  # type: ignore[arg-type]
+    assert not p.sealed
+    assert p.producers.check(8, 0, 2, 2) == (None, -1)
+    # A retry of the last diskless batch is its duplicate; the next sequence is accepted,
+    # a gap is not.
+    assert p.producers.check(7, 2, 5, 9) == (None, 15)
+    assert p.producers.check(7, 2, 10, 12) == (None, -1)
+    assert p.producers.check(7, 2, 11, 12)[0] is not None
+
+
+def test_a_diskless_log_sealed_for_classic_ends_at_its_boundary_for_readers() -> None:
+    from storage.coordinator import BatchLocation, FindRequest, FindResult
+
+    c, broker, tid = setup()
+    migrate(c, "true")
+    seal(c, 0, 0)
+    seal(c, 1, 0)
+    migrate(c, "false")
+    seal(c, 0, 17, old_start=0)
+    # Past the boundary the sealed log holds only the classic transactions' markers.
+    result = FindResult(
+        0,
+        0,
+        19,
+        [BatchLocation("k", 0, 10, 16, 16), BatchLocation("k", 10, 10, 17, 17)],
+        19,
+    )
+    untouched = FindResult(0, 0, 5, [BatchLocation("k", 0, 10, 4, 4)], 5)
+    finds = [FindRequest(tid, 0, 16, 1 << 20), FindRequest(tid, 1, 4, 1 << 20)]
+    routing.cap_sealed_diskless(broker, finds, [result, untouched])
+    assert [b.base_offset for b in result.batches] == [16]
+    assert (result.high_watermark, result.last_stable_offset) == (17, 17)
+    assert untouched.high_watermark == 5 and len(untouched.batches) == 1
