@@ -121,6 +121,18 @@ def wait_tiered(cluster: LocalCluster, topic: str, node: int) -> int:
     return local_segments(cluster, node, topic)[0]
 
 
+def tiered_topic(
+    cluster: LocalCluster, topic: str, count: int, **extra: str
+) -> tuple[AdminClient, int, int]:
+    """A tiered topic holding records 0..count-1 whose leader has tiered all but its active
+    segment: (an admin client, the leader, its local log start)."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    create(admin, topic, **extra)
+    produce(cluster.bootstrap, topic, 0, count)
+    leader, _, _ = describe(admin, topic)
+    return admin, leader, wait_tiered(cluster, topic, leader)
+
+
 def watermarks(bootstrap: str, topic: str) -> tuple[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
     try:
@@ -171,11 +183,7 @@ def test_stock_consumers_read_the_whole_log_from_remote_segments(
 def test_delete_records_moves_the_start_of_the_tiered_log(
     healthy: LocalCluster, topic: str
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
-    create(admin, topic)
-    produce(healthy.bootstrap, topic, 0, 3000)
-    leader, _, _ = describe(admin, topic)
-    local_start = wait_tiered(healthy, topic, leader)
+    admin, _, local_start = tiered_topic(healthy, topic, 3000)
     below = local_start // 2  # inside the tiered part
     (future,) = admin.delete_records([TopicPartition(topic, 0, below)]).values()
     assert future.result(20).low_watermark == below
@@ -262,11 +270,7 @@ def test_remote_storage_is_refused_on_a_diskless_topic(healthy: LocalCluster, to
 def test_a_killed_leader_leaves_the_log_readable_without_a_gap(
     healthy: LocalCluster, topic: str
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
-    create(admin, topic)
-    produce(healthy.bootstrap, topic, 0, 2000)
-    leader, _, _ = describe(admin, topic)
-    wait_tiered(healthy, topic, leader)
+    admin, leader, _ = tiered_topic(healthy, topic, 2000)
     healthy.broker(leader).stop(signal.SIGKILL)
     wait_until(lambda: describe(admin, topic)[0] not in (leader, -1), "a new leader", 20)
     new_leader = describe(admin, topic)[0]
@@ -327,11 +331,7 @@ def test_a_wiped_follower_starts_after_the_tiered_part(healthy: LocalCluster, to
 def test_disable_with_retain_keeps_the_remote_data_readable(
     healthy: LocalCluster, topic: str
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
-    create(admin, topic)
-    produce(healthy.bootstrap, topic, 0, 2000)
-    leader, _, _ = describe(admin, topic)
-    wait_tiered(healthy, topic, leader)
+    admin, _, _ = tiered_topic(healthy, topic, 2000)
     alter(admin, topic, remote_storage_enable="false")  # remote.log.disable.policy=retain
     # Once DISABLED, tiering may be enabled again (refused while DISABLING): the sign
     # that every leader reported the partition done.
@@ -353,11 +353,7 @@ def _try_alter(admin: AdminClient, topic: str, **configs: str) -> bool:
 def test_disable_with_delete_moves_the_log_start_to_the_local_log(
     healthy: LocalCluster, topic: str
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
-    create(admin, topic)
-    produce(healthy.bootstrap, topic, 0, 2000)
-    leader, _, _ = describe(admin, topic)
-    wait_tiered(healthy, topic, leader)
+    admin, leader, _ = tiered_topic(healthy, topic, 2000)
     # Kafka 3.9's spelling of KIP-950's remote.log.disable.policy=delete.
     alter(admin, topic, remote_storage_enable="false", remote_log_delete_on_disable="true")
     wait_until(
@@ -380,11 +376,7 @@ def test_disable_with_delete_moves_the_log_start_to_the_local_log(
 def test_deleting_a_tiered_topic_deletes_its_remote_segments(
     healthy: LocalCluster, topic: str
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
-    create(admin, topic)
-    produce(healthy.bootstrap, topic, 0, 2000)
-    leader, _, _ = describe(admin, topic)
-    wait_tiered(healthy, topic, leader)
+    admin, _, _ = tiered_topic(healthy, topic, 2000)
     topic_id = _topic_id(admin, topic)
     assert _remote_objects(healthy, topic_id)
     admin.delete_topics([topic])[topic].result(20)
