@@ -5,8 +5,10 @@ applied in ``controller.image``).
     IncrementalAlterConfigs diskless.enable=true on a classic topic
         ──► SEALING (generation g): each partition's leader seals its classic log at a
             boundary offset and reports it (``partition_sealed``) ──► PartitionSealed
-        ── every partition sealed ──► MIGRATED + diskless.enable=true + one replica per
-            rack (seed 000's placement; current replicas kept where they are)
+        ── every partition sealed ──► MIGRATED + diskless.enable=true + a reassignment to
+            one replica per rack (seed 000's placement; current replicas kept where they
+            are), staged as a classic one: the added replicas fetch the sealed classic log
+            and join the ISR before the removed ones leave (``election.stages_classic``)
 
 The controller decides nothing per offset: the leader picks the boundary (its high
 watermark once every in-sync replica has everything and no transaction is open), seeds
@@ -33,7 +35,8 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from .election import change_to, desired_state
+from .classic_election import classic_desired_state
+from .election import UNCLEAN_LEADER_ELECTION, change_to
 from .image import (
     DISKLESS_ENABLE,
     MIGRATION_MIGRATED,
@@ -119,7 +122,8 @@ def one_per_rack(image: MetadataImage, replicas: tuple[int, ...], leader: int) -
 def _finish(
     image: MetadataImage, topic: TopicImage, direction: str, generation: int
 ) -> list[Record]:
-    """MIGRATED, the kind's config, and (to diskless) the replicas of the new kind. To
+    """MIGRATED, the kind's config, and (to diskless) the move to the replicas of the new
+    kind, staged as a classic reassignment. To
     classic the replicas stay: one per rack, each already real (seed 000), and each starts
     its classic log empty at the boundary, so all of them are in sync from the start."""
     out: list[Record] = [
@@ -131,6 +135,7 @@ def _finish(
     if direction == TO_CLASSIC:
         return out
     alive = image.alive_brokers()
+    unclean = topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
         if p.reassigning:
@@ -138,8 +143,18 @@ def _finish(
         target = one_per_rack(image, p.replicas, p.leader)
         if set(target) == set(p.replicas):
             continue
+        # A staged reassignment of the sealed classic log (``election.stages_classic``):
+        # the added replicas fetch it from the leader and join the ISR, and only then do
+        # the removed ones leave. At once if nothing is added and the targets are in sync.
+        removing = tuple(r for r in p.replicas if r not in target)
+        proposed = replace(
+            p,
+            replicas=target + removing,
+            adding_replicas=tuple(r for r in target if r not in p.replicas),
+            removing_replicas=removing,
+        )
         change = change_to(
-            topic.topic_id, index, p, desired_state(replace(p, replicas=target), alive)
+            topic.topic_id, index, p, classic_desired_state(proposed, alive, unclean)
         )
         if change is not None:
             out.append(change)
