@@ -29,7 +29,7 @@ sealed below the later boundary).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from uuid import UUID
 
@@ -47,7 +47,7 @@ from .image import (
     TopicImage,
 )
 from .placement import Load, _least_loaded, _order_after, racks_of
-from .records import PartitionSealed, Record, TopicConfig, TopicMigration
+from .records import PartitionSealed, Record, SealedLogSize, TopicConfig, TopicMigration
 from .requests import ErrorResult, Outcome
 from .tiering import tiering_enabled
 
@@ -198,7 +198,7 @@ class MigrationAdmin:
                         ErrorCode.invalid_request, f"sealed at {known}, not at {r.boundary}"
                     ),
                 )
-            return Outcome([], ErrorResult(ErrorCode.none))
+            return Outcome(self._size_change(topic, r), ErrorResult(ErrorCode.none))
         if p.leader != r.broker_id:
             return Outcome([], ErrorResult(ErrorCode.not_leader_or_follower))
         if p.leader_epoch != r.leader_epoch:
@@ -214,6 +214,25 @@ class MigrationAdmin:
             records += _finish(image, topic, m.direction, r.generation)
         return Outcome(records, ErrorResult(ErrorCode.none))
 
+    @staticmethod
+    def _size_change(topic: TopicImage, r: SealReport) -> list[Record]:
+        """A sealed partition's current leader reporting again with the size its sealed
+        classic log has now (``broker.migration.sealer``: what retention and tiering left):
+        recorded when it changed, so "bytes still classic" is live everywhere."""
+        m, p = topic.migration, topic.partitions.get(r.partition)
+        s = None if m is None else m.sealed_partition(r.partition)
+        if (
+            m is None
+            or p is None
+            or s is None
+            or m.direction != TO_DISKLESS
+            or (p.leader, p.leader_epoch) != (r.broker_id, r.leader_epoch)
+            or r.old_bytes < 0
+            or r.old_bytes == s.old_bytes
+        ):
+            return []
+        return [SealedLogSize(r.topic_id, r.partition, r.generation, r.old_bytes)]
+
 
 def migration_state(topic: TopicImage) -> str | None:
     """pending (nothing sealed yet), sealing, migrated; None without a migration."""
@@ -225,29 +244,22 @@ def migration_state(topic: TopicImage) -> str | None:
     return SEALING if m.sealed else PENDING
 
 
-def describe_entries(
-    topic: TopicImage, size_now: Callable[[int], int | None] = lambda _p: None
-) -> dict[str, str]:
-    """The migration's read-only entries for DescribeConfigs. ``size_now``: a sealed
-    partition's old log size now, where the caller knows it (a broker, of the sealed
-    classic logs it holds: what retention left), else the size at the seal counts."""
+def describe_entries(topic: TopicImage) -> dict[str, str]:
+    """The migration's read-only entries for DescribeConfigs, from the image, so every
+    broker answers the same as the controller's metrics. To diskless, the sealed classic
+    logs' bytes as their leaders last reported them (``SealedLogSize``: what retention and
+    tiering left); to classic, the diskless logs' size at the seals."""
     m = topic.migration
     state = migration_state(topic)
     if m is None or state is None:
         return {}
     direction = "to-diskless" if m.direction == TO_DISKLESS else "to-classic"
-    # (To classic, the old log is diskless: its size at the seal.)
-    sizes = [size_now(i) if m.direction == TO_DISKLESS else None for i, _ in m.sealed]
-    old_bytes = str(
-        sum(
-            s.old_bytes if now is None else now for (_, s), now in zip(m.sealed, sizes, strict=True)
-        )
-    )
     return {
         STATE_KEY: f"{state} ({direction}, generation {m.generation})",
         BOUNDARIES_KEY: ",".join(f"{i}:{s.boundary}" for i, s in m.sealed),
-        # The old log's bytes, still read below the boundaries (their size at the seal).
-        CLASSIC_BYTES_KEY if m.direction == TO_DISKLESS else DISKLESS_BYTES_KEY: old_bytes,
+        CLASSIC_BYTES_KEY if m.direction == TO_DISKLESS else DISKLESS_BYTES_KEY: str(
+            sum(s.old_bytes for _, s in m.sealed)
+        ),
     }
 
 
@@ -257,7 +269,8 @@ STATE_VALUES = {PENDING: 0, SEALING: 1, MIGRATED: 2}
 @dataclass(frozen=True)
 class MigrationMetrics:
     """Per topic with a migration: its direction and state (0 pending, 1 sealing,
-    2 migrated), each sealed partition's boundary, and the old log's bytes at the seals."""
+    2 migrated), each sealed partition's boundary, and the old logs' bytes (to diskless:
+    what the leaders last reported left; to classic: the size at the seals)."""
 
     state: dict[tuple[str, str], int]  # (topic, direction) -> state value
     boundary: dict[tuple[str, int], int]

@@ -103,6 +103,7 @@ class MigrationSealer:
             if m.direction == TO_CLASSIC:
                 self._scan_to_classic(topic, me, now)
                 continue
+            self._scan_sizes(topic, now)
             if m.state != MIGRATION_SEALING:
                 continue
             for index in topic.partitions:
@@ -117,6 +118,47 @@ class MigrationSealer:
                 task = asyncio.create_task(self._seal(p, m.generation, p.leader_epoch))
                 self._running[key] = task
                 task.add_done_callback(lambda _t, key=key: self._running.pop(key, None))
+
+    def _scan_sizes(self, topic: TopicImage, now: float) -> None:
+        """The leader of a sealed classic log reports its size when it differs from the
+        image's (retention or tiering deleted a segment): "bytes still classic" in
+        DescribeConfigs and the controller's metrics is then what is left, on every broker.
+        A comparison per partition here; a report only on a change."""
+        m = topic.migration
+        classic = self.broker.classic
+        assert m is not None and classic is not None
+        for index, s in m.sealed:
+            key = (topic.topic_id, index)
+            if key in self._running or self._retry_at.get(key, 0.0) > now:
+                continue
+            p = classic.get(topic.topic_id, index)
+            if p is None or p.role != LEADER or p.log.size == s.old_bytes:
+                continue
+            report = SealReport(
+                self.broker.config.node_id,
+                topic.topic_id,
+                index,
+                m.generation,
+                p.leader_epoch,
+                s.boundary,
+                p.log.size,
+            )
+            task = asyncio.create_task(self._report_size(report))
+            self._running[key] = task
+            task.add_done_callback(lambda _t, key=key: self._running.pop(key, None))
+
+    async def _report_size(self, report: SealReport) -> None:
+        controller = self.broker.controller
+        assert controller is not None
+        try:
+            result, applied = await controller.client.partition_sealed(report)
+            if result.error_code == ErrorCode.none:
+                await controller.follower.wait_for(applied, 5.0)
+        except Exception as exc:
+            log.info("reporting a sealed classic log's size failed: %r", exc)
+        # At most one report a second per partition (refused: a new leader reports its own;
+        # answered without a change: this broker's image was behind the controller's).
+        self._retry_at[(report.topic_id, report.partition)] = time.monotonic() + RETRY_S
 
     def _scan_to_classic(self, topic: TopicImage, me: int, now: float) -> None:
         m = topic.migration

@@ -249,15 +249,32 @@ def test_metrics_show_state_boundaries_and_old_bytes() -> None:
     assert migration_metrics(c.image).state == {("t", "to-diskless"): 2}
 
 
-def test_classic_bytes_are_what_a_broker_still_holds_where_it_knows() -> None:
+def test_bytes_still_classic_follow_the_leaders_reports() -> None:
+    from controller.migration import migration_metrics
+
     c = cluster()
     c.create("t", 2, replication_factor=3, configs=CLASSIC)
     start(c)
     seal(c, 0, 4, old_bytes=500)
     seal(c, 1, 4, old_bytes=70)
     topic = c.image.topic("t")
-    assert topic is not None
-    # Retention left 120 bytes of partition 0 here; partition 1 is not held here.
-    sizes = {0: 120}
-    entries = describe_entries(topic, sizes.get)
-    assert entries["diskless.migration.classic.bytes"] == "190"
+    assert topic is not None and topic.diskless
+    assert describe_entries(topic)["diskless.migration.classic.bytes"] == "570"
+    # Retention left 120 bytes of partition 0: its leader reports again, with its size.
+    before = len(c.log)
+    assert seal(c, 0, 4, old_bytes=120).error_code == ErrorCode.none
+    assert len(c.log) == before + 1
+    assert describe_entries(topic)["diskless.migration.classic.bytes"] == "190"
+    assert migration_metrics(c.image).old_bytes == {"t": 190}
+    # The same size again: nothing recorded; another replica, or an old epoch: ignored.
+    assert seal(c, 0, 4, old_bytes=120).error_code == ErrorCode.none and len(c.log) == before + 1
+    p = c.partitions("t")[1]
+    other = next(r for r in p.replicas if r != p.leader)
+    seal(c, 1, 4, old_bytes=0, broker_id=other)
+    seal(c, 1, 4, old_bytes=0, leader_epoch=p.leader_epoch - 1)
+    assert len(c.log) == before + 1
+    # Everything deleted: 0, and the state survives a rebuild and a snapshot.
+    seal(c, 1, 4, old_bytes=0)
+    assert describe_entries(topic)["diskless.migration.classic.bytes"] == "120"
+    assert c.rebuilt() == c.image
+    assert MetadataImage.from_records(decode_batch(encode_batch(c.image.snapshot()))) == c.image
