@@ -315,6 +315,8 @@ class MigrationSealer:
     async def _seal_once(self, p: ClassicPartition, generation: int, epoch: int) -> bool:
         controller = self.broker.controller
         assert controller is not None
+        if not p.sealed:
+            log.info("%s-%d: sealing for diskless: appends stopped", p.topic, p.index)
         p.sealed = True
         while p.high_watermark < p.log.log_end_offset or p.last_stable_offset < p.high_watermark:
             if not self._still_leading(p, epoch):
