@@ -393,7 +393,7 @@ def test_a_migrated_partition_gains_its_rack_replica_by_copying_the_sealed_log(
     topic: str,
 ) -> None:
     # RF=2 in racks a and b: diskless, the partition gets a replica in rack c (broker 3).
-    new = NewTopic(topic, replica_assignment=[[1, 2]], config={"diskless.enable": "false"})
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2]], config={"diskless.enable": "false"})
     admin.create_topics([new])[topic].result(20)
     wait_until(lambda: describe(admin, topic)[0][2] == [1, 2], "a full ISR", 15)
     acked = produce(healthy.bootstrap, topic, range(3000))
@@ -402,11 +402,17 @@ def test_a_migrated_partition_gains_its_rack_replica_by_copying_the_sealed_log(
     acked += produce(healthy.bootstrap, topic, range(3000, 4000))
     boundary = boundary_of(admin, topic)
     assert boundary == 3000
-    # Broker 3 joins the ISR once it holds the sealed classic log (a staged reassignment).
+    # Broker 3 joins the ISR once it holds the sealed classic log (a staged reassignment):
+    # its leader asks the controller for it, as for any classic follower that caught up.
+    wait_until(
+        lambda: f"{topic}-0: ISR now [1, 2, 3]" in healthy.broker(1).log_path.read_text(),
+        "the leader adding the new replica to the ISR",
+        30,
+    )
     wait_until(
         lambda: [sorted(x) for x in describe(admin, topic)[0][1:]] == [[1, 2, 3]] * 2,
-        "the new replica in sync",
-        30,
+        "Metadata showing it",
+        10,
     )
     # Bytes still classic: the sealed log's size, from any broker.
     assert int(migration(admin, topic)[CLASSIC_BYTES]) > 0
