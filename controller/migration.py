@@ -41,6 +41,7 @@ from .image import (
     DISKLESS_ENABLE,
     MIGRATION_MIGRATED,
     MIGRATION_SEALING,
+    TIERING_DISABLING,
     TO_CLASSIC,
     TO_DISKLESS,
     MetadataImage,
@@ -49,7 +50,6 @@ from .image import (
 from .placement import Load, _least_loaded, _order_after, racks_of
 from .records import PartitionSealed, Record, SealedLogSize, TopicConfig, TopicMigration
 from .requests import ErrorResult, Outcome
-from .tiering import tiering_enabled
 
 # Shown by DescribeConfigs (read-only, like Kafka's synthetic entries) and the metrics.
 STATE_KEY = "diskless.migration.state"
@@ -96,8 +96,9 @@ def migration_records(
         # Its diskless log is sealed at the last boundary and holds the offsets below it:
         # a diskless log cannot start again at a later boundary (see README limits).
         return "A topic migrated back to classic cannot migrate to diskless again yet"
-    if tiering_enabled(topic):
-        return "Disable tiered storage (remote.storage.enable=false) before migrating to diskless"
+    if topic.tiering is not None and topic.tiering.state == TIERING_DISABLING:
+        # Its leaders act on the disablement: one partition-wide change at a time.
+        return "Tiered storage is being disabled on this topic: migrate once that is done"
     return [TopicMigration(topic.topic_id, TO_DISKLESS, MIGRATION_SEALING, generation)]
 
 

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -194,6 +195,10 @@ class ReplicaManager:
                 t.name, tid, len(t.partitions), dict(t.configs)
             )
             config = self.log_config(topic)
+            if t.diskless and config.remote_storage:
+                # The sealed classic log of a topic migrated to diskless takes nothing more:
+                # once a segment is tiered its local copy goes (the remote one serves).
+                config = replace(config, local_retention_bytes=0)
             for index, state in t.partitions.items():
                 if self.me not in state.replicas:
                     continue

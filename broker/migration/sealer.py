@@ -64,6 +64,18 @@ POLL_S = 0.02
 RETRY_S = 1.0
 
 
+def classic_bytes(p: ClassicPartition) -> int:
+    """A sealed classic log's bytes still read below the boundary: its local segments and
+    the remote ones below them (tiered, their local copy deleted)."""
+    local_start = p.log.log_start_offset
+    tiered = sum(
+        s.size
+        for s in p.remote.line.segments
+        if s.end_offset < local_start and s.end_offset >= p.remote.start >= 0
+    )
+    return p.log.size + tiered
+
+
 class MigrationSealer:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -132,7 +144,7 @@ class MigrationSealer:
             if key in self._running or self._retry_at.get(key, 0.0) > now:
                 continue
             p = classic.get(topic.topic_id, index)
-            if p is None or p.role != LEADER or p.log.size == s.old_bytes:
+            if p is None or p.role != LEADER or classic_bytes(p) == s.old_bytes:
                 continue
             report = SealReport(
                 self.broker.config.node_id,
@@ -141,7 +153,7 @@ class MigrationSealer:
                 m.generation,
                 p.leader_epoch,
                 s.boundary,
-                p.log.size,
+                classic_bytes(p),
             )
             task = asyncio.create_task(self._report_size(report))
             self._running[key] = task
@@ -345,7 +357,7 @@ class MigrationSealer:
             generation,
             epoch,
             boundary,
-            p.log.size,
+            classic_bytes(p),
         )
         result, applied = await controller.client.partition_sealed(report)
         if result.error_code != ErrorCode.none:

@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -47,8 +48,8 @@ CLASSIC_BYTES = "diskless.migration.classic.bytes"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    # test_classic_cluster's cluster, with retention checked often (a sealed classic log's
-    # segments expire within a test).
+    # test_classic_cluster's cluster, with retention checked and segments tiered often (a
+    # sealed classic log's segments are tiered and expire within a test).
     with running_cluster(
         tmp_path_factory,
         "migration",
@@ -59,6 +60,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "replica.lag.time.max.ms": str(LAG_MS),
             "replica.fetch.backoff.ms": "200",
             "log.retention.check.interval.ms": "300",
+            "remote.log.manager.task.interval.ms": "300",
         },
         controllers=1,
         controller_options={
@@ -369,22 +371,84 @@ def test_transactions_across_migrations_and_an_open_one_delays_the_seal(
     ]
 
 
-def produce(bootstrap: str, topic: str, values: range) -> list[tuple[int, int]]:
-    """acks=all, idempotent: (offset, value) of each acknowledged record."""
+def produce(bootstrap: str, topic: str, values: range, pad: bytes = b"") -> list[tuple[int, int]]:
+    """acks=all, idempotent: (offset, value) of each acknowledged record (its value is the
+    number, then ``pad``)."""
     from confluent_kafka import Producer
 
     acked: list[tuple[int, int]] = []
 
     def report(err: object, msg: object) -> None:
         assert err is None, err
-        acked.append((msg.offset(), int(msg.value())))  # type: ignore[attr-defined]
+        acked.append((msg.offset(), number(msg.value())))  # type: ignore[attr-defined]
 
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
     for v in values:
-        producer.produce(topic, value=b"%d" % v, on_delivery=report)
+        producer.produce(topic, value=b"%d" % v + pad, on_delivery=report)
         producer.poll(0)
     assert producer.flush(30) == 0
     return acked
+
+
+def number(value: bytes | None) -> int:
+    return int((value or b"-1").split(b" ")[0])
+
+
+def segment_bases(lc: LocalCluster, node: int, topic: str) -> list[int]:
+    """Base offsets of the partition's local segment files on one broker."""
+    directory = Path(lc.broker(node).data_dir) / f"{topic}-0"
+    if not directory.exists():
+        return []
+    return sorted(int(f.name[:-4]) for f in directory.iterdir() if f.name.endswith(".log"))
+
+
+def test_a_tiered_classic_topic_migrates_and_its_old_records_are_read_from_remote(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    tiered = {
+        "remote.storage.enable": "true",
+        "segment.bytes": "1048576",  # Kafka's minimum: about 1000 of these records
+        "local.retention.bytes": "-2",  # kept locally: migrated, tiered segments go anyway
+    }
+    create(admin, topic, tiered)
+    pad = b" " + b"x" * 1000
+    acked = produce(healthy.bootstrap, topic, range(4000), pad)
+    start_migration(admin, topic)
+    wait_until(lambda: migrated(admin, topic), "the migration", 30)
+    acked += produce(healthy.bootstrap, topic, range(4000, 5000), pad)
+    assert boundary_of(admin, topic) == 4000
+    # The sealed classic log is tiered to its end, then its local segments go on every
+    # replica: only the empty one at the boundary is left.
+    for node in (1, 2, 3):
+        wait_until(
+            lambda node=node: segment_bases(healthy, node, topic) == [4000],
+            f"broker {node}'s sealed segments tiered and deleted",
+            40,
+        )
+    # Still classic (in the object store), and read from there below the boundary.
+    assert int(migration(admin, topic)[CLASSIC_BYTES]) > 4_000_000
+    got = confluent_consume(healthy.bootstrap, topic, expected=5000)
+    assert [(g.offset, number(g.value)) for g in got] == sorted(acked)
+    probe = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "probe"})
+    try:
+        low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), 10, cached=False)
+    finally:
+        probe.close()
+    assert (low, high) == (0, 5000)
+    # Retention of the whole log expires the tiered part too: nothing classic is left.
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(20)
+    wait_until(
+        lambda: migration(admin, topic)[CLASSIC_BYTES] == "0", "the classic bytes expired", 30
+    )
 
 
 def test_a_migrated_partition_gains_its_rack_replica_by_copying_the_sealed_log(

@@ -220,16 +220,44 @@ def test_a_staged_move_survives_controller_failover_and_a_leader_death() -> None
     assert r.error_code == ErrorCode.none and c.partitions("t")[0].reassigning
 
 
-def test_a_second_migration_needs_the_first_to_finish_and_tiering_off() -> None:
+def test_a_second_migration_needs_the_first_to_finish() -> None:
     c = cluster()
     c.create("t", 1, replication_factor=3, configs=CLASSIC)
-    c.create(
-        "tiered", 1, replication_factor=3, configs={**CLASSIC, "remote.storage.enable": "true"}
-    )
-    assert start(c, "tiered").error_code == ErrorCode.invalid_config
     start(c)
     # Deleting the override means the default (diskless): also asked again, no error.
     assert start(c, value=None).error_code == ErrorCode.none
+
+
+def alter(c: Cluster, name: str, key: str, value: str) -> Any:
+    op = ConfigOp(key, OpType.SET, value)
+    (r,) = c.commit(c.logic.alter_configs(c.image, [AlterTopicConfigs(name, [op])]))
+    return r
+
+
+def test_a_tiered_topic_migrates_and_its_sealed_log_keeps_tiering() -> None:
+    c = cluster()
+    tiered = {**CLASSIC, "remote.storage.enable": "true"}
+    c.create("t", 1, replication_factor=3, configs=tiered)
+    assert start(c).error_code == ErrorCode.none
+    seal(c, 0, 10)
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless
+    assert topic.configs["remote.storage.enable"] == "true"
+    # Its other configs still change (the sealed classic log tiers: not refused as for a
+    # topic created diskless), and tiering can be disabled (KIP-950) as before.
+    assert alter(c, "t", "retention.ms", "60000").error_code == ErrorCode.none
+    assert alter(c, "t", "remote.storage.enable", "false").error_code == ErrorCode.none
+    assert topic.tiering is not None and topic.tiering.state == "DISABLING"
+    # A topic created diskless still refuses tiering.
+    c.create("d", 1)
+    assert alter(c, "d", "remote.storage.enable", "true").error_code == ErrorCode.invalid_config
+
+
+def test_no_migration_while_tiering_is_being_disabled() -> None:
+    c = cluster()
+    c.create("t", 1, replication_factor=3, configs={**CLASSIC, "remote.storage.enable": "true"})
+    assert alter(c, "t", "remote.storage.enable", "false").error_code == ErrorCode.none
+    assert start(c).error_code == ErrorCode.invalid_config
 
 
 def test_metrics_show_state_boundaries_and_old_bytes() -> None:
