@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 SCAN_S = 0.2
 POLL_S = 0.02
 RETRY_S = 1.0
+SIZE_CHECK_S = 1.0  # a sealed classic log's size, compared with the recorded one
 
 
 def classic_bytes(p: ClassicPartition) -> int:
@@ -135,7 +136,7 @@ class MigrationSealer:
         """The leader of a sealed classic log reports its size when it differs from the
         image's (retention or tiering deleted a segment): "bytes still classic" in
         DescribeConfigs and the controller's metrics is then what is left, on every broker.
-        A comparison per partition here; a report only on a change."""
+        A comparison per partition a second; a report only on a change."""
         m = topic.migration
         classic = self.broker.classic
         assert m is not None and classic is not None
@@ -144,7 +145,10 @@ class MigrationSealer:
             if key in self._running or self._retry_at.get(key, 0.0) > now:
                 continue
             p = classic.get(topic.topic_id, index)
-            if p is None or p.role != LEADER or classic_bytes(p) == s.old_bytes:
+            if p is None or p.role != LEADER:
+                continue
+            self._retry_at[key] = now + SIZE_CHECK_S
+            if classic_bytes(p) == s.old_bytes:
                 continue
             report = SealReport(
                 self.broker.config.node_id,
