@@ -10,7 +10,9 @@ only replicas and keeps the leader (INVALID_REQUEST) and every member is alive
 (INELIGIBLE_REPLICA). Each accepted change bumps the partition epoch; one that completes a
 reassignment (``controller.classic_election``) may also move the leadership.
 
-Diskless partitions are refused: their ISR follows broker liveness, nothing to report.
+Diskless partitions are refused: their ISR follows broker liveness, nothing to report;
+except while a partition of a topic migrated to diskless is reassigned (its sealed classic
+log is copied to the added replicas: ``election.stages_classic``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import replace
 from kio.schema.errors import ErrorCode
 
 from .classic_election import classic_desired_state
-from .election import UNCLEAN_LEADER_ELECTION, change_to
+from .election import UNCLEAN_LEADER_ELECTION, change_to, stages_classic
 from .image import MetadataImage
 from .records import Record
 from .requests import AlterPartitionResult, IsrChange, IsrChangeResult, Outcome
@@ -57,7 +59,7 @@ class IsrAdmin:
                     f"Partition {topic.name}-{c.partition} does not exist.",
                 )
                 continue
-            if topic.diskless:
+            if topic.diskless and not stages_classic(topic, p):
                 fail(
                     ErrorCode.invalid_request,
                     f"{topic.name} is diskless: its ISR follows broker liveness.",

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Set
 from uuid import UUID
 
 from .classic_election import classic_desired_state
-from .image import MetadataImage, PartitionState, TopicImage
+from .image import TO_DISKLESS, MetadataImage, PartitionState, TopicImage
 from .records import NO_LEADER, PartitionChange
 
 UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
@@ -55,10 +55,21 @@ def desired_for(
 ) -> PartitionState:
     """The state ``p`` of ``topic`` should have: diskless and classic partitions differ in
     who may be in the ISR."""
-    if topic.diskless:
+    if topic.diskless and not stages_classic(topic, p):
         return desired_state(p, alive, returning)
     unclean = topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
     return classic_desired_state(p, alive, unclean)
+
+
+def stages_classic(topic: TopicImage, p: PartitionState) -> bool:
+    """A partition of a topic migrated to diskless being reassigned: its replicas hold the
+    sealed classic log below the boundary (every replica serves it), so the move is a
+    classic one. An added replica joins the ISR only once it has fetched that log from the
+    leader (AlterPartition), the reassignment completes once every target replica is in the
+    ISR, and only then do the removed replicas leave (and delete their copy): never fewer
+    copies than before. Once it completes, the diskless rule applies again."""
+    m = topic.migration
+    return topic.diskless and m is not None and m.direction == TO_DISKLESS and p.reassigning
 
 
 def change_to(

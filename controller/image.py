@@ -31,6 +31,7 @@ from .records import (
     RemoveAccessControlEntry,
     RemoveTopic,
     RemoveUserScramCredential,
+    SealedLogSize,
     TieringPartitionDisabled,
     Topic,
     TopicConfig,
@@ -685,6 +686,18 @@ def _apply_partition_sealed(image: MetadataImage, r: PartitionSealed) -> None:
     topic.migration = replace(m, sealed=sealed)
 
 
+def _apply_sealed_log_size(image: MetadataImage, r: SealedLogSize) -> None:
+    topic = image._existing_topic(r.topic_id, "SealedLogSize")
+    m = topic.migration
+    s = None if m is None or m.generation != r.generation else m.sealed_partition(r.partition)
+    if m is None or s is None or r.old_bytes < 0:
+        raise ImageError(f"SealedLogSize {topic.name}-{r.partition}: not sealed in {r.generation}")
+    sealed = tuple(
+        (i, replace(x, old_bytes=r.old_bytes) if i == r.partition else x) for i, x in m.sealed
+    )
+    topic.migration = replace(m, sealed=sealed)
+
+
 def _migration_snapshot(topic: TopicImage) -> list[Record]:
     m = topic.migration
     if m is None:
@@ -706,5 +719,6 @@ _HANDLERS.update(
     {
         TopicMigration: _apply_topic_migration,
         PartitionSealed: _apply_partition_sealed,
+        SealedLogSize: _apply_sealed_log_size,
     }
 )

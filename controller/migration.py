@@ -5,8 +5,10 @@ applied in ``controller.image``).
     IncrementalAlterConfigs diskless.enable=true on a classic topic
         ──► SEALING (generation g): each partition's leader seals its classic log at a
             boundary offset and reports it (``partition_sealed``) ──► PartitionSealed
-        ── every partition sealed ──► MIGRATED + diskless.enable=true + one replica per
-            rack (seed 000's placement; current replicas kept where they are)
+        ── every partition sealed ──► MIGRATED + diskless.enable=true + a reassignment to
+            one replica per rack (seed 000's placement; current replicas kept where they
+            are), staged as a classic one: the added replicas fetch the sealed classic log
+            and join the ISR before the removed ones leave (``election.stages_classic``)
 
 The controller decides nothing per offset: the leader picks the boundary (its high
 watermark once every in-sync replica has everything and no transaction is open), seeds
@@ -27,26 +29,27 @@ sealed below the later boundary).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from .election import change_to, desired_state
+from .classic_election import classic_desired_state
+from .election import UNCLEAN_LEADER_ELECTION, change_to
 from .image import (
     DISKLESS_ENABLE,
     MIGRATION_MIGRATED,
     MIGRATION_SEALING,
+    TIERING_DISABLING,
     TO_CLASSIC,
     TO_DISKLESS,
     MetadataImage,
     TopicImage,
 )
 from .placement import Load, _least_loaded, _order_after, racks_of
-from .records import PartitionSealed, Record, TopicConfig, TopicMigration
+from .records import PartitionSealed, Record, SealedLogSize, TopicConfig, TopicMigration
 from .requests import ErrorResult, Outcome
-from .tiering import tiering_enabled
 
 # Shown by DescribeConfigs (read-only, like Kafka's synthetic entries) and the metrics.
 STATE_KEY = "diskless.migration.state"
@@ -93,8 +96,9 @@ def migration_records(
         # Its diskless log is sealed at the last boundary and holds the offsets below it:
         # a diskless log cannot start again at a later boundary (see README limits).
         return "A topic migrated back to classic cannot migrate to diskless again yet"
-    if tiering_enabled(topic):
-        return "Disable tiered storage (remote.storage.enable=false) before migrating to diskless"
+    if topic.tiering is not None and topic.tiering.state == TIERING_DISABLING:
+        # Its leaders act on the disablement: one partition-wide change at a time.
+        return "Tiered storage is being disabled on this topic: migrate once that is done"
     return [TopicMigration(topic.topic_id, TO_DISKLESS, MIGRATION_SEALING, generation)]
 
 
@@ -119,7 +123,8 @@ def one_per_rack(image: MetadataImage, replicas: tuple[int, ...], leader: int) -
 def _finish(
     image: MetadataImage, topic: TopicImage, direction: str, generation: int
 ) -> list[Record]:
-    """MIGRATED, the kind's config, and (to diskless) the replicas of the new kind. To
+    """MIGRATED, the kind's config, and (to diskless) the move to the replicas of the new
+    kind, staged as a classic reassignment. To
     classic the replicas stay: one per rack, each already real (seed 000), and each starts
     its classic log empty at the boundary, so all of them are in sync from the start."""
     out: list[Record] = [
@@ -131,6 +136,7 @@ def _finish(
     if direction == TO_CLASSIC:
         return out
     alive = image.alive_brokers()
+    unclean = topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
         if p.reassigning:
@@ -138,8 +144,18 @@ def _finish(
         target = one_per_rack(image, p.replicas, p.leader)
         if set(target) == set(p.replicas):
             continue
+        # A staged reassignment of the sealed classic log (``election.stages_classic``):
+        # the added replicas fetch it from the leader and join the ISR, and only then do
+        # the removed ones leave. At once if nothing is added and the targets are in sync.
+        removing = tuple(r for r in p.replicas if r not in target)
+        proposed = replace(
+            p,
+            replicas=target + removing,
+            adding_replicas=tuple(r for r in target if r not in p.replicas),
+            removing_replicas=removing,
+        )
         change = change_to(
-            topic.topic_id, index, p, desired_state(replace(p, replicas=target), alive)
+            topic.topic_id, index, p, classic_desired_state(proposed, alive, unclean)
         )
         if change is not None:
             out.append(change)
@@ -183,7 +199,7 @@ class MigrationAdmin:
                         ErrorCode.invalid_request, f"sealed at {known}, not at {r.boundary}"
                     ),
                 )
-            return Outcome([], ErrorResult(ErrorCode.none))
+            return Outcome(self._size_change(topic, r), ErrorResult(ErrorCode.none))
         if p.leader != r.broker_id:
             return Outcome([], ErrorResult(ErrorCode.not_leader_or_follower))
         if p.leader_epoch != r.leader_epoch:
@@ -199,6 +215,25 @@ class MigrationAdmin:
             records += _finish(image, topic, m.direction, r.generation)
         return Outcome(records, ErrorResult(ErrorCode.none))
 
+    @staticmethod
+    def _size_change(topic: TopicImage, r: SealReport) -> list[Record]:
+        """A sealed partition's current leader reporting again with the size its sealed
+        classic log has now (``broker.migration.sealer``: what retention and tiering left):
+        recorded when it changed, so "bytes still classic" is live everywhere."""
+        m, p = topic.migration, topic.partitions.get(r.partition)
+        s = None if m is None else m.sealed_partition(r.partition)
+        if (
+            m is None
+            or p is None
+            or s is None
+            or m.direction != TO_DISKLESS
+            or (p.leader, p.leader_epoch) != (r.broker_id, r.leader_epoch)
+            or r.old_bytes < 0
+            or r.old_bytes == s.old_bytes
+        ):
+            return []
+        return [SealedLogSize(r.topic_id, r.partition, r.generation, r.old_bytes)]
+
 
 def migration_state(topic: TopicImage) -> str | None:
     """pending (nothing sealed yet), sealing, migrated; None without a migration."""
@@ -210,29 +245,22 @@ def migration_state(topic: TopicImage) -> str | None:
     return SEALING if m.sealed else PENDING
 
 
-def describe_entries(
-    topic: TopicImage, size_now: Callable[[int], int | None] = lambda _p: None
-) -> dict[str, str]:
-    """The migration's read-only entries for DescribeConfigs. ``size_now``: a sealed
-    partition's old log size now, where the caller knows it (a broker, of the sealed
-    classic logs it holds: what retention left), else the size at the seal counts."""
+def describe_entries(topic: TopicImage) -> dict[str, str]:
+    """The migration's read-only entries for DescribeConfigs, from the image, so every
+    broker answers the same as the controller's metrics. To diskless, the sealed classic
+    logs' bytes as their leaders last reported them (``SealedLogSize``: what retention and
+    tiering left); to classic, the diskless logs' size at the seals."""
     m = topic.migration
     state = migration_state(topic)
     if m is None or state is None:
         return {}
     direction = "to-diskless" if m.direction == TO_DISKLESS else "to-classic"
-    # (To classic, the old log is diskless: its size at the seal.)
-    sizes = [size_now(i) if m.direction == TO_DISKLESS else None for i, _ in m.sealed]
-    old_bytes = str(
-        sum(
-            s.old_bytes if now is None else now for (_, s), now in zip(m.sealed, sizes, strict=True)
-        )
-    )
     return {
         STATE_KEY: f"{state} ({direction}, generation {m.generation})",
         BOUNDARIES_KEY: ",".join(f"{i}:{s.boundary}" for i, s in m.sealed),
-        # The old log's bytes, still read below the boundaries (their size at the seal).
-        CLASSIC_BYTES_KEY if m.direction == TO_DISKLESS else DISKLESS_BYTES_KEY: old_bytes,
+        CLASSIC_BYTES_KEY if m.direction == TO_DISKLESS else DISKLESS_BYTES_KEY: str(
+            sum(s.old_bytes for _, s in m.sealed)
+        ),
     }
 
 
@@ -242,7 +270,8 @@ STATE_VALUES = {PENDING: 0, SEALING: 1, MIGRATED: 2}
 @dataclass(frozen=True)
 class MigrationMetrics:
     """Per topic with a migration: its direction and state (0 pending, 1 sealing,
-    2 migrated), each sealed partition's boundary, and the old log's bytes at the seals."""
+    2 migrated), each sealed partition's boundary, and the old logs' bytes (to diskless:
+    what the leaders last reported left; to classic: the size at the seals)."""
 
     state: dict[tuple[str, str], int]  # (topic, direction) -> state value
     boundary: dict[tuple[str, int], int]

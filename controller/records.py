@@ -308,6 +308,21 @@ class PartitionSealed:
     old_start: int = -1
 
 
+@dataclass(frozen=True, slots=True)
+class SealedLogSize:
+    """The partition's leader reports what is left of its sealed classic log (a topic
+    migrated to diskless): retention and tiering shrink it, so "bytes still classic" is
+    live for DescribeConfigs and the controller's metrics. Only a change is recorded, and
+    only while bytes are left, so it is rare (a segment deleted)."""
+
+    TYPE: ClassVar[str] = "SealedLogSize"
+    VERSION: ClassVar[int] = 1
+    topic_id: UUID
+    partition: int
+    generation: int
+    old_bytes: int
+
+
 # --- end of migration records -----------------------------------------------------------------
 
 
@@ -331,6 +346,7 @@ Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     TieringPartitionDisabled,
     TopicMigration,
     PartitionSealed,
+    SealedLogSize,
 ]
 
 RECORD_TYPES: dict[str, type] = {cls.TYPE: cls for cls in typing.get_args(Record)}

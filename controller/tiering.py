@@ -31,6 +31,7 @@ from .image import (
     TIERING_DISABLED,
     TIERING_DISABLING,
     TIERING_ENABLED,
+    TO_DISKLESS,
     MetadataImage,
     TopicImage,
 )
@@ -129,7 +130,9 @@ def tiering_records(topic: TopicImage, changes: Mapping[str, str | None]) -> lis
     is refused (INVALID_CONFIG)."""
     after = {**topic.configs, **changes}
     configs = {k: v for k, v in after.items() if v is not None}
-    if (error := config_error(configs, topic.diskless)) is not None:
+    # A topic migrated to diskless keeps tiering its sealed classic log (controller.migration).
+    sealed_classic = topic.migration is not None and topic.migration.direction == TO_DISKLESS
+    if (error := config_error(configs, topic.diskless and not sealed_classic)) is not None:
         return error
     state = topic.tiering
     was = tiering_enabled(topic)

@@ -83,20 +83,9 @@ def _migration_entries(broker: Broker, topic_id: Any, keys: Any) -> list[dict[st
             "config_type": topic_config_keys.STRING,
             "documentation": None,
         }
-        for key, value in describe_entries(image_topic, _sealed_size(broker, topic_id)).items()
+        for key, value in describe_entries(image_topic).items()
         if keys is None or key in keys
     ]
-
-
-def _sealed_size(broker: Broker, topic_id: Any) -> Callable[[int], int | None]:
-    """A sealed classic log's size now on this broker (None where it holds no replica)."""
-    classic = getattr(broker, "classic", None)
-
-    def size(partition: int) -> int | None:
-        p = None if classic is None else classic.get(topic_id, partition)
-        return None if p is None else p.log.size
-
-    return size
 
 
 def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:

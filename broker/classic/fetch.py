@@ -57,11 +57,26 @@ def classic_slot(
     elif not (p.role == FOLLOWER and version >= FOLLOWER_FETCH_VERSION):
         slot.error = int(ErrorCode.not_leader_or_follower)
         return slot
+    elif p.leader >= 0 and _not_copied_yet(manager, p, int(part.fetch_offset)):
+        # A replica added to a migrated partition, still fetching the sealed classic log:
+        # the consumer reads it from the leader (KIP-392's redirect) rather than getting
+        # OFFSET_OUT_OF_RANGE for an offset this copy does not have yet.
+        slot.preferred = p.leader
+        return slot
     slot.classic = p
     slot.offset = int(part.fetch_offset)
     slot.max_bytes = int(part.partition_max_bytes)
     slot.replica = replica_id
     return slot
+
+
+def _not_copied_yet(manager: ReplicaManager, p: ClassicPartition, offset: int) -> bool:
+    from ..migration.routing import sealed_boundary
+
+    if offset < p.log.log_end_offset:
+        return False
+    boundary = sealed_boundary(manager.broker, p.topic_id, p.index)
+    return boundary is not None and offset < boundary
 
 
 def preferred_read_replica(broker: Broker, p: ClassicPartition, rack: str) -> int:

@@ -17,11 +17,13 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from controller.election import stages_classic
 from controller.image import MetadataImage
 from controller.requests import IsrChange
 from storage.catalog import Topic
@@ -193,6 +195,10 @@ class ReplicaManager:
                 t.name, tid, len(t.partitions), dict(t.configs)
             )
             config = self.log_config(topic)
+            if t.diskless and config.remote_storage:
+                # The sealed classic log of a topic migrated to diskless takes nothing more:
+                # once a segment is tiered its local copy goes (the remote one serves).
+                config = replace(config, local_retention_bytes=0)
             for index, state in t.partitions.items():
                 if self.me not in state.replicas:
                     continue
@@ -271,7 +277,7 @@ class ReplicaManager:
         """Ask the controller for an ISR change if the leader's view calls for one."""
         ls = p.leader_state
         now = time.time() * 1000
-        if p.topic_id not in self._classic:
+        if p.topic_id not in self._classic and not self._staged(p):
             return  # a sealed log of a migrated (now diskless) topic: its ISR is diskless's
         if ls is None or p.isr_change_pending or p.role != LEADER or now < p.isr_retry_at:
             return
@@ -285,6 +291,15 @@ class ReplicaManager:
         task = asyncio.create_task(self._alter_isr(p, change))
         self._tasks.append(task)
         task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
+
+    def _staged(self, p: ClassicPartition) -> bool:
+        """The sealed classic log of a migrated topic whose replicas are moving: added
+        replicas join the ISR once they have fetched it (``election.stages_classic``)."""
+        if self.broker.controller is None:
+            return False
+        topic = self.image().topics.get(p.topic_id)
+        state = None if topic is None else topic.partitions.get(p.index)
+        return topic is not None and state is not None and stages_classic(topic, state)
 
     async def _alter_isr(self, p: ClassicPartition, change: IsrChange) -> None:
         controller = self.broker.controller

@@ -143,8 +143,12 @@ def list_offset_route(
     # log's start (to classic).
     classic_below = s.boundary if m.direction == TO_DISKLESS else s.old_start
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-        if p is not None and p.log.log_start_offset < classic_below:
-            return 0, p.log.log_start_offset, -1, epoch
+        # EARLIEST: the whole classic log's start, its tiered part too; -4 the local one.
+        start = p.log_start_offset if p is not None and timestamp == EARLIEST_TIMESTAMP else None
+        if p is not None and start is None:
+            start = p.log.log_start_offset
+        if start is not None and start < classic_below:
+            return 0, start, -1, epoch
         if m.direction == TO_CLASSIC and s.old_start >= s.boundary:
             return CLASSIC  # the diskless log held nothing: the classic one starts it all
         return DISKLESS

@@ -62,6 +62,19 @@ log = logging.getLogger(__name__)
 SCAN_S = 0.2
 POLL_S = 0.02
 RETRY_S = 1.0
+SIZE_CHECK_S = 1.0  # a sealed classic log's size, compared with the recorded one
+
+
+def classic_bytes(p: ClassicPartition) -> int:
+    """A sealed classic log's bytes still read below the boundary: its local segments and
+    the remote ones below them (tiered, their local copy deleted)."""
+    local_start = p.log.log_start_offset
+    tiered = sum(
+        s.size
+        for s in p.remote.line.segments
+        if s.end_offset < local_start and s.end_offset >= p.remote.start >= 0
+    )
+    return p.log.size + tiered
 
 
 class MigrationSealer:
@@ -103,6 +116,7 @@ class MigrationSealer:
             if m.direction == TO_CLASSIC:
                 self._scan_to_classic(topic, me, now)
                 continue
+            self._scan_sizes(topic, now)
             if m.state != MIGRATION_SEALING:
                 continue
             for index in topic.partitions:
@@ -117,6 +131,50 @@ class MigrationSealer:
                 task = asyncio.create_task(self._seal(p, m.generation, p.leader_epoch))
                 self._running[key] = task
                 task.add_done_callback(lambda _t, key=key: self._running.pop(key, None))
+
+    def _scan_sizes(self, topic: TopicImage, now: float) -> None:
+        """The leader of a sealed classic log reports its size when it differs from the
+        image's (retention or tiering deleted a segment): "bytes still classic" in
+        DescribeConfigs and the controller's metrics is then what is left, on every broker.
+        A comparison per partition a second; a report only on a change."""
+        m = topic.migration
+        classic = self.broker.classic
+        assert m is not None and classic is not None
+        for index, s in m.sealed:
+            key = (topic.topic_id, index)
+            if key in self._running or self._retry_at.get(key, 0.0) > now:
+                continue
+            p = classic.get(topic.topic_id, index)
+            if p is None or p.role != LEADER:
+                continue
+            self._retry_at[key] = now + SIZE_CHECK_S
+            if classic_bytes(p) == s.old_bytes:
+                continue
+            report = SealReport(
+                self.broker.config.node_id,
+                topic.topic_id,
+                index,
+                m.generation,
+                p.leader_epoch,
+                s.boundary,
+                classic_bytes(p),
+            )
+            task = asyncio.create_task(self._report_size(report))
+            self._running[key] = task
+            task.add_done_callback(lambda _t, key=key: self._running.pop(key, None))
+
+    async def _report_size(self, report: SealReport) -> None:
+        controller = self.broker.controller
+        assert controller is not None
+        try:
+            result, applied = await controller.client.partition_sealed(report)
+            if result.error_code == ErrorCode.none:
+                await controller.follower.wait_for(applied, 5.0)
+        except Exception as exc:
+            log.info("reporting a sealed classic log's size failed: %r", exc)
+        # At most one report a second per partition (refused: a new leader reports its own;
+        # answered without a change: this broker's image was behind the controller's).
+        self._retry_at[(report.topic_id, report.partition)] = time.monotonic() + RETRY_S
 
     def _scan_to_classic(self, topic: TopicImage, me: int, now: float) -> None:
         m = topic.migration
@@ -273,6 +331,8 @@ class MigrationSealer:
     async def _seal_once(self, p: ClassicPartition, generation: int, epoch: int) -> bool:
         controller = self.broker.controller
         assert controller is not None
+        if not p.sealed:
+            log.info("%s-%d: sealing for diskless: appends stopped", p.topic, p.index)
         p.sealed = True
         while p.high_watermark < p.log.log_end_offset or p.last_stable_offset < p.high_watermark:
             if not self._still_leading(p, epoch):
@@ -301,7 +361,7 @@ class MigrationSealer:
             generation,
             epoch,
             boundary,
-            p.log.size,
+            classic_bytes(p),
         )
         result, applied = await controller.client.partition_sealed(report)
         if result.error_code != ErrorCode.none:

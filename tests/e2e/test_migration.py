@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -31,8 +32,8 @@ from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._kafka import Got, Stream, assert_exactly_once, confluent_consume, stream_through, wait_until
 from .test_classic_cluster import (  # noqa: F401 - fixtures
+    LAG_MS,
     RACKS,
-    cluster,
     create,
     describe,
     healthy,
@@ -42,6 +43,31 @@ pytestmark = pytest.mark.e2e
 
 STATE = "diskless.migration.state"
 BOUNDARIES = "diskless.migration.boundaries"
+CLASSIC_BYTES = "diskless.migration.classic.bytes"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    # test_classic_cluster's cluster, with retention checked and segments tiered often (a
+    # sealed classic log's segments are tiered and expire within a test).
+    with running_cluster(
+        tmp_path_factory,
+        "migration",
+        brokers=3,
+        racks=RACKS,
+        broker_options={
+            **FAST_LIVENESS,
+            "replica.lag.time.max.ms": str(LAG_MS),
+            "replica.fetch.backoff.ms": "200",
+            "log.retention.check.interval.ms": "300",
+            "remote.log.manager.task.interval.ms": "300",
+        },
+        controllers=1,
+        controller_options={
+            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
+        },
+    ) as c:
+        yield c
 
 
 def start_migration(admin: AdminClient, topic: str, value: str = "true") -> None:
@@ -343,6 +369,206 @@ def test_transactions_across_migrations_and_an_open_one_delays_the_seal(
     assert [g.value for g in got] == [b"%d" % i for i in range(10)] + [
         f"{v}-{i}".encode() for v in ("diskless", "classic") for i in range(5)
     ]
+
+
+def produce(bootstrap: str, topic: str, values: range, pad: bytes = b"") -> list[tuple[int, int]]:
+    """acks=all, idempotent: (offset, value) of each acknowledged record (its value is the
+    number, then ``pad``)."""
+    from confluent_kafka import Producer
+
+    acked: list[tuple[int, int]] = []
+
+    def report(err: object, msg: object) -> None:
+        assert err is None, err
+        acked.append((msg.offset(), number(msg.value())))  # type: ignore[attr-defined]
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+    for v in values:
+        producer.produce(topic, value=b"%d" % v + pad, on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    return acked
+
+
+def number(value: bytes | None) -> int:
+    return int((value or b"-1").split(b" ")[0])
+
+
+def segment_bases(lc: LocalCluster, node: int, topic: str) -> list[int]:
+    """Base offsets of the partition's local segment files on one broker."""
+    directory = Path(lc.broker(node).data_dir) / f"{topic}-0"
+    if not directory.exists():
+        return []
+    return sorted(int(f.name[:-4]) for f in directory.iterdir() if f.name.endswith(".log"))
+
+
+def test_a_tiered_classic_topic_migrates_and_its_old_records_are_read_from_remote(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    tiered = {
+        "remote.storage.enable": "true",
+        "segment.bytes": "1048576",  # Kafka's minimum: about 1000 of these records
+        "local.retention.bytes": "-2",  # kept locally: migrated, tiered segments go anyway
+    }
+    create(admin, topic, tiered)
+    pad = b" " + b"x" * 1000
+    acked = produce(healthy.bootstrap, topic, range(4000), pad)
+    start_migration(admin, topic)
+    wait_until(lambda: migrated(admin, topic), "the migration", 30)
+    acked += produce(healthy.bootstrap, topic, range(4000, 5000), pad)
+    assert boundary_of(admin, topic) == 4000
+    # The sealed classic log is tiered to its end, then its local segments go on every
+    # replica: only the empty one at the boundary is left.
+    for node in (1, 2, 3):
+        wait_until(
+            lambda node=node: segment_bases(healthy, node, topic) == [4000],
+            f"broker {node}'s sealed segments tiered and deleted",
+            40,
+        )
+    # Still classic (in the object store), and read from there below the boundary.
+    assert int(migration(admin, topic)[CLASSIC_BYTES]) > 4_000_000
+    got = confluent_consume(healthy.bootstrap, topic, expected=5000)
+    assert [(g.offset, number(g.value)) for g in got] == sorted(acked)
+    probe = Consumer({"bootstrap.servers": healthy.bootstrap, "group.id": "probe"})
+    try:
+        low, high = probe.get_watermark_offsets(TopicPartition(topic, 0), 10, cached=False)
+    finally:
+        probe.close()
+    assert (low, high) == (0, 5000)
+    # Retention of the whole log expires the tiered part too: nothing classic is left.
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(20)
+    wait_until(
+        lambda: migration(admin, topic)[CLASSIC_BYTES] == "0", "the classic bytes expired", 30
+    )
+
+
+def test_a_migrated_partition_gains_its_rack_replica_by_copying_the_sealed_log(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    # RF=2 in racks a and b: diskless, the partition gets a replica in rack c (broker 3).
+    new = NewTopic(topic, 1, replica_assignment=[[1, 2]], config={"diskless.enable": "false"})
+    admin.create_topics([new])[topic].result(20)
+    wait_until(lambda: describe(admin, topic)[0][2] == [1, 2], "a full ISR", 15)
+    acked = produce(healthy.bootstrap, topic, range(3000))
+    start_migration(admin, topic)
+    wait_until(lambda: migrated(admin, topic), "the migration", 30)
+    acked += produce(healthy.bootstrap, topic, range(3000, 4000))
+    boundary = boundary_of(admin, topic)
+    assert boundary == 3000
+    # Broker 3 joins the ISR once it holds the sealed classic log (a staged reassignment):
+    # its leader asks the controller for it, as for any classic follower that caught up.
+    wait_until(
+        lambda: f"{topic}-0: ISR now [1, 2, 3]" in healthy.broker(1).log_path.read_text(),
+        "the leader adding the new replica to the ISR",
+        30,
+    )
+    wait_until(
+        lambda: [sorted(x) for x in describe(admin, topic)[0][1:]] == [[1, 2, 3]] * 2,
+        "Metadata showing it",
+        10,
+    )
+    # Bytes still classic: the sealed log's size, from any broker.
+    assert int(migration(admin, topic)[CLASSIC_BYTES]) > 0
+    # The two replicas it was copied from die: broker 3 alone serves the records below the
+    # boundary (its copy of the sealed classic log), the diskless ones above.
+    for node in (1, 2):
+        healthy.broker(node).stop(signal.SIGKILL)
+    alone = healthy.broker(3).bootstrap
+    got = confluent_consume(alone, topic, expected=4000)
+    assert [(g.offset, int(g.value or b"-1")) for g in got] == sorted(acked)
+    for node in (1, 2):
+        healthy.broker(node).start()
+    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, "brokers back", 20)
+    # Retention deletes the sealed classic log's segments: bytes still classic go to 0,
+    # live (the leader reports what is left), and the log then starts at the boundary.
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(20)
+    wait_until(
+        lambda: migration(admin, topic)[CLASSIC_BYTES] == "0", "the classic bytes expired", 30
+    )
+
+
+def test_leader_killed_mid_seal_loses_and_duplicates_nothing(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    """The leader is SIGKILLed after it stopped taking appends and before it reported the
+    boundary. An open transaction holds the seal in that window (a seal waits until no
+    transaction is open), so the kill lands there every time."""
+    from confluent_kafka import Producer
+
+    create(admin, topic, {"min.insync.replicas": "2"}, [[1, 2, 3]])
+    txn = Producer({"bootstrap.servers": healthy.bootstrap, "transactional.id": f"{topic}-t"})
+    txn.init_transactions(30)
+    killed: list[int] = []
+
+    def disrupt() -> None:
+        leader = describe(admin, topic)[0][0]
+        broker = healthy.broker(leader)
+        txn.begin_transaction()
+        for i in range(5):
+            txn.produce(topic, key=b"txn", value=b"txn-%d" % i)
+        txn.flush(20)
+        start_migration(admin, topic)
+        wait_until(
+            lambda: any(
+                topic in line and "appends stopped" in line
+                for line in broker.log_path.read_text().splitlines()
+            ),
+            "the leader stopping appends",
+            20,
+        )
+        assert migration(admin, topic)[STATE].startswith("pending")
+        broker.stop(signal.SIGKILL)
+        killed.append(leader)
+        txn.commit_transaction(60)
+        wait_until(lambda: migrated(admin, topic), "the migration", 40)
+        broker.start()
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, "broker back", 20)
+
+    stream = stream_through(healthy.bootstrap, topic, 20_000, disrupt, after_fraction=0.2)
+    (dead,) = killed
+    text = healthy.broker(dead).log_path.read_text()
+    assert not seal_logged(text, topic, "classic log sealed at")
+    sealers = [
+        b.node_id
+        for b in healthy.brokers
+        if seal_logged(b.log_path.read_text(), topic, "classic log sealed at")
+    ]
+    assert sealers and dead not in sealers, sealers
+    boundary = boundary_of(admin, topic)
+    assert 0 < boundary < 20_000
+    assert stream.undelivered == 0 and not stream.errors, stream.errors[:5]
+    # Every acknowledged record once, at its acknowledged offset; the transaction's once.
+    got = confluent_consume(
+        healthy.bootstrap, topic, expected=20_005, **{"isolation.level": "read_committed"}
+    )
+    txn_values = [g.value for g in got if g.key == b"txn"]
+    assert txn_values == [b"txn-%d" % i for i in range(5)]
+    seqs = [int(g.value or b"-1") for g in got if g.key != b"txn"]
+    assert sorted(seqs) == list(range(20_000)), "records lost or duplicated"
+    stored = {g.offset: g.value for g in got}
+    assert all(stored.get(o) == b"%d" % s for _p, o, s in stream.delivered)
+    offsets = [g.offset for g in got]
+    assert offsets == sorted(set(offsets))
 
 
 @pytest.fixture(scope="module")

@@ -28,10 +28,12 @@ class Manager:
         return self._hosted.get((topic_id, partition))
 
 
-def replica(start: int) -> Any:
-    """A hosted classic replica whose log starts at ``start``."""
+def replica(start: int, tiered_from: int | None = None) -> Any:
+    """A hosted classic replica whose local log starts at ``start`` (tiered below it from
+    ``tiered_from``)."""
     return SimpleNamespace(
         log=SimpleNamespace(log_start_offset=start),
+        log_start_offset=start if tiered_from is None else tiered_from,
         list_offset=lambda ts, rc: (0, -1, -1),
         role="leader",
         high_watermark=0,
@@ -96,6 +98,43 @@ def test_classic_to_diskless_routes_by_the_boundary_once_sealed() -> None:
     topic = c.image.topic("t")
     assert topic is not None and topic.diskless and routing.az_routed(topic)
     assert routing.hosted_classic(c.image, set()) == {tid}  # the sealed logs stay
+
+
+def test_a_tiered_sealed_classic_log_starts_in_its_remote_part() -> None:
+    c, broker, tid = setup()
+    # Tiered from 0, the local copies of [0, 60) deleted.
+    classic = Manager(c.image, {(tid, 0): replica(60, tiered_from=0)})
+    migrate(c, "true")
+    seal(c, 0, 100)
+    assert routing.list_offset_route(broker, classic, tid, 0, -2, False) == (0, 0, -1, 0)
+    assert routing.list_offset_route(broker, classic, tid, 0, -4, False) == (0, 60, -1, 0)
+    # Everything tiered and deleted locally: -4 is the diskless log's start.
+    classic = Manager(c.image, {(tid, 0): replica(100, tiered_from=0)})
+    assert routing.list_offset_route(broker, classic, tid, 0, -4, False) == routing.DISKLESS
+
+
+def test_a_replica_still_copying_the_sealed_log_redirects_consumers_to_the_leader() -> None:
+    from broker.classic.fetch import classic_slot
+    from broker.classic.partition import FOLLOWER
+
+    c, broker, tid = setup()
+    migrate(c, "true")
+    seal(c, 0, 100)
+    copying = SimpleNamespace(
+        topic_id=tid, index=0, role=FOLLOWER, leader=1, log=SimpleNamespace(log_end_offset=40)
+    )
+    manager = SimpleNamespace(get=lambda _t, _p: copying, stopping=False, broker=broker)
+    topic = SimpleNamespace(topic_id=tid)
+
+    def slot(offset: int) -> Any:
+        part = SimpleNamespace(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)
+        return classic_slot(manager, "k", topic, part, -1, 11, None)  # type: ignore[arg-type]
+
+    # Below what it holds: read here; above it (still below the boundary): the leader.
+    assert slot(10).classic is copying and slot(10).preferred == -1
+    redirected = slot(40)
+    assert redirected.classic is None and redirected.preferred == 1 and redirected.error == 0
+    assert slot(99).preferred == 1
 
 
 def test_diskless_to_classic_has_three_parts() -> None:

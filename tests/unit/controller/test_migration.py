@@ -11,7 +11,7 @@ from controller.image import MIGRATION_MIGRATED, MIGRATION_SEALING, TO_DISKLESS,
 from controller.logic import ControllerConfig, ControllerLogic
 from controller.migration import SealReport, describe_entries, migration_state, one_per_rack
 from controller.records import decode_batch, encode_batch
-from controller.requests import AlterTopicConfigs, ConfigOp, OpType
+from controller.requests import AlterTopicConfigs, ConfigOp, IsrChange, OpType
 
 from .harness import Cluster, uuids
 
@@ -150,31 +150,114 @@ def test_a_new_controller_resumes_from_the_log() -> None:
     assert image.topic("t").diskless  # type: ignore[union-attr]
 
 
-def test_migrated_partitions_get_one_replica_per_rack_keeping_their_replicas() -> None:
+def isr_change(c: Cluster, new_isr: tuple[int, ...], name: str = "t") -> Any:
+    topic = c.image.topic(name)
+    assert topic is not None
+    p = topic.partitions[0]
+    change = IsrChange(topic.topic_id, 0, p.leader_epoch, p.partition_epoch, new_isr)
+    result = c.commit(c.logic.alter_partition(c.image, p.leader, c.epochs[p.leader], [change]))
+    assert result.error_code == ErrorCode.none
+    return result.partitions[0]
+
+
+def staged_cluster() -> Cluster:
     c = cluster()
     # Two replicas in rack a (1 and 4), none in c: one of them makes room for rack c.
     r = c.create("t", -1, configs=CLASSIC, assignments={0: [1, 4, 2]})
     assert r.error_code == ErrorCode.none, r
     start(c)
     seal(c, 0, 0)
+    return c
+
+
+def test_migrated_partitions_move_to_one_replica_per_rack_as_a_staged_reassignment() -> None:
+    c = staged_cluster()
     p = c.partitions("t")[0]
-    assert p.replicas[0] == 1 and len(p.replicas) == 3
-    assert {RACKS[r] for r in p.replicas} == {"a", "b", "c"} and 2 in p.replicas
-    assert p.leader == 1 and set(p.isr) == set(p.replicas)
+    # Target 1, 2 and a broker of rack c; 4 stays until the new one holds the sealed log.
+    target = p.target_replicas
+    assert target[0] == 1 and len(target) == 3 and 2 in target and 4 not in target
+    assert {RACKS[r] for r in target} == {"a", "b", "c"}
+    (added,) = p.adding_replicas
+    assert RACKS[added] == "c" and p.removing_replicas == (4,)
+    assert set(p.replicas) == {1, 2, 4, added} and p.isr == (1, 4, 2) and p.leader == 1
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless
+    # Broker liveness does not put the new replica in the ISR (the diskless rule would).
+    c.advance(100, heartbeating=[1, 2, 3, 4, 5, 6])
+    assert c.partitions("t")[0].isr == (1, 4, 2)
+    # Its leader reports it caught up: then 4 leaves, the reassignment is done.
+    r = isr_change(c, (1, 4, 2, added))
+    assert r.error_code == ErrorCode.none
+    p = c.partitions("t")[0]
+    assert p.replicas == target and not p.reassigning and set(p.isr) == set(target)
+    # Done: a diskless partition again, whose ISR follows liveness.
+    topic = c.image.topic("t")
+    assert topic is not None
+    change = IsrChange(topic.topic_id, 0, p.leader_epoch, p.partition_epoch, (1, 2))
+    refused = c.commit(c.logic.alter_partition(c.image, 1, c.epochs[1], [change]))
+    assert refused.partitions[0].error_code == ErrorCode.invalid_request
+    assert c.rebuilt() == c.image
     # Already one per rack: unchanged.
     assert one_per_rack(c.image, (1, 2, 3), 1) == (1, 2, 3)
 
 
-def test_a_second_migration_needs_the_first_to_finish_and_tiering_off() -> None:
+def test_a_staged_move_survives_controller_failover_and_a_leader_death() -> None:
+    c = staged_cluster()
+    (added,) = c.partitions("t")[0].adding_replicas
+    # A new active controller: the reassignment in progress is in the log.
+    image = c.rebuilt()
+    assert image == c.image and image.topic("t").partitions[0].adding_replicas == (added,)  # type: ignore[union-attr]
+    c.logic = ControllerLogic(c.config)
+    c.logic.become_active(image, c.now)
+    c.image = image
+    # The leader dies: an in-sync replica leads (the classic rule), not the new replica
+    # that has not fetched the sealed log yet.
+    c.advance(c.config.session_timeout_ms + 1, heartbeating=[2, 3, 4, 5, 6])
+    p = c.partitions("t")[0]
+    assert p.leader in (4, 2) and p.reassigning and added not in p.isr
+    # It fetched the sealed log: in the ISR; the reassignment waits for 1 (a target).
+    r = isr_change(c, tuple(x for x in p.replicas if x in (*p.isr, added)))
+    assert r.error_code == ErrorCode.none and c.partitions("t")[0].reassigning
+
+
+def test_a_second_migration_needs_the_first_to_finish() -> None:
     c = cluster()
     c.create("t", 1, replication_factor=3, configs=CLASSIC)
-    c.create(
-        "tiered", 1, replication_factor=3, configs={**CLASSIC, "remote.storage.enable": "true"}
-    )
-    assert start(c, "tiered").error_code == ErrorCode.invalid_config
     start(c)
     # Deleting the override means the default (diskless): also asked again, no error.
     assert start(c, value=None).error_code == ErrorCode.none
+
+
+def alter(c: Cluster, name: str, key: str, value: str) -> Any:
+    op = ConfigOp(key, OpType.SET, value)
+    (r,) = c.commit(c.logic.alter_configs(c.image, [AlterTopicConfigs(name, [op])]))
+    return r
+
+
+def test_a_tiered_topic_migrates_and_its_sealed_log_keeps_tiering() -> None:
+    c = cluster()
+    tiered = {**CLASSIC, "remote.storage.enable": "true"}
+    c.create("t", 1, replication_factor=3, configs=tiered)
+    assert start(c).error_code == ErrorCode.none
+    seal(c, 0, 10)
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless
+    assert topic.configs["remote.storage.enable"] == "true"
+    # Its other configs still change (the sealed classic log tiers: not refused as for a
+    # topic created diskless), and tiering can be disabled (KIP-950) as before.
+    assert alter(c, "t", "retention.ms", "60000").error_code == ErrorCode.none
+    assert alter(c, "t", "remote.storage.enable", "false").error_code == ErrorCode.none
+    assert topic.tiering is not None and topic.tiering.state == "DISABLING"
+    # A topic created diskless still refuses tiering.
+    c.create("d", 1)
+    assert alter(c, "d", "remote.storage.enable", "true").error_code == ErrorCode.invalid_config
+
+
+def test_no_migration_while_tiering_is_being_disabled() -> None:
+    c = cluster()
+    c.create("t", 1, replication_factor=3, configs={**CLASSIC, "remote.storage.enable": "true"})
+    assert alter(c, "t", "remote.storage.enable", "false").error_code == ErrorCode.none
+    assert start(c).error_code == ErrorCode.invalid_config
 
 
 def test_metrics_show_state_boundaries_and_old_bytes() -> None:
@@ -194,15 +277,32 @@ def test_metrics_show_state_boundaries_and_old_bytes() -> None:
     assert migration_metrics(c.image).state == {("t", "to-diskless"): 2}
 
 
-def test_classic_bytes_are_what_a_broker_still_holds_where_it_knows() -> None:
+def test_bytes_still_classic_follow_the_leaders_reports() -> None:
+    from controller.migration import migration_metrics
+
     c = cluster()
     c.create("t", 2, replication_factor=3, configs=CLASSIC)
     start(c)
     seal(c, 0, 4, old_bytes=500)
     seal(c, 1, 4, old_bytes=70)
     topic = c.image.topic("t")
-    assert topic is not None
-    # Retention left 120 bytes of partition 0 here; partition 1 is not held here.
-    sizes = {0: 120}
-    entries = describe_entries(topic, sizes.get)
-    assert entries["diskless.migration.classic.bytes"] == "190"
+    assert topic is not None and topic.diskless
+    assert describe_entries(topic)["diskless.migration.classic.bytes"] == "570"
+    # Retention left 120 bytes of partition 0: its leader reports again, with its size.
+    before = len(c.log)
+    assert seal(c, 0, 4, old_bytes=120).error_code == ErrorCode.none
+    assert len(c.log) == before + 1
+    assert describe_entries(topic)["diskless.migration.classic.bytes"] == "190"
+    assert migration_metrics(c.image).old_bytes == {"t": 190}
+    # The same size again: nothing recorded; another replica, or an old epoch: ignored.
+    assert seal(c, 0, 4, old_bytes=120).error_code == ErrorCode.none and len(c.log) == before + 1
+    p = c.partitions("t")[1]
+    other = next(r for r in p.replicas if r != p.leader)
+    seal(c, 1, 4, old_bytes=0, broker_id=other)
+    seal(c, 1, 4, old_bytes=0, leader_epoch=p.leader_epoch - 1)
+    assert len(c.log) == before + 1
+    # Everything deleted: 0, and the state survives a rebuild and a snapshot.
+    seal(c, 1, 4, old_bytes=0)
+    assert describe_entries(topic)["diskless.migration.classic.bytes"] == "120"
+    assert c.rebuilt() == c.image
+    assert MetadataImage.from_records(decode_batch(encode_batch(c.image.snapshot()))) == c.image

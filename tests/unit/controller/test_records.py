@@ -22,6 +22,7 @@ from controller.records import (
     RemoveAccessControlEntry,
     RemoveTopic,
     RemoveUserScramCredential,
+    SealedLogSize,
     TieringPartitionDisabled,
     Topic,
     TopicConfig,
@@ -74,6 +75,7 @@ SAMPLES += [
 SAMPLES += [
     TopicMigration(TID, "TO_DISKLESS", "SEALING", 1),
     PartitionSealed(TID, 3, 1, 12345, 678),
+    SealedLogSize(TID, 3, 1, 90),
 ]
 
 
