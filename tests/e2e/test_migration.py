@@ -228,6 +228,22 @@ def boundary_of(admin: AdminClient, topic: str) -> int:
     return boundary
 
 
+def expire_classic_bytes(admin: AdminClient, topic: str) -> None:
+    """Retention of the whole log (retention.ms=1) expires the sealed classic log, tiered
+    part included: the bytes still classic go to 0, live."""
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(20)
+    wait_until(
+        lambda: migration(admin, topic)[CLASSIC_BYTES] == "0", "the classic bytes expired", 30
+    )
+
+
 def test_classic_topic_becomes_diskless_under_a_live_stream(
     healthy: LocalCluster,  # noqa: F811
     admin: AdminClient,
@@ -438,17 +454,7 @@ def test_a_tiered_classic_topic_migrates_and_its_old_records_are_read_from_remot
         probe.close()
     assert (low, high) == (0, 5000)
     # Retention of the whole log expires the tiered part too: nothing classic is left.
-    resource = ConfigResource(
-        ConfigResource.Type.TOPIC,
-        topic,
-        incremental_configs=[
-            ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
-        ],
-    )
-    admin.incremental_alter_configs([resource])[resource].result(20)
-    wait_until(
-        lambda: migration(admin, topic)[CLASSIC_BYTES] == "0", "the classic bytes expired", 30
-    )
+    expire_classic_bytes(admin, topic)
 
 
 def test_a_migrated_partition_gains_its_rack_replica_by_copying_the_sealed_log(
@@ -492,17 +498,7 @@ def test_a_migrated_partition_gains_its_rack_replica_by_copying_the_sealed_log(
     wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, "brokers back", 20)
     # Retention deletes the sealed classic log's segments: bytes still classic go to 0,
     # live (the leader reports what is left), and the log then starts at the boundary.
-    resource = ConfigResource(
-        ConfigResource.Type.TOPIC,
-        topic,
-        incremental_configs=[
-            ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
-        ],
-    )
-    admin.incremental_alter_configs([resource])[resource].result(20)
-    wait_until(
-        lambda: migration(admin, topic)[CLASSIC_BYTES] == "0", "the classic bytes expired", 30
-    )
+    expire_classic_bytes(admin, topic)
 
 
 def test_leader_killed_mid_seal_loses_and_duplicates_nothing(
