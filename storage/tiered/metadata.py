@@ -188,6 +188,25 @@ def segment_from_row(row: Sequence[Any], uuid_of: Callable[[Any], UUID]) -> Remo
     )
 
 
+def segment_to_row(s: RemoteSegment, id_of: Callable[[UUID], Any]) -> tuple[Any, ...]:
+    """The inverse of :func:`segment_from_row`: the columns in the common order, ``id_of``
+    turning a UUID into what the backend stores (SQLite bytes, the UUID for asyncpg)."""
+    return (
+        id_of(s.topic_id),
+        s.partition,
+        id_of(s.segment_id),
+        s.start_offset,
+        s.end_offset,
+        s.max_timestamp,
+        s.leader_epoch,
+        encode_epochs(s.epochs),
+        s.size,
+        s.broker_id,
+        s.state.value,
+        s.event_ms,
+    )
+
+
 def check_new(segment: RemoteSegment) -> None:
     """A segment enters the store only as a copy just begun."""
     if segment.state is not SegmentState.COPY_SEGMENT_STARTED:

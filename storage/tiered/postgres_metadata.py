@@ -17,9 +17,9 @@ from .metadata import (
     SegmentExists,
     SegmentState,
     check_new,
-    encode_epochs,
     predecessors,
     segment_from_row,
+    segment_to_row,
 )
 
 _COLUMNS = (
@@ -64,6 +64,10 @@ _ADVANCE = (
 )
 
 
+def _same(value: UUID) -> UUID:
+    return value  # asyncpg takes UUIDs as they are
+
+
 def _segment(row: asyncpg.Record) -> RemoteSegment:
     # asyncpg hands back its own UUID subclass; keep the plain one callers compare with.
     return segment_from_row(row, lambda v: UUID(bytes=v.bytes))
@@ -92,22 +96,7 @@ class PostgresRemoteLogMetadata(PoolUser, RemoteLogMetadataStore):
     async def add_segment(self, segment: RemoteSegment) -> None:
         check_new(segment)
         s = segment
-        row = await self._pool.fetchrow(
-            _ADD,
-            s.topic_id,
-            s.partition,
-            s.segment_id,
-            s.start_offset,
-            s.end_offset,
-            s.max_timestamp,
-            s.leader_epoch,
-            encode_epochs(s.epochs),
-            s.size,
-            s.broker_id,
-            s.state.value,
-            s.event_ms,
-            write=True,
-        )
+        row = await self._pool.fetchrow(_ADD, *segment_to_row(s, _same), write=True)
         if row is None:
             raise SegmentExists(str(s.segment_id))
 

@@ -16,9 +16,9 @@ from .metadata import (
     SegmentExists,
     SegmentState,
     check_new,
-    encode_epochs,
     predecessors,
     segment_from_row,
+    segment_to_row,
 )
 
 MIGRATIONS: list[list[str]] = [
@@ -56,6 +56,10 @@ _COLUMNS = (
 )
 
 
+def _uuid_bytes(value: UUID) -> bytes:
+    return value.bytes
+
+
 def _segment(row: tuple[Any, ...]) -> RemoteSegment:
     return segment_from_row(row, lambda v: UUID(bytes=v))
 
@@ -67,21 +71,7 @@ class SqliteRemoteLogMetadata(SqliteUser, RemoteLogMetadataStore):
     async def add_segment(self, segment: RemoteSegment) -> None:
         check_new(segment)
         s = segment
-        row = (
-            s.topic_id.bytes,
-            s.partition,
-            s.segment_id.bytes,
-            s.start_offset,
-            s.end_offset,
-            s.max_timestamp,
-            s.leader_epoch,
-            encode_epochs(s.epochs),
-            s.size,
-            s.broker_id,
-            s.state.value,
-            s.event_ms,
-        )
-        await self._write(_add, row)
+        await self._write(_add, segment_to_row(s, _uuid_bytes))
 
     async def update_state(
         self, segment_id: UUID, state: SegmentState, event_ms: int
