@@ -28,6 +28,19 @@ def keyed(key: bytes, value: bytes | None, ts: int = 1_000) -> bytes:
     return build_batch([Record(key, value)], base_timestamp_ms=ts)
 
 
+def transactional(record: Record) -> bytes:
+    """One record in producer 9's transaction (epoch 0, sequence 0)."""
+    return build_raw_batch(
+        encode_record(record, 0),
+        records_count=1,
+        base_timestamp_ms=1_000,
+        attributes=TRANSACTIONAL_BIT,
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=0,
+    )
+
+
 def open_partition(path: Path, config: LogConfig = SMALL, me: int = 1) -> ClassicPartition:
     return ClassicPartition(TOPIC_ID, "t", 0, Log(str(path), config), me, lag_max_ms=1000)
 
@@ -135,16 +148,7 @@ def test_aborted_transactions_records_are_removed_markers_kept(tmp_path: Path) -
     async def run() -> None:
         p = open_partition(tmp_path / "p")
         lead(p)
-        payload = encode_record(Record(b"t", b"aborted"), 0)
-        txn = build_raw_batch(
-            payload,
-            records_count=1,
-            base_timestamp_ms=1_000,
-            attributes=TRANSACTIONAL_BIT,
-            producer_id=9,
-            producer_epoch=0,
-            base_sequence=0,
-        )
+        txn = transactional(Record(b"t", b"aborted"))
         produce(p, txn, acks=1)  # offset 0
         p.append_marker(9, 0, False, 0)  # offset 1
         for i in range(40):
@@ -165,16 +169,7 @@ def test_aborted_transactions_records_are_removed_markers_kept(tmp_path: Path) -
 def test_open_transactions_bound_the_cleanable_range(tmp_path: Path) -> None:
     p = open_partition(tmp_path / "p")
     lead(p)
-    payload = encode_record(Record(b"k", b"open"), 0)
-    txn = build_raw_batch(
-        payload,
-        records_count=1,
-        base_timestamp_ms=1_000,
-        attributes=TRANSACTIONAL_BIT,
-        producer_id=9,
-        producer_epoch=0,
-        base_sequence=0,
-    )
+    txn = transactional(Record(b"k", b"open"))
     produce(p, txn, acks=1)  # offset 0 stays open: nothing is stable
     for i in range(40):
         produce(p, keyed(b"k", b"v%d" % i), acks=1)
