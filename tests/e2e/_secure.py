@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.cluster import LocalCluster
-from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import unique_topic, wait_until
 
@@ -97,20 +97,16 @@ def classic_cluster(
 ) -> Iterator[LocalCluster]:
     """Three brokers, one a rack, and one controller, quick to notice a dead broker and to
     retry a follower's fetch: a classic RF=3 topic has a replica in every rack."""
-    with running_cluster(
+    with fast_cluster(
         tmp_path_factory,
         name,
         brokers=3,
         racks=RACKS,
         broker_options={
-            **FAST_LIVENESS,
             "replica.fetch.backoff.ms": "200",
             **(broker_options or {}),
         },
         controllers=1,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
         secure=secure,
     ) as c:
         yield c

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
 
 from sluice.cluster import LocalCluster
-from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import (
     aiokafka_consume,
@@ -44,20 +44,16 @@ CLASSIC = {"diskless.enable": "false"}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with running_cluster(
+    with fast_cluster(
         tmp_path_factory,
         "classic",
         brokers=3,
         racks=RACKS,
         broker_options={
-            **FAST_LIVENESS,
             "replica.lag.time.max.ms": str(LAG_MS),
             "replica.fetch.backoff.ms": "200",
         },
         controllers=1,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
     ) as c:
         yield c
 

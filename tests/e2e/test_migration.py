@@ -28,7 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from sluice.cluster import LocalCluster
-from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import Got, Stream, assert_exactly_once, confluent_consume, stream_through, wait_until
 from .test_classic_cluster import (  # noqa: F401 - fixtures
@@ -50,22 +50,18 @@ CLASSIC_BYTES = "diskless.migration.classic.bytes"
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # test_classic_cluster's cluster, with retention checked and segments tiered often (a
     # sealed classic log's segments are tiered and expire within a test).
-    with running_cluster(
+    with fast_cluster(
         tmp_path_factory,
         "migration",
         brokers=3,
         racks=RACKS,
         broker_options={
-            **FAST_LIVENESS,
             "replica.lag.time.max.ms": str(LAG_MS),
             "replica.fetch.backoff.ms": "200",
             "log.retention.check.interval.ms": "300",
             "remote.log.manager.task.interval.ms": "300",
         },
         controllers=1,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
     ) as c:
         yield c
 
@@ -569,16 +565,13 @@ def test_leader_killed_mid_seal_loses_and_duplicates_nothing(
 
 @pytest.fixture(scope="module")
 def quorum_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with running_cluster(
+    with fast_cluster(
         tmp_path_factory,
         "migration-quorum",
         brokers=3,
         racks=RACKS,
-        broker_options={**FAST_LIVENESS, "replica.lag.time.max.ms": "2000"},
+        broker_options={"replica.lag.time.max.ms": "2000"},
         controllers=3,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
     ) as c:
         yield c
 

@@ -16,7 +16,7 @@ from kafka.admin import ScramMechanism as KpScramMechanism
 from kafka.admin import UserScramCredentialUpsertion as KpUpsertion
 
 from sluice.cluster import LocalCluster
-from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import unique_topic, wait_until
 from ._secure import (
@@ -32,16 +32,12 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with running_cluster(
+    with fast_cluster(
         tmp_path_factory,
         "secure",
         brokers=2,
         racks=("az-a",),
-        broker_options=FAST_LIVENESS,
         controllers=3,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
         secure=True,
     ) as c:
         yield c

@@ -28,7 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from sluice.cluster import LocalCluster
-from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import confluent_consume, kafka_python_consume, wait_until
 
@@ -43,25 +43,24 @@ TIERED = {
     "min.insync.replicas": "2",
 }
 PAD = b"x" * 1000
+# Quick to catch up, to tier and to apply local retention (this module and the KIP-950
+# failover module, which runs three controllers).
+TIERED_BROKERS = {
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.backoff.ms": "200",
+    "remote.log.manager.task.interval.ms": "300",
+    "log.retention.check.interval.ms": "300",
+}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with running_cluster(
+    with fast_cluster(
         tmp_path_factory,
         "tiered",
         brokers=3,
-        broker_options={
-            **FAST_LIVENESS,
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.backoff.ms": "200",
-            "remote.log.manager.task.interval.ms": "300",
-            "log.retention.check.interval.ms": "300",
-        },
+        broker_options=TIERED_BROKERS,
         controllers=1,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
     ) as c:
         yield c
 

@@ -21,10 +21,11 @@ from confluent_kafka.admin import AdminClient
 from controller.image import TIERING_DISABLED, TIERING_DISABLING, MetadataImage
 from controller.records import decode_batch
 from sluice.cluster import LocalCluster
-from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
+from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import confluent_consume, wait_until
 from .test_tiered import (
+    TIERED_BROKERS,
     create,
     describe,
     local_segments,
@@ -39,21 +40,12 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with running_cluster(
+    with fast_cluster(
         tmp_path_factory,
         "tiered-quorum",
         brokers=3,
-        broker_options={
-            **FAST_LIVENESS,
-            "replica.lag.time.max.ms": "2000",
-            "replica.fetch.backoff.ms": "200",
-            "remote.log.manager.task.interval.ms": "300",
-            "log.retention.check.interval.ms": "300",
-        },
+        broker_options=TIERED_BROKERS,
         controllers=3,
-        controller_options={
-            "broker.session.timeout.ms": FAST_LIVENESS["broker.session.timeout.ms"]
-        },
     ) as c:
         yield c
 
