@@ -27,7 +27,8 @@ from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
 
-from .election import UNCLEAN_LEADER_ELECTION, change_to, desired_for
+from .classic_election import classic_desired_state
+from .election import change_to
 from .image import MetadataImage, PartitionState, TopicImage
 from .records import NO_LEADER, PartitionChange
 from .requests import ElectionResult, LeaderElection, Outcome
@@ -67,6 +68,21 @@ _MESSAGES = {
         "Failed to elect a leader for {tp}: no replica is alive."
     ),
 }
+
+
+def unclean_leaders(topic: TopicImage, alive: set[int]) -> list[PartitionChange]:
+    """Leaders for ``topic``'s leaderless classic partitions once it allows unclean
+    election: the broker events that elect leaders may all have passed before
+    ``unclean.leader.election.enable`` was turned on (Kafka's controller elects then too)."""
+    if topic.diskless:
+        return []
+    out = []
+    for index, p in topic.partitions.items():
+        if p.leader == NO_LEADER:
+            change = change_to(topic.topic_id, index, p, classic_desired_state(p, alive, True))
+            if change is not None:
+                out.append(change)
+    return out
 
 
 class LeaderElectionAdmin:
@@ -118,23 +134,6 @@ class LeaderElectionAdmin:
             message = _MESSAGES[code].format(tp=f"{name}-{index}") if code != OK else None
             results.append(ElectionResult(name, index, code, message))
         return Outcome(list(records), results)
-
-    def unclean_elections(self, image: MetadataImage) -> list[PartitionChange]:
-        """Leaders for the leaderless classic partitions of topics that allow unclean
-        election: the broker events that elect leaders may all have passed before
-        ``unclean.leader.election.enable`` was turned on, so the controller checks again
-        (Kafka's controller does too)."""
-        alive = image.alive_brokers()
-        out: list[PartitionChange] = []
-        for topic, index, p in image.iter_partitions():
-            if p.leader != NO_LEADER or topic.diskless:
-                continue
-            if topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() != "true":
-                continue
-            change = change_to(topic.topic_id, index, p, desired_for(topic, p, alive))
-            if change is not None:
-                out.append(change)
-        return out
 
     def rebalance_leaders(self, image: MetadataImage, percentage: int) -> list[PartitionChange]:
         """Kafka's auto leader rebalance: for every broker whose partitions (as preferred

@@ -53,9 +53,6 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.2
 LEGACY_PER_TICK = 5
-# How often leaderless classic partitions are checked for an unclean election that a topic
-# config change now allows.
-UNCLEAN_CHECK_MS = 1_000
 PROPOSE_TIMEOUT_S = 10.0
 SECRET_HEADER = "X-Sluice-Secret"
 
@@ -159,7 +156,6 @@ class ControllerService:
         self._active_term = -1  # the term in which this controller became active
         # The first check waits one interval: brokers of a starting cluster are still coming.
         self._next_rebalance_ms = _now_ms() + config.leader_imbalance_check_interval_ms
-        self._next_unclean_check_ms = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self.http_port = settings.http_port
@@ -282,7 +278,7 @@ class ControllerService:
                 await self._write(
                     lambda: Outcome(self.logic.tick(self.state.image, _now_ms()), None)
                 )
-                await self._move_leaders_when_due()
+                await self._rebalance_leaders_when_due()
                 if self.settings.expand_legacy_topics:
                     # A few topics per tick: one entry stays small, and admin requests are
                     # not held up behind a big expansion.
@@ -297,12 +293,9 @@ class ControllerService:
             except Exception:
                 log.exception("controller tick failed")
 
-    async def _move_leaders_when_due(self) -> None:
+    async def _rebalance_leaders_when_due(self) -> None:
         cfg = self.logic.config
         now = _now_ms()
-        if now >= self._next_unclean_check_ms:
-            self._next_unclean_check_ms = now + UNCLEAN_CHECK_MS
-            await self._write(lambda: Outcome(self.logic.unclean_elections(self.state.image), None))
         if not cfg.auto_leader_rebalance or now < self._next_rebalance_ms:
             return
         self._next_rebalance_ms = now + cfg.leader_imbalance_check_interval_ms

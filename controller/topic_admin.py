@@ -19,8 +19,9 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from .classic_placement import ClassicPlacementError, manual_assignment_error, place_classic
-from .election import desired_state
+from .election import UNCLEAN_LEADER_ELECTION, desired_state
 from .image import DISKLESS_ENABLE, MetadataImage, PartitionState, TopicImage
+from .leader_election import unclean_leaders
 from .migration import migration_records
 from .placement import (
     Load,
@@ -444,6 +445,8 @@ class TopicAdmin:
                     records.append(TopicConfig(topic.topic_id, key, value))
             records += tiering
             records += migration
+            if changes.get(UNCLEAN_LEADER_ELECTION, "").lower() == "true":
+                records += unclean_leaders(topic, image.alive_brokers())
             results.append(TopicResult(res.name, OK))
         return Outcome([] if validate_only else records, results)
 
