@@ -112,11 +112,15 @@ def local_segments(cluster: LocalCluster, node: int, topic: str) -> list[int]:
 
 def wait_tiered(cluster: LocalCluster, topic: str, node: int) -> int:
     """Waits until the node's local log no longer starts at 0; returns its first offset."""
-    wait_until(
-        lambda: (local_segments(cluster, node, topic) or [0])[0] > 0,
-        f"broker {node}'s tiered segments deleted from its disk",
-        30,
-    )
+    try:
+        wait_until(
+            lambda: (local_segments(cluster, node, topic) or [0])[0] > 0,
+            f"broker {node}'s tiered segments deleted from its disk",
+            30,
+        )
+    except AssertionError as exc:
+        segments = local_segments(cluster, node, topic)
+        raise AssertionError(f"{exc} (segments {segments})\n{logs_about(cluster, topic)}") from None
     return local_segments(cluster, node, topic)[0]
 
 
@@ -437,3 +441,21 @@ def _remote_objects(cluster: LocalCluster, topic_id: str) -> list[str]:
             await store.close()
 
     return asyncio.run(keys())
+
+
+def logs_about(cluster: LocalCluster, topic: str) -> str:
+    """What the brokers and controllers logged about the topic and its disablement: a
+    failure must say where the work stopped."""
+    out = []
+    for process in [*cluster.brokers, *cluster.controllers]:
+        try:
+            lines = process.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        wanted = [
+            line
+            for line in lines
+            if topic in line or "tier" in line or "WARNING" in line or "ERROR" in line
+        ]
+        out.append(f"--- {process.log_path}\n" + "\n".join(wanted[-40:]))
+    return "\n".join(out)

@@ -29,6 +29,7 @@ from .test_tiered import (
     create,
     describe,
     local_segments,
+    logs_about,
     produce,
     values,
     wait_tiered,
@@ -125,7 +126,7 @@ def test_disabling_survives_a_controller_kill_and_a_leader_kill(
     try:
         wait_until(lambda: tiering_state(cluster, topic) == TIERING_DISABLED, "DISABLED", 90)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{_logs_about(cluster, topic)}") from None
+        raise AssertionError(f"{exc}\n{logs_about(cluster, topic)}") from None
     via_other = AdminClient({"bootstrap.servers": cluster.broker(others[0]).bootstrap})
     new_leader = describe(via_other, topic)[0]
     assert new_leader in others
@@ -137,21 +138,3 @@ def test_disabling_survives_a_controller_kill_and_a_leader_kill(
     controller.start()
     stopped.start()
     wait_until(lambda: len(describe(admin, topic)[2]) == 3, "the old leader back in the ISR", 30)
-
-
-def _logs_about(cluster: LocalCluster, topic: str) -> str:
-    """What the brokers and controllers logged about the topic and its disablement: a
-    failure must say where the work stopped."""
-    out = []
-    for process in [*cluster.brokers, *cluster.controllers]:
-        try:
-            lines = process.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        wanted = [
-            line
-            for line in lines
-            if topic in line or "tier" in line or "WARNING" in line or "ERROR" in line
-        ]
-        out.append(f"--- {process.log_path}\n" + "\n".join(wanted[-40:]))
-    return "\n".join(out)
