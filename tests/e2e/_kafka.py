@@ -554,10 +554,20 @@ def assert_exactly_once(stream: Stream, got: Sequence[Got], partitions: int) -> 
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> float:
-    """Poll ``predicate``; returns the seconds it took, fails the test after ``timeout``."""
+    """Poll ``predicate``; returns the seconds it took, fails the test after ``timeout``.
+
+    A client error while polling (a metadata request sent to a broker the test just
+    killed times out) counts as "not yet": the cluster is changing, which is what the
+    caller waits out. The last one is named if the wait fails."""
     start = time.monotonic()
-    while not predicate():
+    last_error: KafkaException | None = None
+    while True:
+        try:
+            if predicate():
+                return time.monotonic() - start
+        except KafkaException as exc:
+            last_error = exc
         if time.monotonic() - start > timeout:
-            raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
+            cause = f" (last client error: {last_error})" if last_error else ""
+            raise AssertionError(f"{what} did not happen within {timeout:.0f}s{cause}")
         time.sleep(0.05)
-    return time.monotonic() - start
