@@ -48,7 +48,7 @@ from .produce_consume import (
     produce,
     tail_fetch_latencies,
 )
-from .stats import MiB, ProcStats, RssSampler, Target, med, percentile, runs
+from .stats import MiB, ProcStats, RssSampler, Target, med, percentile, pin_process, runs
 from .storage_ops import MetricsWatch, StorageOps, mean_in_flight
 
 # The Java producer's buffer.memory default: the dev target's client, as before.
@@ -230,6 +230,22 @@ def run_s3(args: argparse.Namespace, wd: Path, loop_mib_s: float) -> list[Target
         assert cluster.postgres is not None
         postmaster = int((cluster.postgres.data_dir / "postmaster.pid").read_text().split()[0])
         peers = {"store": ProcStats(cluster.seaweed.pid), "coordinator": ProcStats(postmaster)}
+        if args.pin_store:
+            # The store on a core of its own, everything else on the others: the raw PUTs
+            # and the broker's uploads then meet the same store capacity, as they would
+            # with the store on its own machines (on one 2-core host, unpinned, the
+            # store's CPU per MiB is shared with the broker, client and database).
+            cpus = sorted(os.sched_getaffinity(0))
+            if len(cpus) < 2:
+                raise SystemExit("--pin-store needs at least 2 cores")
+            store_cpus, rest = {cpus[0]}, set(cpus[1:])
+            pin_process(cluster.seaweed.pid, store_cpus)
+            pin_process(broker.pid, rest)
+            pin_process(postmaster, rest)
+            # This process's own threads (the client's and the raw PUTs'), not its children:
+            # the cluster's processes are those.
+            pin_process(os.getpid(), rest, children=False)
+            _print(f"  store pinned to CPU {cpus[0]}; broker, database, client: {sorted(rest)}")
         # Warm-up, not measured: a fresh weed mini grows its volumes on the first writes
         # (seconds), and the broker's S3 and PostgreSQL pools open their connections.
         warm = create_topic(broker.bootstrap)
@@ -506,6 +522,12 @@ def main(argv: list[str] | None = None) -> int:
         help="broker config override (both targets)",
     )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, data)")
+    ap.add_argument(
+        "--pin-store",
+        action="store_true",
+        help="s3: the store on CPU 0, broker/PostgreSQL/client on the others (as with a "
+        "store on its own machines); raw PUTs measured the same way",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.mib, args.repeats = 64, 1

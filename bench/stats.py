@@ -166,3 +166,31 @@ def runs(values: Sequence[float], fmt: str = "{:.0f}") -> str:
 
 def now() -> float:
     return time.perf_counter()
+
+
+def pin_process(pid: int, cpus: set[int], children: bool = True) -> int:
+    """Run every thread of ``pid`` (and of its children) on ``cpus`` only; threads and
+    children created later inherit it (Go's runtime threads, PostgreSQL's backends).
+    Returns how many threads were pinned."""
+    pids = [pid]
+    for entry in Path("/proc").iterdir() if children else ():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == pid:
+                pids.append(int(entry.name))
+    pinned = 0
+    for p in pids:
+        try:
+            tasks = [int(t.name) for t in Path(f"/proc/{p}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                os.sched_setaffinity(tid, cpus)
+            except OSError:
+                continue  # ended meanwhile
+            pinned += 1
+    return pinned
