@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
-from storage.coordinator import PartitionKey
+from storage.coordinator import PartitionKey, SealedLogRefused
 from storage.group_store import CommittedOffset
 from storage.transactions import (
     COMPLETE_ABORT,
@@ -81,6 +81,7 @@ _ABORTED_FROM = (
 
 # txn_complete
 _SELECT_LOG = "SELECT high_watermark FROM logs WHERE topic_id = ? AND partition = ?"
+_SEALED = "SELECT 1 FROM sealed_logs WHERE topic_id = ? AND partition = ?"
 _INSERT_FILE = (
     "INSERT INTO files (object_key, size, uploader_broker_id, committed_at, state, reason)"
     " VALUES (?, ?, ?, ?, 'uploaded', 'produce')"
@@ -428,11 +429,19 @@ def txn_complete(
     if state.state != ONGOING:
         return CompleteResult(INVALID_TXN_STATE, nothing)
     keys = [(m.topic_id.bytes, m.partition) for m in markers]
+    named = keys + [(k.topic_id.bytes, k.partition) for k in pending]
     added = set(cur.execute(_TXN_PARTITIONS, (transactional_id,)).fetchall())
-    if len(set(keys)) != len(keys) or set(keys) != added:
-        # A partition was added after the caller read the state (or it named others):
-        # it must read again and write markers for exactly these.
+    if len(set(named)) != len(named) or set(named) != added:
+        # A partition was added after the caller read the state (or it named others, or
+        # one both as diskless and classic): it must read again and write markers for
+        # exactly these.
         return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
+
+    for k in keys:
+        # A sealed log takes nothing past its boundary, markers included (as PostgreSQL's
+        # trigger): the caller sees the partition as diskless only until it sees the seal.
+        if cur.execute(_SEALED, k).fetchone():
+            raise SealedLogRefused(f"log {UUID(bytes=k[0])}-{k[1]} is sealed")
 
     offsets = nothing[:]
     hwms = [cur.execute(_SELECT_LOG, k).fetchone() for k in keys]
