@@ -638,8 +638,9 @@ def _seed_log(
     cur.execute("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", (tid, partition))
     row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
     if row[0] < row[1] <= start:
-        # Transaction markers of the classic partition (a transaction's outcome is
-        # recorded for each of its partitions here too): none of its records, dropped.
+        # Transaction markers of the classic partition, written before sqlite schema 8
+        # (a transaction's outcome was recorded for each of its partitions here too):
+        # none of its records, dropped.
         key = PartitionKey(UUID(bytes=tid), partition)
         _delete_records(cur, [(key, row[1])], int(time.time() * 1000))
         row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
