@@ -429,29 +429,30 @@ def txn_complete(
     if state.state != ONGOING:
         return CompleteResult(INVALID_TXN_STATE, nothing)
     keys = [(m.topic_id.bytes, m.partition) for m in markers]
-    named = keys + [(k.topic_id.bytes, k.partition) for k in pending]
+    classic = {(k.topic_id.bytes, k.partition) for k in pending}
     added = set(cur.execute(_TXN_PARTITIONS, (transactional_id,)).fetchall())
-    if len(set(named)) != len(named) or set(named) != added:
-        # A partition was added after the caller read the state (or it named others, or
-        # one both as diskless and classic): it must read again and write markers for
-        # exactly these.
+    if len(set(keys)) != len(keys) or set(keys) | classic != added:
+        # A partition was added after the caller read the state (or it named others): it
+        # must read again and write markers for exactly these.
         return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
 
+    # A classic partition's marker is its leader's: one given for it anyway (a broker
+    # from before markers were diskless-only names every partition) is not written.
     for k in keys:
         # A sealed log takes nothing past its boundary, markers included (as PostgreSQL's
         # trigger): the caller sees the partition as diskless only until it sees the seal.
-        if cur.execute(_SEALED, k).fetchone():
+        if k not in classic and cur.execute(_SEALED, k).fetchone():
             raise SealedLogRefused(f"log {UUID(bytes=k[0])}-{k[1]} is sealed")
 
     offsets = nothing[:]
-    hwms = [cur.execute(_SELECT_LOG, k).fetchone() for k in keys]
+    hwms = [None if k in classic else cur.execute(_SELECT_LOG, k).fetchone() for k in keys]
     registered = any(h is not None for h in hwms)
     if registered:
         cur.execute(_INSERT_FILE, (object_key, object_size, uploader_broker_id, now_ms))
         file_id = cur.lastrowid
         for i, (m, k, h) in enumerate(zip(markers, keys, hwms, strict=True)):
             if h is None:
-                continue  # the topic was deleted: no log to mark
+                continue  # the topic was deleted (or the partition is classic): no marker
             offset = offsets[i] = h[0]
             cur.execute(
                 _INSERT_MARKER,

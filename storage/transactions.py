@@ -244,8 +244,10 @@ class TransactionStore(ABC):
 
         The markers (the diskless partitions) and ``pending`` (the classic ones) together
         must name exactly the transaction's partitions (in any order); if they do not, or
-        name one twice (a partition was added since the caller read the state):
-        CONCURRENT_TRANSACTIONS. A marker for a log sealed by a migration to classic
+        the markers name one twice (a partition was added since the caller read the
+        state): CONCURRENT_TRANSACTIONS. A marker for a partition also in ``pending`` is
+        not written (offset -1): a broker from before markers were diskless-only gives
+        one for every partition. A marker for a log sealed by a migration to classic
         (see ``seal_log``) raises SealedLogRefused and changes nothing. Unknown id / other
         producer id: INVALID_PRODUCER_ID_MAPPING; a retried EndTxn (not ONGOING but already
         in the state asked for, with the stored epoch ``producer_epoch``, or

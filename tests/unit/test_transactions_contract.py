@@ -1321,10 +1321,9 @@ async def test_complete_names_each_partition_once_as_marker_or_pending(
         )
         return done.error
 
-    # Named twice (as a marker and as pending), left out, or a stranger named: the caller
-    # read another state; nothing changes.
-    assert await complete([marker(P10), marker(C1)], [C1]) == CONCURRENT_TRANSACTIONS
-    assert await complete([marker(P10)], [C1, C1]) == CONCURRENT_TRANSACTIONS
+    # A marker twice, a partition left out, or a stranger named: the caller read another
+    # state; nothing changes.
+    assert await complete([marker(P10), marker(P10)], [C1]) == CONCURRENT_TRANSACTIONS
     assert await complete([marker(P10)], []) == CONCURRENT_TRANSACTIONS
     assert await complete([marker(P10)], [C1, C2]) == CONCURRENT_TRANSACTIONS
     assert await complete([], [P10, C1, C2]) == CONCURRENT_TRANSACTIONS
@@ -1333,3 +1332,29 @@ async def test_complete_names_each_partition_once_as_marker_or_pending(
     assert await hwm(c) == await hwm(c, C1) == 0
     assert await complete([marker(P10)], [C1]) == NONE
     assert [s.partitions for s in await c.txn_pending_markers(10)] == [[C1]]
+
+
+async def test_a_marker_for_a_pending_classic_partition_is_not_written(
+    coordinator: BatchCoordinator,
+) -> None:
+    # A broker from before markers were diskless-only gives one for every partition, and
+    # names the classic ones as pending too: the classic one's log still takes nothing.
+    c = coordinator
+    await setup_logs(c, P10, C1)
+    p = Producer(c)
+    await p.begin(P10, C1)
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, True, False, key(), 120, 7,
+        [marker(C1), marker(P10)], NOW, pending=[C1, C1],
+    )  # fmt: skip
+    assert (done.error, done.offsets, done.registered) == (NONE, [-1, 0], True)
+    assert await hwm(c, C1) == 0 and await hwm(c) == 1
+    assert [s.partitions for s in await c.txn_pending_markers(10)] == [[C1]]
+    # Only classic partitions: nothing is written, no object registered.
+    await c.txn_markers_written("tx", p.pid, p.epoch, [C1])
+    await p.begin(C1)
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(C1)], NOW, pending=[C1]
+    )
+    assert (done.error, done.offsets, done.registered) == (NONE, [-1], False)
+    assert await hwm(c, C1) == 0

@@ -5,7 +5,8 @@
 -- recognising produce commits by their statement text, and readers were kept from them.
 -- Now the broker writes markers for the diskless partitions only, and names the classic
 -- ones as pending (their leaders write theirs); together they must be the transaction's
--- partitions. A sealed log takes nothing at or past its boundary, whatever the statement:
+-- partitions. A marker for a partition also named pending (a broker still running the
+-- earlier code names every partition as a marker) is not written. A sealed log takes nothing at or past its boundary, whatever the statement:
 -- a broker whose image lags the seal gets SQLSTATE SL001 and retries.
 --
 -- sluice_txn_complete is one function again (0008 wrapped 0005's, but the check that the
@@ -98,7 +99,6 @@ CREATE FUNCTION sluice_txn_complete(
 LANGUAGE plpgsql AS $$
 DECLARE
     n integer := coalesce(cardinality(p_topic_ids), 0);
-    v_named integer := n + coalesce(cardinality(p_pending_topic_ids), 0);
     v_target text := CASE WHEN p_commit THEN 'CompleteCommit' ELSE 'CompleteAbort' END;
     v_bump integer := CASE WHEN p_bump_epoch THEN 1 ELSE 0 END;
     v_none bigint[] := array_fill(-1::bigint, ARRAY[n]);
@@ -140,15 +140,17 @@ BEGIN
         RETURN QUERY SELECT 48, false, v_none;
         RETURN;
     END IF;
-    -- The markers and the pending classic partitions must name exactly the transaction's
-    -- partitions, each once: one added since the caller read the state would otherwise be
-    -- left without a marker.
+    -- The markers (each once) and the pending classic partitions must name exactly the
+    -- transaction's partitions: one added since the caller read the state would otherwise
+    -- be left without a marker.
     IF (SELECT count(DISTINCT (k.topic_id, k.part))
-        FROM (SELECT * FROM unnest(p_topic_ids, p_partitions)
-              UNION ALL
-              SELECT * FROM unnest(p_pending_topic_ids, p_pending_partitions))
-             AS k(topic_id, part)) <> v_named
-       OR (SELECT count(*) FROM txn_partitions p WHERE p.transactional_id = p_id) <> v_named
+        FROM unnest(p_topic_ids, p_partitions) AS k(topic_id, part)) <> n
+       OR (SELECT count(DISTINCT (k.topic_id, k.part))
+           FROM (SELECT * FROM unnest(p_topic_ids, p_partitions)
+                 UNION ALL
+                 SELECT * FROM unnest(p_pending_topic_ids, p_pending_partitions))
+                AS k(topic_id, part))
+          <> (SELECT count(*) FROM txn_partitions p WHERE p.transactional_id = p_id)
        OR EXISTS (
            SELECT 1
            FROM (SELECT * FROM unnest(p_topic_ids, p_partitions)
@@ -165,6 +167,10 @@ BEGIN
 
     v_offsets := v_none;
     FOR i IN 1..n LOOP
+        -- A classic partition's marker is its leader's: not written here.
+        CONTINUE WHEN EXISTS (
+            SELECT 1 FROM unnest(p_pending_topic_ids, p_pending_partitions) AS k(topic_id, part)
+            WHERE k.topic_id = p_topic_ids[i] AND k.part = p_partitions[i]);
         SELECT l.high_watermark INTO v_hwm
         FROM logs l WHERE l.topic_id = p_topic_ids[i] AND l.partition = p_partitions[i];
         CONTINUE WHEN NOT FOUND;  -- the topic was deleted: no log to mark
