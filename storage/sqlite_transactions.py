@@ -95,6 +95,7 @@ _APPEND_MARKER = (
     "UPDATE logs SET high_watermark = high_watermark + 1, byte_size = byte_size + ?"
     " WHERE topic_id = ? AND partition = ?"
 )
+_OPEN = "SELECT 1 FROM open_txns WHERE topic_id = ? AND partition = ? AND producer_id = ?"
 _CLOSE_OPEN = (
     "DELETE FROM open_txns WHERE topic_id = ? AND partition = ? AND producer_id = ?"
     " RETURNING first_offset"
@@ -436,6 +437,11 @@ def txn_complete(
         # must read again and write markers for exactly these.
         return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
 
+    if any(cur.execute(_OPEN, (*k, producer_id)).fetchone() for k in classic):
+        # A partition named classic holds the producer's open transaction in its diskless
+        # log: it migrated to diskless after the caller read which partitions are classic
+        # (its classic leader would refuse the marker). The caller reads again.
+        return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
     # A classic partition's marker is its leader's: one given for it anyway (a broker
     # from before markers were diskless-only names every partition) is not written.
     for k in keys:

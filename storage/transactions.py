@@ -247,8 +247,11 @@ class TransactionStore(ABC):
         the markers name one twice (a partition was added since the caller read the
         state): CONCURRENT_TRANSACTIONS. A marker for a partition also in ``pending`` is
         not written (offset -1): a broker from before markers were diskless-only gives
-        one for every partition. A marker for a log sealed by a migration to classic
-        (see ``seal_log``) raises SealedLogRefused and changes nothing. Unknown id / other
+        one for every partition. A partition in ``pending`` holding an open transaction
+        of the producer in its diskless log (it migrated to diskless since the caller
+        read which partitions are classic): CONCURRENT_TRANSACTIONS too. A marker for a
+        log sealed by a migration to classic (see ``seal_log``) raises SealedLogRefused
+        and changes nothing. Unknown id / other
         producer id: INVALID_PRODUCER_ID_MAPPING; a retried EndTxn (not ONGOING but already
         in the state asked for, with the stored epoch ``producer_epoch``, or
         ``producer_epoch + 1`` with ``bump_epoch``): NONE; other epoch: PRODUCER_FENCED;

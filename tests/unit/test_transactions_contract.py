@@ -1358,3 +1358,26 @@ async def test_a_marker_for_a_pending_classic_partition_is_not_written(
     )
     assert (done.error, done.offsets, done.registered) == (NONE, [-1], False)
     assert await hwm(c, C1) == 0
+
+
+async def test_a_pending_partition_with_an_open_diskless_transaction_is_refused(
+    coordinator: BatchCoordinator,
+) -> None:
+    # Named classic, but the producer's open transaction is in its diskless log (it
+    # migrated to diskless since the caller looked): the caller must read again.
+    c = coordinator
+    await setup_logs(c, P10, P11)
+    p = Producer(c)
+    await p.begin(P10, P11)
+    await p.send(P11)
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, False, False, key(), 60, 7, [marker(P10)], NOW, pending=[P11]
+    )
+    assert done.error == CONCURRENT_TRANSACTIONS
+    assert (await p.state()).state == ONGOING
+    assert await c.txn_pending_markers(10) == []
+    assert await hwm(c) == 0 and await lso(c, P11) == 0
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, False, False, key(), 120, 7, [marker(P10), marker(P11)], NOW
+    )
+    assert done.error == NONE and await lso(c, P11) == await hwm(c, P11) == 2

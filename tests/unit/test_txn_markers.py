@@ -11,9 +11,16 @@ from uuid import UUID
 from broker.classic.txn_markers import ClassicMarkerSender
 from broker.transactions.markers import MarkerWriter
 from storage.block_cache import BlockCache
-from storage.coordinator import BatchCoordinator, FindRequest, PartitionKey
+from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest, PartitionKey
 from storage.local_store import LocalObjectStore
-from storage.transactions import COMPLETE_ABORT, COMPLETE_COMMIT, NONE, ONGOING, TransactionState
+from storage.transactions import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    CONCURRENT_TRANSACTIONS,
+    NONE,
+    ONGOING,
+    TransactionState,
+)
 
 NOW = 1_700_000_000_000
 BIG = 1 << 62
@@ -152,3 +159,44 @@ async def test_a_marker_for_a_sealed_log_is_refused_until_the_partition_is_seen_
     assert await batches(c, DISKLESS) == [0]
     assert await batches(c, CLASSIC) == []
     assert sender.sent == [([CLASSIC], True)]
+
+
+async def test_a_partition_seen_classic_with_an_open_diskless_transaction_is_read_again(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    # Migrated to diskless: the producer's records went to the diskless log, but this
+    # broker's image still shows the partition classic. Its leader would refuse the marker
+    # and the diskless transaction would never close: the end is refused, nothing changes.
+    c = coordinator
+    await c.create_logs([DISKLESS])
+    w, store, sender = writer(c, tmp_path, {DISKLESS})
+    state = await begin(c, DISKLESS)
+    record = BatchToCommit(
+        topic_id=DISKLESS.topic_id,
+        partition=DISKLESS.partition,
+        byte_offset=0,
+        byte_size=100,
+        record_count=1,
+        max_timestamp=1000,
+        timestamp_type=0,
+        producer_id=state.producer_id,
+        producer_epoch=state.producer_epoch,
+        base_sequence=0,
+        transactional=True,
+    )
+    [done] = await c.commit_file("records", 100, 7, [record], NOW)
+    assert done.error == NONE
+
+    assert await w.end(state, commit=True, bump_epoch=False) == CONCURRENT_TRANSACTIONS
+    assert sender.sent == []
+    assert await objects(store) == []  # all seen classic: no marker object
+    [got] = await c.txn_get(["tx"])
+    assert got is not None and got.state == ONGOING
+    assert await c.txn_pending_markers(10) == []
+    # Once it sees the partition diskless, the marker closes the transaction there.
+    sender.classic.clear()
+    assert await w.end(state, commit=True, bump_epoch=False) == NONE
+    assert await batches(c, DISKLESS) == [0, 1]
+    req = FindRequest(DISKLESS.topic_id, DISKLESS.partition, 0, BIG)
+    [found] = await c.find_batches([req], BIG, read_committed=True)
+    assert found.last_stable_offset == found.high_watermark == 2

@@ -164,6 +164,17 @@ BEGIN
         RETURN QUERY SELECT 51, false, v_none;
         RETURN;
     END IF;
+    -- A partition named classic holding the producer's open transaction in its diskless
+    -- log migrated to diskless after the caller read which partitions are classic (its
+    -- classic leader would refuse the marker): the caller reads again.
+    IF EXISTS (
+        SELECT 1 FROM unnest(p_pending_topic_ids, p_pending_partitions) AS k(topic_id, part)
+        JOIN open_txns o ON o.topic_id = k.topic_id AND o.partition = k.part
+        WHERE o.producer_id = p_pid
+    ) THEN
+        RETURN QUERY SELECT 51, false, v_none;
+        RETURN;
+    END IF;
 
     v_offsets := v_none;
     FOR i IN 1..n LOOP
