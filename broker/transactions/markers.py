@@ -69,9 +69,9 @@ class MarkerWriter:
         # Classic partitions' markers are sent to their leaders after the outcome is
         # recorded; recording them as pending in the same call lets another coordinator
         # finish if this broker dies. Only the diskless ones get a marker here: a classic
-        # partition's log is its leader's, and a marker in its diskless log would land past
-        # the boundary of a partition migrated to classic (or before the one of a
-        # partition migrating to diskless) where no reader may see it.
+        # partition's log is its leader's, and a marker in its diskless log would be a
+        # log of markers only, or land past the boundary of a partition migrated to
+        # classic (the batch coordinator refuses that: a sealed log takes nothing more).
         classic: list[PartitionKey] = []
         chunks: list[bytes] = []
         markers: list[Marker] = []
