@@ -43,6 +43,12 @@ class CoordinatorUnavailable(Exception):
         self.outcome_unknown = outcome_unknown
 
 
+class SealedLogRefused(CoordinatorUnavailable):
+    """A transaction's marker for a diskless log sealed by a migration to classic: the
+    caller still saw the partition as diskless (its image lags the seal). Nothing was
+    written; retriable, as by then the partition's marker goes to its classic leader."""
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionKey:
     topic_id: UUID
@@ -314,16 +320,18 @@ class BatchCoordinator(TransactionStore, ABC):
         """Make an empty log start at ``start`` (log start = high watermark = ``start``)
         with ``producers``' retained batches, so idempotent producers keep their sequences:
         a classic partition migrating to diskless continues here at its boundary. Only a
-        log whose high watermark is at most ``start`` is changed: its batches (a classic
-        partition's log holds only the markers of its transactions) are dropped; again
-        with a later start is fine (a new leader sealed later); a log that took batches
-        past ``start`` is left alone. Returns the log's (log start, high watermark) afterwards."""
+        log whose high watermark is at most ``start`` is changed: its batches are dropped
+        (a classic partition's log takes none, but one from before postgres migration 0011
+        / sqlite 8 may hold markers of its transactions); again with a later start is fine
+        (a new leader sealed later); a log that took batches past ``start`` is left alone.
+        Returns the log's (log start, high watermark) afterwards."""
         raise NotImplementedError
 
     async def seal_log(self, key: PartitionKey) -> SealedLog:
         """Seal a diskless log for a migration to classic: no batch is committed at or
         after its high watermark (the boundary) any more, by any broker (a commit trying
-        fails whole, retriably, and writes nothing). Refused with CONCURRENT_TRANSACTIONS
+        fails whole, retriably, and writes nothing; a transaction's marker too:
+        txn_complete raises SealedLogRefused). Refused with CONCURRENT_TRANSACTIONS
         while a transaction is open in it. Idempotent: a sealed log answers its boundary.
         Returns the boundary and the producer states the classic log continues with."""
         raise NotImplementedError

@@ -263,8 +263,9 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
         await self._pool.fetch(_CREATE_LOGS, [key.topic_id], [key.partition], write=True)
         (info,) = await self.log_info([key])
         if info.error == NONE and info.log_start_offset < info.high_watermark <= start:
-            # Transaction markers of the classic partition (a transaction's outcome is
-            # recorded for each of its partitions here too): none of its records, dropped.
+            # Transaction markers of the classic partition, written before migration 0011
+            # (a transaction's outcome was recorded for each of its partitions here too):
+            # none of its records, dropped.
             # Up to that high watermark only: never past what it was.
             await self.delete_records([(key, info.high_watermark)], _now_ms())
         row = await self._pool.fetchrow(

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from storage.coordinator import PartitionKey
+import asyncpg
+
+from storage.coordinator import PartitionKey, SealedLogRefused
 from storage.group_store import CommittedOffset
 from storage.transactions import (
     ONGOING,
@@ -100,6 +102,8 @@ _COMPLETE = (
     "SELECT * FROM sluice_txn_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
     " $14, $15, $16)"
 )
+# sluice_refuse_sealed_batch (0011): a batch, here a marker, for a log sealed for classic.
+SEALED_LOG_SQLSTATE = "SL001"
 # Ids with classic markers still to send, each with those partitions (0008).
 _PENDING_MARKERS = (
     f"SELECT {_COLUMNS}, array_agg(m.topic_id ORDER BY m.topic_id, m.partition),"
@@ -249,26 +253,32 @@ class PostgresTransactions:
         now_ms: int,
         pending: Sequence[PartitionKey] = (),
     ) -> CompleteResult:
-        row = await self._pool.fetchrow(
-            _COMPLETE,
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            commit,
-            bump_epoch,
-            object_key,
-            object_size,
-            uploader_broker_id,
-            [m.topic_id for m in markers],
-            [m.partition for m in markers],
-            [m.byte_offset for m in markers],
-            [m.byte_size for m in markers],
-            [m.timestamp for m in markers],
-            now_ms,
-            [k.topic_id for k in pending],
-            [k.partition for k in pending],
-            write=True,
-        )
+        try:
+            row = await self._pool.fetchrow(
+                _COMPLETE,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                commit,
+                bump_epoch,
+                object_key,
+                object_size,
+                uploader_broker_id,
+                [m.topic_id for m in markers],
+                [m.partition for m in markers],
+                [m.byte_offset for m in markers],
+                [m.byte_size for m in markers],
+                [m.timestamp for m in markers],
+                now_ms,
+                [k.topic_id for k in pending],
+                [k.partition for k in pending],
+                write=True,
+            )
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate == SEALED_LOG_SQLSTATE:
+                # The statement failed whole: nothing was written.
+                raise SealedLogRefused(str(exc)) from exc
+            raise
         assert row is not None, "sluice_txn_complete answers one row"
         return CompleteResult(row[0], list(row[2]), bool(row[1]))
 

@@ -372,6 +372,34 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (topic_id, partition)
         ) WITHOUT ROWID""",
     ],
+    # 8: markers only in diskless logs (as postgres 0011). Before it every partition of a
+    # transaction took one, so a log sealed for classic may hold markers of the classic
+    # partition's transactions past its boundary, which readers were kept from: they
+    # go, the log ends at its boundary again, and from now on nothing is stored past it.
+    [
+        """CREATE TEMP TABLE past_seal AS
+        SELECT b.topic_id, b.partition, b.file_id, b.byte_size FROM batches b
+        JOIN sealed_logs s ON s.topic_id = b.topic_id AND s.partition = b.partition
+        WHERE b.base_offset >= s.boundary""",
+        """DELETE FROM batches WHERE EXISTS (
+            SELECT 1 FROM sealed_logs s WHERE s.topic_id = batches.topic_id
+            AND s.partition = batches.partition AND batches.base_offset >= s.boundary)""",
+        """DELETE FROM aborted_txns WHERE EXISTS (
+            SELECT 1 FROM sealed_logs s WHERE s.topic_id = aborted_txns.topic_id
+            AND s.partition = aborted_txns.partition AND aborted_txns.last_offset >= s.boundary)""",
+        """UPDATE logs SET
+            high_watermark = max(log_start_offset, (SELECT s.boundary FROM sealed_logs s
+                WHERE s.topic_id = logs.topic_id AND s.partition = logs.partition)),
+            byte_size = byte_size - (SELECT coalesce(sum(p.byte_size), 0) FROM past_seal p
+                WHERE p.topic_id = logs.topic_id AND p.partition = logs.partition)
+        WHERE EXISTS (SELECT 1 FROM sealed_logs s WHERE s.topic_id = logs.topic_id
+            AND s.partition = logs.partition AND logs.high_watermark > s.boundary)""",
+        """UPDATE files SET state = 'deleting',
+            marked_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
+        WHERE file_id IN (SELECT file_id FROM past_seal) AND state = 'uploaded'
+        AND NOT EXISTS (SELECT 1 FROM batches WHERE batches.file_id = files.file_id)""",
+        "DROP TABLE past_seal",
+    ],
 ]
 
 
@@ -610,8 +638,9 @@ def _seed_log(
     cur.execute("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", (tid, partition))
     row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
     if row[0] < row[1] <= start:
-        # Transaction markers of the classic partition (a transaction's outcome is
-        # recorded for each of its partitions here too): none of its records, dropped.
+        # Transaction markers of the classic partition, written before sqlite schema 8
+        # (a transaction's outcome was recorded for each of its partitions here too):
+        # none of its records, dropped.
         key = PartitionKey(UUID(bytes=tid), partition)
         _delete_records(cur, [(key, row[1])], int(time.time() * 1000))
         row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
-from storage.coordinator import PartitionKey
+from storage.coordinator import PartitionKey, SealedLogRefused
 from storage.group_store import CommittedOffset
 from storage.transactions import (
     COMPLETE_ABORT,
@@ -81,6 +81,7 @@ _ABORTED_FROM = (
 
 # txn_complete
 _SELECT_LOG = "SELECT high_watermark FROM logs WHERE topic_id = ? AND partition = ?"
+_SEALED = "SELECT 1 FROM sealed_logs WHERE topic_id = ? AND partition = ?"
 _INSERT_FILE = (
     "INSERT INTO files (object_key, size, uploader_broker_id, committed_at, state, reason)"
     " VALUES (?, ?, ?, ?, 'uploaded', 'produce')"
@@ -94,6 +95,7 @@ _APPEND_MARKER = (
     "UPDATE logs SET high_watermark = high_watermark + 1, byte_size = byte_size + ?"
     " WHERE topic_id = ? AND partition = ?"
 )
+_OPEN = "SELECT 1 FROM open_txns WHERE topic_id = ? AND partition = ? AND producer_id = ?"
 _CLOSE_OPEN = (
     "DELETE FROM open_txns WHERE topic_id = ? AND partition = ? AND producer_id = ?"
     " RETURNING first_offset"
@@ -428,21 +430,35 @@ def txn_complete(
     if state.state != ONGOING:
         return CompleteResult(INVALID_TXN_STATE, nothing)
     keys = [(m.topic_id.bytes, m.partition) for m in markers]
+    classic = {(k.topic_id.bytes, k.partition) for k in pending}
     added = set(cur.execute(_TXN_PARTITIONS, (transactional_id,)).fetchall())
-    if len(set(keys)) != len(keys) or set(keys) != added:
-        # A partition was added after the caller read the state (or it named others):
-        # it must read again and write markers for exactly these.
+    if len(set(keys)) != len(keys) or set(keys) | classic != added:
+        # A partition was added after the caller read the state (or it named others): it
+        # must read again and write markers for exactly these.
         return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
 
+    if any(cur.execute(_OPEN, (*k, producer_id)).fetchone() for k in classic):
+        # A partition named classic holds the producer's open transaction in its diskless
+        # log: it migrated to diskless after the caller read which partitions are classic
+        # (its classic leader would refuse the marker). The caller reads again.
+        return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
+    # A classic partition's marker is its leader's: one given for it anyway (a broker
+    # from before markers were diskless-only names every partition) is not written.
+    for k in keys:
+        # A sealed log takes nothing past its boundary, markers included (as PostgreSQL's
+        # trigger): the caller sees the partition as diskless only until it sees the seal.
+        if k not in classic and cur.execute(_SEALED, k).fetchone():
+            raise SealedLogRefused(f"log {UUID(bytes=k[0])}-{k[1]} is sealed")
+
     offsets = nothing[:]
-    hwms = [cur.execute(_SELECT_LOG, k).fetchone() for k in keys]
+    hwms = [None if k in classic else cur.execute(_SELECT_LOG, k).fetchone() for k in keys]
     registered = any(h is not None for h in hwms)
     if registered:
         cur.execute(_INSERT_FILE, (object_key, object_size, uploader_broker_id, now_ms))
         file_id = cur.lastrowid
         for i, (m, k, h) in enumerate(zip(markers, keys, hwms, strict=True)):
             if h is None:
-                continue  # the topic was deleted: no log to mark
+                continue  # the topic was deleted (or the partition is classic): no marker
             offset = offsets[i] = h[0]
             cur.execute(
                 _INSERT_MARKER,

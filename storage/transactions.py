@@ -242,21 +242,29 @@ class TransactionStore(ABC):
           -1, and with ``bump_epoch`` epoch + 1 (a coordinator abort fences the producer:
           its later requests get PRODUCER_FENCED).
 
-        The markers must name exactly the transaction's partitions (in any order); if they
-        do not, or name one twice (a partition was added since the caller read the
-        state): CONCURRENT_TRANSACTIONS. Unknown id / other producer id:
-        INVALID_PRODUCER_ID_MAPPING; a retried EndTxn (not ONGOING but already in the state
-        asked for, with the stored epoch ``producer_epoch``, or ``producer_epoch + 1``
-        with ``bump_epoch``): NONE; other epoch: PRODUCER_FENCED; not ONGOING:
-        INVALID_TXN_STATE. On any error, and on such a retry, nothing changes and the
-        object is not registered (``registered`` False). With no markers ``object_key`` is
-        ignored and no file is registered.
+        The markers (the diskless partitions) and ``pending`` (the classic ones) together
+        must name exactly the transaction's partitions (in any order); if they do not, or
+        the markers name one twice (a partition was added since the caller read the
+        state): CONCURRENT_TRANSACTIONS. A marker for a partition also in ``pending`` is
+        not written (offset -1): a broker from before markers were diskless-only gives
+        one for every partition. A partition in ``pending`` holding an open transaction
+        of the producer in its diskless log (it migrated to diskless since the caller
+        read which partitions are classic): CONCURRENT_TRANSACTIONS too. A marker for a
+        log sealed by a migration to classic (see ``seal_log``) raises SealedLogRefused
+        and changes nothing. Unknown id / other
+        producer id: INVALID_PRODUCER_ID_MAPPING; a retried EndTxn (not ONGOING but already
+        in the state asked for, with the stored epoch ``producer_epoch``, or
+        ``producer_epoch + 1`` with ``bump_epoch``): NONE; other epoch: PRODUCER_FENCED;
+        not ONGOING: INVALID_TXN_STATE. On any error, and on such a retry, nothing changes
+        and the object is not registered (``registered`` False). With no markers
+        ``object_key`` is ignored and no file is registered.
 
         ``pending``: the transaction's classic partitions, whose markers the caller sends to
-        their leaders next; recorded as pending markers with the outcome (see
-        ``txn_pending_markers``). While an id has pending markers, txn_init, txn_add and
-        txn_complete answer CONCURRENT_TRANSACTIONS (after the producer id check of
-        txn_add/txn_complete, the fencing check of txn_init) and change nothing, and
+        their leaders next (none is written here: a classic partition's records, and so
+        its markers, are in its leader's log); recorded as pending markers with the
+        outcome (see ``txn_pending_markers``). While an id has pending markers, txn_init,
+        txn_add and txn_complete answer CONCURRENT_TRANSACTIONS (after the producer id
+        check of txn_add/txn_complete, the fencing check of txn_init) and change nothing, and
         txn_forget_idle keeps it.
         """
 

@@ -31,7 +31,7 @@ from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import leader_epoch_error
 from ..metrics import METRICS
-from ..migration.routing import cap_sealed_diskless, reads_classic
+from ..migration.routing import reads_classic
 from ..security import access
 from ..security.acl import AclOperation
 from ..tiering.fetch import read_tiered
@@ -238,7 +238,6 @@ async def _collect(
     tiered = await read_tiered(broker, local, max_bytes, read_committed) if local else 0
     while True:
         results = await broker.fetcher.find(finds, max_bytes, read_committed) if finds else []
-        cap_sealed_diskless(broker, finds, results)
         available = tiered + sum(b.byte_size for r in results for b in r.batches)
         available += read_classic(broker, local, max_bytes - available, read_committed)
         remaining = deadline - loop.time()

@@ -22,7 +22,6 @@ paths.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -40,8 +39,6 @@ from storage.coordinator import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    FindRequest,
-    FindResult,
 )
 
 if TYPE_CHECKING:
@@ -206,27 +203,3 @@ def has_diskless_part(controller: object, topic_id: UUID) -> bool:
     topic = None if image is None else image.topics.get(topic_id)
     m = None if topic is None else topic.migration
     return m is not None and m.direction == TO_CLASSIC
-
-
-def cap_sealed_diskless(
-    broker: Broker, finds: Sequence[FindRequest], results: Sequence[FindResult]
-) -> None:
-    """A diskless log sealed for classic ends at its boundary for readers: transactions
-    of the classic partition still record their outcome in it (the batch coordinator
-    writes every partition's marker), and a consumer must not step over the classic
-    records at those offsets."""
-    controller = broker.controller if finds else None
-    if controller is None:
-        return
-    topics = controller.image.topics
-    for find, result in zip(finds, results, strict=True):
-        topic = topics.get(find.topic_id)
-        m = None if topic is None else topic.migration
-        if m is None or m.direction != TO_CLASSIC:
-            continue
-        boundary = m.boundary(find.partition)
-        if boundary is None or result.high_watermark <= boundary:
-            continue
-        result.batches = [b for b in result.batches if b.base_offset < boundary]
-        result.high_watermark = boundary
-        result.last_stable_offset = min(result.last_stable_offset, boundary)

@@ -1,7 +1,7 @@
 """Ending a transaction: its markers as one object, then one coordinator call.
 
-The markers (one control batch per partition of the transaction) are uploaded as one
-object, like a produce flush; ``txn_complete`` then appends them, closes the partitions'
+The markers (one control batch per diskless partition of the transaction) are uploaded as
+one object, like a produce flush; ``txn_complete`` then appends them, closes the partitions'
 open transactions, moves committed offsets into place and records the outcome, all in one
 database transaction. If that call refuses (the state moved on) or fails, the object is
 deleted again; if its outcome is unknown, the object stays and the orphan sweep decides.
@@ -66,17 +66,24 @@ class MarkerWriter:
         now_ms = int(time.time() * 1000)
         # A coordinator abort fences the producer: its markers carry the bumped epoch.
         epoch = state.producer_epoch + 1 if bump_epoch else state.producer_epoch
+        # Classic partitions' markers are sent to their leaders after the outcome is
+        # recorded; recording them as pending in the same call lets another coordinator
+        # finish if this broker dies. Only the diskless ones get a marker here: a classic
+        # partition's log is its leader's, and a marker in its diskless log would be a
+        # log of markers only, or land past the boundary of a partition migrated to
+        # classic (the batch coordinator refuses that: a sealed log takes nothing more).
+        classic: list[PartitionKey] = []
         chunks: list[bytes] = []
         markers: list[Marker] = []
         position = 0
         for key in state.partitions:
+            if self.classic is not None and self.classic.is_classic(key):
+                classic.append(key)
+                continue
             batch = marker_batch(state.producer_id, epoch, commit, now_ms)
             chunks.append(batch)
             markers.append(Marker(key.topic_id, key.partition, position, len(batch), now_ms))
             position += len(batch)
-        # Classic partitions' markers are sent after the outcome is recorded; recording them
-        # as pending in the same call lets another coordinator finish if this broker dies.
-        classic = [k for k in state.partitions if self.classic and self.classic.is_classic(k)]
         object_key = new_data_key() if markers else ""
         if markers:
             try:

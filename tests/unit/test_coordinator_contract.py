@@ -1054,35 +1054,41 @@ async def test_sealed_log_takes_no_batch_at_or_after_its_boundary(
     assert (await coordinator.seal_log(PartitionKey(T2, 0))).error == UNKNOWN
 
 
-async def test_a_sealed_log_still_takes_the_markers_of_its_transactions(
+async def test_a_sealed_log_takes_no_marker_past_its_boundary(
     coordinator: BatchCoordinator,
 ) -> None:
-    # Migrated to classic: a transaction's outcome is recorded for each of its partitions
-    # (the classic leader writes the marker that counts); the sealed log must not refuse.
-    from storage.transactions import Marker
+    # Migrated to classic: the partition's markers are its classic leader's. A broker that
+    # still sees it diskless is refused whole (retriably), nothing changes; named as
+    # pending (classic), the transaction ends without touching the sealed log.
+    from storage.coordinator import SealedLogRefused
+    from storage.transactions import ONGOING, Marker
 
-    await setup_logs(coordinator, (T1, 0))
+    await setup_logs(coordinator, (T1, 0), (T1, 1))
     await commit(coordinator, batch())
     assert (await coordinator.seal_log(PartitionKey(T1, 0))).boundary == 1
     init = await coordinator.txn_init("tx", 60_000, -1, -1, NOW)
     assert init.error == NONE
-    added = await coordinator.txn_add(
-        "tx", init.producer_id, init.producer_epoch, [PartitionKey(T1, 0)], [], NOW
-    )
+    both = [PartitionKey(T1, 0), PartitionKey(T1, 1)]
+    added = await coordinator.txn_add("tx", init.producer_id, init.producer_epoch, both, [], NOW)
     assert added == NONE
-    done = await coordinator.txn_complete(
-        "tx",
-        init.producer_id,
-        init.producer_epoch,
-        True,
-        False,
-        key(),
-        100,
-        7,
-        [Marker(T1, 0, 0, 100, NOW)],
-        NOW,
-    )
-    assert done.error == NONE
+
+    async def complete(markers: list[Marker], pending: list[PartitionKey]) -> int:
+        done = await coordinator.txn_complete(
+            "tx", init.producer_id, init.producer_epoch, True, False, key(), 100, 7,
+            markers, NOW, pending=pending,
+        )  # fmt: skip
+        return done.error
+
+    with pytest.raises(SealedLogRefused):
+        await complete([Marker(T1, 1, 0, 50, NOW), Marker(T1, 0, 50, 50, NOW)], [])
+    assert (await info(coordinator)).high_watermark == 1
+    assert (await info(coordinator, partition=1)).high_watermark == 0
+    [state] = await coordinator.txn_get(["tx"])
+    assert state is not None and state.state == ONGOING
+    assert await complete([Marker(T1, 1, 0, 50, NOW)], [PartitionKey(T1, 0)]) == NONE
+    assert [b.base_offset for b in (await find(coordinator, 0)).batches] == [0]
+    assert (await info(coordinator)).high_watermark == 1
+    assert (await info(coordinator, partition=1)).high_watermark == 1
 
 
 async def test_deleting_a_topic_forgets_its_seals(coordinator: BatchCoordinator) -> None:

@@ -246,28 +246,3 @@ async def test_a_replica_continuing_at_the_boundary_takes_the_diskless_producer_
     assert p.producers.check(7, 2, 5, 9) == (None, 15)
     assert p.producers.check(7, 2, 10, 12) == (None, -1)
     assert p.producers.check(7, 2, 11, 12)[0] is not None
-
-
-def test_a_diskless_log_sealed_for_classic_ends_at_its_boundary_for_readers() -> None:
-    from storage.coordinator import BatchLocation, FindRequest, FindResult
-
-    c, broker, tid = setup()
-    migrate(c, "true")
-    seal(c, 0, 0)
-    seal(c, 1, 0)
-    migrate(c, "false")
-    seal(c, 0, 17, old_start=0)
-    # Past the boundary the sealed log holds only the classic transactions' markers.
-    result = FindResult(
-        0,
-        0,
-        19,
-        [BatchLocation("k", 0, 10, 16, 16), BatchLocation("k", 10, 10, 17, 17)],
-        19,
-    )
-    untouched = FindResult(0, 0, 5, [BatchLocation("k", 0, 10, 4, 4)], 5)
-    finds = [FindRequest(tid, 0, 16, 1 << 20), FindRequest(tid, 1, 4, 1 << 20)]
-    routing.cap_sealed_diskless(broker, finds, [result, untouched])
-    assert [b.base_offset for b in result.batches] == [16]
-    assert (result.high_watermark, result.last_stable_offset) == (17, 17)
-    assert untouched.high_watermark == 5 and len(untouched.batches) == 1

@@ -1174,8 +1174,9 @@ async def test_concurrent_commits_and_completions_never_deadlock_and_batches_pre
 
 # --------------------------------------------------------------- pending classic markers
 
-# Classic partitions: the coordinator database has no log for them (their markers go to the
-# partition leaders), but they are in the transaction like any other.
+# Classic partitions: their markers go to the partition leaders, so txn_complete names them
+# as pending, not as markers; they are in the transaction like any other. (Every topic has
+# logs here, classic ones too: some tests create them.)
 C1, C2 = PartitionKey(UUID(int=0xC1), 0), PartitionKey(UUID(int=0xC1), 1)
 
 
@@ -1188,10 +1189,9 @@ async def test_pending_markers_are_recorded_with_the_outcome_until_written(
     await p.begin(P10, C1, C2)
     await p.send(P10)
     done = await c.txn_complete(
-        "tx", p.pid, p.epoch, True, False, key(), 60, 7,
-        [marker(P10), marker(C1), marker(C2)], NOW, pending=[C2, C1],
-    )  # fmt: skip
-    assert done.error == NONE and done.offsets[1:] == [-1, -1]
+        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(P10)], NOW, pending=[C2, C1]
+    )
+    assert done.error == NONE and done.offsets == [1]
     assert (await p.state()).state == COMPLETE_COMMIT
     assert await lso(c) == await hwm(c)  # the diskless marker is written at once
     [pending] = await c.txn_pending_markers(10)
@@ -1249,9 +1249,9 @@ async def test_pending_markers_of_a_coordinator_abort_carry_the_bumped_epoch(
     await a.begin(C1)
     await b.begin(C2)
     done = await c.txn_complete(
-        "a", a.pid, a.epoch, False, True, key(), 60, 7, [marker(C1)], NOW, pending=[C1]
+        "a", a.pid, a.epoch, False, True, key(), 60, 7, [], NOW, pending=[C1]
     )
-    assert done.error == NONE
+    assert (done.error, done.registered) == (NONE, False)
     assert (await b.end(False, C2)).error == NONE  # nothing pending: a diskless-only end
     [pending] = await c.txn_pending_markers(10)
     assert (pending.transactional_id, pending.state) == ("a", COMPLETE_ABORT)
@@ -1272,13 +1272,112 @@ async def test_a_refused_complete_records_no_pending_markers(
     await p.begin(C1, C2)
     # Names only one of the two partitions: the state moved on since it was read.
     refused = await c.txn_complete(
-        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(C1)], NOW, pending=[C1]
+        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [], NOW, pending=[C1]
     )
     assert refused.error == CONCURRENT_TRANSACTIONS
     fenced = await c.txn_complete(
-        "tx", p.pid, p.epoch + 1, True, False, key(), 60, 7,
-        [marker(C1), marker(C2)], NOW, pending=[C1, C2],
-    )  # fmt: skip
+        "tx", p.pid, p.epoch + 1, True, False, key(), 60, 7, [], NOW, pending=[C1, C2]
+    )
     assert fenced.error == PRODUCER_FENCED
     assert await c.txn_pending_markers(10) == []
     assert (await p.state()).state == ONGOING
+
+
+async def test_a_classic_partition_takes_no_marker_in_its_diskless_log(
+    coordinator: BatchCoordinator,
+) -> None:
+    # A transaction over a diskless and a classic partition (both have logs here): the
+    # markers name the diskless one, ``pending`` the classic one; its log takes nothing.
+    c = coordinator
+    await setup_logs(c, P10, C1)
+    p = Producer(c)
+    await p.begin(P10, C1)
+    await p.send(P10)
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, False, False, key(), 60, 7, [marker(P10)], NOW, pending=[C1]
+    )
+    assert (done.error, done.offsets, done.registered) == (NONE, [1], True)
+    assert await hwm(c, C1) == 0
+    assert (await find(c, 0, C1, read_committed=False)).batches == []
+    assert await lso(c, C1) == 0
+    # The diskless partition's transaction is aborted and closed by its marker.
+    assert offsets_of(await find(c, 0, read_committed=False)) == [(0, 0), (1, 1)]
+    assert await lso(c) == await hwm(c) == 2
+    [pending] = await c.txn_pending_markers(10)
+    assert (pending.state, pending.partitions) == (COMPLETE_ABORT, [C1])
+
+
+async def test_complete_names_each_partition_once_as_marker_or_pending(
+    coordinator: BatchCoordinator,
+) -> None:
+    c = coordinator
+    await setup_logs(c, P10, C1)
+    p = Producer(c)
+    await p.begin(P10, C1)
+
+    async def complete(markers: list[Marker], pending: list[PartitionKey]) -> int:
+        done = await c.txn_complete(
+            "tx", p.pid, p.epoch, True, False, key(), 60, 7, markers, NOW, pending=pending
+        )
+        return done.error
+
+    # A marker twice, a partition left out, or a stranger named: the caller read another
+    # state; nothing changes.
+    assert await complete([marker(P10), marker(P10)], [C1]) == CONCURRENT_TRANSACTIONS
+    assert await complete([marker(P10)], []) == CONCURRENT_TRANSACTIONS
+    assert await complete([marker(P10)], [C1, C2]) == CONCURRENT_TRANSACTIONS
+    assert await complete([], [P10, C1, C2]) == CONCURRENT_TRANSACTIONS
+    assert (await p.state()).state == ONGOING
+    assert await c.txn_pending_markers(10) == []
+    assert await hwm(c) == await hwm(c, C1) == 0
+    assert await complete([marker(P10)], [C1]) == NONE
+    assert [s.partitions for s in await c.txn_pending_markers(10)] == [[C1]]
+
+
+async def test_a_marker_for_a_pending_classic_partition_is_not_written(
+    coordinator: BatchCoordinator,
+) -> None:
+    # A broker from before markers were diskless-only gives one for every partition, and
+    # names the classic ones as pending too: the classic one's log still takes nothing.
+    c = coordinator
+    await setup_logs(c, P10, C1)
+    p = Producer(c)
+    await p.begin(P10, C1)
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, True, False, key(), 120, 7,
+        [marker(C1), marker(P10)], NOW, pending=[C1, C1],
+    )  # fmt: skip
+    assert (done.error, done.offsets, done.registered) == (NONE, [-1, 0], True)
+    assert await hwm(c, C1) == 0 and await hwm(c) == 1
+    assert [s.partitions for s in await c.txn_pending_markers(10)] == [[C1]]
+    # Only classic partitions: nothing is written, no object registered.
+    await c.txn_markers_written("tx", p.pid, p.epoch, [C1])
+    await p.begin(C1)
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(C1)], NOW, pending=[C1]
+    )
+    assert (done.error, done.offsets, done.registered) == (NONE, [-1], False)
+    assert await hwm(c, C1) == 0
+
+
+async def test_a_pending_partition_with_an_open_diskless_transaction_is_refused(
+    coordinator: BatchCoordinator,
+) -> None:
+    # Named classic, but the producer's open transaction is in its diskless log (it
+    # migrated to diskless since the caller looked): the caller must read again.
+    c = coordinator
+    await setup_logs(c, P10, P11)
+    p = Producer(c)
+    await p.begin(P10, P11)
+    await p.send(P11)
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, False, False, key(), 60, 7, [marker(P10)], NOW, pending=[P11]
+    )
+    assert done.error == CONCURRENT_TRANSACTIONS
+    assert (await p.state()).state == ONGOING
+    assert await c.txn_pending_markers(10) == []
+    assert await hwm(c) == 0 and await lso(c, P11) == 0
+    done = await c.txn_complete(
+        "tx", p.pid, p.epoch, False, False, key(), 120, 7, [marker(P10), marker(P11)], NOW
+    )
+    assert done.error == NONE and await lso(c, P11) == await hwm(c, P11) == 2

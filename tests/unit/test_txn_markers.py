@@ -1,0 +1,202 @@
+"""MarkerWriter (broker/transactions/markers.py) on each batch coordinator backend: a
+transaction's diskless partitions get their markers in the diskless logs, its classic ones
+only from their leaders (recorded as pending until written)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from uuid import UUID
+
+from broker.classic.txn_markers import ClassicMarkerSender
+from broker.transactions.markers import MarkerWriter
+from storage.block_cache import BlockCache
+from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest, PartitionKey
+from storage.local_store import LocalObjectStore
+from storage.transactions import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
+    CONCURRENT_TRANSACTIONS,
+    NONE,
+    ONGOING,
+    TransactionState,
+)
+
+NOW = 1_700_000_000_000
+BIG = 1 << 62
+COORDINATOR_NOT_AVAILABLE = 15
+
+DISKLESS = PartitionKey(UUID(int=0xD1), 0)
+# Every topic has logs in the batch coordinator, classic ones too (broker/topics.py).
+CLASSIC = PartitionKey(UUID(int=0xC1), 0)
+
+
+class FakeClassic(ClassicMarkerSender):
+    """The classic partitions and their leaders: markers are recorded, and acknowledged
+    only when the test says so."""
+
+    def __init__(self, classic: set[PartitionKey]) -> None:
+        self.classic = classic
+        self.sent: list[tuple[list[PartitionKey], bool]] = []
+        self.acknowledge: list[Callable[[], Awaitable[None]]] = []
+
+    def is_classic(self, key: PartitionKey) -> bool:
+        return key in self.classic
+
+    async def write(
+        self,
+        partitions: Sequence[PartitionKey],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        deadline_s: float | None = None,
+        on_written: Callable[[], Awaitable[None]] | None = None,
+    ) -> bool:
+        self.sent.append((sorted(partitions, key=str), commit))
+        if on_written is not None:
+            self.acknowledge.append(on_written)
+        return False
+
+
+async def objects(store: LocalObjectStore) -> list[str]:
+    return [o.key async for page in store.list_objects() for o in page]
+
+
+async def batches(c: BatchCoordinator, key: PartitionKey) -> list[int]:
+    req = FindRequest(key.topic_id, key.partition, 0, BIG)
+    [found] = await c.find_batches([req], BIG, read_committed=False)
+    return [b.base_offset for b in found.batches]
+
+
+async def hwm(c: BatchCoordinator, key: PartitionKey) -> int:
+    return (await c.log_info([key]))[0].high_watermark
+
+
+async def begin(c: BatchCoordinator, *parts: PartitionKey) -> TransactionState:
+    init = await c.txn_init("tx", 60_000, -1, -1, NOW)
+    assert init.error == NONE
+    assert await c.txn_add("tx", init.producer_id, init.producer_epoch, parts, [], NOW) == NONE
+    [state] = await c.txn_get(["tx"])
+    assert state is not None
+    return state
+
+
+def writer(
+    c: BatchCoordinator, tmp_path: Path, classic: set[PartitionKey]
+) -> tuple[MarkerWriter, LocalObjectStore, FakeClassic]:
+    store = LocalObjectStore(str(tmp_path / "objects"))
+    w = MarkerWriter(store, c, BlockCache(store), 7, lambda _advanced: None)
+    sender = FakeClassic(classic)
+    w.classic = sender
+    return w, store, sender
+
+
+async def test_a_classic_partition_gets_no_marker_in_its_diskless_log(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    c = coordinator
+    await c.create_logs([DISKLESS, CLASSIC])
+    w, store, sender = writer(c, tmp_path, {CLASSIC})
+    state = await begin(c, DISKLESS, CLASSIC)
+
+    assert await w.end(state, commit=True, bump_epoch=False) == NONE
+    # The diskless partition's marker is in its log; the classic one's log took nothing
+    # (its marker goes to its leader).
+    assert await batches(c, DISKLESS) == [0]
+    assert await batches(c, CLASSIC) == []
+    assert await hwm(c, CLASSIC) == 0
+    assert sender.sent == [([CLASSIC], True)]
+    assert len(await objects(store)) == 1
+    # PrepareCommit until the leader acknowledges, then CompleteCommit.
+    [got] = await c.txn_get(["tx"])
+    assert got is not None and (got.state, got.shown_state) == (COMPLETE_COMMIT, "PrepareCommit")
+    [pending] = await c.txn_pending_markers(10)
+    assert pending.partitions == [CLASSIC]
+    await sender.acknowledge.pop()()
+    [got] = await c.txn_get(["tx"])
+    assert got is not None and got.shown_state == "CompleteCommit"
+    assert await c.txn_pending_markers(10) == []
+
+
+async def test_an_all_classic_transaction_uploads_nothing(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    c = coordinator
+    other = PartitionKey(CLASSIC.topic_id, 1)
+    await c.create_logs([CLASSIC, other])
+    w, store, sender = writer(c, tmp_path, {CLASSIC, other})
+    state = await begin(c, CLASSIC, other)
+
+    assert await w.end(state, commit=False, bump_epoch=True) == NONE
+    assert await objects(store) == []
+    assert await batches(c, CLASSIC) == await batches(c, other) == []
+    assert sender.sent == [(sorted([CLASSIC, other], key=str), False)]
+    [pending] = await c.txn_pending_markers(10)
+    assert (pending.state, pending.producer_epoch) == (COMPLETE_ABORT, state.producer_epoch + 1)
+    assert sorted(pending.partitions, key=str) == sorted([CLASSIC, other], key=str)
+
+
+async def test_a_marker_for_a_sealed_log_is_refused_until_the_partition_is_seen_classic(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    # Migrating to classic: the log is sealed, but this broker's image still shows the
+    # partition diskless. Its marker must not land past the boundary: the end fails
+    # retriably, changes nothing, and leaves no object behind.
+    c = coordinator
+    await c.create_logs([DISKLESS, CLASSIC])
+    assert (await c.seal_log(CLASSIC)).boundary == 0
+    w, store, sender = writer(c, tmp_path, set())
+    state = await begin(c, DISKLESS, CLASSIC)
+
+    assert await w.end(state, commit=True, bump_epoch=False) == COORDINATOR_NOT_AVAILABLE
+    assert await batches(c, DISKLESS) == await batches(c, CLASSIC) == []
+    assert await objects(store) == []
+    [got] = await c.txn_get(["tx"])
+    assert got is not None and got.state == ONGOING
+    # Once it sees the seal, the partition's marker goes to its classic leader.
+    sender.classic.add(CLASSIC)
+    assert await w.end(state, commit=True, bump_epoch=False) == NONE
+    assert await batches(c, DISKLESS) == [0]
+    assert await batches(c, CLASSIC) == []
+    assert sender.sent == [([CLASSIC], True)]
+
+
+async def test_a_partition_seen_classic_with_an_open_diskless_transaction_is_read_again(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    # Migrated to diskless: the producer's records went to the diskless log, but this
+    # broker's image still shows the partition classic. Its leader would refuse the marker
+    # and the diskless transaction would never close: the end is refused, nothing changes.
+    c = coordinator
+    await c.create_logs([DISKLESS])
+    w, store, sender = writer(c, tmp_path, {DISKLESS})
+    state = await begin(c, DISKLESS)
+    record = BatchToCommit(
+        topic_id=DISKLESS.topic_id,
+        partition=DISKLESS.partition,
+        byte_offset=0,
+        byte_size=100,
+        record_count=1,
+        max_timestamp=1000,
+        timestamp_type=0,
+        producer_id=state.producer_id,
+        producer_epoch=state.producer_epoch,
+        base_sequence=0,
+        transactional=True,
+    )
+    [done] = await c.commit_file("records", 100, 7, [record], NOW)
+    assert done.error == NONE
+
+    assert await w.end(state, commit=True, bump_epoch=False) == CONCURRENT_TRANSACTIONS
+    assert sender.sent == []
+    assert await objects(store) == []  # all seen classic: no marker object
+    [got] = await c.txn_get(["tx"])
+    assert got is not None and got.state == ONGOING
+    assert await c.txn_pending_markers(10) == []
+    # Once it sees the partition diskless, the marker closes the transaction there.
+    sender.classic.clear()
+    assert await w.end(state, commit=True, bump_epoch=False) == NONE
+    assert await batches(c, DISKLESS) == [0, 1]
+    req = FindRequest(DISKLESS.topic_id, DISKLESS.partition, 0, BIG)
+    [found] = await c.find_batches([req], BIG, read_committed=True)
+    assert found.last_stable_offset == found.high_watermark == 2
