@@ -71,7 +71,19 @@ class ReplicaManager:
     # ---------------------------------------------------------------- queries
 
     def is_classic(self, topic_id: UUID) -> bool:
-        return topic_id in self._classic
+        """Whether the topic's partitions live in classic logs, from the image itself.
+
+        Not from the last reconcile: a new topic is in the image (and Metadata names this
+        broker its leader) a database round trip before the reconcile that opens its
+        replicas (its diskless logs are created first). A produce arriving then must not
+        take the diskless path: it would be acknowledged into a log no reader of the
+        classic partition looks at. Until the replica is open the classic path answers
+        NOT_LEADER_OR_FOLLOWER, which clients retry."""
+        controller = self.broker.controller
+        if controller is None:
+            return topic_id in self._classic
+        topic = controller.image.topics.get(topic_id)
+        return topic is not None and not topic.diskless
 
     def get(self, topic_id: UUID, partition: int) -> ClassicPartition | None:
         return self.partitions.get((topic_id, partition))

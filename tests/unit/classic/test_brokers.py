@@ -222,3 +222,57 @@ async def test_classic_topic_replicates_and_answers_kafka_apis(brokers: list[Bro
     await eventually(
         lambda: not os.path.exists(leader.log.dir) and not os.path.exists(follower.log.dir)
     )
+
+
+async def test_a_produce_before_the_replica_opens_is_never_taken_as_diskless(
+    brokers: list[Broker],
+) -> None:
+    """A new classic topic is in broker 1's image (Metadata names it leader) while its
+    storage work is still running: the partition's diskless log is being created and the
+    replica not yet opened. A produce then is refused retriably, never acknowledged into
+    the diskless log, where no reader of the classic partition would find it."""
+    b1, b2 = brokers
+    assert b1.controller is not None
+    held = asyncio.Event()
+    release = asyncio.Event()
+    create_logs = b1.coordinator.create_logs
+
+    async def slow_create_logs(keys: Any) -> None:
+        await create_logs(keys)  # the diskless log exists: a commit to it would succeed
+        held.set()
+        await release.wait()
+
+    b1.coordinator.create_logs = slow_create_logs  # type: ignore[method-assign]
+    created = await call(
+        b2,
+        19,
+        7,
+        {
+            "topics": [
+                {
+                    "name": "fresh",
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [{"partition_index": 0, "broker_ids": [1]}],
+                    "configs": [{"name": "diskless.enable", "value": "false"}],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        },
+    )
+    assert created.topics[0].error_code == E.none, created.topics[0].error_message
+    await asyncio.wait_for(held.wait(), 10)
+    assert b1.controller.image.topic("fresh") is not None
+    assert b1.classic is not None and not b1.classic.partitions
+    try:
+        answer = await call(b1, 0, 9, produce_body("fresh", batch(3)))
+        part = answer.responses[0].partition_responses[0]
+        assert part.error_code == E.not_leader_or_follower
+    finally:
+        release.set()
+    await eventually(lambda: bool(b1.classic and b1.classic.partitions))
+    answer = await call(b1, 0, 9, produce_body("fresh", batch(3)))
+    part = answer.responses[0].partition_responses[0]
+    assert (part.error_code, part.base_offset) == (E.none, 0)
+    assert next(iter(b1.classic.partitions.values())).log.log_end_offset == 3
