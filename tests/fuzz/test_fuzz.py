@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from broker.apis import VERSIONS
+
 from .fuzzer import (
     SYNC_BASE,
     Mutator,
@@ -41,6 +43,17 @@ def test_corpus_covers_every_stock_client_and_the_hot_apis() -> None:
         assert any(n.startswith(client + "-") for n in names), client
     for api in ("k00", "k01", "k03", "k08", "k11"):  # produce, fetch, metadata, commit, join
         assert any(f"-{api}-" in n for n in names), api
+
+
+def test_corpus_has_seeds_for_every_api_the_broker_serves() -> None:
+    """A hostile client can send any API the broker answers; one with no seed frame is
+    only reached by rewriting another API's key, whose body never parses far. An API added
+    to broker/apis needs a capture workload step (tests/fuzz/capture.py) and new seeds."""
+    keys = {
+        int(p.name.split("-k")[1][:2]) for p in (Path(__file__).parent / "corpus").glob("*.bin")
+    }
+    missing = {name: key for key, name, _lo, _hi in VERSIONS if key not in keys}
+    assert not missing, f"no seed frames for {missing}: run python -m tests.fuzz.capture"
 
 
 def test_mutations_are_deterministic_and_keep_correlation_ids_clear_of_syncs() -> None:
