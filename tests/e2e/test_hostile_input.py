@@ -296,3 +296,48 @@ def test_a_tiny_client_quota_throttles_rather_than_breaking_every_request(
         cleanup._manager.run(cleanup._manager.send, alter(remove=True))
     finally:
         cleanup.close()
+
+
+def test_a_backtracking_transactional_id_pattern_does_not_stall_the_broker(
+    broker: SluiceBroker,
+) -> None:
+    """ListTransactions takes the client's regex; with Python's backtracking re, (a+)+b
+    against an id of 32 a's ran for a minute on the event loop, and every connection of
+    the broker waited (at 40 a's, hours). Now the pattern is matched out of the event loop
+    and given up on after a bound: answered INVALID_REGULAR_EXPRESSION."""
+    import threading
+
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    transactional_id = "a" * 32
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id)
+    producer.init_transactions()
+    producer.close()
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=30_000)
+    outcome: list[object] = []
+
+    def list_with_pattern() -> None:
+        try:
+            outcome.append(admin.list_transactions(transactional_id_pattern="(a+)+b"))
+        except KafkaError as exc:
+            outcome.append(exc)
+
+    lister = threading.Thread(target=list_with_pattern)
+    try:
+        lister.start()
+        time.sleep(0.5)  # the pattern is being matched
+        started = time.monotonic()
+        with socket.create_connection((broker.host, broker.port), timeout=IO_TIMEOUT_S) as s:
+            api_versions_v0(s)
+        assert time.monotonic() - started < 1.0, "another connection waited on the pattern"
+        lister.join(IO_TIMEOUT_S)
+        assert not lister.is_alive(), "ListTransactions not answered"
+        assert "INVALID_REGULAR_EXPRESSION" in repr(outcome) or "128" in repr(outcome), outcome
+        # An ordinary pattern still matches.
+        listed = admin.list_transactions(transactional_id_pattern="a+")
+        assert transactional_id in repr(listed)
+    finally:
+        lister.join(120)
+        admin.close()
