@@ -1,15 +1,21 @@
 """Record the request frames stock clients send, as the protocol fuzzer's seed corpus.
 
-    .venv/bin/python -m tests.fuzz.capture [--out tests/fuzz/corpus]
+    .venv/bin/python -m tests.fuzz.capture [--out tests/fuzz/corpus] [--fresh]
 
-Starts `sluice dev` on 127.0.0.2:P advertising 127.0.0.1, and a recording TCP proxy on
-127.0.0.1:P: every connection the clients open (bootstrap and the advertised address alike)
-goes through the proxy, which writes each client->broker frame out. Then confluent-kafka,
-kafka-python, aiokafka and kcat run an ordinary workload (metadata, topic admin, produce
-with each compression type, consumer groups with commits, offsets, configs, deletes).
+Starts `sluice dev` with a PLAINTEXT and a SASL_PLAINTEXT listener on 127.0.0.2 (PLAIN and
+SCRAM users, StandardAuthorizer) advertising 127.0.0.1, and a recording TCP proxy on the
+same ports of 127.0.0.1: every connection the clients open (bootstrap and the advertised
+addresses alike) goes through the proxy, which writes each client->broker frame out. Then
+confluent-kafka, kafka-python, aiokafka and kcat run an ordinary workload (metadata, topic
+admin, produce with each compression type, consumer groups with commits, offsets, configs,
+deletes), transactions (commit with offsets, abort, an admin abort), the admin APIs each
+client has (groups, records, ACLs, configs, log dirs, elections, reassignments, client
+quotas, SCRAM users, transactions, producers), OffsetForLeaderEpoch on a classic topic,
+and PLAIN/SCRAM logins on the SASL listener.
 
 The corpus is committed so the CI fuzz run is deterministic; re-run this only to refresh it.
-Frames are grouped per (client, API, version) and at most a few of each are kept.
+Frames are grouped per (client, API, version) and at most a few of each are kept. By
+default only kinds the corpus lacks are added; --fresh replaces it.
 """
 
 from __future__ import annotations
