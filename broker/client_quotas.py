@@ -175,7 +175,11 @@ class QuotaManager:
         if measured <= bound:
             return 0
         throttle = (measured - bound) / bound * rate.window_ms(now)
-        return min(round(throttle), self.max_throttle_ms)
+        # A positive bound may still be tiny (AlterClientQuotas takes any positive double:
+        # 5e-324 is one): the quotient is then inf, which round() cannot take.
+        if not throttle < self.max_throttle_ms:
+            return self.max_throttle_ms
+        return round(throttle)
 
     def unrecord(self, user: str, client_id: str, value: float) -> None:
         """Take back a recorded value (a fetch answered empty because it was throttled)."""

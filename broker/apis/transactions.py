@@ -8,7 +8,11 @@ transaction coordinator (broker/transactions/), which keeps everything in the da
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import re
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +29,8 @@ from ..security.acl import AclOperation
 if TYPE_CHECKING:
     from ..node import Broker
     from ..server import RequestContext
+
+log = logging.getLogger(__name__)
 
 INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
 INVALID_TXN_STATE = int(ErrorCode.invalid_txn_state)
@@ -370,13 +376,56 @@ async def describe_transactions(broker: Broker, ctx: RequestContext, request: An
     return ctx.respond({"throttle_time": 0, "transaction_states": out})
 
 
+# ListTransactions' transactional id pattern is the client's regex, and Python's re
+# backtracks: (a+)+b against an id of forty a's runs for hours, and on the event loop that
+# would stall every connection of the broker. So ids are matched in a child interpreter,
+# killed past this long (the answer is then INVALID_REGULAR_EXPRESSION); a few at a time.
+PATTERN_TIMEOUT_S = 2.0
+_PATTERN_SLOTS = asyncio.Semaphore(2)
+_MATCHER = (
+    "import json, re, sys\n"
+    "d = json.load(sys.stdin)\n"
+    "p = re.compile(d['pattern'])\n"
+    "json.dump([i for i in d['ids'] if p.fullmatch(i)], sys.stdout)\n"
+)
+
+
+async def _fullmatching(pattern: str, ids: list[str]) -> set[str] | None:
+    """The ids ``pattern`` matches whole, or None when matching took too long."""
+    if not ids:
+        return set()
+    payload = json.dumps({"pattern": pattern, "ids": ids}).encode()
+    async with _PATTERN_SLOTS:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            _MATCHER,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(payload), PATTERN_TIMEOUT_S)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            log.warning(
+                "ListTransactions: pattern %.200r took over %.0f s", pattern, PATTERN_TIMEOUT_S
+            )
+            return None
+    if proc.returncode != 0:
+        return None
+    return set(json.loads(out))
+
+
 async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     filters = list(request.state_filters)
     unknown = [s for s in filters if s not in KAFKA_STATES]
     pattern_text = getattr(request, "transactional_id_pattern", None)
-    try:
-        pattern = re.compile(pattern_text) if pattern_text else None
-    except re.error:
+
+    def invalid_pattern() -> Any:
         return ctx.respond(
             {
                 "throttle_time": 0,
@@ -385,6 +434,13 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
                 "transaction_states": [],
             }
         )
+
+    try:
+        # Compiling is linear in the pattern; only matching can take exponential time.
+        if pattern_text:
+            re.compile(pattern_text)
+    except re.error:
+        return invalid_pattern()
     error = 0
     states = []
     # The stored states that can show as the wanted ones (Prepare* is stored as Complete*).
@@ -400,6 +456,19 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
             error = _unavailable(exc, "listing transactions")
         if filters:
             states = [s for s in states if s.shown_state in filters]
+    states = [
+        s
+        for s in states
+        # Kafka's brokers each list the ids whose coordinator they are, and tools ask
+        # every broker: listing all of them everywhere would repeat each one.
+        if broker.transactions.owns(s.transactional_id)
+        and access.transactional_id(broker, ctx, AclOperation.DESCRIBE, s.transactional_id)
+    ]
+    if pattern_text:
+        matching = await _fullmatching(pattern_text, [s.transactional_id for s in states])
+        if matching is None:
+            return invalid_pattern()
+        states = [s for s in states if s.transactional_id in matching]
     return ctx.respond(
         {
             "throttle_time": 0,
@@ -412,11 +481,6 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
                     "transaction_state": s.shown_state,
                 }
                 for s in states
-                # Kafka's brokers each list the ids whose coordinator they are, and tools
-                # ask every broker: listing all of them everywhere would repeat each one.
-                if broker.transactions.owns(s.transactional_id)
-                and (pattern is None or pattern.fullmatch(s.transactional_id))
-                and access.transactional_id(broker, ctx, AclOperation.DESCRIBE, s.transactional_id)
             ],
         }
     )

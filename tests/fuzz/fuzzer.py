@@ -18,8 +18,11 @@ The fuzzer then reconnects. A frame the broker holds without answering (a Fetch 
 max wait, a JoinGroup waiting for its rebalance) ends the connection after a short wait.
 
 Between rounds the broker must still be alive, a stock client (confluent-kafka) must
-produce and consume through it, its resident memory must stay under a bound, and its log
-must hold no traceback. Any of these failing stops the run with the seed and round.
+produce and consume through it, its peak resident memory must stay under a bound, and its
+log must hold no traceback and no ERROR line. The broker has an authorizer (the fuzzer is
+a super user) and the topics the seed frames name, so mutated frames get past "no
+authorizer" and "unknown topic" into the handlers. Any of these failing stops the run
+with the seed and round.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import random
+import re
 import socket
 import struct
 import sys
@@ -36,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.apis import VERSIONS
 from sluice.launch.process import SluiceProcess, free_port
 
 CORPUS_DIR = Path(__file__).parent / "corpus"
@@ -48,10 +53,17 @@ CONNECT_TIMEOUT_S = 10.0
 
 _U32 = struct.Struct(">I")
 _SIZE = struct.Struct(">i")
+_SASL_AUTHENTICATE = struct.pack(">h", 36)
+_ERROR_LINE = re.compile(rb"^\S+ \S+ (ERROR|CRITICAL) ", re.MULTILINE)
+# Topic (and group) names in the seed frames: tests/fuzz/capture.py names them so. The
+# fuzz target has these topics, so mutated frames reach past "unknown topic" into the
+# handlers; cap-ckc-* and cap-kpc-* were classic (replicated) topics when captured.
+_SEED_TOPIC = re.compile(rb"cap-[a-z]+-[0-9a-f]{6}")
+_CLASSIC_SEED_TOPIC = re.compile(r"cap-(ckc|kpc)-")
 
 # API keys the broker serves, and a few it does not (they must be refused cleanly too).
-API_KEYS = [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 23, 32, 37]
-API_KEYS += [42, 44, 45, 46, 47, 60, 4, 17, 24, 36, 50, 68, 1000, -1]
+API_KEYS = [key for key, _name, _lo, _hi in VERSIONS]
+API_KEYS += [4, 5, 6, 7, 34, 68, 1000, -1]
 BOUNDARY_INTS: dict[int, list[int]] = {
     1: [0x00, 0x01, 0x7F, 0x80, 0xFF],
     2: [0x0000, 0x0001, 0x7FFF, 0x8000, 0xFFFF, 0xFFFE],
@@ -262,12 +274,23 @@ class Driver:
         # Closed mid-send: what it answered before is still read below.
         with contextlib.suppress(OSError):
             self._sock.sendall(out)
+        # SaslAuthenticate on a listener without SASL is answered, then the connection is
+        # closed FAILED_AUTH_CLOSE_DELAY_S later (as Kafka's failed-authentication delay):
+        # its answer is as good as the close, and waiting out the delay would make these
+        # frames most of the run's time.
+        closing = {
+            _U32.unpack_from(payload, 4)[0]: i
+            for i, payload in enumerate(batch)
+            if len(payload) >= 8 and payload[:2] == _SASL_AUTHENTICATE
+        }
         confirmed = 0
         try:
             while confirmed < len(batch):
                 cid = self._next_correlation_id()
                 if cid == SYNC_BASE + confirmed:
                     confirmed += 1
+                elif closing.get(cid) == confirmed:
+                    return confirmed, "closed"
         except _Closed:
             return confirmed, "closed"
         except TimeoutError:
@@ -313,6 +336,12 @@ class Target:
                 str(workdir / "data"),
                 "-o",
                 "produce.commit.interval.ms=20",
+                # An authorizer, so ACL frames reach the ACL code rather than a
+                # SECURITY_DISABLED answer; the fuzzer (User:ANONYMOUS) may do anything.
+                "-o",
+                "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "-o",
+                "super.users=User:ANONYMOUS",
             ],
             workdir / "broker.log",
             port,
@@ -336,16 +365,64 @@ class Target:
         if not self.process.alive():
             raise HealthCheckFailed(f"broker died:\n{self.process.log_tail()}")
         round_trip(self.process.bootstrap)
-        rss = self.rss_kib()
+        # The peak (VmHWM), not only the resident size now: an allocation a frame's
+        # length or count made huge, freed before this check, still shows.
+        rss = max(self.rss_kib(), self.process.rss_peak_kib() or 0)
         stats.peak_rss_kib = max(stats.peak_rss_kib, rss)
         if rss > RSS_LIMIT_KIB:
-            raise HealthCheckFailed(f"broker RSS {rss} KiB over {RSS_LIMIT_KIB} KiB")
+            raise HealthCheckFailed(f"broker RSS peaked at {rss} KiB, over {RSS_LIMIT_KIB} KiB")
         log = self.process.log_path.read_bytes()
         new, self._log_checked = log[self._log_checked :], len(log)
         if b"Traceback" in new:
             at = new.index(b"Traceback")
             text = new[max(0, at - 2000) : at + 4000].decode(errors="replace")
             raise HealthCheckFailed(f"traceback in the broker log:\n{text}")
+        # A handler's failure logged without a traceback (log.error, asyncio's "exception
+        # was never retrieved") is as much a bug as one with.
+        if (found := _ERROR_LINE.search(new)) is not None:
+            at = found.start()
+            text = new[max(0, at - 2000) : at + 4000].decode(errors="replace")
+            raise HealthCheckFailed(f"ERROR in the broker log:\n{text}")
+
+
+def seed_topics(seeds: Sequence[bytes]) -> list[str]:
+    return sorted({m.decode() for seed in seeds for m in _SEED_TOPIC.findall(seed)})
+
+
+def create_seed_topics(bootstrap: str, names: Sequence[str]) -> None:
+    """Create the topics the seed frames name (3 partitions; classic ones as captured)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if not names:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = [
+        NewTopic(
+            name,
+            3,
+            1,
+            config={"diskless.enable": "false"} if _CLASSIC_SEED_TOPIC.match(name) else {},
+        )
+        for name in names
+    ]
+    deadline = time.monotonic() + 30
+    while True:
+        # Just after delete_all_topics a name may still be on its way out.
+        futures = admin.create_topics(new, operation_timeout=30)
+        failed = []
+        for topic in new:
+            try:
+                futures[topic.topic].result(60)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    failed.append((topic, exc))
+        if not failed:
+            return
+        if time.monotonic() > deadline:
+            raise HealthCheckFailed(f"creating the seed frames' topics failed: {failed}")
+        new = [topic for topic, _exc in failed]
+        time.sleep(0.2)
 
 
 def delete_all_topics(bootstrap: str) -> int:
@@ -396,9 +473,12 @@ def fuzz(
     """Fuzz ``target`` (started) until ``frames`` were processed or ``seconds`` passed,
     checking its health after each round and at the end."""
     stats = Stats()
-    driver = Driver(target.process.host, target.process.port, Mutator(load_corpus(), seed), stats)
+    corpus = load_corpus()
+    topics = seed_topics(corpus)
+    driver = Driver(target.process.host, target.process.port, Mutator(corpus, seed), stats)
     start = time.monotonic()
     target.check(stats)
+    create_seed_topics(target.process.bootstrap, topics)
     try:
         while True:
             elapsed = time.monotonic() - start
@@ -414,6 +494,7 @@ def fuzz(
             driver.close()
             target.check(stats)
             stats.topics_deleted += delete_all_topics(target.process.bootstrap)
+            create_seed_topics(target.process.bootstrap, topics)
             stats.rounds += 1
             if progress:
                 print(

@@ -85,6 +85,19 @@ def test_throttle_time_is_kafkas_formula_and_capped() -> None:
     assert m.record("alice", "app", 0) > 0  # still 25 kB over the window
 
 
+def test_a_tiny_quota_throttles_for_the_whole_window_rather_than_failing() -> None:
+    # AlterClientQuotas accepts any positive double; with 5e-324 (request_percentage for
+    # the default client id, one fuzzed frame) (rate - quota) / quota is inf, and every
+    # request of every client failed in round(inf) and had its connection closed.
+    clock = Clock()
+    for tiny in (5e-324, 1e-310, 1e-300):
+        m = manager(quotas(**{"client__id=default": tiny}), clock)
+        assert m.record("anyone", "app", 1) == m.max_throttle_ms
+        assert m.record("anyone", "app", 10**9) == m.max_throttle_ms
+    huge = manager(quotas(**{"client__id=default": 1e308}), clock)
+    assert huge.record("anyone", "app", 10**9) == 0
+
+
 def test_quota_changes_take_effect() -> None:
     table: dict = {}
     holder = {"q": table}
