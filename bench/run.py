@@ -449,6 +449,15 @@ def _s3_report(
         " / ".join(f"{k} {v:.1f}" for k, v in split.items()) + " ms",
         f"(weed on raw PUTs: {m(lambda r: r.raw_store_cpu_ms):.1f} ms)",
     )
+    # Every process of the write path shares this host's cores: near 100 % busy, the
+    # cores (not the broker waiting on anything) are what bounds the throughput.
+    cores = os.cpu_count() or 1
+    busy = m(lambda r: r.produce_mib_s) * sum(split.values()) / 1000 / cores
+    row(
+        "host CPU busy while producing",
+        f"{busy:>9.1%}",
+        f"of {cores} cores (throughput x the CPU per MiB above)",
+    )
     row(
         "broker RSS, max under load / peak",
         f"{m(lambda r: r.rss_max_mib):>9.1f} / {proc.peak_rss_mib():.1f} MiB",
