@@ -48,8 +48,8 @@ async def verified_append(
     INVALID_PRODUCER_EPOCH for a fenced producer), as the diskless path answers. A late
     batch of a transaction that already ended cannot open a hanging one."""
     first = batches[0]
-    transactions = getattr(manager.broker, "transactions", None)
-    if transactional_id is None or transactions is None:
+    transactions = manager.broker.transactions
+    if transactional_id is None:
         return PartitionResult(int(ErrorCode.invalid_txn_state))
     try:
         error, partitions = await transactions.verify(

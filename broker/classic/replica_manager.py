@@ -104,15 +104,13 @@ class ReplicaManager:
     # ---------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
-        plan = getattr(self.broker, "listener_plan", None)
-        if plan is not None:
-            try:
-                self.security = inter_broker_security(self.broker.config, plan)
-            except ValueError as exc:
-                # Not fatal (a broker without classic topics needs none of this), but no
-                # follower here can replicate until it is fixed.
-                self.security_error = str(exc)
-                log.warning("classic topics: followers cannot fetch from their leaders: %s", exc)
+        try:
+            self.security = inter_broker_security(self.broker.config, self.broker.listener_plan)
+        except ValueError as exc:
+            # Not fatal (a broker without classic topics needs none of this), but no
+            # follower here can replicate until it is fixed.
+            self.security_error = str(exc)
+            log.warning("classic topics: followers cannot fetch from their leaders: %s", exc)
         await self.tiering.start()
         self.reconcile()
         # Before the listeners open: a fetch below a restarted replica's local log must find
@@ -200,7 +198,7 @@ class ReplicaManager:
         # boundary) on their replicas; partitions sealed for classic start theirs
         # (broker/migration).
         hosted = hosted_classic(image, classic)
-        sealer = getattr(self.broker, "migration_sealer", None)
+        sealer = self.broker.migration_sealer
         for tid in hosted:
             t = image.topics[tid]
             topic = self.broker.topics.get_by_id(tid) or Topic(
@@ -316,7 +314,7 @@ class ReplicaManager:
     async def _alter_isr(self, p: ClassicPartition, change: IsrChange) -> None:
         controller = self.broker.controller
         membership = self.broker._membership
-        epoch = getattr(membership, "broker_epoch", -1)
+        epoch = membership.broker_epoch if membership is not None else -1
         try:
             assert controller is not None
             result, applied = await controller.client.alter_partition(self.me, epoch, [change])
