@@ -187,11 +187,40 @@ def run_migration(
     # ~1700 records/s: the migrations (with kills, a few seconds each) land mid-stream.
     stream = stream_through(lc.bootstrap, topic, total, migrate, after_fraction=0.2)
     try:
-        wait_until(lambda: len(reader.got) >= total, "the group reading every record", 60)
+        try:
+            wait_until(lambda: len(reader.got) >= total, "the group reading every record", 60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_unread(lc, topic, stream, reader)}") from None
         time.sleep(0.5)  # duplicates would arrive after the last new record
     finally:
         got = reader.close()
     return stream, killed, got
+
+
+def _unread(lc: LocalCluster, topic: str, stream: Stream, reader: GroupReader) -> str:
+    """What the group missed, per partition, and what the brokers said about the topic:
+    a failure must tell a stalled reader from a lost record."""
+    read = {(g.partition, g.offset) for g in list(reader.got)}
+    lines = [
+        f"read {len(read)} of {len(stream.delivered)} delivered ({stream.undelivered} "
+        f"undelivered); reader errors: {reader.errors[-5:]}"
+    ]
+    for p in sorted({p for p, _, _ in stream.delivered}):
+        acked = sorted(o for q, o, _ in stream.delivered if q == p)
+        missing = [o for o in acked if (p, o) not in read]
+        got = sorted(o for q, o in read if q == p)
+        lines.append(
+            f"partition {p}: acked {acked[0]}..{acked[-1]}, read up to "
+            f"{got[-1] if got else None}, {len(missing)} missing, first {missing[:5]}"
+        )
+    for b in lc.brokers:
+        try:
+            text = b.log_path.read_text(errors="replace")
+        except OSError:
+            continue
+        wanted = [x for x in text.splitlines() if topic in x or "WARNING" in x or "ERROR" in x]
+        lines.append(f"--- broker {b.node_id}\n" + "\n".join(wanted[-25:]))
+    return "\n".join(lines)
 
 
 def seal_logged(text: str, topic: str, what: str) -> bool:
