@@ -188,7 +188,10 @@ def run_migration(
     stream = stream_through(lc.bootstrap, topic, total, migrate, after_fraction=0.2)
     try:
         try:
-            wait_until(lambda: len(reader.got) >= total, "the group reading every record", 60)
+            # 120 s: in one full-suite run in three on the 2-core machine the group had not
+            # read everything after 60 s (never in a run of this module alone); the
+            # failure message says what it missed.
+            wait_until(lambda: len(reader.got) >= total, "the group reading every record", 120)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{_unread(lc, topic, stream, reader)}") from None
         time.sleep(0.5)  # duplicates would arrive after the last new record
