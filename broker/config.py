@@ -93,7 +93,9 @@ class BrokerConfig:
     # broker registers with the Raft controller quorum, heartbeats there and follows its
     # metadata log (liveness, topics, leaders); empty, the modes above.
     controller_quorum_bootstrap_servers: str = ""
-    controller_secret: str = ""  # sent as X-Sluice-Secret to the controllers
+    controller_secret: str = ""  # sent as X-Sluice-Secret to the controllers; required
+    # Development only: talk to controllers without a secret (controller/access.py).
+    controller_insecure_allow_unauthenticated: bool = False
     retention_check_interval_ms: int = 300_000
     file_delete_delay_ms: int = 60_000
     # HTTP for /metrics, /healthz and /readyz: -1 off, 0 any free port.
@@ -314,7 +316,17 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
             raise ValueError(f"config {key}: {exc}") from None
     if per_listener:
         values["listener_name_configs"] = tuple(sorted(per_listener))
-    return BrokerConfig(**values)
+    config = BrokerConfig(**values)
+    if config.controller_mode:
+        # A broker holding a guessable secret lets anyone act as a broker to the controllers.
+        from controller.access import secret_problem
+
+        problem = secret_problem(
+            config.controller_secret, config.controller_insecure_allow_unauthenticated
+        )
+        if problem is not None:
+            raise ValueError(problem)
+    return config
 
 
 def resolve_secret_reference(key: str, raw: str, env: Mapping[str, str] | None = None) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from broker.config import resolve_secret_reference
 
+from .access import INSECURE_KEY, secret_problem
 from .service import ControllerSettings
 
 DEFAULTS: dict[str, str] = {
@@ -20,7 +21,9 @@ DEFAULTS: dict[str, str] = {
     "host": "127.0.0.1",  # where the HTTP API (brokers, metrics, health) listens
     "http.port": "9094",
     "data.dir": "./.sluice-controller",
-    "controller.secret": "",  # shared with brokers and the other voters
+    "controller.secret": "",  # shared with brokers and the other voters; required
+    # Development only: start without a secret (controller/access.py).
+    INSECURE_KEY: "false",
     "broker.session.timeout.ms": "9000",
     "num.partitions": "1",
     "cluster.id": "",
@@ -87,11 +90,17 @@ def load_settings(
         expand = merged["controller.legacy.rf.expansion.enable"].lower()
         diskless = merged["log.diskless.enable"].lower()
         rebalance = merged["auto.leader.rebalance.enable"].lower()
-        if any(v not in ("true", "false") for v in (fsync, expand, diskless, rebalance)):
+        insecure = merged[INSECURE_KEY].lower()
+        if any(
+            v not in ("true", "false") for v in (fsync, expand, diskless, rebalance, insecure)
+        ):
             raise ValueError(
                 "controller.fsync, controller.legacy.rf.expansion.enable, "
-                "log.diskless.enable and auto.leader.rebalance.enable are true or false"
+                "log.diskless.enable, auto.leader.rebalance.enable and "
+                f"{INSECURE_KEY} are true or false"
             )
+        if (problem := secret_problem(merged["controller.secret"], insecure == "true")) is not None:
+            raise ValueError(problem)
         return ControllerSettings(
             node_id=node_id,
             voters=voters,
@@ -99,6 +108,7 @@ def load_settings(
             http_port=int(merged["http.port"]),
             data_dir=Path(merged["data.dir"]),
             secret=merged["controller.secret"],
+            allow_unauthenticated=insecure == "true",
             session_timeout_ms=int(merged["broker.session.timeout.ms"]),
             default_partitions=int(merged["num.partitions"]),
             cluster_id=merged["cluster.id"] or None,

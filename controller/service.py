@@ -29,6 +29,7 @@ from broker.http_endpoint import serve
 from broker.security.acl import AclBinding, AclFilter
 from controller import acl_admin
 from controller import metrics as image_metrics
+from controller.access import secret_problem
 from controller.logic import ControllerConfig, ControllerLogic
 from controller.migration import SealReport, migration_metrics
 from controller.raft.messages import CommitUnknown, NotLeader
@@ -55,6 +56,9 @@ TICK_S = 0.2
 LEGACY_PER_TICK = 5
 PROPOSE_TIMEOUT_S = 10.0
 SECRET_HEADER = "X-Sluice-Secret"
+# Signs Raft messages only under controller.insecure.allow.unauthenticated=true, where the
+# operator said the network is trusted: anyone can forge it (controller/access.py).
+INSECURE_RAFT_KEY = b"sluice-insecure-unauthenticated"
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class ControllerSettings:
     http_port: int
     data_dir: Path
     secret: str = ""
+    # controller/access.py: without a secret the service refuses to start unless this says
+    # the network is trusted (development only).
+    allow_unauthenticated: bool = False
     session_timeout_ms: int = 9_000
     default_partitions: int = 1
     cluster_id: str | None = None
@@ -115,12 +122,43 @@ class ControllerSettings:
         return context
 
 
+    def raft_ssl_contexts(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+        """TLS for the Raft link when the controller has a certificate: (listener, client).
+
+        The link carries the metadata log (SCRAM salts and stored keys among it), so it is
+        encrypted like the API. A connecting voter checks the listener's certificate against
+        ``ssl.ca.location`` and the host named in ``controller.quorum.voters``; the listener
+        authenticates voters by the shared secret's handshake (controller/raft/transport.py),
+        not by a client certificate (voters hold a server certificate)."""
+        if not self.ssl_certificate_location:
+            return None, None
+        if not self.ssl_ca_location:
+            raise ValueError(
+                "ssl.ca.location is required with ssl.certificate.location: voters check "
+                "each other's certificates on the Raft link"
+            )
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.minimum_version = ssl.TLSVersion.TLSv1_2
+        server.load_cert_chain(
+            self.ssl_certificate_location,
+            self.ssl_key_location or None,
+            password=self.ssl_key_password or None,
+        )
+        client = ssl.create_default_context(cafile=self.ssl_ca_location)
+        client.minimum_version = ssl.TLSVersion.TLSv1_2
+        return server, client
+
+
 class NotActive(Exception):
     pass
 
 
 class ControllerService:
     def __init__(self, settings: ControllerSettings) -> None:
+        if not settings.secret and not settings.allow_unauthenticated:
+            # The last line of defence (load_settings says why in words): an open API and
+            # Raft messages anyone could sign.
+            raise ValueError(secret_problem("", False))
         self.settings = settings
         self.state = MetadataStateMachine()
         self.node = RaftNode(
@@ -128,10 +166,11 @@ class ControllerService:
                 node_id=settings.node_id,
                 voters=settings.voters,
                 data_dir=settings.data_dir / "raft",
-                secret=settings.secret.encode() or b"sluice",
+                secret=settings.secret.encode() or INSECURE_RAFT_KEY,
                 **settings.raft_options,
             ),
             self.state,
+            ssl_contexts=settings.raft_ssl_contexts(),
         )
         from broker.topic_config import KEYS, LIST_KEYS, validate
 

@@ -17,6 +17,7 @@ import bisect
 import contextlib
 import logging
 import random
+import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -98,8 +99,11 @@ class RaftNode:
         state_machine: StateMachine,
         *,
         on_leader_change: Callable[[int | None, int], None] | None = None,
+        ssl_contexts: tuple[ssl.SSLContext | None, ssl.SSLContext | None] = (None, None),
     ) -> None:
         self.config = config
+        # (listener, client) TLS contexts of the Raft link; (None, None): plain TCP.
+        self._ssl_contexts = ssl_contexts
         self._sm = state_machine
         self._on_leader_change = on_leader_change
         self._storage = DiskStorage(config.data_dir, fsync=config.fsync)
@@ -134,7 +138,8 @@ class RaftNode:
         peers = {pid: addr for pid, addr in cfg.voters.items() if pid != cfg.node_id}
         self._transport = TcpTransport(
             cfg.node_id, peers, secret=cfg.secret, on_message=self._receive,
-            max_frame=cfg.max_frame,
+            max_frame=cfg.max_frame, server_ssl=self._ssl_contexts[0],
+            client_ssl=self._ssl_contexts[1],
         )  # fmt: skip
         host, port = cfg.voters[cfg.node_id]
         self.address = await self._transport.start(host, port)

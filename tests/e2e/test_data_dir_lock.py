@@ -58,7 +58,7 @@ def test_second_controller_on_the_same_data_dir_exits(tmp_path: Path) -> None:
         "host=127.0.0.1\n"
         f"http.port={http}\n"
         f"data.dir={data}\n"
-        "controller.secret=test\n"
+        "controller.secret=e2e-test-secret-0123456789\n"
     )
     first = subprocess.Popen(
         [*sluice_command(), "controller", "--config", str(config)],

@@ -126,7 +126,7 @@ def test_sigterm_while_starting_stops_the_broker(tmp_path: Path) -> None:
     config.write_text(
         f"data.dir={tmp_path / 'data'}\nport={free_port()}\nobject.store=local\n"
         f"coordinator=sqlite\ncontroller.quorum.bootstrap.servers=127.0.0.1:{free_port()}\n"
-        "controller.secret=test\n"
+        "controller.secret=e2e-test-secret-0123456789\n"
     )
     proc = subprocess.Popen(
         [*sluice_command(), "broker", "--config", str(config)],

@@ -784,7 +784,7 @@ def test_controller_mode_config() -> None:
     config = load_config(
         {
             "controller.quorum.bootstrap.servers": "c1:9093, c2:9093,c3:9093",
-            "controller.secret": "x",
+            "controller.secret": "a-random-controller-secret",
         }
     )
     assert config.controller_mode
@@ -794,7 +794,12 @@ def test_controller_mode_config() -> None:
     assert shown["controller.secret"]["is_sensitive"]
     assert not load_config({}).controller_mode
     with pytest.raises(ValueError, match="host:port"):
-        load_config({"controller.quorum.bootstrap.servers": "c1"}).controller_servers()
+        load_config(
+            {
+                "controller.quorum.bootstrap.servers": "c1",
+                "controller.secret": "a-random-controller-secret",
+            }
+        ).controller_servers()
 
 
 async def test_describe_cluster_for_controller_endpoints_is_a_mismatched_endpoint(
