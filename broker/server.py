@@ -28,6 +28,7 @@ import logging
 import socket
 import ssl
 import struct
+import sys
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -48,7 +49,7 @@ from protocol.codec import (
 )
 from protocol.framing import FrameReader, FrameTooLarge
 
-from .log_budget import LineBudget
+from .log_budget import TRACEBACKS, LineBudget
 from .metrics import METRICS
 from .refusals import REFUSALS
 from .security import sasl as sasl_mod
@@ -383,7 +384,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             try:
                 await self._admit(request)
             except Exception:
-                log.exception("unexpected error admitting a request from %s:%s", *self._peer)
+                TRACEBACKS.log(
+                    log,
+                    "admit",
+                    sys.exc_info()[1],
+                    "unexpected error admitting a request from %s:%s",
+                    *self._peer,
+                )
                 self._abort("internal", "internal error")
                 return
             self._update_reading()
@@ -415,7 +422,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except MalformedRequest as exc:
             return _Request(cost, failure=("malformed", str(exc)))
         except Exception:
-            log.exception("unexpected error decoding a request from %s:%s", *self._peer)
+            TRACEBACKS.log(
+                log,
+                "decode",
+                sys.exc_info()[1],
+                "unexpected error decoding a request from %s:%s",
+                *self._peer,
+            )
             return _Request(cost, failure=("internal", "internal error"))
 
     async def _admit(self, request: _Request) -> None:
@@ -456,7 +469,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         try:
             result = await api.handler(ctx, request.body)
         except Exception:
-            log.exception("%s handler failed", api.name)
+            TRACEBACKS.log(log, api.name, sys.exc_info()[1], "%s handler failed", api.name)
             METRICS.request_errors.labels(api.name).inc()
             result = _error_or_none(response_type, ErrorCode.unknown_server_error)
             if result is None:
@@ -585,7 +598,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._abort("shutdown", "answer cancelled")
                 return
             if future.exception() is not None:
-                log.error("%s failed", answer.api_name, exc_info=future.exception())
+                TRACEBACKS.log(
+                    log, answer.api_name, future.exception(), "%s failed", answer.api_name
+                )
                 METRICS.request_errors.labels(answer.api_name).inc()
                 response = _error_or_none(answer.response_type, ErrorCode.unknown_server_error)
                 if response is None:

@@ -331,7 +331,7 @@ async def describe_transactions(broker: Broker, ctx: RequestContext, request: An
     # DESCRIBE on each transactional id; the others are answered without a lookup.
     ids = [t for t in wanted if access.transactional_id(broker, ctx, AclOperation.DESCRIBE, t)]
     try:
-        states = await broker.transactions.get(ids)
+        states = await broker.transactions.get(ids) if ids else []
     except CoordinatorUnavailable as exc:
         error = _unavailable(exc, "describing transactions")
         states = [None] * len(ids)
@@ -340,10 +340,8 @@ async def describe_transactions(broker: Broker, ctx: RequestContext, request: An
     out = []
     found = dict(zip(ids, states, strict=True))
     for txn_id in wanted:
-        if txn_id not in found:
-            out.append({"error_code": TXN_ID_DENIED, "transactional_id": txn_id, "topics": []})
-            continue
-        state = found[txn_id]
+        # Every field of an entry, also a refused one: the answer's schema has no optional
+        # fields here (a refusal without them could not be encoded at all).
         entry: dict[str, Any] = {
             "error_code": error or TRANSACTIONAL_ID_NOT_FOUND,
             "transactional_id": txn_id,
@@ -354,6 +352,11 @@ async def describe_transactions(broker: Broker, ctx: RequestContext, request: An
             "producer_epoch": -1,
             "topics": [],
         }
+        if txn_id not in found:
+            entry["error_code"] = TXN_ID_DENIED
+            out.append(entry)
+            continue
+        state = found[txn_id]
         if state is not None:
             topics: dict[str, list[int]] = {}
             for key in state.partitions:

@@ -32,6 +32,7 @@ from broker.client_quotas import ClientQuotas
 from broker.config import BrokerConfig
 from broker.security.acl import AclBinding
 from broker.security.authorizer import Authorizer
+from protocol.codec import encode_response
 from storage.catalog import Topic
 from tests.unit._handlers import decode_answer, request_and_context, settled
 
@@ -246,6 +247,17 @@ async def test_transactions_and_producer_ids() -> None:
         {"topics": [{"name": "orders", "partition_indexes": [0]}]},
     )
     assert answer.topics[0].partitions[0].error_code == E.topic_authorization_failed
+    # Each refused id is answered in full (the answer could not be encoded before: the
+    # connection was closed and a traceback logged for every such request).
+    request, ctx = request_and_context(65, 0, {"transactional_ids": ["tx", "ty"]}, PRINCIPAL)
+    answer = await settled(await transactions.describe_transactions(broker, ctx, request))
+    # Encodable as the server sends it (kio's reader cannot parse the -1 start time Kafka
+    # sends for "no transaction", so the answer is checked before encoding).
+    assert b"".join(bytes(part) for part in encode_response(1, answer))
+    assert [(s.transactional_id, s.error_code) for s in answer.transaction_states] == [
+        ("tx", E.transactional_id_authorization_failed),
+        ("ty", E.transactional_id_authorization_failed),
+    ]
 
 
 async def test_cluster_apis_need_cluster_operations() -> None:

@@ -104,3 +104,20 @@ def test_lines_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
     for n in range(10):  # a client inventing a new client id for each request
         refusals.note(f"c{n}", "h", 1, "CreateTopics", 40, "bad")
     assert len(_lines(caplog)) == 3
+
+
+def test_a_failing_request_repeated_logs_one_traceback_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from broker.log_budget import TracebackLimiter
+
+    limiter = TracebackLimiter(interval_s=60)
+    logger = logging.getLogger("unit.tracebacks")
+    for _ in range(500):
+        try:
+            raise ValueError("boom")
+        except ValueError as exc:
+            limiter.log(logger, "DescribeTransactions", exc, "%s handler failed", "X")
+    limiter.log(logger, "Fetch", KeyError("k"), "%s handler failed", "Fetch")
+    errors = [r for r in caplog.records if r.name == "unit.tracebacks"]
+    assert len(errors) == 2 and all(r.exc_info for r in errors)
