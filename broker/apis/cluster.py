@@ -35,18 +35,13 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 "cluster_authorized_operations": -2147483648,
             }
         )
-    if not access.cluster(broker, ctx, AclOperation.DESCRIBE):
-        return ctx.respond(
-            {
-                "error_code": int(ErrorCode.cluster_authorization_failed),
-                "error_message": "Cluster authorization failed.",
-                "endpoint_type": ENDPOINT_BROKERS,
-                "cluster_id": broker.cluster_id,
-                "controller_id": -1,
-                "brokers": [],
-                "cluster_authorized_operations": NOT_REQUESTED,
-            }
-        )
+    # Kafka answers every caller; without DESCRIBE on the cluster only the authorized
+    # operations are withheld (0 when asked for).
+    operations = NOT_REQUESTED
+    if request.include_cluster_authorized_operations:
+        operations = 0
+        if access.cluster(broker, ctx, AclOperation.DESCRIBE):
+            operations = access.operations(broker, ctx, "cluster", CLUSTER_NAME, True)
     return ctx.respond(
         {
             "error_code": 0,
@@ -57,12 +52,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
                 for b in broker.endpoints_on(ctx.listener)
             ],
-            "cluster_authorized_operations": access.operations(
-                broker,
-                ctx,
-                "cluster",
-                CLUSTER_NAME,
-                bool(request.include_cluster_authorized_operations),
-            ),
+            "cluster_authorized_operations": operations,
         }
     )

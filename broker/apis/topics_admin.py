@@ -136,13 +136,18 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
     responses = []
     await broker.topics.ensure((name or topic_id, None) for name, topic_id in wanted)
     for name, topic_id in wanted:
-        if name is None and topic_id is not None:
+        by_id = name is None and topic_id is not None
+        if by_id:
             topic = broker.topics.get_by_id(topic_id)
             name = topic.name if topic else None
         entry: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0}
         responses.append(entry)
         if name is None:
             entry["error_code"] = int(ErrorCode.unknown_topic_id)
+            continue
+        if by_id and not access.topic(broker, ctx, AclOperation.DESCRIBE, name):
+            # As Kafka: a caller that may not describe the topic does not learn its name.
+            entry.update(name=None, error_code=int(ErrorCode.topic_authorization_failed))
             continue
         if denied := access.topic_error(broker, ctx, AclOperation.DELETE, name):
             entry["error_code"] = denied

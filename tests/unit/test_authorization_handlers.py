@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from broker.apis import (
     acls,
     client_quotas,
+    cluster,
     configs,
     elect_leaders,
     fetch,
@@ -326,3 +327,39 @@ def _no_routing(monkeypatch: pytest.MonkeyPatch) -> None:
     from broker.apis import metadata as metadata_module
 
     monkeypatch.setattr(metadata_module, "request_routing", lambda *_: None)
+
+
+async def test_describe_cluster_answers_everyone_and_withholds_only_the_operations() -> None:
+    """As Kafka: no DESCRIBE on the cluster still gets the brokers and the cluster id;
+    the authorized operations asked for are 0."""
+    answer = await call(
+        cluster.handle,
+        describe_only(),
+        60,
+        1,
+        {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    )
+    assert answer.error_code == E.none and answer.cluster_id == "unit-cluster"
+    assert answer.cluster_authorized_operations == 0
+
+
+async def test_delete_topics_by_id_does_not_name_a_topic_the_caller_may_not_describe() -> None:
+    answer = await call(
+        topics_admin.delete_topics,
+        FakeBroker(),  # no ACL at all
+        20,
+        6,
+        {"topics": [{"name": None, "topic_id": TOPIC.topic_id}], "timeout": 5000},
+    )
+    [entry] = answer.responses
+    assert (entry.name, entry.error_code) == (None, E.topic_authorization_failed)
+    # DESCRIBE without DELETE: the name is known to the caller anyway, the delete refused.
+    answer = await call(
+        topics_admin.delete_topics,
+        describe_only(),
+        20,
+        6,
+        {"topics": [{"name": None, "topic_id": TOPIC.topic_id}], "timeout": 5000},
+    )
+    [entry] = answer.responses
+    assert (entry.name, entry.error_code) == ("orders", E.topic_authorization_failed)
