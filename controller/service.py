@@ -354,9 +354,15 @@ class ControllerService:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         secret = self.settings.secret
-        public = request.path in ("/metrics", "/healthz", "/readyz", "/v1/status")
+        # Health and the Raft status carry nothing about the cluster's contents; /metrics
+        # names every topic, so it takes the secret like the API (Prometheus sends it as a
+        # bearer token: ``authorization: {credentials_file: ...}``).
+        public = request.path in ("/healthz", "/readyz", "/v1/status")
         if secret and not public:
-            given = request.headers.get(SECRET_HEADER, "")
+            given = request.headers.get(SECRET_HEADER)
+            if given is None:
+                scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+                given = token.strip() if scheme.lower() == "bearer" else ""
             if not hmac.compare_digest(given.encode(), secret.encode()):
                 return web.json_response({"error": "bad secret"}, status=401)
         try:

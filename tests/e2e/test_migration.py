@@ -630,7 +630,10 @@ def test_active_controller_killed_mid_migration_both_ways(
     # The active controller's metrics: migrated to classic (2), the boundary.
     active = quorum_cluster.active_controller()
     assert active is not None
-    with urllib.request.urlopen(active.url + "/metrics", timeout=5) as response:
+    scrape = urllib.request.Request(
+        active.url + "/metrics", headers={"Authorization": f"Bearer {quorum_cluster.secret}"}
+    )
+    with urllib.request.urlopen(scrape, timeout=5) as response:
         text = response.read().decode()
     state = f'sluice_controller_topic_migration_state{{direction="to-classic",topic="{topic}"}} 2.0'
     assert state in text

@@ -83,8 +83,15 @@ async def test_metrics_show_the_managed_replication_factor(tmp_path: Path) -> No
         created = await post(service, "/v1/topics/create", {"topics": [{"name": "orders"}]})
         assert created["results"][0]["replication_factor"] == 3
         url = f"http://127.0.0.1:{service.http_port}/metrics"
-        async with aiohttp.ClientSession() as session, session.get(url) as response:
-            text = await response.text()
+        async with aiohttp.ClientSession() as session:
+            # Topic names are the cluster's business: no secret, no metrics.
+            async with session.get(url) as response:
+                assert response.status == 401
+            bearer = {"Authorization": f"Bearer {service.settings.secret}"}
+            async with session.get(url, headers=bearer) as response:
+                text = await response.text()
+            async with session.get(url.replace("/metrics", "/healthz")) as response:
+                assert response.status == 200
         assert 'sluice_controller_diskless_effective_rf{topic="orders"} 3.0' in text
         assert 'sluice_controller_diskless_effective_rf{topic="legacy"} 1.0' in text
         assert "sluice_controller_diskless_rf1_topics 1.0" in text
