@@ -27,6 +27,18 @@ class BrokerConfig:
     # Requests read from one connection but not answered yet, in bytes: past this the broker
     # stops reading that socket (backpressure) until answers go out.
     connection_pending_max_bytes: int = 64 * MiB
+    # Kafka's connection limits (broker/connection_limits.py), Kafka's names and defaults;
+    # max.connections is also capped below the process's open-file limit.
+    max_connections_per_ip: int = 2**31 - 1
+    max_connections_per_ip_overrides: str = ""  # host:count,...
+    max_connections: int = 2**31 - 1
+    max_connection_creation_rate: int = 2**31 - 1
+    connections_max_idle_ms: int = 600_000
+    # A connection on a SASL listener must have authenticated within this long.
+    connections_max_unauthenticated_ms: int = 10_000
+    # Bytes of requests still being received, all connections together (-1: no limit in
+    # Kafka; bounded here so half-sent large requests cannot exhaust memory).
+    queued_max_request_bytes: int = 512 * MiB
     # Group commit (broker/append.py). adaptive: an idle broker flushes a produce at once
     # (after produce.commit.min.ms); while an upload is in flight new data gathers for the
     # next flush, which starts when that upload ends. fixed: every flush waits the interval.
@@ -187,6 +199,9 @@ class BrokerConfig:
                 f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
             )
+        from .connection_limits import parse_overrides
+
+        parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")
 

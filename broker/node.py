@@ -25,6 +25,7 @@ from .classic.replica_manager import ReplicaManager
 from .classic.txn_markers import ClassicMarkerSender
 from .client_quotas import ClientQuotas, user_of
 from .config import BrokerConfig
+from .connection_limits import ConnectionLimits, limit_settings
 from .controller_catalog import ControllerCatalog
 from .controller_client import ControllerRefused
 from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
@@ -258,6 +259,8 @@ class Broker:
             assert self.migration_sealer is not None
             self.migration_sealer.start()
         table = build_api_table(self)
+        # One set of connection limits for all listeners (max.connections is per broker).
+        limits = ConnectionLimits(limit_settings(self.config))
         for number, listener in enumerate(self.listener_plan.bound):
             server = KafkaServer(
                 table,
@@ -268,6 +271,8 @@ class Broker:
                 security=self._security[listener.name],
                 tune_process=number == 0,
                 request_quota=self._request_time if self.controller is not None else None,
+                limits=limits,
+                exempt=listener.name == self.listener_plan.inter_broker,
             )
             self._servers[listener.name] = server
             await server.start()

@@ -49,6 +49,7 @@ from protocol.codec import (
 )
 from protocol.framing import FrameReader, FrameTooLarge
 
+from .connection_limits import ConnectionLimits, LimitSettings
 from .log_budget import TRACEBACKS, LineBudget
 from .metrics import METRICS
 from .refusals import REFUSALS
@@ -84,6 +85,8 @@ _UNSCANNED_APIS = frozenset((0, 1, API_VERSIONS_KEY))
 # Past this many lines a second, closes are only counted (the bad_frames metric) and the
 # next line logged says how many went unlogged.
 CLOSE_LOG_LINES_PER_S = 20
+# How often idle and unauthenticated connections are looked for.
+SWEEP_INTERVAL_S = 1.0
 # Kafka's connection.failed.authentication.delay.ms default.
 FAILED_AUTH_CLOSE_DELAY_S = 0.1
 
@@ -216,9 +219,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
         pending_bytes: int = DEFAULT_PENDING_BYTES,
         security: ListenerSecurity = PLAINTEXT,
         request_quota: RequestTimeQuota | None = None,
+        limits: ConnectionLimits | None = None,
+        exempt: bool = False,
+        memory_waiters: set[KafkaConnection] | None = None,
     ) -> None:
         self._apis = apis
         self._security = security
+        # Kafka's connection limits (broker/connection_limits.py), shared by the broker's
+        # listeners; ``exempt``: the inter-broker listener, outside max.connections.
+        self._limits = limits or ConnectionLimits(LimitSettings())
+        self._exempt = exempt
+        self._counted = False  # admitted by the limits (released when it closes)
+        self._opened_ms = 0.0
+        self.last_active_ms = 0.0
+        # Bytes of queued.max.request.bytes this connection holds for the large request it
+        # is receiving, and the connections waiting for such memory (the server's set).
+        self._reserved = 0
+        self._memory_wait = False
+        self._memory_waiters = memory_waiters if memory_waiters is not None else set()
         self._principal = ANONYMOUS
         self._sasl: sasl_mod.SaslSession | None = None
         self._close_when_written = False
@@ -250,6 +268,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self._peer = (peer[0], peer[1])
+        now = time.monotonic() * 1000
+        refusal = self._limits.admit(self._peer[0], self._exempt, now)
+        if refusal is not None:
+            # Closed before anything is read or allocated for it, as Kafka does.
+            self._abort("connection_limit", refusal)
+            return
+        self._counted = True
+        self._opened_ms = self.last_active_ms = now
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -275,11 +301,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self._reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        self.last_active_ms = time.monotonic() * 1000
         try:
             frames = self._reader.frames_received(nbytes)
         except FrameTooLarge as exc:
             self._abort("frame_size", str(exc))
             return
+        self._account_receiving()
         if not frames or self._draining or self._closed:
             return
         # Decoded now: the frames are views of the read buffer, reused by the next read.
@@ -300,6 +328,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._registry.discard(self)
         self._closed = True
+        if self._counted:
+            self._counted = False
+            self._limits.release(self._peer[0])
+        self._memory_waiters.discard(self)
+        self._set_reserved(0)
         self._wakeup.set()
         if self._unmute is not None:
             self._unmute.cancel()
@@ -332,6 +365,52 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._transport is not None and not self._closed:
             self._transport.close()
 
+    def expired(self, now_ms: float) -> None:
+        """Close the connection if it is past connections.max.idle.ms (with nothing left
+        to answer) or has not authenticated in time (the server sweeps once a second)."""
+        if self._closed or not self._counted:
+            return
+        authenticated = self._sasl is None or self._sasl.authenticated
+        last = self.last_active_ms if not self._answers else now_ms
+        reason = self._limits.expired(self._opened_ms, last, authenticated, now_ms)
+        if reason is not None:
+            self._abort("expired", reason)
+
+    def _account_receiving(self) -> None:
+        """Reserve (or return) pool memory for the large request being received; a
+        connection the pool cannot serve stops reading until memory is returned."""
+        need = self._reader.incomplete_frame_size()
+        if need <= self._reserved:
+            if need < self._reserved:
+                self._set_reserved(need)
+            return
+        if self._limits.may_buffer(need - self._reserved):
+            self._set_reserved(need)
+        elif not self._memory_wait:
+            self._memory_wait = True
+            self._memory_waiters.add(self)
+            self._update_reading()
+
+    def _set_reserved(self, size: int) -> None:
+        if size == self._reserved:
+            return
+        freed = size < self._reserved
+        self._limits.receiving_bytes += size - self._reserved
+        self._reserved = size
+        if freed and self._memory_waiters:
+            for waiter in list(self._memory_waiters):
+                waiter._retry_memory()
+
+    def _retry_memory(self) -> None:
+        need = self._reader.incomplete_frame_size()
+        if self._closed or self._limits.may_buffer(need - self._reserved):
+            self._memory_waiters.discard(self)
+            self._memory_wait = False
+            if not self._closed:
+                self._limits.receiving_bytes += need - self._reserved
+                self._reserved = need
+                self._update_reading()
+
     # -- internals --------------------------------------------------------
     def _update_reading(self) -> None:
         if self._transport is None or self._closed:
@@ -341,6 +420,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             or self._writing_paused
             or self._pending >= self._budget
             or self._unmute is not None
+            or self._memory_wait
         )
         if busy and not self._reading_paused:
             self._transport.pause_reading()
@@ -623,6 +703,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             out += encode_response(header.correlation_id, response)
         if out and transport is not None and not self._closed:
             transport.writelines(out)
+            self.last_active_ms = time.monotonic() * 1000
         if self._close_when_written and not self._answers and not self._closed:
             # As Kafka (connection.failed.authentication.delay.ms): close a moment after
             # the failure answer, so the client reads the answer before it sees the end of
@@ -685,9 +766,15 @@ class KafkaServer:
         security: ListenerSecurity = PLAINTEXT,
         tune_process: bool = True,
         request_quota: RequestTimeQuota | None = None,
+        limits: ConnectionLimits | None = None,
+        exempt: bool = False,
     ) -> None:
         self._apis = apis
         self._security = security
+        self._limits = limits or ConnectionLimits(LimitSettings())
+        self._exempt = exempt
+        self._memory_waiters: set[KafkaConnection] = set()
+        self._sweeper: asyncio.Task[None] | None = None
         self._tune_process = tune_process
         self._request_quota = request_quota
         self._host = host
@@ -727,6 +814,9 @@ class KafkaServer:
                 self._pending_bytes,
                 security=self._security,
                 request_quota=self._request_quota,
+                limits=self._limits,
+                exempt=self._exempt,
+                memory_waiters=self._memory_waiters,
             ),
             self._host or None,  # empty: every interface, as Kafka's PLAINTEXT://:9092
             self._port,
@@ -735,6 +825,15 @@ class KafkaServer:
             ssl=tls,
             ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls is not None else None,
         )
+        self._sweeper = asyncio.create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        """Once a second: idle and unauthenticated connections past their limits."""
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            now = time.monotonic() * 1000
+            for connection in list(self._connections):
+                connection.expired(now)
 
     def stop_accepting(self) -> None:
         """Stop listening and stop reading requests; admitted ones still complete."""
@@ -751,6 +850,11 @@ class KafkaServer:
             await asyncio.sleep(0.01)
         for connection in list(self._connections):
             connection.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         if self._trimmer is not None:
             self._trimmer.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -149,6 +149,14 @@ class FrameReader:
             self._start = pos
         return frames
 
+    def incomplete_frame_size(self) -> int:
+        """The size of the frame being received when it is larger than the initial buffer
+        (what receiving it will hold), else 0: small frames need no reservation."""
+        if self._end - self._start < 4:
+            return 0
+        size = self._head_frame_end() - self._start
+        return size if size > self._initial else 0
+
     def release(self) -> None:
         """Called after the frames of one read are decoded: drop an outsized buffer."""
         if self._start == self._end and len(self._buf) > self._keep:

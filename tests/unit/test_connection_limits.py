@@ -1,0 +1,182 @@
+"""Kafka's connection limits on a real listener (an in-process KafkaServer on loopback):
+per-address and broker-wide counts, the creation rate, idle and unauthenticated
+connections closed, and the memory of requests still being received bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+import pytest
+
+from broker.apis import Api
+from broker.config import BrokerConfig
+from broker.connection_limits import (
+    ConnectionLimits,
+    LimitSettings,
+    file_limited,
+    parse_overrides,
+)
+from broker.security.sasl import SaslAuthenticator
+from broker.server import KafkaServer, ListenerSecurity
+
+API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 1, 4) + b"unit"
+
+
+async def answer(_ctx: Any, _request: Any) -> Any:
+    return _ctx.respond({"error_code": 0, "api_keys": [], "throttle_time": 0})
+
+
+TABLE = {18: Api(18, "ApiVersions", 0, 3, answer)}
+
+
+async def serve(limits: LimitSettings, security: ListenerSecurity | None = None) -> KafkaServer:
+    server = KafkaServer(
+        TABLE,  # type: ignore[arg-type]
+        "127.0.0.1",
+        0,
+        1 << 20,
+        security=security or ListenerSecurity(),
+        tune_process=False,
+        limits=ConnectionLimits(limits),
+    )
+    await server.start()
+    return server
+
+
+async def connect(server: KafkaServer) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", server.port)
+
+
+async def closed_by_broker(reader: asyncio.StreamReader, within: float = 3.0) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(), within) == b""
+    except (TimeoutError, ConnectionError):
+        return False
+
+
+async def answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    writer.write(struct.pack(">i", len(API_VERSIONS_V0)) + API_VERSIONS_V0)
+    try:
+        size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 3))[0]
+        await reader.readexactly(size)
+        return True
+    except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+        return False
+
+
+def test_settings_parse_and_the_file_limit_caps_max_connections() -> None:
+    assert parse_overrides("10.0.0.1:5, ::1:0") == {"10.0.0.1": 5, "::1": 0}
+    with pytest.raises(ValueError, match="host:count"):
+        parse_overrides("10.0.0.1")
+    with pytest.raises(ValueError, match="host:count"):
+        BrokerConfig(max_connections_per_ip_overrides="nocount")
+    assert file_limited(2**31 - 1) < 2**31 - 1  # the open-file limit leaves room
+
+
+async def test_max_connections_per_ip_closes_the_ones_past_the_limit() -> None:
+    server = await serve(LimitSettings(max_per_ip=5))
+    try:
+        conns = [await connect(server) for _ in range(8)]
+        kept = [c for c in conns[:5]]
+        assert all([await closed_by_broker(r, 1.0) for r, _w in conns[5:]])
+        assert all([await answers(r, w) for r, w in kept])
+        kept[0][1].close()
+        await asyncio.sleep(0.1)
+        reader, writer = await connect(server)  # a slot was freed
+        assert await answers(reader, writer)
+        writer.close()
+        for _r, w in conns:
+            w.close()
+    finally:
+        await server.close(timeout=0)
+
+
+async def test_per_ip_override_and_broker_wide_max_and_exempt_listener() -> None:
+    server = await serve(LimitSettings(per_ip_overrides=(("127.0.0.1", 2),)))
+    try:
+        conns = [await connect(server) for _ in range(3)]
+        assert await closed_by_broker(conns[2][0], 1.0)
+        assert await answers(*conns[0])
+    finally:
+        await server.close(timeout=0)
+    limits = ConnectionLimits(LimitSettings(max_connections=2))
+    assert limits.admit("a", False, 0) is None and limits.admit("b", False, 0) is None
+    assert "max.connections" in (limits.admit("c", False, 0) or "")
+    assert limits.admit("c", True, 0) is None  # the inter-broker listener is exempt
+    limits.release("a")  # c counts, as in Kafka: still at the limit
+    assert limits.admit("d", False, 0) is not None
+    limits.release("b")
+    assert limits.admit("d", False, 0) is None
+
+
+def test_creation_rate() -> None:
+    limits = ConnectionLimits(LimitSettings(max_creation_rate=3))
+    assert [limits.admit(str(i), False, 100.0 + i) is None for i in range(4)] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert limits.admit("later", False, 1_200.0) is None  # a second later
+
+
+async def test_idle_connections_are_closed_and_busy_ones_kept() -> None:
+    server = await serve(LimitSettings(idle_ms=1500))
+    try:
+        idle = await connect(server)
+        busy = await connect(server)
+        for _ in range(6):
+            assert await answers(*busy)
+            await asyncio.sleep(0.5)
+        assert await closed_by_broker(idle[0], 0.5)
+        assert await answers(*busy)
+        busy[1].close()
+    finally:
+        await server.close(timeout=0)
+
+
+async def test_an_unauthenticated_sasl_connection_is_closed() -> None:
+    config = BrokerConfig(sasl_enabled_mechanisms="PLAIN")
+    sasl = SaslAuthenticator(config, "SASL_PLAINTEXT", lambda *_a: None)  # type: ignore[arg-type]
+    server = await serve(
+        LimitSettings(unauthenticated_ms=1000), ListenerSecurity("SASL_PLAINTEXT", None, sasl)
+    )
+    try:
+        reader, writer = await connect(server)
+        assert await answers(reader, writer)  # ApiVersions is allowed before the login
+        assert await closed_by_broker(reader, 3.0)
+        writer.close()
+    finally:
+        await server.close(timeout=0)
+
+
+async def test_half_sent_large_requests_share_a_bounded_pool() -> None:
+    """Two clients each announce a 900 KiB request and send part of it; the pool holds
+    1 MiB, so the second waits (reads nothing more) until the first request is whole."""
+    limits = LimitSettings(queued_max_request_bytes=1 << 20, idle_ms=-1)
+    server = await serve(limits)
+    pool = server._limits
+    try:
+        size = 900 * 1024
+        a = await connect(server)
+        b = await connect(server)
+        a[1].write(struct.pack(">i", size) + b"\0" * 100_000)
+        await a[1].drain()
+        await asyncio.sleep(0.2)
+        b[1].write(struct.pack(">i", size) + b"\0" * 100_000)
+        await b[1].drain()
+        await asyncio.sleep(0.2)
+        assert pool.receiving_bytes == size + 4  # only a's request is reserved
+        # a's request completes (garbage: the connection is closed), its memory returns.
+        a[1].write(b"\0" * (size - 100_000))
+        await a[1].drain()
+        assert await closed_by_broker(a[0], 3.0)
+        await asyncio.sleep(0.2)
+        assert pool.receiving_bytes == size + 4  # now b's
+        b[1].close()
+        await asyncio.sleep(0.2)
+        assert pool.receiving_bytes == 0
+    finally:
+        await server.close(timeout=0)
