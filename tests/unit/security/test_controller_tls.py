@@ -107,3 +107,65 @@ async def test_tls_api_with_client_certificates_and_secret(
         for client in (good, no_cert, wrong_secret, plain_http):
             await client.close()
         await service.stop()
+
+
+async def test_the_raft_link_is_tls_when_the_controller_has_a_certificate(
+    tmp_path: Path, pki: dict[str, str]
+) -> None:
+    """Raft messages carry the metadata log (SCRAM salts and stored keys): encrypted. A
+    plaintext peer gets no challenge (the listener expects a TLS handshake); two voters
+    with the controller's TLS settings exchange messages."""
+    import asyncio
+
+    from controller.raft.messages import VoteRequest
+    from controller.raft.transport import TcpTransport
+
+    settings = ControllerSettings(
+        node_id=1,
+        voters={1: ("127.0.0.1", 0)},
+        host="127.0.0.1",
+        http_port=0,
+        data_dir=tmp_path / "c",
+        secret="the-secret-of-the-quorum",
+        ssl_certificate_location=pki["server.pem"],
+        ssl_key_location=pki["server.key"],
+        ssl_ca_location=pki["ca"],
+    )
+    server_ssl, client_ssl = settings.raft_ssl_contexts()
+    assert server_ssl is not None and client_ssl is not None
+    got: list[object] = []
+    secret = b"the-secret-of-the-quorum"
+    receiver = TcpTransport(1, {}, secret=secret, on_message=got.append, server_ssl=server_ssl)
+    host, port = await receiver.start("127.0.0.1", 0)
+    sender = TcpTransport(
+        2, {1: (host, port)}, secret=secret, on_message=lambda _m: None, client_ssl=client_ssl
+    )
+    await sender.start("127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.readexactly(16), 0.5)  # no plaintext challenge
+        writer.close()
+        msg = VoteRequest(5, 2, 1, 0, 0, True)
+        for _ in range(100):
+            if sender._peers[1].connected:
+                break
+            await asyncio.sleep(0.05)
+        sender.send(msg)
+        for _ in range(100):
+            if got:
+                break
+            await asyncio.sleep(0.05)
+        assert got == [msg]
+    finally:
+        await sender.close()
+        await receiver.close()
+    with pytest.raises(ValueError, match=r"ssl\.ca\.location"):
+        ControllerSettings(
+            node_id=1,
+            voters={1: ("127.0.0.1", 0)},
+            host="127.0.0.1",
+            http_port=0,
+            data_dir=tmp_path / "c",
+            ssl_certificate_location=pki["server.pem"],
+        ).raft_ssl_contexts()
