@@ -14,6 +14,10 @@
 - ``connections.max.unauthenticated.ms``: a connection on a SASL listener that has not
   authenticated this long after it was opened is closed; a half-finished login must not
   hold a connection slot for the idle timeout.
+- KIP-612's ``connection_creation_rate`` quota of an ``ip`` entity (or the default ip
+  entity), set with AlterClientQuotas: new connections per second from one address, over
+  a sliding second; past it the new connection is closed. This is what stops a client from
+  escaping a produce quota by reconnecting.
 - ``queued.max.request.bytes``: bytes all connections may hold in requests still being
   received; past it, connections waiting for the rest of a large request stop reading
   until memory is returned (Kafka's memory pool). Idle or stalled senders are then cut by
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import resource
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +42,9 @@ UNLIMITED = 2**31 - 1
 # File descriptors kept free below RLIMIT_NOFILE for everything that is not a client
 # connection: segments and indexes, sockets to the store, the database and other brokers.
 RESERVED_FILES = 512
+# Addresses whose recent connection times are kept for the ip quota (bounded: a client
+# cannot grow this by connecting from many addresses).
+MAX_RATE_HOSTS = 50_000
 
 
 def parse_overrides(text: str) -> dict[str, int]:
@@ -84,8 +92,13 @@ def limit_settings(config: BrokerConfig) -> LimitSettings:
 
 
 class ConnectionLimits:
-    def __init__(self, settings: LimitSettings, clock_ms: float = 0.0) -> None:
+    def __init__(
+        self, settings: LimitSettings, ip_rate: Callable[[str], float | None] | None = None
+    ) -> None:
         self.settings = settings
+        # The connection_creation_rate quota of an address (None: no quota applies).
+        self._ip_rate = ip_rate
+        self._ip_created: dict[str, deque[float]] = {}
         self._overrides = dict(settings.per_ip_overrides)
         self._max = file_limited(settings.max_connections)
         self._per_ip: dict[str, int] = {}
@@ -119,8 +132,28 @@ class ConnectionLimits:
                     f"too many new connections (max.connection.creation.rate={s.max_creation_rate})"
                 )
             created.append(now_ms)
+            if (quota := self._ip_quota_refusal(host, now_ms)) is not None:
+                self.refused += 1
+                return quota
         self._per_ip[host] = self._per_ip.get(host, 0) + 1
         self._total += 1
+        return None
+
+    def _ip_quota_refusal(self, host: str, now_ms: float) -> str | None:
+        rate = self._ip_rate(host) if self._ip_rate is not None else None
+        if rate is None:
+            self._ip_created.pop(host, None)
+            return None
+        times = self._ip_created.get(host)
+        if times is None:
+            if len(self._ip_created) >= MAX_RATE_HOSTS:
+                self._ip_created.clear()
+            times = self._ip_created[host] = deque()
+        while times and times[0] <= now_ms - 1000:
+            times.popleft()
+        if len(times) >= rate:
+            return f"connection_creation_rate quota of {host} ({rate:g}/s) exceeded"
+        times.append(now_ms)
         return None
 
     def release(self, host: str) -> None:

@@ -260,7 +260,7 @@ class Broker:
             self.migration_sealer.start()
         table = build_api_table(self)
         # One set of connection limits for all listeners (max.connections is per broker).
-        limits = ConnectionLimits(limit_settings(self.config))
+        limits = ConnectionLimits(limit_settings(self.config), self._ip_connection_rate)
         for number, listener in enumerate(self.listener_plan.bound):
             server = KafkaServer(
                 table,
@@ -370,6 +370,18 @@ class Broker:
     @property
     def http_port(self) -> int | None:
         return self._http.port if self._http is not None else None
+
+    def _ip_connection_rate(self, host: str) -> float | None:
+        """KIP-612: the connection_creation_rate quota of ``host`` (else the default ip
+        entity's) from the metadata image; None without one."""
+        if self.controller is None:
+            return None
+        quotas = self.controller.image.quotas
+        for entity in ((("ip", host),), (("ip", None),)):
+            rate = quotas.get(entity, {}).get("connection_creation_rate")
+            if rate is not None:
+                return rate
+        return None
 
     def _make_membership(self) -> Membership:
         inter = self.listener_plan.advertised[self.listener_plan.inter_broker]

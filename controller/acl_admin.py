@@ -11,6 +11,7 @@ writes nothing, and a delete filter removes every ACL it matches, answering with
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import uuid
 from collections.abc import Sequence
@@ -24,9 +25,11 @@ from .image import MetadataImage, quota_entity
 from .records import AccessControlEntry, ClientQuota, Record, RemoveAccessControlEntry
 from .requests import Outcome
 
-# Kafka's quota keys (client quotas; connection-rate quotas are not supported).
+# Kafka's quota keys: client quotas for user / client-id entities, and KIP-612's
+# connection-rate quota for ip entities (which stand alone, as in Kafka).
 QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage"})
-QUOTA_ENTITY_TYPES = frozenset({"user", "client-id"})
+IP_QUOTA_KEYS = frozenset({"connection_creation_rate"})
+QUOTA_ENTITY_TYPES = frozenset({"user", "client-id", "ip"})
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,20 @@ def _check_alteration(alteration: QuotaAlteration) -> str | None:
         return f"Unsupported quota entity type(s): {', '.join(sorted(unknown))}"
     if any(name == "" for name in alteration.entity_names):
         return "A quota entity name must not be empty (null means the default entity)"
+    keys = QUOTA_KEYS
+    if "ip" in types:
+        if len(types) != 1:
+            return "An ip quota entity cannot be combined with user or client-id"
+        name = alteration.entity_names[0]
+        if name is not None:
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                return f"{name!r} is not a valid IP address"
+        keys = IP_QUOTA_KEYS
     for op in alteration.ops:
-        if op.key not in QUOTA_KEYS:
-            return f"Unsupported quota key {op.key!r}: use one of {', '.join(sorted(QUOTA_KEYS))}"
+        if op.key not in keys:
+            return f"Unsupported quota key {op.key!r}: use one of {', '.join(sorted(keys))}"
         if not op.remove and (not math.isfinite(op.value) or op.value <= 0):
             return f"Quota {op.key} must be a positive number, not {op.value}"
     if len({op.key for op in alteration.ops}) != len(alteration.ops):

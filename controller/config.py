@@ -91,9 +91,7 @@ def load_settings(
         diskless = merged["log.diskless.enable"].lower()
         rebalance = merged["auto.leader.rebalance.enable"].lower()
         insecure = merged[INSECURE_KEY].lower()
-        if any(
-            v not in ("true", "false") for v in (fsync, expand, diskless, rebalance, insecure)
-        ):
+        if any(v not in ("true", "false") for v in (fsync, expand, diskless, rebalance, insecure)):
             raise ValueError(
                 "controller.fsync, controller.legacy.rf.expansion.enable, "
                 "log.diskless.enable, auto.leader.rebalance.enable and "

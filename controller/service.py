@@ -121,7 +121,6 @@ class ControllerSettings:
         }.get(self.ssl_client_auth, ssl.CERT_NONE)
         return context
 
-
     def raft_ssl_contexts(self) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
         """TLS for the Raft link when the controller has a certificate: (listener, client).
 

@@ -180,3 +180,15 @@ async def test_half_sent_large_requests_share_a_bounded_pool() -> None:
         assert pool.receiving_bytes == 0
     finally:
         await server.close(timeout=0)
+
+
+def test_an_ip_connection_creation_rate_quota() -> None:
+    """KIP-612: a client escaping a produce quota by reconnecting is held to the
+    connection rate of its address (the default ip entity for the others)."""
+    quotas = {"10.0.0.1": 2.0}
+    limits = ConnectionLimits(LimitSettings(), quotas.get)
+    admitted = [limits.admit("10.0.0.1", False, 1_000.0 + i) is None for i in range(3)]
+    assert admitted == [True, True, False]
+    assert limits.admit("10.0.0.2", False, 1_005.0) is None  # no quota for it
+    assert limits.admit("10.0.0.1", False, 2_100.0) is None  # the next second
+    assert limits.admit("10.0.0.1", True, 2_101.0) is None  # inter-broker: exempt

@@ -110,7 +110,19 @@ def test_quota_changes_and_refusals() -> None:
     assert image.quotas == {}
     assert alter(QuotaOp("bogus_rate", 1, False)).error_code == 40  # INVALID_CONFIG
     assert alter(QuotaOp("producer_byte_rate", -5, False)).error_code == 40
-    assert alter(QuotaOp("producer_byte_rate", 1, False), types=("ip",)).error_code == 42
+    # KIP-612: an ip entity (alone) takes only connection_creation_rate.
+    rate = QuotaOp("connection_creation_rate", 5, False)
+    assert (
+        alter(QuotaOp("producer_byte_rate", 1, False), types=("ip",), names=(None,)).error_code
+        == 40
+    )
+    assert alter(rate, types=("ip",), names=("not-an-ip",)).error_code == 42
+    assert alter(rate, types=("ip", "user"), names=("10.0.0.1", "a")).error_code == 42
+    assert alter(rate).error_code == 40  # not a user quota
+    assert alter(rate, types=("ip",), names=("10.0.0.1",)).error_code == 0
+    assert alter(rate, types=("ip",), names=(None,)).error_code == 0
+    assert image.quotas.pop((("ip", "10.0.0.1"),)) == {"connection_creation_rate": 5.0}
+    assert image.quotas.pop((("ip", None),)) == {"connection_creation_rate": 5.0}
     assert (
         alter(
             QuotaOp("producer_byte_rate", 1, False), types=("user", "user"), names=("a", "b")
