@@ -4,9 +4,9 @@
   a client address past its limit has its new connection closed at once, as Kafka does.
 - ``max.connections``: connections of the whole broker. The inter-broker listener is
   exempt, as in Kafka, so replication and an operator on that listener are never locked
-  out by a flood on the client listener. Whatever is configured, the broker keeps room
-  below its open-file limit (RLIMIT_NOFILE): past it, it could not open a segment, an
-  object or a database connection, and would fail for everyone.
+  out by a flood on the client listener. Whatever is configured, and on every listener,
+  the broker keeps room below its open-file limit (RLIMIT_NOFILE): past it, it could not
+  open a segment, an object or a database connection, and would fail for everyone.
 - ``max.connection.creation.rate``: new connections per second, per broker (Kafka delays
   acceptance; here the connection past the rate is closed, which a client retries).
 - ``connections.max.idle.ms``: a connection that neither sent nor received anything for
@@ -100,7 +100,9 @@ class ConnectionLimits:
         self._ip_rate = ip_rate
         self._ip_created: dict[str, deque[float]] = {}
         self._overrides = dict(settings.per_ip_overrides)
-        self._max = file_limited(settings.max_connections)
+        self._max = settings.max_connections
+        # Applies to every listener, the exempt one too: past it nothing can be opened.
+        self._file_cap = file_limited(UNLIMITED)
         self._per_ip: dict[str, int] = {}
         self._total = 0
         self._created: deque[float] = deque()  # accept times (ms) in the last second
@@ -119,6 +121,9 @@ class ConnectionLimits:
         if self._per_ip.get(host, 0) >= limit:
             self.refused += 1
             return f"too many connections from {host} (max.connections.per.ip={limit})"
+        if self._total >= self._file_cap:
+            self.refused += 1
+            return f"too many connections for the open-file limit ({self._file_cap})"
         if not exempt:
             if self._total >= self._max:
                 self.refused += 1

@@ -71,17 +71,34 @@ class FrameReader:
     what it keeps, record data included).
 
     The buffer grows as bytes arrive, at most doubling per step, never to the size a
-    length prefix merely claims. While a large frame is incomplete, reads stop at its
-    end, so it is completed in place and nothing has to be moved afterwards.
+    length prefix merely claims. While a large frame (over ``large_size``) is incomplete,
+    reads stop at its end, so it is completed in place and nothing has to be moved
+    afterwards. A new connection starts small: an idle one holds 4 KiB, not the 64 KiB
+    an active one grows to (tens of thousands of idle sockets must not cost gigabytes).
     """
 
-    __slots__ = ("_buf", "_end", "_initial", "_keep", "_max_size", "_ro", "_start", "_view")
+    __slots__ = (
+        "_buf",
+        "_end",
+        "_initial",
+        "_keep",
+        "_large",
+        "_max_size",
+        "_ro",
+        "_start",
+        "_view",
+    )
 
     def __init__(
-        self, max_size: int, initial_size: int = 64 * 1024, keep_size: int = 8 * 1024 * 1024
+        self,
+        max_size: int,
+        initial_size: int = 4 * 1024,
+        keep_size: int = 8 * 1024 * 1024,
+        large_size: int = 64 * 1024,
     ) -> None:
         self._max_size = max_size
         self._initial = initial_size
+        self._large = max(large_size, initial_size)
         # A buffer grown past this for one huge frame goes back to the initial size once
         # that frame is decoded; below it, the buffer stays as large as the largest frame.
         self._keep = max(keep_size, initial_size)
@@ -109,7 +126,7 @@ class FrameReader:
         start, end = self._start, self._end
         pending = end - start
         wanted = self._head_frame_end() - start if pending >= 4 else 0
-        if wanted > self._initial:
+        if wanted > self._large:
             # A large frame is incomplete: room up to its end and no further.
             if start + wanted > len(self._buf):
                 if wanted <= len(self._buf):
@@ -150,12 +167,12 @@ class FrameReader:
         return frames
 
     def incomplete_frame_size(self) -> int:
-        """The size of the frame being received when it is larger than the initial buffer
-        (what receiving it will hold), else 0: small frames need no reservation."""
+        """The size of the frame being received when it is a large one (what receiving it
+        will hold), else 0: small frames need no reservation."""
         if self._end - self._start < 4:
             return 0
         size = self._head_frame_end() - self._start
-        return size if size > self._initial else 0
+        return size if size > self._large else 0
 
     def release(self) -> None:
         """Called after the frames of one read are decoded: drop an outsized buffer."""
