@@ -114,6 +114,29 @@ def fetch_body(topic: str, offset: int, replica: int = -1) -> dict[str, Any]:
     }
 
 
+async def create_on_broker_1(via: Broker, name: str) -> Any:
+    """CreateTopics through ``via``: a one-partition classic topic with its one replica on
+    broker 1."""
+    return await call(
+        via,
+        19,
+        7,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [{"partition_index": 0, "broker_ids": [1]}],
+                    "configs": [{"name": "diskless.enable", "value": "false"}],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        },
+    )
+
+
 def batch(n: int) -> bytes:
     return build_batch(
         [Record(b"k", b"v%d" % i) for i in range(n)], base_timestamp_ms=int(time.time() * 1000)
@@ -247,24 +270,7 @@ async def test_a_produce_before_the_replica_opens_is_never_taken_as_diskless(
         await release.wait()
 
     b1.coordinator.create_logs = slow_create_logs  # type: ignore[method-assign]
-    created = await call(
-        b2,
-        19,
-        7,
-        {
-            "topics": [
-                {
-                    "name": "fresh",
-                    "num_partitions": -1,
-                    "replication_factor": -1,
-                    "assignments": [{"partition_index": 0, "broker_ids": [1]}],
-                    "configs": [{"name": "diskless.enable", "value": "false"}],
-                }
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        },
-    )
+    created = await create_on_broker_1(b2, "fresh")
     assert created.topics[0].error_code == E.none, created.topics[0].error_message
     await asyncio.wait_for(held.wait(), 10)
     assert b1.controller.image.topic("fresh") is not None
@@ -291,24 +297,7 @@ async def test_a_producers_requests_are_appended_in_arrival_order_while_one_is_v
     (the audit: ~3 % of transactions). Requests are run as the connection's worker runs them:
     each handler awaited in arrival order, answers awaited afterwards."""
     b1, _b2 = brokers
-    created = await call(
-        b1,
-        19,
-        7,
-        {
-            "topics": [
-                {
-                    "name": "txn",
-                    "num_partitions": -1,
-                    "replication_factor": -1,
-                    "assignments": [{"partition_index": 0, "broker_ids": [1]}],
-                    "configs": [{"name": "diskless.enable", "value": "false"}],
-                }
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        },
-    )
+    created = await create_on_broker_1(b1, "txn")
     assert created.topics[0].error_code == E.none, created.topics[0].error_message
     await eventually(lambda: bool(b1.classic and b1.classic.partitions))
     [topic_id] = {key[0] for key in b1.classic.partitions}  # type: ignore[union-attr]
