@@ -1,8 +1,8 @@
 """What ``sluice cluster up --secure`` generates: a private CA, certificates for the brokers'
 SASL_SSL listeners and the controllers' HTTPS API (and client certificates the brokers
 present to the controllers), a SCRAM-SHA-512 admin user, and the SCRAM-SHA-512 user the
-brokers log in as on each other's listener (followers replicating classic topics), a super
-user so replication passes an authorizer (Kafka's CLUSTER_ACTION).
+brokers log in as on each other's listener (followers replicating classic topics); the brokers
+run Kafka's StandardAuthorizer with those two as super users.
 
 Everything lives under ``<dir>/tls`` with private keys and the password readable by the owner
 only, except the CA's private key: it is in ``<dir>/tls-ca/`` so that mounting or copying the
@@ -28,6 +28,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 ADMIN_USER = "admin"
 ADMIN_MECHANISM = "SCRAM-SHA-512"
 BROKER_USER = "broker"  # the brokers' own principal on the inter-broker listener
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 VALIDITY = datetime.timedelta(days=365)
 
 
@@ -231,9 +232,12 @@ def broker_settings(files: SecureFiles, host: str, port: int) -> dict[str, str]:
         "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
         "sasl.mechanism.inter.broker.protocol": ADMIN_MECHANISM,
         f"listener.name.sasl_ssl.{ADMIN_MECHANISM.lower()}.sasl.jaas.config": broker_jaas(files),
-        # Only matters with an authorizer (authorizer.class.name): replication is then the
-        # broker principal's privilege.
-        "super.users": f"User:{BROKER_USER}",
+        # ACLs decide, as Kafka's StandardAuthorizer (a resource without any is closed):
+        # replication is the broker principal's privilege (CLUSTER_ACTION), administration
+        # admin's. Another SCRAM user may do only what admin grants it, so it cannot, e.g.,
+        # overwrite admin's credential (ALTER on the cluster).
+        "authorizer.class.name": AUTHORIZER,
+        "super.users": f"User:{BROKER_USER};User:{ADMIN_USER}",
         "controller.ssl.ca.location": str(files.ca),
         "controller.ssl.certificate.location": str(files.client_cert),
         "controller.ssl.key.location": str(files.client_key),
