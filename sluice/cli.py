@@ -173,8 +173,9 @@ def _parser() -> argparse.ArgumentParser:
         "--secure",
         action="store_true",
         help="SASL_SSL listeners with a generated CA (under DIR/tls), HTTPS with client "
-        "certificates to the controllers, and a SCRAM-SHA-512 user 'admin' whose password "
-        "is printed",
+        "certificates to the controllers, Kafka's StandardAuthorizer, and a SCRAM-SHA-512 "
+        "user 'admin' whose password is written to DIR/tls/admin.password (0600; its path "
+        "is printed, never the password)",
     )
     up.add_argument(
         "-o",
@@ -250,12 +251,12 @@ def _print_addresses(state: dict[str, object]) -> None:
     print(f"bootstrap.servers={state['bootstrap']}")
     security = state.get("security")
     if isinstance(security, dict):
-        with open(security["password_file"]) as f:
-            password = f.read().strip()
+        # The path, not the password: a terminal's scrollback, a CI log or a shared screen
+        # would keep it. The file is readable by its owner only.
         print("security.protocol=SASL_SSL")
         print("sasl.mechanism=SCRAM-SHA-512")
         print("sasl.username=admin")
-        print(f"sasl.password={password}")
+        print(f"sasl.password: in {security['password_file']} (readable by you only)")
         print(f"ssl.ca.location={security['ssl.ca.location']}")
         properties = security["client_properties"]
         print(f"(all of the above, for librdkafka clients and kcat -F: {properties})")

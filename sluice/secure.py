@@ -1,12 +1,14 @@
 """What ``sluice cluster up --secure`` generates: a private CA, certificates for the brokers'
 SASL_SSL listeners and the controllers' HTTPS API (and client certificates the brokers
 present to the controllers), a SCRAM-SHA-512 admin user, and the SCRAM-SHA-512 user the
-brokers log in as on each other's listener (followers replicating classic topics), a super
-user so replication passes an authorizer (Kafka's CLUSTER_ACTION).
+brokers log in as on each other's listener (followers replicating classic topics); the brokers
+run Kafka's StandardAuthorizer with those two as super users.
 
 Everything lives under ``<dir>/tls`` with private keys and the password readable by the owner
-only. The admin credential goes into the metadata log as salted keys before any broker
-starts, so the cluster never has an unauthenticated moment.
+only, except the CA's private key: it is in ``<dir>/tls-ca/`` so that mounting or copying the
+``tls`` directory (docker-compose.secure.yml) never hands it to a container; whoever has it can
+issue certificates the whole cluster trusts. The admin credential goes into the metadata log
+as salted keys before any broker starts, so the cluster never has an unauthenticated moment.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 ADMIN_USER = "admin"
 ADMIN_MECHANISM = "SCRAM-SHA-512"
 BROKER_USER = "broker"  # the brokers' own principal on the inter-broker listener
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 VALIDITY = datetime.timedelta(days=365)
 
 
@@ -36,6 +39,10 @@ class SecureFiles:
     @property
     def ca(self) -> Path:
         return self.root / "ca.pem"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.root.parent / f"{self.root.name}-ca" / "ca.key"
 
     @property
     def server_cert(self) -> Path:
@@ -107,6 +114,10 @@ def generate(root: Path, hosts: list[str]) -> SecureFiles:
     """A CA, a server certificate for ``hosts`` and a broker client certificate; reused if
     they exist (a second ``up`` keeps the clients' trust and the admin password)."""
     files = SecureFiles(root)
+    old_ca_key = root / "ca.key"  # where older versions kept it
+    if old_ca_key.exists():
+        files.ca_key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.replace(old_ca_key, files.ca_key)
     if files.ca.exists() and files.admin_password_file.exists():
         if not files.broker_password_file.exists():  # made by an older version
             _write_broker_login(files)
@@ -172,7 +183,8 @@ def generate(root: Path, hosts: list[str]) -> SecureFiles:
     )
     client_cert, client_key = issue("sluice-broker", ExtendedKeyUsageOID.CLIENT_AUTH, [])
     files.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(root / "ca.key", _pem_key(ca_key))
+    files.ca_key.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write_private(files.ca_key, _pem_key(ca_key))
     files.server_cert.write_bytes(server_cert)
     _write_private(files.server_key, server_key)
     files.client_cert.write_bytes(client_cert)
@@ -220,9 +232,12 @@ def broker_settings(files: SecureFiles, host: str, port: int) -> dict[str, str]:
         "sasl.enabled.mechanisms": "SCRAM-SHA-512,SCRAM-SHA-256",
         "sasl.mechanism.inter.broker.protocol": ADMIN_MECHANISM,
         f"listener.name.sasl_ssl.{ADMIN_MECHANISM.lower()}.sasl.jaas.config": broker_jaas(files),
-        # Only matters with an authorizer (authorizer.class.name): replication is then the
-        # broker principal's privilege.
-        "super.users": f"User:{BROKER_USER}",
+        # ACLs decide, as Kafka's StandardAuthorizer (a resource without any is closed):
+        # replication is the broker principal's privilege (CLUSTER_ACTION), administration
+        # admin's. Another SCRAM user may do only what admin grants it, so it cannot, e.g.,
+        # overwrite admin's credential (ALTER on the cluster).
+        "authorizer.class.name": AUTHORIZER,
+        "super.users": f"User:{BROKER_USER};User:{ADMIN_USER}",
         "controller.ssl.ca.location": str(files.ca),
         "controller.ssl.certificate.location": str(files.client_cert),
         "controller.ssl.key.location": str(files.client_key),
@@ -301,8 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         files = generate(Path(args.dir), hosts)
         print(f"CA {files.ca}; admin password in {files.admin_password_file}")
         return 0
+    from broker.config import resolve_secret_reference
+
     files = SecureFiles(Path(args.dir))
-    asyncio.run(create_admin(files, args.controllers.split(","), args.secret))
+    # ${file:/run/...} in docker-compose.secure.yml: the secret is not on the command line.
+    secret = resolve_secret_reference("controller.secret", args.secret)
+    asyncio.run(create_admin(files, args.controllers.split(","), secret))
     print("SCRAM-SHA-512 users 'admin' and 'broker' created")
     return 0
 

@@ -6,6 +6,12 @@ whatever else runs on the machine, never collide on weed's fixed defaults; the p
 are kept for ``restart()`` so clients configured with the endpoint keep working.
 Readiness is a signed ListBuckets that succeeds, not an open port: the S3 port
 accepts connections before the identities of ``s3.json`` are loaded.
+
+Nothing is served without credentials: S3 requests must be signed with the identity of
+``s3.json`` (anonymous ones get 403), and the filer's and volume servers' own HTTP APIs, which
+bypass S3 and its identities, only accept JWTs signed with keys generated per instance and
+handed to weed in its environment (``WEED_JWT_*``: its security.toml settings), so a local
+process cannot read, list, overwrite or delete objects through them either.
 """
 
 from __future__ import annotations
@@ -37,6 +43,14 @@ _ADMIN_GRPC_OFFSET = 10000
 _LOG_TAIL_BYTES = 4000
 # Environment variables weed reads as fallbacks for flags we do not set.
 _WEED_ENV_FALLBACKS = ("S3_BUCKET", "S3_TABLE_BUCKET", "S3_EXTERNAL_URL")
+# security.toml's JWT keys as environment variables (they win over any security.toml):
+# volume server writes (the master signs), filer HTTP writes and reads (the S3 gateway signs).
+# Not jwt.signing.read: weed's filer cannot read volumes in that mode.
+_JWT_KEYS = (
+    "WEED_JWT_SIGNING_KEY",
+    "WEED_JWT_FILER_SIGNING_KEY",
+    "WEED_JWT_FILER_SIGNING_READ_KEY",
+)
 
 
 class SeaweedFSError(RuntimeError):
@@ -76,6 +90,7 @@ class LocalSeaweedFS:
         self.access_key = access_key or "sluice" + secrets.token_hex(6)
         self.secret_key = secret_key or secrets.token_urlsafe(24)
         self.region = region
+        self._jwt_keys = {name: secrets.token_urlsafe(32) for name in _JWT_KEYS}
         self._binary = binary
         self._ready_timeout_s = ready_timeout_s
         self._volume_size_limit_mb = volume_size_limit_mb
@@ -227,6 +242,7 @@ class LocalSeaweedFS:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives until stop()
         self._log_start = self._log.tell()
         env = {k: v for k, v in os.environ.items() if k not in _WEED_ENV_FALLBACKS}
+        env.update(self._jwt_keys)
         # weed runs in its own session (below), so nothing stops it with us: stop it at
         # interpreter exit, a crash of the caller included (not on SIGKILL, though).
         atexit.register(self._terminate)

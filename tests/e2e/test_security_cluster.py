@@ -10,8 +10,22 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaError
-from kafka.admin import KafkaAdminClient
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+from kafka.admin import (
+    ACL,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
+    KafkaAdminClient,
+    ResourcePattern,
+    ResourceType,
+)
 from kafka.admin import ScramMechanism as KpScramMechanism
 from kafka.admin import UserScramCredentialUpsertion as KpUpsertion
 
@@ -78,6 +92,19 @@ def test_credentials_survive_controller_failover_and_reach_a_later_broker(
         admin.alter_user_scram_credentials(
             [KpUpsertion("erin", KpScramMechanism.SCRAM_SHA_512, "erin-pw", iterations=4096)]
         )
+        # --secure runs the StandardAuthorizer: erin may use what admin grants her (ACLs
+        # live in the metadata log too, so the later broker learns them as well).
+        grants = [
+            ACL(
+                "User:erin",
+                "*",
+                ACLOperation.ALL,
+                ACLPermissionType.ALLOW,
+                ResourcePattern(kind, prefix, ACLResourcePatternType.PREFIXED),
+            )
+            for kind, prefix in ((ResourceType.TOPIC, "erin-"), (ResourceType.GROUP, "g-"))
+        ]
+        assert not admin.create_acls(grants)["failed"]
     finally:
         admin.close()
 
@@ -99,4 +126,15 @@ def test_credentials_survive_controller_failover_and_reach_a_later_broker(
     started = time.monotonic()
     assert confluent_roundtrip(erin, unique_topic("erin"), 5) == expected(5)
     assert time.monotonic() - started < 60
+    # ... but erin cannot take admin over: a credential change needs ALTER on the cluster.
+    takeover = UserScramCredentialUpsertion(
+        "admin", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"taken-over"
+    )
+    erin_admin = AdminClient(erin)  # kept referenced: a collected client fails its futures
+    future = erin_admin.alter_user_scram_credentials([takeover])["admin"]
+    with pytest.raises(KafkaException) as refused:
+        future.result(timeout=30)
+    assert refused.value.args[0].code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    admin_conf = cluster_admin_conf(cluster, later.bootstrap)
+    assert confluent_roundtrip(admin_conf, unique_topic("admin"), 1) == expected(1)
     active.start()  # back to three voters for whatever runs next

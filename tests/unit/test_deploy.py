@@ -9,16 +9,29 @@ and its metric names are checked here with PyYAML; the compose schema itself is 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import stat
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
 from broker.config import load_config, parse_config_file
+from controller.access import secret_problem
 from controller.config import load_settings
+from sluice.compose_init import (
+    ADMIN_FILES,
+    GRAFANA_UID,
+    NODE_FILES,
+    SLUICE_UID,
+    install_tls,
+    make_secrets,
+)
+from sluice.secure import generate
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -41,8 +54,39 @@ def _env(service: dict) -> dict[str, str]:
 
 
 def _substitute(value: str) -> str:
-    """Compose's ${VAR:-default} with the variable unset."""
-    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+    """Compose's ${VAR:-default} with the variable unset, and its ``$$`` escape (a literal
+    ``$``, as in ``$${file:/run/sluice/...}``) undone."""
+    value = re.sub(r"(?<!\$)\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+    return value.replace("$$", "$")
+
+
+@dataclass(frozen=True)
+class Generated:
+    """What the init services generate, made by the same code in a temp directory."""
+
+    secrets: Path  # secrets-init's /run/sluice
+    tls: Path  # the host's deploy/tls (python -m sluice.secure certs)
+    node: Path  # tls-init's tls-node volume (/etc/sluice/tls)
+    admin: Path  # tls-init's tls-admin volume (/etc/sluice/admin)
+
+    def resolve(self, value: str) -> str:
+        """A compose value as the container sees it, its in-container paths moved here."""
+        value = _substitute(value)
+        value = value.replace("${file:/run/sluice/", f"${{file:{self.secrets}/")
+        return value.replace("${file:/etc/sluice/tls/", f"${{file:{self.node}/")
+
+    def env(self, service: dict) -> dict[str, str]:
+        return {k: self.resolve(v) for k, v in _env(service).items()}
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Generated:
+    root = tmp_path_factory.mktemp("compose-init")
+    out = Generated(root / "run-sluice", root / "tls", root / "node", root / "admin")
+    make_secrets(out.secrets, chown=False)
+    generate(out.tls, [*BROKERS, *CONTROLLERS, "localhost"])
+    install_tls(out.tls, out.node, out.admin, chown=False)
+    return out
 
 
 def _mounted_config(service: dict) -> Path:
@@ -53,13 +97,22 @@ def _mounted_config(service: dict) -> Path:
     raise AssertionError(f"the config file {service['command'][-1]} is not mounted")
 
 
-def _published(service: dict) -> list[int]:
+def _bindings(service: dict) -> list[tuple[str, int]]:
+    """(host interface, host port) of each published port; "" is every interface. Short
+    syntax ("[ip:]host:container", docker-compose.yml) or Compose's own output (mappings)."""
     out = []
     for port in service.get("ports", []):
-        host, _, _container = str(port).rpartition(":")
-        assert host, f"{port!r}: publish with an explicit host port"
-        out.append(int(host))
+        if isinstance(port, dict):
+            out.append((port.get("host_ip", ""), int(port["published"])))
+            continue
+        parts = str(port).split("/")[0].split(":")
+        assert len(parts) in (2, 3), f"{port!r}: publish with an explicit host port"
+        out.append((parts[0] if len(parts) == 3 else "", int(parts[-2])))
     return out
+
+
+def _published(service: dict) -> list[int]:
+    return [port for _host, port in _bindings(service)]
 
 
 def test_services_exist(compose: dict) -> None:
@@ -95,14 +148,24 @@ def test_brokers_two_per_rack_and_name_the_controllers(compose: dict) -> None:
     assert len(node_ids) == len(BROKERS)
 
 
-def test_every_service_config_loads(compose: dict) -> None:
-    """Each broker's and controller's file + SLUICE_* env go through the real loaders."""
+def test_every_service_config_loads(compose: dict, generated: Generated) -> None:
+    """Each broker's and controller's file + SLUICE_* env go through the real loaders, the
+    ${file:...} references resolved against what secrets-init generates."""
     services = compose["services"]
+    controller_secret = (generated.secrets / "controller" / "secret").read_text().strip()
     for name in BROKERS:
         service = services[name]
         file = parse_config_file(_mounted_config(service).read_text())
-        env = {k: _substitute(v) for k, v in _env(service).items()}
+        env = generated.env(service)
         config = load_config(file, env=env)
+        assert config.controller_secret == controller_secret
+        assert config.s3_access_key == "sluice"
+        minio_password = (generated.secrets / "minio" / "password").read_text().strip()
+        assert config.s3_secret_key == minio_password
+        pg_password = (generated.secrets / "postgres" / "password").read_text().strip()
+        assert config.coordinator_dsn == f"postgresql://sluice:{pg_password}@postgres:5432/sluice"
+        for mount in ("controller", "postgres", "minio"):
+            assert f"secrets-{mount}:/run/sluice/{mount}:ro" in service["volumes"]
         assert config.rack == env["SLUICE_BROKER_RACK"]
         assert config.port == int(env["SLUICE_PORT"])
         assert config.http_port == 8080
@@ -116,8 +179,10 @@ def test_every_service_config_loads(compose: dict) -> None:
         service = services[name]
         assert service["command"][:2] == ["controller", "--config"]
         file = parse_config_file(_mounted_config(service).read_text())
-        env = {k: _substitute(v) for k, v in _env(service).items()}
+        env = generated.env(service)
         settings = load_settings(file, env=env)
+        assert settings.secret == controller_secret
+        assert "secrets-controller:/run/sluice/controller:ro" in service["volumes"]
         assert settings.node_id == i
         assert settings.http_port == 9094 and env["HEALTHCHECK_PORT"] == "9094"
         assert {host for host, _port in settings.voters.values()} == set(CONTROLLERS)
@@ -264,14 +329,12 @@ def test_compose_config_validates() -> None:
 
 
 SECURE = ROOT / "docker-compose.secure.yml"
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 
 
-def test_secure_compose_override_validates_and_secures_every_broker() -> None:
-    """docker-compose.secure.yml merged over docker-compose.yml (by Compose itself): each
-    broker's environment plus the shared properties is a broker config whose only listener
-    is SASL_SSL on its published port, talking HTTPS to the controllers."""
-    from broker.security.listeners import SecurityProtocol, listener_plan
-
+@pytest.fixture(scope="module")
+def merged() -> dict:
+    """docker-compose.secure.yml merged over docker-compose.yml by Compose itself."""
     proc = subprocess.run(
         [*_compose_command(), "-f", str(COMPOSE), "-f", str(SECURE), "config"],
         cwd=ROOT,
@@ -280,16 +343,203 @@ def test_secure_compose_override_validates_and_secures_every_broker() -> None:
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    merged = yaml.safe_load(proc.stdout)["services"]
+    return yaml.safe_load(proc.stdout)
+
+
+def test_secure_compose_override_validates_and_secures_every_broker(
+    merged: dict, generated: Generated
+) -> None:
+    """Each broker's merged environment plus the shared properties is a broker config whose
+    only listener is SASL_SSL on its published port, talking HTTPS to the controllers, with
+    Kafka's StandardAuthorizer on and only the broker and admin principals exempt."""
+    from broker.security.listeners import SecurityProtocol, listener_plan
+
+    services = merged["services"]
     shared = parse_config_file((DEPLOY / "config" / "broker.properties").read_text())
+    broker_password = (generated.tls / "broker.password").read_text().strip()
     for name in BROKERS:
-        service = merged[name]
+        service = services[name]
         assert "scram-admin" in service["depends_on"]
-        config = load_config(shared, env={k: str(v) for k, v in service["environment"].items()})
+        config = load_config(shared, env=generated.env(service))
         (listener,) = listener_plan(config).bound
         assert listener.protocol == SecurityProtocol.SASL_SSL
-        assert [listener.port] == [int(p["published"]) for p in service["ports"]]
+        assert [listener.port] == _published(service)
         assert all(s.startswith("https://") for s in config.controller_servers())
+        assert config.authorizer_class_name == AUTHORIZER
+        assert set(config.super_users.split(";")) == {"User:broker", "User:admin"}
+        assert f'password="{broker_password}"' in config.sasl_jaas_config
     for name in CONTROLLERS:
-        env = merged[name]["environment"]
+        env = services[name]["environment"]
         assert env["SLUICE_SSL_CLIENT_AUTH"] == "required"
+        assert services[name]["depends_on"]["tls-init"]["condition"] == (
+            "service_completed_successfully"
+        )
+
+
+def test_secure_layout_publishes_only_the_kafka_listeners(merged: dict) -> None:
+    """On every host interface only the brokers' SASL_SSL ports; Grafana on the host's
+    loopback only, behind its generated admin password and without anonymous access;
+    storage, controllers and Prometheus not at all."""
+    services = merged["services"]
+    listeners = {}
+    for name in BROKERS:
+        env = services[name]["environment"]
+        (port,) = [int(p) for p in re.findall(r"SASL_SSL://:(\d+)", env["SLUICE_LISTENERS"])]
+        listeners[name] = port
+    for name, service in services.items():
+        for host, port in _bindings(service):
+            if name == "grafana":
+                assert (host, port) == ("127.0.0.1", 3000)
+                continue
+            assert host in ("", "0.0.0.0"), (name, host)
+            assert listeners.get(name) == port, f"{name} publishes {port}"
+    for name in ("postgres", "minio", "prometheus", *CONTROLLERS):
+        assert not services[name].get("ports"), name
+    grafana = services["grafana"]["environment"]
+    assert grafana["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+    assert grafana["GF_SECURITY_ADMIN_PASSWORD__FILE"] == "/run/sluice/grafana/password"
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in grafana
+
+
+def test_base_layout_publishes_kafka_and_loopback_grafana_only(compose: dict) -> None:
+    """docker-compose.yml publishes nothing the secure layout could not keep: Compose
+    concatenates `ports` when files are merged, so an override cannot withdraw one."""
+    for name, service in compose["services"].items():
+        for host, port in _bindings(service):
+            if name in BROKERS:
+                assert host == "" and port == int(_env(service)["SLUICE_PORT"])
+            else:
+                assert (name, host, port) == ("grafana", "127.0.0.1", 3000)
+
+
+def _literal_secrets(services: dict) -> list[str]:
+    """Secret-looking settings whose value is not a reference to a generated file."""
+    found = []
+    secretish = re.compile(r"PASSWORD|SECRET|DSN|JAAS|TOKEN")
+    for name, service in services.items():
+        for key, value in _env(service).items():
+            if not secretish.search(key) or key.endswith(("_LOCATION", "ACCESS_KEY")):
+                continue
+            value = _substitute(value)
+            if key.endswith("_FILE"):  # POSTGRES_PASSWORD_FILE, GF_..._PASSWORD__FILE
+                ok = value.startswith("/run/sluice/")
+            else:
+                ok = re.fullmatch(r"\$\{file:/(run/sluice|etc/sluice/tls)/[\w/.-]+\}", value)
+            if not ok:
+                found.append(f"{name}: {key}={value}")
+    return found
+
+
+def test_no_password_is_written_in_the_compose_files(merged: dict) -> None:
+    """Every password, secret, DSN and JAAS setting is a file that the init services
+    generate, in both layouts; no well-known default is left anywhere in the text."""
+    base = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert _literal_secrets(base) == []
+    assert _literal_secrets(merged["services"]) == []
+    for path in (COMPOSE, SECURE):
+        text = path.read_text()
+        for default in ("change-me", "sluice-secret", "sluice:sluice@", "admin/admin"):
+            assert default not in text, (path.name, default)
+        # Compose's ${VAR:-default} would make a shipped default again.
+        assert not re.search(r"\$\{\w*(SECRET|PASSWORD)\w*:-", text), path.name
+    # mc logs in with the generated password read from its file, never a literal.
+    init = " ".join(base["minio-init"]["command"])
+    assert "< /run/sluice/minio/password" in init and "mc alias set" not in init
+    assert "minio-init" in base and "MINIO_ROOT_PASSWORD" not in _env(base["minio"])
+    scram_admin = merged["services"]["scram-admin"]["environment"]
+    assert _substitute(scram_admin["SLUICE_CONTROLLER_SECRET"]) == (
+        "${file:/run/sluice/controller/secret}"
+    )
+
+
+def test_secrets_are_generated_once_and_mounted_only_where_needed(
+    compose: dict, tmp_path: Path
+) -> None:
+    services = compose["services"]
+    init = services["secrets-init"]
+    assert init["entrypoint"][-1] == "sluice.compose_init" and init["command"][0] == "secrets"
+    for name in ("minio", "postgres", "grafana", *CONTROLLERS):
+        assert services[name]["depends_on"]["secrets-init"]["condition"] == (
+            "service_completed_successfully"
+        ), name
+    audiences = {
+        "secrets-controller": {*CONTROLLERS, *BROKERS},
+        "secrets-postgres": {"postgres", *BROKERS},
+        "secrets-minio": {"minio", "minio-init", *BROKERS},
+        "secrets-grafana": {"grafana"},
+    }
+    for volume, readers in audiences.items():
+        assert volume in compose["volumes"]
+        mounted = {
+            name
+            for name, service in services.items()
+            if name != "secrets-init"
+            and any(str(v).startswith(f"{volume}:") for v in service.get("volumes", []))
+        }
+        assert mounted == readers, volume
+        for name in readers:
+            assert any(str(v).endswith(":ro") for v in services[name]["volumes"] if volume in v)
+
+    # What secrets-init does: random, 0600, stable across runs (PostgreSQL and MinIO
+    # keep the password of their first start), the DSN following the password.
+    make_secrets(tmp_path, chown=False)
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert [str(p.relative_to(tmp_path)) for p in files] == [
+        "controller/secret",
+        "grafana/password",
+        "minio/password",
+        "postgres/dsn",
+        "postgres/password",
+    ]
+    first = {p: p.read_text() for p in files}
+    for path in files:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    values = [v.strip() for p, v in first.items() if p.name != "dsn"]
+    assert len(set(values)) == len(values) and all(len(v) >= 24 for v in values)
+    assert secret_problem(first[tmp_path / "controller" / "secret"].strip(), False) is None
+    make_secrets(tmp_path, chown=False)
+    assert {p: p.read_text() for p in files} == first
+    (tmp_path / "postgres" / "dsn").unlink()
+    make_secrets(tmp_path, chown=False)
+    assert {p: p.read_text() for p in files} == first
+    # The owners secrets-init gives the files are the images' users.
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(rf"useradd .*--uid {SLUICE_UID}\b.* sluice", dockerfile)
+    assert GRAFANA_UID == 472  # grafana/grafana's user
+
+
+def test_the_ca_key_reaches_no_container(merged: dict, generated: Generated) -> None:
+    """The CA's private key is written outside deploy/tls, the only host directory mounted
+    (into tls-init alone); brokers and controllers get their certificates and keys, the
+    CA certificate and the brokers' JAAS line, nothing else."""
+    assert list(generated.tls.glob("*.key"))  # the server and client keys are there
+    assert not (generated.tls / "ca.key").exists()
+    assert (generated.tls.parent / "tls-ca" / "ca.key").exists()
+    assert sorted(p.name for p in generated.node.iterdir()) == sorted(NODE_FILES)
+    assert sorted(p.name for p in generated.admin.iterdir()) == sorted(ADMIN_FILES)
+    for directory in (generated.node, generated.admin):
+        for path in directory.iterdir():
+            private = path.suffix in (".key", ".password", ".jaas")
+            assert stat.S_IMODE(path.stat().st_mode) == (0o600 if private else 0o644), path
+    for name, service in merged["services"].items():
+        for volume in service.get("volumes", []):
+            source = str(volume).split(":")[0]
+            assert "tls-ca" not in source and not source.endswith("ca.key"), (name, volume)
+            if source.startswith(("/", ".")) and "deploy/tls" in source:
+                assert name == "tls-init" and str(volume).endswith(":ro"), (name, volume)
+        if name in (*BROKERS, *CONTROLLERS):
+            assert "tls-node:/etc/sluice/tls:ro" in service["volumes"], name
+            assert not any("tls-admin" in str(v) for v in service["volumes"]), name
+    assert "tls-admin:/etc/sluice/admin:ro" in merged["services"]["scram-admin"]["volumes"]
+
+
+def test_secure_generate_moves_an_old_ca_key_out_of_the_mounted_directory(
+    tmp_path: Path,
+) -> None:
+    files = generate(tmp_path / "tls", ["localhost"])
+    key = files.ca_key.read_bytes()
+    os.replace(files.ca_key, tmp_path / "tls" / "ca.key")  # where older versions wrote it
+    generate(tmp_path / "tls", ["localhost"])
+    assert not (tmp_path / "tls" / "ca.key").exists()
+    assert files.ca_key.read_bytes() == key
+    assert stat.S_IMODE(files.ca_key.stat().st_mode) == 0o600
