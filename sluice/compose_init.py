@@ -32,6 +32,7 @@ from pathlib import Path
 # The image's users: deploy/Dockerfile's `useradd --uid`, the grafana/grafana image's user.
 SLUICE_UID = 10001
 GRAFANA_UID = 472
+PROMETHEUS_UID = 65534  # prom/prometheus runs as nobody
 
 POSTGRES_USER = "sluice"
 POSTGRES_DB = "sluice"
@@ -80,9 +81,17 @@ def make_secrets(root: Path, *, chown: bool = True) -> None:
     Hex and URL-safe alphabets only: the PostgreSQL password goes into a DSN unquoted."""
     sluice_uid = SLUICE_UID if chown else None
     grafana_uid = GRAFANA_UID if chown else None
-    for audience in ("controller", "postgres", "minio", "grafana"):
+    prometheus_uid = PROMETHEUS_UID if chown else None
+    for audience in ("controller", "postgres", "minio", "grafana", "prometheus"):
         (root / audience).mkdir(parents=True, exist_ok=True)
-    _keep_or_make(root / "controller" / "secret", secrets.token_urlsafe(32), sluice_uid)
+    controller = _keep_or_make(
+        root / "controller" / "secret", secrets.token_urlsafe(32), sluice_uid
+    )
+    # Prometheus scrapes the controllers' /metrics (it names every topic: behind the
+    # secret) as a bearer token, from its own copy owned by its image's user.
+    scrape = root / "prometheus" / "controller-secret"
+    if not scrape.exists() or scrape.read_text().rstrip("\r\n") != controller:
+        _write(scrape, controller, prometheus_uid)
     # PostgreSQL's and MinIO's entrypoints read their file as root before dropping privileges.
     password = _keep_or_make(root / "postgres" / "password", secrets.token_hex(24), sluice_uid)
     dsn = root / "postgres" / "dsn"

@@ -458,7 +458,7 @@ def test_secrets_are_generated_once_and_mounted_only_where_needed(
     services = compose["services"]
     init = services["secrets-init"]
     assert init["entrypoint"][-1] == "sluice.compose_init" and init["command"][0] == "secrets"
-    for name in ("minio", "postgres", "grafana", *CONTROLLERS):
+    for name in ("minio", "postgres", "grafana", "prometheus", *CONTROLLERS):
         assert services[name]["depends_on"]["secrets-init"]["condition"] == (
             "service_completed_successfully"
         ), name
@@ -467,6 +467,7 @@ def test_secrets_are_generated_once_and_mounted_only_where_needed(
         "secrets-postgres": {"postgres", *BROKERS},
         "secrets-minio": {"minio", "minio-init", *BROKERS},
         "secrets-grafana": {"grafana"},
+        "secrets-prometheus": {"prometheus"},
     }
     for volume, readers in audiences.items():
         assert volume in compose["volumes"]
@@ -490,11 +491,17 @@ def test_secrets_are_generated_once_and_mounted_only_where_needed(
         "minio/password",
         "postgres/dsn",
         "postgres/password",
+        "prometheus/controller-secret",
     ]
     first = {p: p.read_text() for p in files}
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    values = [v.strip() for p, v in first.items() if p.name != "dsn"]
+    values = [v.strip() for p, v in first.items() if p.name not in ("dsn", "controller-secret")]
+    # Prometheus' copy is the controllers' secret (it scrapes their /metrics with it).
+    assert (
+        first[tmp_path / "prometheus" / "controller-secret"]
+        == first[tmp_path / "controller" / "secret"]
+    )
     assert len(set(values)) == len(values) and all(len(v) >= 24 for v in values)
     assert secret_problem(first[tmp_path / "controller" / "secret"].strip(), False) is None
     make_secrets(tmp_path, chown=False)
@@ -543,3 +550,15 @@ def test_secure_generate_moves_an_old_ca_key_out_of_the_mounted_directory(
     assert not (tmp_path / "tls" / "ca.key").exists()
     assert files.ca_key.read_bytes() == key
     assert stat.S_IMODE(files.ca_key.stat().st_mode) == 0o600
+
+
+def test_prometheus_scrapes_the_controllers_with_their_secret(compose: dict) -> None:
+    """The controllers' /metrics names every topic, so it takes the controller secret:
+    Prometheus sends its own copy as a bearer token."""
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    [job] = [j for j in config["scrape_configs"] if j["job_name"] == "sluice-controllers"]
+    path = job["authorization"]["credentials_file"]
+    mounts = compose["services"]["prometheus"]["volumes"]
+    assert any(
+        m.startswith("secrets-prometheus:") and path.startswith(m.split(":")[1]) for m in mounts
+    )
