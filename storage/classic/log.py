@@ -251,7 +251,10 @@ class Log:
             if segment.base_offset >= end:
                 break
             data = segment.read(offset, max_bytes, end, min_one)
-            if data:
+            if data or segment.next_offset > offset:
+                # Nothing read from the segment holding the offset (its next batch is past
+                # ``max_offset``, or larger than ``max_bytes`` without ``min_one``): the
+                # answer is empty, never a later segment's batches.
                 return data
         return b""
 
