@@ -27,9 +27,7 @@ MAX_BYTES = 1_000_000  # librdkafka 0082's fetch.max.bytes
 
 def big_batch() -> bytes:
     # Random bytes: the size on the wire whatever compression a path might try.
-    return build_batch(
-        [Record(b"k", os.urandom(BIG))], base_timestamp_ms=int(time.time() * 1000)
-    )
+    return build_batch([Record(b"k", os.urandom(BIG))], base_timestamp_ms=int(time.time() * 1000))
 
 
 async def create_classic(b: Broker, name: str, replicas: list[int]) -> None:
