@@ -30,7 +30,7 @@ def big_batch() -> bytes:
     return build_batch([Record(b"k", os.urandom(BIG))], base_timestamp_ms=int(time.time() * 1000))
 
 
-async def create_classic(b: Broker, name: str, replicas: list[int]) -> None:
+async def create_classic(b: Broker, name: str, replicas: list[int], diskless: bool = False) -> None:
     created = await call(
         b,
         19,
@@ -39,12 +39,15 @@ async def create_classic(b: Broker, name: str, replicas: list[int]) -> None:
             "topics": [
                 {
                     "name": name,
-                    "num_partitions": -1,
+                    # Diskless topics are placed by the controller (one replica a rack).
+                    "num_partitions": 3 if diskless else -1,
                     "replication_factor": -1,
-                    "assignments": [
-                        {"partition_index": i, "broker_ids": replicas} for i in range(3)
+                    "assignments": []
+                    if diskless
+                    else [{"partition_index": i, "broker_ids": replicas} for i in range(3)],
+                    "configs": [
+                        {"name": "diskless.enable", "value": "true" if diskless else "false"}
                     ],
-                    "configs": [{"name": "diskless.enable", "value": "false"}],
                 }
             ],
             "timeout": 5000,
@@ -53,7 +56,8 @@ async def create_classic(b: Broker, name: str, replicas: list[int]) -> None:
     )
     assert created.topics[0].error_code == E.none, created.topics[0].error_message
     assert b.classic is not None
-    await eventually(lambda: sum(p.topic == name for p in b.classic.partitions.values()) == 3)
+    if not diskless:
+        await eventually(lambda: sum(p.topic == name for p in b.classic.partitions.values()) == 3)
 
 
 async def produce(b: Broker, name: str, partition: int, records: bytes) -> None:
@@ -81,6 +85,18 @@ async def fetch(
     partition_max_bytes: int = 20_000_000,
     replica: int = -1,
 ) -> list[Any]:
+    """One topic's partitions 0.. at these offsets; their answers by partition."""
+    return (await fetch_topics(b, {name: offsets}, max_bytes, partition_max_bytes, replica))[name]
+
+
+async def fetch_topics(
+    b: Broker,
+    offsets: dict[str, list[int]],
+    max_bytes: int = MAX_BYTES,
+    partition_max_bytes: int = 20_000_000,
+    replica: int = -1,
+) -> dict[str, list[Any]]:
+    """Several topics in one request, in this order."""
     answer = await call(
         b,
         1,
@@ -102,17 +118,21 @@ async def fetch(
                             "log_start_offset": -1,
                             "partition_max_bytes": partition_max_bytes,
                         }
-                        for i, offset in enumerate(offsets)
+                        for i, offset in enumerate(topic_offsets)
                     ],
                 }
+                for name, topic_offsets in offsets.items()
             ],
             "forgotten_topics_data": [],
             "rack_id": "",
         },
     )
-    parts = sorted(answer.responses[0].partitions, key=lambda p: p.partition_index)
-    assert [p.error_code for p in parts] == [E.none] * len(offsets)
-    return parts
+    out = {}
+    for t in answer.responses:
+        parts = sorted(t.partitions, key=lambda p: p.partition_index)
+        assert [p.error_code for p in parts] == [E.none] * len(offsets[t.topic])
+        out[t.topic] = parts
+    return out
 
 
 def sizes(parts: list[Any]) -> list[int]:
@@ -192,3 +212,27 @@ async def test_a_follower_fetch_respects_the_limits_and_still_records_progress(
     assert sizes(parts) == [len(batch), 0, 0]
     # Every partition's fetch offset was recorded, those answered without records too.
     assert [p.leader_state.progress[2].log_end_offset for p in leaders] == [0, 0, 0]
+
+
+async def test_classic_and_diskless_partitions_share_one_answer_s_limit(
+    brokers: list[Broker],  # noqa: F811
+) -> None:
+    """A consumer of a topic migrating between classic and diskless reads some partitions
+    from each kind in one request: whichever comes first in it fills the answer."""
+    b1 = brokers[0]
+    await create_classic(b1, "classic-part", [1])
+    await create_classic(b1, "diskless-part", [1], diskless=True)
+    batch = big_batch()
+    for name in ("classic-part", "diskless-part"):
+        for i in range(3):
+            await produce(b1, name, i, batch)
+    got = await fetch_topics(b1, {"diskless-part": [0, 0, 0], "classic-part": [0, 0, 0]})
+    assert sizes(got["diskless-part"]) == [len(batch), 0, 0]
+    assert sizes(got["classic-part"]) == [0, 0, 0]
+    got = await fetch_topics(b1, {"classic-part": [0, 0, 0], "diskless-part": [0, 0, 0]})
+    assert sizes(got["classic-part"]) == [len(batch), 0, 0]
+    assert sizes(got["diskless-part"]) == [0, 0, 0]
+    # The first partition with data goes whole wherever it is.
+    got = await fetch_topics(b1, {"classic-part": [1, 1, 1], "diskless-part": [1, 0, 0]})
+    assert sizes(got["classic-part"]) == [0, 0, 0]
+    assert sizes(got["diskless-part"]) == [0, len(batch), 0]
