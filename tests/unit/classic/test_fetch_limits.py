@@ -149,12 +149,14 @@ async def test_a_fetch_stops_at_max_bytes_and_a_consumer_still_progresses(
     for i in range(3):
         await produce(b1, "big", i, batch)
 
-    # Only the first partition carries data: its batch whole, larger than nothing else.
+    # Only the first partition carries data (its batch whole); a second batch would pass
+    # max_bytes, so the other partitions are answered without records, error NONE.
     parts = await fetch(b1, "big", [0, 0, 0])
     assert sizes(parts) == [len(batch), 0, 0]
     assert [p.high_watermark for p in parts] == [1, 1, 1]
-    # The consumer progresses: the first partition empty at its end, the second's batch
-    # comes whole although it is larger than what... nothing was read yet.
+    # The consumer progresses. The first partition has nothing more: the second is now the
+    # first with data, so its batch comes whole (Kafka's minOneMessage holds until a
+    # partition returns data, not for the request's first partition only).
     parts = await fetch(b1, "big", [1, 0, 0])
     assert sizes(parts) == [0, len(batch), 0]
     parts = await fetch(b1, "big", [1, 1, 0])
