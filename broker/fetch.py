@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -33,6 +34,59 @@ def leader_epoch_error(requested: int, current: int) -> int:
     if requested < current:
         return int(ErrorCode.fenced_leader_epoch)
     return int(ErrorCode.unknown_leader_epoch)
+
+
+class FetchBudget:
+    """The size limits of one Fetch answer, applied as Kafka's ``ReplicaManager.readFromLog``
+    does: partitions are read in turn, each within its ``partition_max_bytes`` and what is
+    left of the request's ``max_bytes``. Only the first batch of the first partition that
+    returns data may exceed them (``minOneMessage``, KIP-74), so that a consumer always
+    gets past a batch larger than its limits; every partition after it gets only what
+    fits (none once the answer is full: no records, error NONE). The answer is thus never
+    larger than max(max_bytes, that first batch's size)."""
+
+    __slots__ = ("left", "min_one")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.left = max(max_bytes, 0)
+        self.min_one = True  # no partition returned data yet
+
+    def copy(self) -> FetchBudget:
+        other = FetchBudget(self.left)
+        other.min_one = self.min_one
+        return other
+
+    def room(self, partition_max_bytes: int) -> int:
+        """The bytes the next partition may read (beyond its first batch if ``min_one``)."""
+        return max(0, min(partition_max_bytes, self.left))
+
+    def take(self, size: int) -> None:
+        """A partition returned ``size`` bytes."""
+        if size > 0:
+            self.min_one = False
+            self.left = max(0, self.left - size)
+
+    def keep(self, result: FindResult, partition_max_bytes: int) -> FindResult:
+        """The part of a diskless partition's find result this budget leaves, taken from
+        it. (The batch coordinator applies the same rule, but to the diskless partitions
+        alone: classic and tiered ones of the same request share the budget.)"""
+        room = self.room(partition_max_bytes)
+        kept: list[BatchLocation] = []
+        size = 0
+        for batch in result.batches:
+            if size + batch.byte_size > room and not (self.min_one and not kept):
+                break
+            kept.append(batch)
+            size += batch.byte_size
+        self.take(size)
+        if len(kept) == len(result.batches):
+            return result
+        aborted = result.aborted
+        if aborted is not None:
+            # Those overlapping the batches still returned, as the coordinator answers.
+            last = kept[-1].last_offset if kept else -1
+            aborted = [a for a in aborted if a.first_offset <= last]
+        return replace(result, batches=kept, aborted=aborted)
 
 
 class CommitWatch:

@@ -29,7 +29,7 @@ from ..classic.fetch import (
 )
 from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
-from ..fetch import leader_epoch_error
+from ..fetch import FetchBudget, leader_epoch_error
 from ..metrics import METRICS
 from ..migration.routing import reads_classic
 from ..security import access
@@ -234,12 +234,22 @@ async def _collect(
     deadline = loop.time() + max_wait
     local = [s for s in slots if s.classic is not None and s.preferred < 0]
     # Offsets below a tiered partition's local log: read once from the remote segments
-    # (there is always data there, so no waiting on them).
-    tiered = await read_tiered(broker, local, max_bytes, read_committed) if local else 0
+    # (there is always data there, so no waiting on them), first in the answer's budget.
+    after_tiered = FetchBudget(max_bytes)
+    tiered = await read_tiered(broker, local, after_tiered, read_committed) if local else 0
     while True:
-        results = await broker.fetcher.find(finds, max_bytes, read_committed) if finds else []
-        available = tiered + sum(b.byte_size for r in results for b in r.batches)
-        available += read_classic(broker, local, max_bytes - available, read_committed)
+        budget = after_tiered.copy()
+        results = await broker.fetcher.find(finds, budget.left, read_committed) if finds else []
+        # Then the other partitions in the request's order (the client rotates it), sharing
+        # what is left: diskless ones as found, classic ones read from the local log.
+        available = tiered
+        for slot in slots:
+            if slot.find_index >= 0:
+                result = budget.keep(results[slot.find_index], finds[slot.find_index].max_bytes)
+                results[slot.find_index] = result
+                available += sum(b.byte_size for b in result.batches)
+            elif slot.classic is not None and slot.preferred < 0:
+                available += read_classic(broker, slot, budget, read_committed)
         remaining = deadline - loop.time()
         if (
             available >= max(min_bytes, 1)

@@ -18,6 +18,7 @@ from .partition import FOLLOWER, LEADER, ClassicPartition
 
 if TYPE_CHECKING:
     from ..apis.fetch import _Slot
+    from ..fetch import FetchBudget
     from ..node import Broker
     from .replica_manager import ReplicaManager
 
@@ -92,33 +93,33 @@ def preferred_read_replica(broker: Broker, p: ClassicPartition, rack: str) -> in
 
 
 def read_classic(
-    broker: Broker, slots: list[_Slot], budget: int, read_committed: bool = False
+    broker: Broker, slot: _Slot, budget: FetchBudget, read_committed: bool = False
 ) -> int:
-    """Read every classic slot (again); returns the bytes found."""
-    total = 0
-    for slot in slots:
-        p = slot.classic
-        assert p is not None
-        if slot.replica < 0 and p.is_remote(slot.offset):
-            continue  # read from the remote segment (broker.tiering.fetch)
-        hw_before = p.high_watermark
-        room = min(slot.max_bytes, budget - total)
-        if room <= 0 and total:
-            slot.data = b""
-            continue
-        error, data = p.read(
-            slot.offset, max(room, 1), slot.replica, read_committed and slot.replica < 0
-        )
-        slot.error, slot.data = error, data
-        total += len(data)
-        if slot.replica >= 0 and p.role == LEADER:
-            manager = broker.classic
-            if manager is not None:
-                manager.check_isr(p)
-            if p.high_watermark > hw_before:
-                # Consumers and acks=all produces waiting on the high watermark.
-                broker.watch.notify([(p.topic_id, p.index, p.high_watermark)])
-    return total
+    """Read a classic slot (again) within what the answer has left; returns the bytes
+    found. A follower's fetch offset is recorded even when nothing fits any more (Kafka
+    updates every fetched partition's follower state)."""
+    p = slot.classic
+    assert p is not None
+    if slot.replica < 0 and p.is_remote(slot.offset):
+        return 0  # read from the remote segment (broker.tiering.fetch)
+    hw_before = p.high_watermark
+    error, data = p.read(
+        slot.offset,
+        budget.room(slot.max_bytes),
+        slot.replica,
+        read_committed and slot.replica < 0,
+        budget.min_one,
+    )
+    slot.error, slot.data = error, data
+    budget.take(len(data))
+    if slot.replica >= 0 and p.role == LEADER:
+        manager = broker.classic
+        if manager is not None:
+            manager.check_isr(p)
+        if p.high_watermark > hw_before:
+            # Consumers and acks=all produces waiting on the high watermark.
+            broker.watch.notify([(p.topic_id, p.index, p.high_watermark)])
+    return len(data)
 
 
 def classic_interests(slots: list[_Slot]) -> list[tuple[UUID, int, int]]:

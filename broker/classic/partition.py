@@ -377,10 +377,16 @@ class ClassicPartition:
         return self.txns.last_stable_offset(self.high_watermark)
 
     def read(
-        self, offset: int, max_bytes: int, replica: int, read_committed: bool = False
+        self,
+        offset: int,
+        max_bytes: int,
+        replica: int,
+        read_committed: bool = False,
+        min_one: bool = True,
     ) -> tuple[int, bytes]:
         """(error, records) for a consumer (up to the HW) or a follower (up to the log end,
-        recording its progress)."""
+        recording its progress), within ``max_bytes`` unless ``min_one`` and the first
+        batch alone is larger (see ``broker.fetch.FetchBudget``)."""
         if replica >= 0:
             if self.role != LEADER or self.leader_state is None:
                 return int(ErrorCode.not_leader_or_follower), b""
@@ -404,7 +410,7 @@ class ClassicPartition:
             if self.is_remote(offset):
                 return 0, b""  # read from the remote segment (broker.tiering.fetch)
         try:
-            return 0, self.log.read(offset, max_bytes, limit)
+            return 0, self.log.read(offset, max_bytes, limit, min_one)
         except OffsetOutOfRange:
             return int(ErrorCode.offset_out_of_range), b""
 

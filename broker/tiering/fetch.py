@@ -11,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from ..apis.fetch import _Slot
+    from ..fetch import FetchBudget
     from ..node import Broker
 
 log = logging.getLogger(__name__)
@@ -26,21 +27,24 @@ def remote_slots(slots: list[_Slot]) -> list[_Slot]:
 
 
 async def read_tiered(
-    broker: Broker, slots: list[_Slot], budget: int, read_committed: bool = False
+    broker: Broker, slots: list[_Slot], budget: FetchBudget, read_committed: bool = False
 ) -> int:
-    """Read the remote slots among ``slots``; returns the bytes found."""
+    """Read the remote slots among ``slots``, in turn, within what the answer has left
+    (taken from ``budget``); returns the bytes found."""
     manager = broker.classic.tiering if broker.classic is not None else None
     total = 0
     for slot in remote_slots(slots):
         p = slot.classic
         assert p is not None
-        room = min(slot.max_bytes, budget - total)
-        if (room <= 0 and total) or manager is None:
+        if manager is None:
             continue
         segment = p.remote.segment(slot.offset)
         if segment is None:
             slot.error = int(ErrorCode.offset_out_of_range)
             continue
+        room = budget.room(slot.max_bytes)
+        if room == 0 and not budget.min_one:
+            continue  # the answer is full: no records, no remote read
         limit = p.last_stable_offset if read_committed else p.high_watermark
         if read_committed and not p.tiered_aborted_loaded:
             try:
@@ -51,11 +55,12 @@ async def read_tiered(
                 continue
         try:
             slot.data = await manager.reader.read(
-                segment, slot.offset, max(room, 1), min(limit, segment.end_offset + 1)
+                segment, slot.offset, room, min(limit, segment.end_offset + 1), budget.min_one
             )
         except Exception as exc:  # the store unreachable: retriable for the consumer
             log.warning("%s-%d: remote read at %d failed: %r", p.topic, p.index, slot.offset, exc)
             slot.error = int(ErrorCode.kafka_storage_error)
             continue
+        budget.take(len(slot.data))
         total += len(slot.data)
     return total

@@ -251,7 +251,11 @@ class Log:
             if segment.base_offset >= end:
                 break
             data = segment.read(offset, max_bytes, end, min_one)
-            if data:
+            if data or segment.next_offset > max(offset, segment.base_offset):
+                # Nothing read although this segment has a batch at or after the offset (past
+                # ``max_offset``, or larger than ``max_bytes`` without ``min_one``): the
+                # answer is empty, never a later segment's batches. (An empty segment, as
+                # compaction leaves them, or one ending before the offset: the next one.)
                 return data
         return b""
 

@@ -21,6 +21,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 CONSUME_TIMEOUT_S = 30.0
+# librdkafka's own test 0082 (fetch_max_bytes): 900 KiB records, a fetch answer limited to
+# about one of them. librdkafka drops a connection whose answer is larger than
+# receive.message.max.bytes, so a broker must keep Fetch within max_bytes (bar the first
+# batch) or the consumer refetches the same offsets forever.
+LIBRDKAFKA_0082_RECORD = 900 * 1024
+LIBRDKAFKA_0082_CONSUMER = {
+    "fetch.max.bytes": 1_000_000,
+    "max.partition.fetch.bytes": 20_000_000,
+    "receive.message.max.bytes": 1_000_512,
+}
 # After the expected count arrived, keep polling this long: a duplicate or a stray extra
 # record must show up as a failure, not be silently cut off by stopping at exactly N.
 SETTLE_S = 0.5

@@ -27,6 +27,8 @@ from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import (
+    LIBRDKAFKA_0082_CONSUMER,
+    LIBRDKAFKA_0082_RECORD,
     aiokafka_consume,
     assert_exactly_once,
     confluent_consume,
@@ -227,9 +229,35 @@ def test_preferred_leader_election_after_a_stopped_leader_returns(
     assert [int(g.value or b"-1") for g in got] == list(range(20))
 
 
-def test_log_dirs_report_each_replica_of_a_classic_topic(
+def test_librdkafka_0082_reads_records_near_its_fetch_limit(
     healthy: LocalCluster, topic: str
 ) -> None:
+    """librdkafka's test 0082 on a classic RF=3 topic: 10 records of 900 KiB in each of 3
+    partitions, consumed with fetch.max.bytes=1000000 and receive.message.max.bytes=1000512.
+    An answer carrying two partitions' batches (1.84 MB) made librdkafka drop the
+    connection and ask again forever: 0 of 30 in 40 s."""
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    # One leader for the three partitions: its answers could carry all of them.
+    create(admin, topic, {}, [[1, 2, 3]] * 3)
+    producer = Producer({"bootstrap.servers": healthy.bootstrap, "acks": "all"})
+    for p in range(3):
+        for i in range(10):
+            producer.produce(
+                topic, value=b"%04d" % i + os.urandom(LIBRDKAFKA_0082_RECORD), partition=p
+            )
+    assert producer.flush(60) == 0
+    started = time.monotonic()
+    got = confluent_consume(
+        healthy.bootstrap, topic, (0, 1, 2), expected=30, timeout=40, **LIBRDKAFKA_0082_CONSUMER
+    )
+    assert sorted((g.partition, g.offset) for g in got) == [
+        (p, o) for p in range(3) for o in range(10)
+    ]
+    assert all(int((g.value or b"")[:4]) == g.offset for g in got)
+    print(f"0082 classic: 30 records of 900 KiB in {time.monotonic() - started:.1f} s")
+
+
+def test_log_dirs_report_each_replica_of_a_classic_topic(healthy: LocalCluster, topic: str) -> None:
     """kafka-log-dirs.sh --describe (kafka-python's describe_log_dirs, every broker): each
     replica's local log with its size; diskless topics have no local log to list."""
     admin = AdminClient({"bootstrap.servers": healthy.bootstrap})

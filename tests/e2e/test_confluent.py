@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ._kafka import (
+    LIBRDKAFKA_0082_CONSUMER,
+    LIBRDKAFKA_0082_RECORD,
     Got,
     Msg,
     assert_same,
@@ -131,6 +134,28 @@ def test_idempotent_zstd_many_partitions_keyed(broker: SluiceBroker, topic: str)
     for p in range(6):
         offs = sorted(g.offset for g in got if g.partition == p)
         assert offs == list(range(len(offs)))
+
+
+def test_librdkafka_0082_reads_records_near_its_fetch_limit(
+    broker: SluiceBroker, topic: str
+) -> None:
+    """librdkafka's test 0082 on a diskless topic: 10 records of 900 KiB in each of 3
+    partitions, read with fetch.max.bytes=1000000 and receive.message.max.bytes=1000512
+    (an answer past that limit is refused by the client, which then fetches again)."""
+    confluent_create_topic(broker.bootstrap, topic, partitions=3)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for p in range(3):
+        for i in range(10):
+            value = b"%04d" % i + os.urandom(LIBRDKAFKA_0082_RECORD)
+            producer.produce(topic, value=value, partition=p)
+    assert producer.flush(60) == 0
+    got = confluent_consume(
+        broker.bootstrap, topic, (0, 1, 2), expected=30, timeout=40, **LIBRDKAFKA_0082_CONSUMER
+    )
+    assert sorted((g.partition, g.offset) for g in got) == [
+        (p, o) for p in range(3) for o in range(10)
+    ]
+    assert all(int((g.value or b"")[:4]) == g.offset for g in got)
 
 
 def test_produce_to_partition_out_of_range_fails(broker: SluiceBroker, topic: str) -> None:

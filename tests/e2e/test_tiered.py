@@ -10,6 +10,7 @@ broker serves those offsets from the remote segments. The remote log manager run
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import signal
 import time
@@ -30,7 +31,13 @@ from confluent_kafka.admin import (
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import fast_cluster
 
-from ._kafka import confluent_consume, kafka_python_consume, wait_until
+from ._kafka import (
+    LIBRDKAFKA_0082_CONSUMER,
+    LIBRDKAFKA_0082_RECORD,
+    confluent_consume,
+    kafka_python_consume,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -181,6 +188,58 @@ def test_stock_consumers_read_the_whole_log_from_remote_segments(
     ):
         assert [g.offset for g in got] == list(range(3000))
         assert values(got) == list(range(3000))
+
+
+def test_librdkafka_0082_reads_remote_records_near_its_fetch_limit(
+    healthy: LocalCluster, topic: str
+) -> None:
+    """librdkafka's test 0082 on a tiered topic: 10 records of 900 KiB in each of 3
+    partitions led by one broker, 9 of them only in remote segments (one a segment), read
+    with fetch.max.bytes=1000000 and receive.message.max.bytes=1000512: every answer must
+    stay within the limit but for its first batch."""
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    new = NewTopic(topic, 3, replica_assignment=[[1, 2, 3]] * 3, config=TIERED)
+    admin.create_topics([new])[topic].result(20)
+    wait_until(
+        lambda: all(
+            len(p.isrs) == 3
+            for p in admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+        ),
+        "a full ISR",
+        15,
+    )
+    producer = Producer({"bootstrap.servers": healthy.bootstrap, "acks": "all"})
+    for p in range(3):
+        for i in range(10):
+            producer.produce(
+                topic, value=b"%04d" % i + os.urandom(LIBRDKAFKA_0082_RECORD), partition=p
+            )
+    assert producer.flush(60) == 0
+    directory = Path(healthy.broker(1).data_dir)
+    starts: list[int] = []
+
+    def tiered() -> bool:
+        starts[:] = [
+            min((int(f.name[:-4]) for f in (directory / f"{topic}-{p}").glob("*.log")), default=0)
+            for p in range(3)
+        ]
+        return starts == [9, 9, 9]
+
+    try:
+        wait_until(tiered, "the leader's first 9 segments of each partition tiered", 60)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc} (local starts {starts})\n{logs_about(healthy, topic)}"
+        ) from None
+    started = time.monotonic()
+    got = confluent_consume(
+        healthy.bootstrap, topic, (0, 1, 2), expected=30, timeout=40, **LIBRDKAFKA_0082_CONSUMER
+    )
+    assert sorted((g.partition, g.offset) for g in got) == [
+        (p, o) for p in range(3) for o in range(10)
+    ]
+    assert all(int((g.value or b"")[:4]) == g.offset for g in got)
+    print(f"0082 tiered: 30 records of 900 KiB in {time.monotonic() - started:.1f} s")
 
 
 def test_delete_records_moves_the_start_of_the_tiered_log(

@@ -68,6 +68,23 @@ def test_many_batches_use_the_sparse_index_and_roll_segments(tmp_path: Path) -> 
     assert offsets(log.read(8, len(one) * 3)) == [(8, 8), (9, 9)]  # a read stays in a segment
 
 
+def test_a_batch_that_does_not_fit_ends_the_read_without_min_one(tmp_path: Path) -> None:
+    """A fetch's later partitions read without minOneMessage: a batch larger than what is
+    left gives nothing, never the batches of a later segment (a gap in what the consumer
+    gets), and max_bytes 0 gives nothing at all."""
+    small, big = batch(1, value=b"x" * 100), batch(1, value=b"x" * 1000)
+    log = Log(str(tmp_path), LogConfig(segment_bytes=len(small) + len(big)))
+    append(log, small)
+    append(log, big)
+    append(log, small)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert log.read(1, len(small), min_one=False) == b""
+    assert log.read(0, 0, min_one=False) == b""
+    assert offsets(log.read(1, len(big), min_one=False)) == [(1, 1)]
+    assert offsets(log.read(1, len(small))) == [(1, 1)]  # min_one: the batch whole
+    assert offsets(log.read(2, len(small), min_one=False)) == [(2, 2)]
+
+
 def test_reopen_after_a_clean_close_trusts_the_indexes(tmp_path: Path) -> None:
     log = Log(str(tmp_path), LogConfig(index_interval_bytes=128))
     for i in range(20):
