@@ -57,6 +57,10 @@ class ReplicaFetcher:
         self.config = manager.broker.config
         self._conn = KafkaConnection(host, port, f"sluice-replica-fetcher-{manager.me}", security)
         self._partitions: list[ClassicPartition] = []
+        # Where the next Fetch starts in the partition list: the leader fills the answer
+        # in request order up to replica.fetch.response.max.bytes, so a fixed order would
+        # let the first partitions' backlog starve the others (Kafka rotates them too).
+        self._rotation = 0
         self._changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
@@ -187,6 +191,10 @@ class ReplicaFetcher:
         """One Fetch round; False when it should back off."""
         by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
         index = {}
+        if parts:
+            start = self._rotation % len(parts)
+            self._rotation += 1
+            parts = parts[start:] + parts[:start]
         for p in parts:
             index[(p.topic, p.index)] = p
             by_topic.setdefault(p.topic, []).append(
