@@ -36,7 +36,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from .classic_election import classic_desired_state
-from .election import UNCLEAN_LEADER_ELECTION, change_to
+from .election import change_to, unclean_allowed
 from .image import (
     DISKLESS_ENABLE,
     MIGRATION_MIGRATED,
@@ -136,7 +136,7 @@ def _finish(
     if direction == TO_CLASSIC:
         return out
     alive = image.alive_brokers()
-    unclean = topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
+    unclean = unclean_allowed(topic.configs)
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
         if p.reassigning:

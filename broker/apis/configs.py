@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from controller.image import DISKLESS_ENABLE
 from controller.migration import describe_entries
 from storage.catalog import TopicNotFound
 
@@ -46,7 +47,7 @@ def _topic_configs(
             {
                 "name": key,
                 "value": resolved.value,
-                "read_only": key == "diskless.enable",
+                "read_only": key == DISKLESS_ENABLE,
                 "is_default": resolved.source == topic_config.SOURCE_DEFAULT,
                 "config_source": resolved.source,
                 "is_sensitive": False,
@@ -192,8 +193,12 @@ def _apply(current: dict[str, str], name: str, op: int, value: str | None) -> st
 
 
 def _replace_all(explicit: Mapping[str, str], given: Any) -> dict[str, str | None]:
-    """AlterConfigs: the topic's overrides become exactly the given ones."""
-    changes: dict[str, str | None] = {key: None for key in explicit}
+    """AlterConfigs: the topic's overrides become exactly the given ones; a key left out
+    goes back to its default, as on Kafka. Except ``diskless.enable``: it is the topic's
+    kind (read-only in DescribeConfigs, so tools that replay a describe leave it out), and
+    dropping it would start a migration nobody asked for. Named, it migrates as with
+    IncrementalAlterConfigs."""
+    changes: dict[str, str | None] = {key: None for key in explicit if key != DISKLESS_ENABLE}
     for config in given:
         if config.value is None:
             raise _Refused(
