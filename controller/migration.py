@@ -245,6 +245,18 @@ def migration_state(topic: TopicImage) -> str | None:
     return SEALING if m.sealed else PENDING
 
 
+def configured(topic: TopicImage) -> dict[str, str]:
+    """The topic's overrides as the operator set them, for DescribeConfigs: while a
+    migration runs, ``diskless.enable`` is its target (the image keeps the kind the topic
+    still has until MIGRATED, which routing needs), as Kafka shows an altered config at
+    once; the progress is in ``diskless.migration.state`` (``describe_entries``)."""
+    m = topic.migration
+    if m is None or m.state == MIGRATION_MIGRATED:
+        return dict(topic.configs)
+    target = "true" if m.direction == TO_DISKLESS else "false"
+    return {**topic.configs, DISKLESS_ENABLE: target}
+
+
 def describe_entries(topic: TopicImage) -> dict[str, str]:
     """The migration's read-only entries for DescribeConfigs, from the image, so every
     broker answers the same as the controller's metrics. To diskless, the sealed classic

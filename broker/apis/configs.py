@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from controller.image import DISKLESS_ENABLE
-from controller.migration import describe_entries
+from controller.image import DISKLESS_ENABLE, TopicImage
+from controller.migration import configured, describe_entries
 from storage.catalog import TopicNotFound
 
 from .. import topic_config, topic_config_keys
@@ -37,12 +37,16 @@ def _topic_configs(
 ) -> list[dict[str, Any]]:
     topic = broker.topics.get(name)
     assert topic is not None
+    controller = broker.controller
+    image_topic = None if controller is None else controller.image.topic_by_id(topic.topic_id)
+    # What the operator set (a migration's target included), not the kind it still has.
+    explicit = topic.configs if image_topic is None else configured(image_topic)
     out = []
     for key in sorted(topic_config.KEYS):
         if keys is not None and key not in keys:
             continue
         spec = topic_config.KEYS[key]
-        resolved = topic_config.resolve(broker.config, topic.configs, key)
+        resolved = topic_config.resolve(broker.config, explicit, key)
         out.append(
             {
                 "name": key,
@@ -61,17 +65,14 @@ def _topic_configs(
                 "documentation": spec.doc if with_docs else None,
             }
         )
-    out += _migration_entries(broker, topic.topic_id, keys)
+    if image_topic is not None:
+        out += _migration_entries(image_topic, keys)
     return out
 
 
-def _migration_entries(broker: Broker, topic_id: Any, keys: Any) -> list[dict[str, Any]]:
+def _migration_entries(image_topic: TopicImage, keys: Any) -> list[dict[str, Any]]:
     """A migration's progress (controller.migration): read-only entries beside the
     configs, as Kafka shows its own synthetic ones."""
-    controller = broker.controller
-    image_topic = None if controller is None else controller.image.topic_by_id(topic_id)
-    if image_topic is None:
-        return []
     return [
         {
             "name": key,
