@@ -78,6 +78,8 @@ class ControllerRefused(Exception):
 class ControllerUnavailable(ControllerRefused):
     """No controller answered in time: the outcome of a write is unknown. Retriable."""
 
+    dependency_outage = True  # storage.outage
+
     def __init__(self, message: str) -> None:
         super().__init__(ErrorCode.request_timed_out, message)
 

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from controller.requests import BrokerRegistrationRequest
 from storage.coordinator import BatchCoordinator, BrokerRegistration, CoordinatorUnavailable
+from storage.outage import OutageLog, is_outage
 
 from .background import cancel_and_wait
 from .controller_client import ControllerClient, ControllerRefused
@@ -169,14 +170,11 @@ class RegistryMembership(Membership):
         return None
 
     async def _loop(self) -> None:
+        outage = OutageLog("broker heartbeat", log)
         while True:
             await asyncio.sleep(self._interval)
-            try:
+            with outage:
                 await self._beat(starting=False)
-            except CoordinatorUnavailable as exc:
-                log.warning("broker heartbeat failed: %s", exc)
-            except Exception:
-                log.exception("broker heartbeat failed")
 
 
 class ControllerMembership(Membership):
@@ -329,11 +327,13 @@ class ControllerMembership(Membership):
         self.fenced = result.is_fenced
 
     async def _loop(self) -> None:
+        outage = OutageLog("broker heartbeat", log)
         while True:
             await asyncio.sleep(self._interval)
-            try:
-                await self._beat()
-            except ControllerRefused as exc:
-                log.warning("broker heartbeat failed: %s", exc.message)
-            except Exception:
-                log.exception("broker heartbeat failed")
+            with outage:
+                try:
+                    await self._beat()
+                except ControllerRefused as exc:
+                    if is_outage(exc):
+                        raise  # said once by the outage log
+                    log.warning("broker heartbeat failed: %s", exc.message)  # an answer

@@ -27,6 +27,7 @@ from uuid import UUID
 from controller.image import ImageError, MetadataImage
 from controller.records import DecodeError, decode_batch
 from storage.coordinator import PartitionKey
+from storage.outage import OutageLog, is_outage
 
 from .background import cancel_and_wait
 from .controller_client import ControllerClient, ControllerRefused, MetadataChunk
@@ -86,6 +87,9 @@ class MetadataFollower:
         self._pending_removals: set[UUID] = set()
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        # Storage work the image asks for, retried while the coordinator is unreachable.
+        self._logs_outage = OutageLog("creating the logs of new partitions", log)
+        self._removals_outage = OutageLog("deleting the data of removed topics", log)
 
     async def start(self, listener: FollowerListener | None = None) -> None:
         """Catches up once (retrying until a controller answers), then follows in the
@@ -131,24 +135,28 @@ class MetadataFollower:
 
     async def _loop(self) -> None:
         backoff = 0.1
+        outage = OutageLog("following the metadata log", log)
         while True:
-            try:
-                # Pending storage work is retried soon, not after a full long poll.
-                pending = self._pending_logs or self._pending_removals
-                await self.poll_once(wait_ms=1000 if pending else self._wait_ms)
+            failed = True
+            with outage:
+                try:
+                    # Pending storage work is retried soon, not after a full long poll.
+                    pending = self._pending_logs or self._pending_removals
+                    await self.poll_once(wait_ms=1000 if pending else self._wait_ms)
+                    failed = False
+                except ControllerRefused as exc:
+                    self.last_error = exc.message
+                    if is_outage(exc):
+                        raise  # said once by the outage log
+                    log.warning("following the metadata log: %s", exc.message)
+                except Exception as exc:
+                    self.last_error = repr(exc)
+                    raise
+            if failed:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            else:
                 backoff = 0.1
-            except asyncio.CancelledError:
-                raise
-            except ControllerRefused as exc:
-                self.last_error = exc.message
-                log.warning("following the metadata log: %s", exc.message)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-            except Exception as exc:
-                self.last_error = repr(exc)
-                log.exception("following the metadata log failed")
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
 
     async def poll_once(self, wait_ms: int) -> None:
         chunk = await self._client.metadata(self.applied, wait_ms)
@@ -209,18 +217,14 @@ class MetadataFollower:
             return
         if self._pending_logs:
             keys = sorted(self._pending_logs, key=lambda k: (str(k.topic_id), k.partition))
-            try:
+            with self._logs_outage:
                 await listener.logs_needed(keys)
                 self._pending_logs.difference_update(keys)
-            except Exception as exc:
-                log.warning("creating logs of %d new partitions failed: %r", len(keys), exc)
         if self._pending_removals:
             ids = sorted(self._pending_removals, key=str)
-            try:
+            with self._removals_outage:
                 await listener.topics_removed(ids)
                 self._pending_removals.difference_update(ids)
-            except Exception as exc:
-                log.warning("deleting the data of %d removed topics failed: %r", len(ids), exc)
         if changed:
             try:
                 await listener.image_changed()

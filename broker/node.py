@@ -18,6 +18,7 @@ from storage.catalog import Topic, TopicCatalog
 from storage.coordinator import BatchCoordinator, PartitionKey, RetentionPolicy
 from storage.group_store import GroupStore
 from storage.object_store import ObjectStore, is_data_key
+from storage.outage import OutageLog
 
 from .append import Appender
 from .background import cancel_and_wait
@@ -438,12 +439,11 @@ class Broker:
 
     async def _metadata_refresh_loop(self) -> None:
         interval = self.config.metadata_refresh_interval_ms / 1000
+        outage = OutageLog("refreshing topics", log)
         while True:
             await asyncio.sleep(interval)
-            try:
+            with outage:
                 await self.topics.load()
-            except Exception:
-                log.exception("refreshing topics failed")
 
     async def enforce_retention(self) -> None:
         policies = [
@@ -492,31 +492,28 @@ class Broker:
 
     async def _retention_loop(self) -> None:
         interval = self.config.retention_check_interval_ms / 1000
+        outage = OutageLog("retention enforcement", log)
         while True:
             # Jitter spreads the work of several brokers sharing one coordinator.
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
-            try:
+            with outage:
                 await self.enforce_retention()
-            except Exception:
-                log.exception("retention enforcement failed")
 
     async def _cleaner_loop(self) -> None:
         interval = max(self.config.file_delete_delay_ms / 1000 / 2, 1.0)
+        outage = OutageLog("deleting files marked for deletion", log)
         while True:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
-            try:
+            with outage:
                 await self.delete_marked_files()
-            except Exception:
-                log.exception("deleting files marked for deletion failed")
 
     async def _orphan_loop(self) -> None:
         interval = self.config.orphan_check_interval_ms / 1000
+        outage = OutageLog("deleting orphaned objects", log)
         while True:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
-            try:
+            with outage:
                 await self.delete_orphans()
-            except Exception:
-                log.exception("deleting orphaned objects failed")
 
 
 def _make_authorizer(

@@ -23,7 +23,7 @@ from dataclasses import replace
 from kio.schema.errors import ErrorCode
 
 from .classic_election import classic_desired_state
-from .election import UNCLEAN_LEADER_ELECTION, change_to, stages_classic
+from .election import change_to, stages_classic, unclean_allowed
 from .image import MetadataImage
 from .records import Record
 from .requests import AlterPartitionResult, IsrChange, IsrChangeResult, Outcome
@@ -113,7 +113,7 @@ class IsrAdmin:
                 continue
             # Replica order, so equal sets give equal records.
             ordered = tuple(r for r in p.replicas if r in new_isr)
-            unclean = topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
+            unclean = unclean_allowed(topic.configs)
             target = classic_desired_state(replace(p, isr=ordered), alive, unclean)
             change = change_to(c.topic_id, c.partition, p, target)
             partition_epoch, leader_epoch = p.partition_epoch, p.leader_epoch

@@ -21,7 +21,7 @@ there is no data to copy, so "caught up" means "up".
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Mapping, Set
 from uuid import UUID
 
 from .classic_election import classic_desired_state
@@ -29,6 +29,12 @@ from .image import TO_DISKLESS, MetadataImage, PartitionState, TopicImage
 from .records import NO_LEADER, PartitionChange
 
 UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
+
+
+def unclean_allowed(configs: Mapping[str, str | None]) -> bool:
+    """Whether a topic with these overrides may elect a leader outside its ISR. No override
+    (absent, or None: an alteration removing it) is Kafka's default, false."""
+    return (configs.get(UNCLEAN_LEADER_ELECTION) or "false").lower() == "true"
 
 
 def desired_state(
@@ -57,8 +63,7 @@ def desired_for(
     who may be in the ISR."""
     if topic.diskless and not stages_classic(topic, p):
         return desired_state(p, alive, returning)
-    unclean = topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
-    return classic_desired_state(p, alive, unclean)
+    return classic_desired_state(p, alive, unclean_allowed(topic.configs))
 
 
 def stages_classic(topic: TopicImage, p: PartitionState) -> bool:

@@ -36,7 +36,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from .classic_election import classic_desired_state
-from .election import UNCLEAN_LEADER_ELECTION, change_to
+from .election import change_to, unclean_allowed
 from .image import (
     DISKLESS_ENABLE,
     MIGRATION_MIGRATED,
@@ -136,7 +136,7 @@ def _finish(
     if direction == TO_CLASSIC:
         return out
     alive = image.alive_brokers()
-    unclean = topic.configs.get(UNCLEAN_LEADER_ELECTION, "false").lower() == "true"
+    unclean = unclean_allowed(topic.configs)
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
         if p.reassigning:
@@ -243,6 +243,18 @@ def migration_state(topic: TopicImage) -> str | None:
     if m.state == MIGRATION_MIGRATED:
         return MIGRATED
     return SEALING if m.sealed else PENDING
+
+
+def configured(topic: TopicImage) -> dict[str, str]:
+    """The topic's overrides as the operator set them, for DescribeConfigs: while a
+    migration runs, ``diskless.enable`` is its target (the image keeps the kind the topic
+    still has until MIGRATED, which routing needs), as Kafka shows an altered config at
+    once; the progress is in ``diskless.migration.state`` (``describe_entries``)."""
+    m = topic.migration
+    if m is None or m.state == MIGRATION_MIGRATED:
+        return dict(topic.configs)
+    target = "true" if m.direction == TO_DISKLESS else "false"
+    return {**topic.configs, DISKLESS_ENABLE: target}
 
 
 def describe_entries(topic: TopicImage) -> dict[str, str]:

@@ -375,8 +375,30 @@ class ControllerService:
             return web.json_response({"error": f"outcome unknown: {exc!r}"}, status=503)
 
     async def _answer(self, request: web.Request, decide: Callable[[Any], Outcome[Any]]) -> Any:
-        body = await request.json()
-        response, index = await self._write(lambda: decide(body))
+        """Decide on a write request and commit its records. A request that cannot be
+        decided (a malformed body, or a bug in the logic) is answered 400/422 at once:
+        a 5xx would make the broker retry the same request until its timeout, and the
+        Kafka client would see REQUEST_TIMED_OUT instead of an error code."""
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            return web.json_response({"error": f"malformed JSON body: {exc}"}, status=400)
+        failure: Exception | None = None
+
+        def checked() -> Outcome[Any]:
+            nonlocal failure
+            try:
+                return decide(body)
+            except Exception as exc:  # nothing is proposed: the image stays as it was
+                failure = exc
+                return Outcome([], None)
+
+        response, index = await self._write(checked)
+        if failure is not None:
+            log.error("%s failed on %.200r", request.path, body, exc_info=failure)
+            return web.json_response(
+                {"error": f"{request.path} could not be processed: {failure!r}"}, status=422
+            )
         out = to_json(response)
         if isinstance(out, list):
             out = {"results": out}
@@ -386,8 +408,11 @@ class ControllerService:
     # ---------------------------------------------------------------- endpoints
 
     async def _metadata(self, request: web.Request) -> web.Response:
-        after = int(request.query.get("after", "0"))
-        wait_ms = min(int(request.query.get("wait_ms", "0")), 30_000)
+        try:
+            after = int(request.query.get("after", "0"))
+            wait_ms = min(int(request.query.get("wait_ms", "0")), 30_000)
+        except ValueError as exc:
+            return web.json_response({"error": f"bad query: {exc}"}, status=400)
         if request.query.get("linearizable") == "1":
             # Everything committed before this request, applied here first (read index): a
             # one-shot reader sees every write that was answered, even one this leader has

@@ -19,7 +19,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from .classic_placement import ClassicPlacementError, manual_assignment_error, place_classic
-from .election import UNCLEAN_LEADER_ELECTION, desired_state
+from .election import UNCLEAN_LEADER_ELECTION, desired_state, unclean_allowed
 from .image import DISKLESS_ENABLE, MetadataImage, PartitionState, TopicImage
 from .leader_election import unclean_leaders
 from .migration import migration_records
@@ -445,7 +445,9 @@ class TopicAdmin:
                     records.append(TopicConfig(topic.topic_id, key, value))
             records += tiering
             records += migration
-            if changes.get(UNCLEAN_LEADER_ELECTION, "").lower() == "true":
+            # None removes the override (IncrementalAlterConfigs DELETE, or a key a legacy
+            # AlterConfigs leaves out): back to the default, which elects nobody.
+            if UNCLEAN_LEADER_ELECTION in changes and unclean_allowed(changes):
                 records += unclean_leaders(topic, image.alive_brokers())
             results.append(TopicResult(res.name, OK))
         return Outcome([] if validate_only else records, results)

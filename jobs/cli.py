@@ -118,7 +118,9 @@ def config_from(args: argparse.Namespace) -> BrokerConfig:
         with open(args.config) as f:
             layers.append(parse_config_file(f.read()))
     if args.data_dir:
-        layers.append({"data.dir": args.data_dir, "object.store": "local", "coordinator": "sqlite"})
+        # Absolute: executors run elsewhere, and a named ./.sluice is not the unnamed default.
+        data_dir = os.path.abspath(args.data_dir)
+        layers.append({"data.dir": data_dir, "object.store": "local", "coordinator": "sqlite"})
     overrides = {}
     if getattr(args, "controller", None):
         overrides["controller.quorum.bootstrap.servers"] = args.controller
@@ -182,13 +184,16 @@ def run_job(
 
 def run(args: argparse.Namespace) -> int:
     from . import runtime
+    from .source import existing_topic_source
     from .spark import session
 
     try:
         config = config_from(args)
+        source = existing_topic_source(config)  # refused before Spark starts
     except (OSError, ValueError) as exc:
         print(f"sluice jobs: {exc}", file=sys.stderr)
         return 2
+    log.info("sluice jobs %s: topics from %s", args.job, source.description)
     spark = session(args.master, app_name=f"sluice-{args.job}")
     try:
         if args.job == "schedule":

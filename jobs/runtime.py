@@ -9,7 +9,7 @@ than per task.
 from __future__ import annotations
 
 import asyncio
-import os
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -20,7 +20,10 @@ from storage.catalog import TopicCatalog
 from storage.coordinator import BatchCoordinator
 from storage.object_store import ObjectStore
 
+from .source import topic_source
+
 T = TypeVar("T")
+log = logging.getLogger("sluice.jobs")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -67,29 +70,16 @@ async def _backends(config: BrokerConfig) -> tuple[BatchCoordinator, TopicCatalo
     if found is None:
         from sluice.backends import coordinator_and_catalog
 
+        # Decided before anything is opened: a refused source creates no file.
+        source = topic_source(config)
+        log.info("topics from %s", source.description)
         coord, cat = coordinator_and_catalog(config)
         await coord.start()
-        cat = _topics_where_the_cluster_keeps_them(config, cat)
+        if source.embedded_log is not None:
+            cat = ImageCatalog(source.embedded_log)
         await cat.start()
         found = _coordinators[config] = (coord, cat)
     return found
-
-
-def _topics_where_the_cluster_keeps_them(
-    config: BrokerConfig, catalog: TopicCatalog
-) -> TopicCatalog:
-    """A controller quorum (``controller.quorum.bootstrap.servers``): its metadata log, through
-    its API. A ``sluice dev`` data directory: the embedded controller's metadata log, read
-    from disk (the controller need not run). Otherwise the catalog of a cluster without a
-    controller."""
-    if config.controller_mode:
-        return catalog
-    from controller.offline import raft_dir
-
-    controller_dir = os.path.join(config.data_dir, "controller")
-    if raft_dir(controller_dir) is not None:
-        return ImageCatalog(controller_dir)
-    return catalog
 
 
 def close_all() -> None:

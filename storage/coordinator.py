@@ -38,6 +38,8 @@ class CoordinatorUnavailable(Exception):
     sent): its effects must then neither be acknowledged nor undone.
     """
 
+    dependency_outage = True  # storage.outage: the database cannot be reached
+
     def __init__(self, message: str, outcome_unknown: bool = False) -> None:
         super().__init__(message)
         self.outcome_unknown = outcome_unknown
@@ -47,6 +49,8 @@ class SealedLogRefused(CoordinatorUnavailable):
     """A transaction's marker for a diskless log sealed by a migration to classic: the
     caller still saw the partition as diskless (its image lags the seal). Nothing was
     written; retriable, as by then the partition's marker goes to its classic leader."""
+
+    dependency_outage = False  # an answer of a reachable database
 
 
 @dataclass(frozen=True, slots=True)

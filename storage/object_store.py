@@ -31,9 +31,11 @@ def is_data_key(key: str) -> bool:
 class ObjectStoreError(Exception):
     """The store could not complete an operation; the caller decides whether to retry."""
 
+    dependency_outage = True  # storage.outage: raised once the store's own retries gave up
+
 
 class ObjectNotFound(ObjectStoreError):
-    pass
+    dependency_outage = False  # an answer of a reachable store
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from typing import Any
 import asyncpg
 
 from storage.coordinator import CoordinatorUnavailable
+from storage.outage import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,33 @@ def is_unavailable(exc: BaseException) -> bool:
         state = exc.sqlstate or ""
         return state.startswith(_UNAVAILABLE_CLASSES) or state in _UNAVAILABLE_STATES
     return False
+
+
+class _QuietPoolFloor(logging.Filter):
+    """asyncpg's pool logs "Failed to restore the pool connection floor; retrying" with a
+    traceback each time it cannot reopen its ``min_size`` connections: during an outage,
+    once per released connection. The outage is what the broker's tasks report
+    (storage.outage); this keeps the first as one line, without the traceback, and drops
+    the rest until a statement succeeds again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "connection floor" not in str(record.msg):
+            return True
+        if self.said:
+            return False
+        self.said = True
+        cause = record.exc_info[1] if record.exc_info else None
+        record.msg, record.args = "%s (%r); said once per outage", (record.getMessage(), cause)
+        record.exc_info, record.exc_text = None, None
+        return True
+
+
+_POOL_FLOOR = _QuietPoolFloor()
+logging.getLogger("asyncpg.pool").addFilter(_POOL_FLOOR)
 
 
 def _closed(conn: Any) -> bool:
@@ -197,7 +225,9 @@ class PostgresPool:
             self.queries += 1
             if self.on_query is not None:
                 self.on_query(sql)
-            return await conn.fetch(sql, *args)
+            rows = await conn.fetch(sql, *args)
+            _POOL_FLOOR.said = False  # the server answers: a later outage is new
+            return rows
         except Exception as e:
             if isinstance(e, asyncpg.InterfaceError) and _closed(conn):
                 # asyncpg noticed the dead connection before sending anything.
@@ -221,8 +251,9 @@ class PostgresPool:
                 await pool.release(conn)
             except Exception:
                 # asyncpg terminates a connection it cannot release cleanly; the
-                # statement's own outcome (result or exception) is what matters here.
-                log.warning("releasing a PostgreSQL connection failed", exc_info=True)
+                # statement's own outcome (result or exception) is what matters here, and
+                # what the caller reports: this is the same outage seen once more.
+                log.debug("releasing a PostgreSQL connection failed", exc_info=True)
 
     async def fetchrow(self, sql: str, *args: Any, write: bool) -> asyncpg.Record | None:
         rows = await self.fetch(sql, *args, write=write)
@@ -243,20 +274,24 @@ class PostgresPool:
         reset and handed out). Whenever it is (re)established ``on_gap`` runs, since
         notifications sent while it was down are lost for good.
         """
+        # While the server is down every retry fails: said once, and once when back.
+        outage = OutageLog(f"PostgreSQL LISTEN {channel}", log, is_unavailable)
         while True:
             conn: asyncpg.Connection | None = None
+            listening = False
+            lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             try:
-                conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout)
-                lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                conn.add_termination_listener(functools.partial(_resolve, lost))
-                await conn.add_listener(channel, lambda _c, _pid, _ch, payload: on_payload(payload))
-                on_gap()
-                await lost
-                log.warning("PostgreSQL LISTEN connection lost; reconnecting")
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("PostgreSQL LISTEN %s failed: %r; retrying", channel, e)
+                with outage:
+                    conn = await asyncpg.connect(self.dsn, timeout=self.connect_timeout)
+                    conn.add_termination_listener(functools.partial(_resolve, lost))
+                    await conn.add_listener(
+                        channel, lambda _c, _pid, _ch, payload: on_payload(payload)
+                    )
+                    on_gap()
+                    listening = True
+                if listening:
+                    await lost
+                    outage.failed(ConnectionError("the LISTEN connection was lost"))
             finally:
                 if conn is not None and not conn.is_closed():
                     conn.terminate()

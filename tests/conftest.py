@@ -3,6 +3,7 @@ conftest.py of tests/unit and tests/e2e."""
 
 from __future__ import annotations
 
+import os
 import signal
 from types import FrameType
 
@@ -16,8 +17,27 @@ def _sigterm_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+# SLUICE_* variables of the shell that runs the suite (a developer's SLUICE_DATA_DIR or
+# SLUICE_COORDINATOR, say) would override the configs the tests give their brokers and jobs,
+# in this process and in every process it starts: the suite must not depend on them. The
+# tests' own switches (SLUICE_TEST_*: which PostgreSQL / S3 to use) stay.
+_IGNORED_ENV: list[str] = []
+
+
+def _drop_sluice_environment() -> None:
+    for name in sorted(os.environ):
+        if name.startswith("SLUICE_") and not name.startswith("SLUICE_TEST_"):
+            del os.environ[name]
+            _IGNORED_ENV.append(name)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    _drop_sluice_environment()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return f"ignored from the environment: {', '.join(_IGNORED_ENV)}" if _IGNORED_ENV else None
 
 
 # Real servers for integration tests (PostgreSQL, S3), shared by every test directory.

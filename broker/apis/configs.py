@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from controller.migration import describe_entries
+from controller.image import DISKLESS_ENABLE, TopicImage
+from controller.migration import configured, describe_entries
 from storage.catalog import TopicNotFound
 
 from .. import topic_config, topic_config_keys
@@ -36,17 +37,21 @@ def _topic_configs(
 ) -> list[dict[str, Any]]:
     topic = broker.topics.get(name)
     assert topic is not None
+    controller = broker.controller
+    image_topic = None if controller is None else controller.image.topic_by_id(topic.topic_id)
+    # What the operator set (a migration's target included), not the kind it still has.
+    explicit = topic.configs if image_topic is None else configured(image_topic)
     out = []
     for key in sorted(topic_config.KEYS):
         if keys is not None and key not in keys:
             continue
         spec = topic_config.KEYS[key]
-        resolved = topic_config.resolve(broker.config, topic.configs, key)
+        resolved = topic_config.resolve(broker.config, explicit, key)
         out.append(
             {
                 "name": key,
                 "value": resolved.value,
-                "read_only": key == "diskless.enable",
+                "read_only": key == DISKLESS_ENABLE,
                 "is_default": resolved.source == topic_config.SOURCE_DEFAULT,
                 "config_source": resolved.source,
                 "is_sensitive": False,
@@ -60,17 +65,14 @@ def _topic_configs(
                 "documentation": spec.doc if with_docs else None,
             }
         )
-    out += _migration_entries(broker, topic.topic_id, keys)
+    if image_topic is not None:
+        out += _migration_entries(image_topic, keys)
     return out
 
 
-def _migration_entries(broker: Broker, topic_id: Any, keys: Any) -> list[dict[str, Any]]:
+def _migration_entries(image_topic: TopicImage, keys: Any) -> list[dict[str, Any]]:
     """A migration's progress (controller.migration): read-only entries beside the
     configs, as Kafka shows its own synthetic ones."""
-    controller = broker.controller
-    image_topic = None if controller is None else controller.image.topic_by_id(topic_id)
-    if image_topic is None:
-        return []
     return [
         {
             "name": key,
@@ -192,8 +194,12 @@ def _apply(current: dict[str, str], name: str, op: int, value: str | None) -> st
 
 
 def _replace_all(explicit: Mapping[str, str], given: Any) -> dict[str, str | None]:
-    """AlterConfigs: the topic's overrides become exactly the given ones."""
-    changes: dict[str, str | None] = {key: None for key in explicit}
+    """AlterConfigs: the topic's overrides become exactly the given ones; a key left out
+    goes back to its default, as on Kafka. Except ``diskless.enable``: it is the topic's
+    kind (read-only in DescribeConfigs, so tools that replay a describe leave it out), and
+    dropping it would start a migration nobody asked for. Named, it migrates as with
+    IncrementalAlterConfigs."""
+    changes: dict[str, str | None] = {key: None for key in explicit if key != DISKLESS_ENABLE}
     for config in given:
         if config.value is None:
             raise _Refused(

@@ -18,6 +18,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from storage.group_store import CommittedOffset, GroupStore, OffsetKey
+from storage.outage import OutageLog
 
 from ..background import cancel_and_wait
 from .coordinator import GroupConfig, GroupCoordinator, wall_clock_ms
@@ -236,10 +237,9 @@ class GroupOffsets:
 
     async def _expiry_loop(self) -> None:
         interval = self._config.offsets_retention_check_interval_ms / 1000
+        outage = OutageLog("expiring committed offsets", log)
         while True:
             # Jitter: brokers started together do not query the database together.
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
-            try:
+            with outage:
                 await self.expire()
-            except Exception:
-                log.exception("expiring committed offsets failed")

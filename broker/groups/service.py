@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from storage.group_store import GroupStore
+from storage.outage import OutageLog
 
 from ..background import cancel_and_wait
 from .admin import GroupAdmin
@@ -68,9 +69,8 @@ class GroupService:
         await self.store.close()
 
     async def _ownership_loop(self) -> None:
+        outage = OutageLog("checking which groups this broker coordinates", log)
         while True:
             await asyncio.sleep(OWNERSHIP_CHECK_S)
-            try:
+            with outage:
                 self.coordinator.check_ownership()
-            except Exception:
-                log.exception("checking which groups this broker coordinates failed")

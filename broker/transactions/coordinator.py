@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from storage.coordinator import BatchCoordinator, PartitionKey
 from storage.group_store import CommittedOffset
+from storage.outage import OutageLog
 from storage.transactions import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
@@ -222,11 +223,10 @@ class TransactionCoordinator:
         # At once on start (this broker may have taken ids over while it was down), then
         # at each sweep interval or when a request met pending markers. Ownership moves
         # with the live brokers, so a takeover is seen by the next round.
+        outage = OutageLog("resending pending transaction markers", log)
         while True:
-            try:
+            with outage:
                 await self.resend_pending_markers()
-            except Exception:
-                log.exception("resending pending transaction markers failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self._resend_now.wait(),
@@ -243,11 +243,10 @@ class TransactionCoordinator:
         return len(gone)
 
     async def _sweep_loop(self) -> None:
+        outage = OutageLog("aborting timed-out transactions", log)
         while True:
             # Jitter spreads the sweeps of brokers sharing one database.
             await asyncio.sleep(self._sweep_interval * random.uniform(0.5, 1.5))
-            try:
+            with outage:
                 await self.abort_expired()
                 await self.forget_idle_ids()
-            except Exception:
-                log.exception("aborting timed-out transactions failed")

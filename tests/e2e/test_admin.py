@@ -6,8 +6,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+)
 
 from ._kafka import (
     Msg,
@@ -150,6 +156,62 @@ def test_describe_configs(broker: SluiceBroker, topic: str) -> None:
     # Unset configs are still listed, with the broker default (tools render the whole table).
     assert "max.message.bytes" in configs, sorted(configs)
     assert configs["max.message.bytes"].value is not None
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
+@pytest.mark.parametrize("kind", ["classic", "diskless"])
+def test_legacy_alter_configs_replaces_the_set(broker: SluiceBroker, topic: str, kind: str) -> None:
+    # AlterConfigs (API 33) replaces a topic's overrides: the keys it leaves out go back to
+    # their defaults, as on Kafka. Dropping unclean.leader.election.enable once made the
+    # controller answer 500, and the client REQUEST_TIMED_OUT. diskless.enable (the topic's
+    # kind, read-only) stays: leaving it out must not start a migration.
+    config = {"unclean.leader.election.enable": "true", "retention.ms": "3600000"}
+    if kind == "classic":
+        config["diskless.enable"] = "false"
+    confluent_create_topic(broker.bootstrap, topic, config=config)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"retention.ms": "60000"})
+    admin.alter_configs([res])[res].result(timeout=20)
+    configs = admin.describe_configs([res])[res].result(timeout=20)
+    assert configs["retention.ms"].value == "60000"
+    assert configs["unclean.leader.election.enable"].value == "false"
+    assert configs["unclean.leader.election.enable"].is_default
+    assert configs["diskless.enable"].value == ("false" if kind == "classic" else "true")
+    assert "diskless.migration.state" not in configs, configs["diskless.migration.state"]
+    # A bad value is an error code for that resource, not a timeout.
+    bad = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"retention.ms": "x"})
+    with pytest.raises(KafkaException) as refused:
+        admin.alter_configs([bad])[bad].result(timeout=20)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+
+def test_odd_config_alterations_get_error_codes(broker: SluiceBroker, topic: str) -> None:
+    # Requests a client may legally send: each resource gets Kafka's error code (the
+    # broker fixture also fails the test on a logged traceback), never a timeout.
+    confluent_create_topic(broker.bootstrap, topic)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    op = AlterConfigOpType
+
+    def incremental(name: str, kind: AlterConfigOpType, value: str | None = None) -> int:
+        entry = ConfigEntry(name, value, incremental_operation=kind)
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        try:
+            admin.incremental_alter_configs([res])[res].result(timeout=20)
+        except KafkaException as exc:
+            return int(exc.args[0].code())
+        return 0
+
+    assert incremental("unclean.leader.election.enable", op.DELETE) == 0
+    assert incremental("remote.storage.enable", op.DELETE) == 0
+    assert incremental("diskless.enable", op.DELETE) == 0
+    assert incremental("nope", op.DELETE) == KafkaError.INVALID_CONFIG
+    assert incremental("retention.ms", op.SUBTRACT, "1") == KafkaError.INVALID_CONFIG
+    assert incremental("cleanup.policy", op.APPEND, "bogus") == KafkaError.INVALID_CONFIG
+    assert incremental("retention.ms", op.SET, "") == KafkaError.INVALID_CONFIG
+    assert incremental("min.compaction.lag.ms", op.SET, "9" * 20) == KafkaError.INVALID_CONFIG
+    assert "diskless.migration.state" not in admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, topic)]
+    )[ConfigResource(ConfigResource.Type.TOPIC, topic)].result(timeout=20)
 
 
 def test_describe_broker_configs(broker: SluiceBroker) -> None:

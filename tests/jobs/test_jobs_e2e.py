@@ -44,6 +44,7 @@ from tests.e2e._kafka import (
 )
 
 from .conftest import storage_settings
+from .test_source import sluice_dev_metadata_log
 
 pytestmark = pytest.mark.e2e
 
@@ -91,6 +92,28 @@ def wait_until(check: Any, timeout: float, what: str) -> None:
 
 def content(got: list[Got]) -> list[tuple[Any, ...]]:
     return sorted((g.partition, g.offset, g.key, g.value, tuple(g.headers)) for g in got)
+
+
+def test_a_sluice_dev_dir_in_the_working_directory_is_not_read(
+    cluster: LocalCluster, config: BrokerConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After `sluice dev` (README step 1) ./.sluice holds another cluster's metadata log; a
+    # job pointed at this cluster's PostgreSQL once read its topics from there ("unknown
+    # topics"), so the suite failed when run from the checkout.
+    sluice_dev_metadata_log(tmp_path / ".sluice")
+    monkeypatch.chdir(tmp_path)
+    topic = unique_topic("cwd")
+    confluent_create_topic(cluster.bootstrap, topic, 2)
+    runtime.close_all()  # this process's clients were opened elsewhere: resolve again
+    try:
+        names = runtime.run(_topic_names(config))
+    finally:
+        runtime.close_all()
+    assert topic in names
+
+
+async def _topic_names(config: BrokerConfig) -> set[str]:
+    return {t.name for t in await (await runtime.catalog(config)).list_topics()}
 
 
 # ---------------------------------------------------------------- analytics

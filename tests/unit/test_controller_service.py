@@ -137,3 +137,32 @@ async def test_classic_topic_and_alter_partition_through_the_http_api(tmp_path: 
     finally:
         await client.close()
         await service.stop()
+
+
+async def test_config_alterations_a_client_can_send_never_answer_5xx(tmp_path: Path) -> None:
+    service = await start(tmp_path, expand=False)
+    url = f"http://127.0.0.1:{service.http_port}/v1/topics/configs"
+    try:
+        await three_racks_and_a_legacy_topic(service)
+        configs = {"diskless.enable": "false", "unclean.leader.election.enable": "true"}
+        created = await post(
+            service,
+            "/v1/topics/create",
+            {"topics": [{"name": "orders", "replication_factor": 3, "configs": configs}]},
+        )
+        assert created["results"][0]["error_code"] == 0
+        # What the broker sends for a legacy AlterConfigs that leaves the key out.
+        drop = {"name": "orders", "ops": [{"key": "unclean.leader.election.enable", "op": 1}]}
+        answer = await post(service, "/v1/topics/configs", {"topics": [drop]})
+        assert answer["results"][0]["error_code"] == 0
+        assert service.state.image.topic("orders").configs == {"diskless.enable": "false"}  # type: ignore[union-attr]
+        # A body the logic cannot decide is refused at once (4xx: not worth retrying),
+        # never a 5xx the broker would retry until the client's request times out.
+        async with aiohttp.ClientSession(headers={SECRET_HEADER: "s"}) as session:
+            for body in ({"topics": [{"name": "orders"}]}, {"nope": 1}):
+                async with session.post(url, json=body) as response:
+                    assert response.status == 422, await response.text()
+            async with session.post(url, data=b"{not json") as response:
+                assert response.status == 400
+    finally:
+        await service.stop()

@@ -136,3 +136,19 @@ def test_turning_unclean_election_on_elects_a_leaderless_partition() -> None:
     assert c.rebuilt().topic("t").partitions[0].leader == 2  # type: ignore[union-attr]
     # Set again: nothing left to elect, nothing written.
     assert c.logic.alter_configs(c.image, [AlterTopicConfigs("t", ops)]).records == []
+
+
+def test_removing_the_unclean_override_falls_back_to_the_default() -> None:
+    # IncrementalAlterConfigs DELETE, or a legacy AlterConfigs that leaves the key out,
+    # reaches the logic as a None value: it once crashed on None.lower() (HTTP 500).
+    c = cluster()
+    create(c, "t", assignments={0: [1, 2, 3]}, partitions=-1, rf=-1,
+           configs={"unclean.leader.election.enable": "true"})  # fmt: skip
+    delete = [ConfigOp("unclean.leader.election.enable", 1, None)]
+    (result,) = c.commit(c.logic.alter_configs(c.image, [AlterTopicConfigs("t", delete)]))
+    assert result.error_code == ErrorCode.none
+    assert "unclean.leader.election.enable" not in c.image.topic("t").configs  # type: ignore[union-attr]
+    # The default (false) is in force: nobody outside the ISR is elected.
+    fence(c, 1, 2, 3)
+    unfence(c, 2)
+    assert c.partitions("t")[0].leader == -1

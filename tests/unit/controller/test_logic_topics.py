@@ -392,3 +392,28 @@ def test_reassignment_to_the_same_replicas_is_a_no_op() -> None:
     outcome = c.logic.alter_partition_reassignments(c.image, [Reassignment("t", 0, reordered)])
     topic_id = c.image.topic("t").topic_id  # type: ignore[union-attr]
     assert outcome.records == [PartitionChange(topic_id, 0, isr=reordered, replicas=reordered)]
+
+
+def test_no_config_alteration_a_client_can_send_raises() -> None:
+    # Every key the broker knows, every operation, odd values, on a diskless and a classic
+    # topic: the logic answers each with a result (an error code or none), never raises,
+    # which the controller's HTTP API would turn into an error instead of a Kafka answer.
+    from broker import topic_config
+
+    c = Cluster(
+        ControllerConfig(
+            new_uuid=uuids(), validate_configs=topic_config.validate, classic_topics=True
+        )
+    )
+    c.start(THREE_RACKS)
+    c.create("d", 1)
+    classic = {"diskless.enable": "false", "unclean.leader.election.enable": "true"}
+    c.create("k", 1, replication_factor=3, configs=classic)
+    values = (None, "", "true", "false", "-1", "0", "x", "1.5", "9" * 30, "delete,compact")
+    for name in ("d", "k", "missing"):
+        for key in sorted(topic_config.KEYS):
+            for op in (*OpType, 7):
+                for value in values:
+                    request = [AlterTopicConfigs(name, [ConfigOp(key, op, value)])]
+                    (result,) = c.logic.alter_configs(c.image, request, True).response
+                    assert isinstance(result.error_code, ErrorCode), (name, key, op, value)
