@@ -99,6 +99,17 @@ def sealed_boundary(broker: Broker, topic_id: UUID, partition: int) -> int | Non
     return end or None
 
 
+def serves_any_broker(topic: TopicImage, partition: int) -> bool:
+    """Whether any broker can serve a consumer of this partition, as the AZ transformer
+    assumes of diskless ones when it sends a client to a broker of its AZ that is not a
+    replica: not while a sealed classic log below its diskless part has records, which
+    only that log's replicas hold (elsewhere EARLIEST and reads below it are refused)."""
+    m = topic.migration
+    return m is None or not (
+        classic_end_below(m, partition) and _classic_below_has_records(m, partition)
+    )
+
+
 def appends_classic(
     broker: Broker, classic: ReplicaManager, topic_id: UUID, partition: int
 ) -> bool:

@@ -252,6 +252,30 @@ def test_a_broker_without_the_sealed_classic_log_never_answers_the_diskless_star
     assert earliest(broker, bare, tid) == "error"
 
 
+def test_the_az_transformer_sends_readers_of_a_sealed_classic_log_to_its_replicas() -> None:
+    """A client in an AZ without a replica of the partition (rack d) is not hashed to a
+    broker of its AZ while the sealed classic log has records (that broker could not serve
+    them): it gets the leader. Once retention emptied the classic log, its AZ again."""
+    from broker.apis.metadata import _controller_partition_entry
+    from broker.transformer import Routing
+
+    c, broker, tid = setup()
+    migrate(c, "true")
+    seal(c, 0, DISKLESS_START, old_bytes=4096)
+    seal(c, 1, 7)  # nothing left in partition 1's classic log
+    topic = SimpleNamespace(topic_id=tid, name="t")
+    alive = {1: "a", 2: "b", 3: "c", 4: "d"}
+
+    def leader(partition: int) -> int:
+        entry = _controller_partition_entry(broker, topic, partition, Routing(alive, "d"))
+        return int(entry["leader_id"])
+
+    image = c.image.topics[tid]
+    assert image.diskless and routing.az_routed(image)
+    assert leader(0) == image.partitions[0].leader
+    assert leader(1) == 4
+
+
 def test_a_snapshot_keeps_the_earlier_migrations_boundaries() -> None:
     """A broker or controller starting from a snapshot taken while the topic is sealed
     towards classic routes offsets below the first boundary to the classic log too."""
