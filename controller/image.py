@@ -631,6 +631,10 @@ class MigrationState:
     generation: int
     # Partitions sealed in this migration: offsets >= boundary are in the new kind's log.
     sealed: tuple[tuple[int, SealedPartition], ...] = ()
+    # The finished migration to diskless before this one (to classic): its sealed classic
+    # logs still hold the offsets below its boundaries, also while this migration has not
+    # sealed a partition yet (routing must not forget them then). None: there was none.
+    earlier: MigrationState | None = None
 
     def boundary(self, partition: int) -> int | None:
         s = self.sealed_partition(partition)
@@ -662,7 +666,10 @@ def _apply_topic_migration(image: MetadataImage, r: TopicMigration) -> None:
         # (Without one, any generation: a snapshot replays the current migration.)
         if old is not None and r.generation != old.generation + 1:
             raise ImageError(f"TopicMigration {topic.name}: generation {r.generation} is not next")
-        topic.migration = MigrationState(r.direction, r.state, r.generation)
+        earlier = old if old is not None and old.direction == TO_DISKLESS else None
+        if earlier is not None:
+            earlier = replace(earlier, earlier=None)  # one level: nothing older is read
+        topic.migration = MigrationState(r.direction, r.state, r.generation, earlier=earlier)
         return
     if old is None or old.generation != r.generation or old.direction != r.direction:
         raise ImageError(f"TopicMigration {topic.name}: not migrating generation {r.generation}")
@@ -702,6 +709,12 @@ def _migration_snapshot(topic: TopicImage) -> list[Record]:
     m = topic.migration
     if m is None:
         return []
+    # The earlier migration first (the next SEALING keeps it), then this one.
+    out = [] if m.earlier is None else _one_migration(topic, m.earlier)
+    return out + _one_migration(topic, m)
+
+
+def _one_migration(topic: TopicImage, m: MigrationState) -> list[Record]:
     # SEALING first, the sealed partitions, then MIGRATED: replays the same moves.
     out: list[Record] = [
         TopicMigration(topic.topic_id, m.direction, MIGRATION_SEALING, m.generation)

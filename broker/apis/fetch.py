@@ -31,7 +31,7 @@ from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import FetchBudget, leader_epoch_error
 from ..metrics import METRICS
-from ..migration.routing import reads_classic
+from ..migration.routing import reads_classic, whole_log_start
 from ..security import access
 from ..security.acl import AclOperation
 from ..tiering.fetch import read_tiered
@@ -341,11 +341,16 @@ async def _fetch(
         elif slot.find_index >= 0:
             result = results[slot.find_index]
             data = records[slot.find_index]
+            start = result.log_start_offset
+            if broker.classic is not None and start >= 0:
+                # A migrated partition's log starts in its sealed classic log, if any.
+                f = finds[slot.find_index]
+                start = whole_log_start(broker, broker.classic, f.topic_id, f.partition, start)
             entry.update(
                 error_code=result.error,
                 high_watermark=result.high_watermark,
                 last_stable_offset=result.last_stable_offset,
-                log_start_offset=result.log_start_offset,
+                log_start_offset=start,
                 records=data if data is not None else b"",
             )
             if result.aborted is not None:

@@ -12,7 +12,7 @@ from ..authorized_operations import NOT_REQUESTED
 from ..client_az import client_az
 from ..controller_client import ControllerRefused
 from ..metrics import METRICS
-from ..migration.routing import az_routed
+from ..migration.routing import az_routed, serves_any_broker
 from ..security import access
 from ..security.acl import CLUSTER_NAME, AclOperation
 from ..topics import InvalidTopic
@@ -86,7 +86,8 @@ def _controller_partition_entry(
             state.leader,
             routing.alive,
             routing.client_az,
-            routing.local_fallback,
+            # A sealed classic log with records: to its replicas, across AZs if need be.
+            routing.local_fallback and serves_any_broker(topic_image, partition),
         )
         if r.hash_fallback:
             METRICS.transformer_fallbacks.inc()

@@ -12,6 +12,14 @@ Until the partition's leader sealed its old log and the controller recorded it
   offsets below the diskless log's start at the seal (``old_start``) in the classic log
   again: the sealed classic log of an earlier migration to diskless, if there was one.
 
+A migration to classic that follows one to diskless keeps the earlier migration's
+boundaries (``MigrationState.earlier``): until its partition is sealed again, offsets
+below the first boundary are still in the first classic log, not in the diskless one.
+
+Everything below a boundary is decided by ``classic_end_below``, for every API: the
+fetch path (``reads_classic``), ListOffsets (``list_offset_route``), OffsetForLeaderEpoch
+(``epochs_route``) and the log start of a diskless Fetch answer (``whole_log_start``).
+
 Replication fetches always go to the classic log. While a partition is being sealed
 towards classic, no broker appends to its diskless log (``refuses_diskless_append``;
 the batch coordinator refuses anything past the seal anyway).
@@ -57,12 +65,49 @@ def _migration(broker: Broker, topic_id: UUID) -> MigrationState | None:
     return None if topic is None else topic.migration
 
 
+def classic_end_below(m: MigrationState, partition: int) -> int:
+    """Where a sealed classic log below the partition's diskless part ends (0: there is
+    none): offsets under it are read from that classic log, on any of its replicas.
+
+    - to diskless, sealed at B: B;
+    - to classic, sealed: the diskless log's start at the seal (``old_start``);
+    - to classic, not sealed yet: the earlier migration's boundary (a topic born
+      diskless has none).
+    """
+    s = m.sealed_partition(partition)
+    if m.direction == TO_DISKLESS:
+        return 0 if s is None else s.boundary
+    if s is not None:
+        return max(s.old_start, 0)
+    first = None if m.earlier is None else m.earlier.sealed_partition(partition)
+    return 0 if first is None else first.boundary
+
+
+def _classic_below_has_records(m: MigrationState, partition: int) -> bool:
+    """Whether the image says a classic log sealed for diskless below the partition's
+    diskless part still has records (its leader reports its size as retention and
+    tiering shrink it)."""
+    first = m if m.direction == TO_DISKLESS else m.earlier
+    s = None if first is None else first.sealed_partition(partition)
+    return s is not None and s.old_bytes != 0
+
+
 def sealed_boundary(broker: Broker, topic_id: UUID, partition: int) -> int | None:
-    """The boundary of a partition whose classic log is sealed for diskless (None: not)."""
+    """The end of a sealed classic log below a partition's diskless part (None: none)."""
     m = _migration(broker, topic_id)
-    if m is None or m.direction != TO_DISKLESS:
-        return None
-    return m.boundary(partition)
+    end = 0 if m is None else classic_end_below(m, partition)
+    return end or None
+
+
+def serves_any_broker(topic: TopicImage, partition: int) -> bool:
+    """Whether any broker can serve a consumer of this partition, as the AZ transformer
+    assumes of diskless ones when it sends a client to a broker of its AZ that is not a
+    replica: not while a sealed classic log below its diskless part has records, which
+    only that log's replicas hold (elsewhere EARLIEST and reads below it are refused)."""
+    m = topic.migration
+    return m is None or not (
+        classic_end_below(m, partition) and _classic_below_has_records(m, partition)
+    )
 
 
 def appends_classic(
@@ -111,12 +156,14 @@ def reads_classic(
         # A follower of the classic log, sealed or not: never a diskless batch (one that
         # copied them would hold offsets its classic log does not own).
         return True
-    s = None if m is None else m.sealed_partition(partition)
-    if m is None or s is None:
+    if m is None:
         return classic.is_classic(topic_id)
-    if m.direction == TO_DISKLESS:
-        return offset < s.boundary
-    return offset >= s.boundary or offset < s.old_start
+    if offset < classic_end_below(m, partition):
+        return True
+    s = m.sealed_partition(partition)
+    if s is None:
+        return classic.is_classic(topic_id)
+    return m.direction == TO_CLASSIC and offset >= s.boundary
 
 
 def list_offset_route(
@@ -127,37 +174,58 @@ def list_offset_route(
     timestamp: int,
     read_committed: bool,
 ) -> tuple[int, int, int, int] | str | None:
-    """ListOffsets of a sealed partition: an answer from this broker's replica of the
-    classic log (error, offset, timestamp, leader epoch), CLASSIC (the classic leader's
-    answer), DISKLESS (the diskless log's), or None (no migration: the topic's kind)."""
+    """ListOffsets of a partition with a sealed log: an answer from this broker's replica
+    of the classic log below the diskless part (error, offset, timestamp, leader epoch),
+    CLASSIC (the classic leader's answer), DISKLESS (the diskless log's), or None (the
+    topic's kind answers: no migration, or nothing sealed that matters yet)."""
     m = _migration(broker, topic_id)
-    s = None if m is None else m.sealed_partition(partition)
-    if m is None or s is None:
+    if m is None:
+        return None
+    s = m.sealed_partition(partition)
+    below = classic_end_below(m, partition)
+    if s is None and not below:
         return None
     p = classic.get(topic_id, partition)
     epoch = broker.leader_epoch(topic_id, partition)
-    # Where the classic log below the boundary ends: B (to diskless) or the diskless
-    # log's start (to classic).
-    classic_below = s.boundary if m.direction == TO_DISKLESS else s.old_start
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
         # EARLIEST: the whole classic log's start, its tiered part too; -4 the local one.
-        start = p.log_start_offset if p is not None and timestamp == EARLIEST_TIMESTAMP else None
-        if p is not None and start is None:
-            start = p.log.log_start_offset
-        if start is not None and start < classic_below:
+        start = None
+        if p is not None:
+            start = (
+                p.log_start_offset if timestamp == EARLIEST_TIMESTAMP else p.log.log_start_offset
+            )
+        if start is not None and start < below:
             return 0, start, -1, epoch
-        if m.direction == TO_CLASSIC and s.old_start >= s.boundary:
+        if p is None and below and _classic_below_has_records(m, partition):
+            # The classic part has records but no replica of it here (a client routed by
+            # AZ to this broker): retriable, never the diskless start, past them.
+            return int(ErrorCode.not_leader_or_follower), -1, -1, -1
+        if s is not None and m.direction == TO_CLASSIC and s.old_start >= s.boundary:
             return CLASSIC  # the diskless log held nothing: the classic one starts it all
         return DISKLESS
     if timestamp >= 0 and p is not None:
         error, offset, ts = p.list_offset(timestamp, read_committed)
-        if not error and 0 <= offset < classic_below:
+        if not error and 0 <= offset < below:
             return 0, offset, ts, epoch
-    if m.direction == TO_DISKLESS:
+    if m.direction == TO_DISKLESS or s is None:
         return DISKLESS
     if timestamp == LATEST_TIMESTAMP or timestamp < 0 or s.old_start >= s.boundary:
         return CLASSIC
     return DISKLESS
+
+
+def whole_log_start(
+    broker: Broker, classic: ReplicaManager, topic_id: UUID, partition: int, diskless_start: int
+) -> int:
+    """The log start a Fetch answer from the diskless log carries: the start of the
+    classic log below it when this broker holds it (clients take it for the partition's
+    earliest offset: lag, watermarks), else the diskless log's."""
+    m = _migration(broker, topic_id)
+    below = 0 if m is None else classic_end_below(m, partition)
+    p = classic.get(topic_id, partition) if below else None
+    if p is None or p.log_start_offset >= below:
+        return diskless_start
+    return min(p.log_start_offset, diskless_start)
 
 
 def epochs_route(
@@ -176,11 +244,13 @@ def epochs_route(
     As for a diskless log, every epoch up to the current one ends at the high watermark
     (the classic leader's, once the topic is classic from the boundary on)."""
     m = _migration(broker, topic_id)
-    if m is None or m.boundary(partition) is None:
+    if m is None:
         return None
     p = classic.get(topic_id, partition)
     if replication and p is not None:
-        return CLASSIC
+        return CLASSIC  # a follower of the classic log, sealed or not (as reads_classic)
+    if m.boundary(partition) is None:
+        return None
     if m.direction == TO_DISKLESS:
         return DISKLESS
     if p is None or p.role != "leader":

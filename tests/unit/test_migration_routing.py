@@ -58,7 +58,7 @@ def migrate(c: Cluster, value: str) -> None:
     assert r.error_code == 0
 
 
-def seal(c: Cluster, index: int, boundary: int, old_start: int = -1) -> None:
+def seal(c: Cluster, index: int, boundary: int, old_start: int = -1, old_bytes: int = 0) -> None:
     topic = c.image.topic("t")
     assert topic is not None and topic.migration is not None
     p = topic.partitions[index]
@@ -69,7 +69,7 @@ def seal(c: Cluster, index: int, boundary: int, old_start: int = -1) -> None:
         topic.migration.generation,
         p.leader_epoch,
         boundary,
-        0,
+        old_bytes,
         old_start,
     )
     assert c.commit(c.logic.partition_sealed(c.image, report)).error_code == 0
@@ -169,6 +169,134 @@ def test_diskless_to_classic_has_three_parts() -> None:
     led = Manager(c.image, {(tid, 0): leader})
     assert routing.epochs_route(broker, led, tid, 0, False, 3, 5) == (0, 3, 420)
     assert routing.epochs_route(broker, led, tid, 0, False, 6, 5) == (0, -1, -1)
+
+
+# --- a consumer starting from the earliest offset in every window of both seals -------------
+
+
+DISKLESS_START = 100  # the diskless log's start: the first boundary
+
+
+def earliest(broker: Any, classic: Manager, tid: UUID) -> int | str:
+    """What ListOffsets EARLIEST answers on this broker once routing decided (as
+    broker/apis/list_offsets.py does): an offset, or the name of a retriable error."""
+    route = routing.list_offset_route(broker, classic, tid, 0, -2, False)
+    if isinstance(route, tuple):
+        return route[1] if route[0] == 0 else "error"
+    if route == routing.CLASSIC or (route is None and classic.is_classic(tid)):
+        p = classic.get(tid, 0)
+        return "error" if p is None else p.log_start_offset
+    return DISKLESS_START
+
+
+def fetched_from(broker: Any, classic: Manager, tid: UUID, offset: int) -> str:
+    """The log a consumer's fetch at ``offset`` reads on this broker."""
+    reads = routing.reads_classic(broker, classic, tid, 0, offset, -1)
+    return routing.CLASSIC if reads else routing.DISKLESS
+
+
+def seen_through_both_seals(role: str) -> dict[str, tuple[int | str, str]]:
+    """(EARLIEST, the log offset 0 is read from) on a broker holding a replica (``role``)
+    of partition 0's first classic log [0, 100), in each window its image can show."""
+    c, broker, tid = setup()
+    first = replica(0)
+    first.role = role
+    classic = Manager(c.image, {(tid, 0): first})
+    seen: dict[str, tuple[int | str, str]] = {}
+
+    def look(window: str) -> None:
+        seen[window] = (earliest(broker, classic, tid), fetched_from(broker, classic, tid, 0))
+
+    look("classic")
+    migrate(c, "true")
+    look("to diskless: pending")
+    seal(c, 0, DISKLESS_START, old_bytes=4096)
+    look("to diskless: sealed")
+    seal(c, 1, 7, old_bytes=512)
+    look("to diskless: migrated, replicas moving")
+    migrate(c, "false")
+    look("to classic: pending")  # issue 31: EARLIEST was 100, offset 0 diskless
+    seal(c, 0, 300, old_start=DISKLESS_START)
+    look("to classic: sealed")
+    seal(c, 1, 20, old_start=7)
+    look("to classic: migrated")
+    # Between the first classic log and the classic log again: the diskless log.
+    assert fetched_from(broker, classic, tid, DISKLESS_START) == routing.DISKLESS
+    return seen
+
+
+def test_earliest_and_offset_0_stay_in_the_first_classic_log_through_both_seals() -> None:
+    """Issue 31: a group that started while its topic was sealed towards classic again
+    began at the diskless log's start, skipping the first classic log. Whatever phase a
+    broker's image shows, EARLIEST is 0 and offset 0 is read from the classic replica
+    that holds it (a follower's view too: any replica answers below the boundary)."""
+    for role in ("leader", "follower"):
+        seen = seen_through_both_seals(role)
+        assert seen == {w: (0, routing.CLASSIC) for w in seen}, (role, seen)
+
+
+def test_a_broker_without_the_sealed_classic_log_never_answers_the_diskless_start() -> None:
+    """EARLIEST on a broker holding no replica of the classic log below the boundary (a
+    client routed by AZ to it): a retriable error, not the diskless log's start, which
+    would make a consumer skip the classic part. Once that part is empty (retention),
+    the diskless start is the earliest offset."""
+    c, broker, tid = setup()
+    bare = Manager(c.image, {})
+    migrate(c, "true")
+    seal(c, 0, DISKLESS_START, old_bytes=4096)
+    seal(c, 1, 0)
+    assert earliest(broker, bare, tid) == "error"
+    migrate(c, "false")
+    assert earliest(broker, bare, tid) == "error"
+    seal(c, 0, 300, old_start=DISKLESS_START)
+    assert earliest(broker, bare, tid) == "error"
+
+
+def test_the_az_transformer_sends_readers_of_a_sealed_classic_log_to_its_replicas() -> None:
+    """A client in an AZ without a replica of the partition (rack d) is not hashed to a
+    broker of its AZ while the sealed classic log has records (that broker could not serve
+    them): it gets the leader. Once retention emptied the classic log, its AZ again."""
+    from broker.apis.metadata import _controller_partition_entry
+    from broker.transformer import Routing
+
+    c, broker, tid = setup()
+    migrate(c, "true")
+    seal(c, 0, DISKLESS_START, old_bytes=4096)
+    seal(c, 1, 7)  # nothing left in partition 1's classic log
+    topic = SimpleNamespace(topic_id=tid, name="t")
+    alive = {1: "a", 2: "b", 3: "c", 4: "d"}
+
+    def leader(partition: int) -> int:
+        entry = _controller_partition_entry(broker, topic, partition, Routing(alive, "d"))
+        return int(entry["leader_id"])
+
+    image = c.image.topics[tid]
+    assert image.diskless and routing.az_routed(image)
+    assert leader(0) == image.partitions[0].leader
+    assert leader(1) == 4
+
+
+def test_a_snapshot_keeps_the_earlier_migrations_boundaries() -> None:
+    """A broker or controller starting from a snapshot taken while the topic is sealed
+    towards classic routes offsets below the first boundary to the classic log too."""
+    from controller.image import MetadataImage
+
+    c, broker, tid = setup()
+    migrate(c, "true")
+    seal(c, 0, DISKLESS_START, old_bytes=4096)
+    seal(c, 1, 7)
+    migrate(c, "false")
+    replayed = MetadataImage.from_records(c.image.snapshot())
+    topic = replayed.topics[tid]
+    assert topic.migration == c.image.topics[tid].migration
+    view = SimpleNamespace(
+        controller=SimpleNamespace(image=replayed), leader_epoch=broker.leader_epoch
+    )
+    classic = Manager(replayed, {(tid, 0): replica(0)})
+    assert (earliest(view, classic, tid), fetched_from(view, classic, tid, 0)) == (
+        0,
+        routing.CLASSIC,
+    )
 
 
 # --- a replica's log at the boundary (broker/migration/sealer.py on_replica) -------------
