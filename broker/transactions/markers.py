@@ -133,24 +133,43 @@ class MarkerWriter:
         producer_epoch: int,
         commit: bool,
         deadline_s: float | None = None,
+        listed: TransactionState | None = None,
     ) -> None:
         """Send pending classic markers to their leaders; once all are acknowledged they
         stop being pending in the database. An id already being sent by this broker is
-        left to that sender (a sweep must not duplicate it)."""
+        left to that sender (a sweep must not duplicate it).
+
+        A marker sent after its transaction's markers stopped being pending is not a
+        harmless repeat: the producer may have begun its next transaction (same epoch)
+        in that partition, and a late COMMIT would commit those records, a late ABORT
+        abort them. So the id stays "being sent" until the database has recorded the
+        markers written, and a resend (``listed``: the pending state a sweep read) first
+        checks, while holding the id, that those markers are still pending."""
         if self.classic is None or transactional_id in self._sending:
             return
         self._sending.add(transactional_id)
+        if listed is not None:
+            try:
+                [current] = await self._coordinator.txn_get([transactional_id])
+            except BaseException:
+                self._sending.discard(transactional_id)
+                raise
+            if not _still_pending(current, listed):
+                self._sending.discard(transactional_id)
+                return
 
         async def written() -> None:
-            self._sending.discard(transactional_id)
             try:
                 await self._coordinator.txn_markers_written(
                     transactional_id, producer_id, producer_epoch, partitions
                 )
             except CoordinatorUnavailable as exc:
                 # Still pending in the database: the coordinator's sweep sends them again
-                # (a marker written twice closes nothing more the second time).
+                # (before the producer can begin another transaction: it is refused
+                # CONCURRENT_TRANSACTIONS while they are pending).
                 log.warning("recording the markers of %s failed: %s", transactional_id, exc)
+            finally:
+                self._sending.discard(transactional_id)
 
         try:
             await self.classic.write(
@@ -181,6 +200,7 @@ class MarkerWriter:
                 state.producer_epoch,
                 state.state == COMPLETE_COMMIT,
                 deadline_s=0,
+                listed=state,
             )
         )
         self._tasks.add(task)
@@ -203,3 +223,14 @@ class MarkerWriter:
             await self._store.delete_many([object_key])
         except ObjectStoreError:
             log.warning("could not delete unused marker object %s; orphaned", object_key)
+
+
+def _still_pending(current: TransactionState | None, listed: TransactionState) -> bool:
+    """Whether the markers a sweep listed are still the id's pending ones."""
+    return (
+        current is not None
+        and current.markers_pending
+        and current.producer_id == listed.producer_id
+        and current.producer_epoch == listed.producer_epoch
+        and current.state == listed.state
+    )

@@ -200,3 +200,34 @@ async def test_a_partition_seen_classic_with_an_open_diskless_transaction_is_rea
     req = FindRequest(DISKLESS.topic_id, DISKLESS.partition, 0, BIG)
     [found] = await c.find_batches([req], BIG, read_committed=True)
     assert found.last_stable_offset == found.high_watermark == 2
+
+
+async def test_a_sweep_never_resends_markers_that_were_written_meanwhile(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    """The nemesis found a COMMIT marker written twice, the second one after the
+    producer's next transaction had begun in the partition: it committed the first
+    records of a transaction the producer then aborted. A sweep had read the markers as
+    pending just before the first sender recorded them written, and sent them again.
+    A resend now checks, while holding the id, that they are still pending; and the
+    first sender holds the id until the database has recorded them."""
+    import asyncio
+
+    c = coordinator
+    await c.create_logs([CLASSIC])
+    w, _store, sender = writer(c, tmp_path, {CLASSIC})
+    state = await begin(c, CLASSIC)
+    assert await w.end(state, commit=True, bump_epoch=False) == NONE
+    [listed] = await c.txn_pending_markers(10)  # what a sweep read: still pending
+    # While the first sender records the markers written, a resend is left to it.
+    recording = asyncio.ensure_future(sender.acknowledge.pop()())
+    w.resend(listed)
+    await recording
+    await asyncio.gather(*w._tasks)
+    assert sender.sent == [([CLASSIC], True)]
+    # Afterwards the sweep's stale list changes nothing either: the next transaction of
+    # the producer may already be writing to the partition.
+    assert await c.txn_pending_markers(10) == []
+    w.resend(listed)
+    await asyncio.gather(*w._tasks)
+    assert sender.sent == [([CLASSIC], True)]
