@@ -100,6 +100,10 @@ def check_acks(
                 verdict = "lost"
             elif len(seen) > 1:
                 verdict = "duplicated"
+            elif ack.offset is None:
+                # Acknowledged without an offset (librdkafka: the broker answered -1): read
+                # once, which is all the client can check; reported, not a violation.
+                verdict = "no_offset"
             elif seen[0] != (ack.topic, ack.partition, ack.offset):
                 verdict = "misplaced"
             else:
@@ -110,7 +114,10 @@ def check_acks(
                     f"{ack.value} acked at {ack.topic}-{ack.partition}@{ack.offset}, read at {seen}"
                 )
         result[label] = {
-            k: {"acked": c["acked"], **{v: c[v] for v in ("lost", "duplicated", "misplaced")}}
+            k: {
+                "acked": c["acked"],
+                **{v: c[v] for v in ("lost", "duplicated", "misplaced", "no_offset")},
+            }
             for k, c in sorted(per_kind.items())
         }
         result[label + "_examples"] = dict(examples)
@@ -225,6 +232,10 @@ def violations(summary: dict[str, Any]) -> list[str]:
             out.append(f"transactions: {t['transactions'][problem]} {problem}")
     if t["fatal_errors"]:
         out.append(f"transactions: {t['fatal_errors']} fatal producer errors")
+    if summary["producer_fatal"]:
+        # An idempotent producer's fatal error (OUT_OF_ORDER_SEQUENCE_NUMBER: the broker lost
+        # sequences it had acknowledged) ends it; Kafka never lets that happen without loss.
+        out.append(f"idempotent producers: {len(summary['producer_fatal'])} fatal errors")
     if t["reader_saw_aborted"]:
         out.append(f"read_committed reader saw {t['reader_saw_aborted']} aborted records")
     if summary["group"]["regressions"]:

@@ -28,14 +28,16 @@ from sluice.launch.seaweedfs import LocalSeaweedFS
 
 from .proxy import FaultProxy, ProxyThread
 
-# Liveness as in tests/fixtures/cluster.py (a dead broker leaves Metadata in ~2 s), and a
-# replica lag time short enough that a stopped follower leaves the ISR within the run (Kafka:
-# 30 s; the nemesis reports unavailability next to that).
+# Faster than Kafka's defaults (session 9 s, replica lag 30 s) so a run sees many faults, in
+# Kafka's proportions: a broker paused for less than its session stays registered (and its
+# replicas in the ISRs) while its fetches stop; one paused longer than replica.lag.time.max.ms
+# leaves the ISRs.
+SESSION_MS = 4000
 REPLICA_LAG_MS = 5000
 BROKER_OPTIONS = {
     "produce.commit.interval.ms": "20",
-    "broker.heartbeat.interval.ms": "200",
-    "broker.session.timeout.ms": "2000",
+    "broker.heartbeat.interval.ms": "400",
+    "broker.session.timeout.ms": str(SESSION_MS),
     "metadata.refresh.interval.ms": "500",
     "replica.lag.time.max.ms": str(REPLICA_LAG_MS),
     "replica.fetch.backoff.ms": "200",
@@ -44,7 +46,7 @@ BROKER_OPTIONS = {
     "log.retention.check.interval.ms": "1000",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
-CONTROLLER_OPTIONS = {"broker.session.timeout.ms": "2000"}
+CONTROLLER_OPTIONS = {"broker.session.timeout.ms": str(SESSION_MS)}
 RACKS = ("az-a", "az-b", "az-c")
 
 

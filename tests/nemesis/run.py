@@ -64,7 +64,7 @@ def run(
 ) -> dict[str, Any]:
     wanted = topics(with_tiered)
     replicated = [t.name for k, t in wanted.items() if k != "diskless"]
-    faults = schedule(seed, seconds, SCHEDULES[schedule_name])
+    faults = schedule(seed, seconds, schedule_name)
     cluster = NemesisCluster(root)
     summary: dict[str, Any] = {"seed": seed, "seconds": seconds, "schedule": schedule_name}
     started = time.monotonic()
@@ -92,6 +92,7 @@ def run(
         committed = checker.read_all(cluster.bootstrap, all_topics, "read_committed")
         summary.update(checker.check_acks(ledger, all_topics, uncommitted))
         summary["txns"] = checker.check_txns(ledger, committed)
+        summary["producer_fatal"] = ledger.producer_fatal[:10]
         summary["group"] = {
             "consumed": ledger.group_consumed,
             "samples": sum(len(v) for v in ledger.group_offsets.values()),

@@ -54,7 +54,7 @@ class Topic:
 class Ack:
     topic: str
     partition: int
-    offset: int
+    offset: int | None  # None: acknowledged without an offset
     value: str
     at: float  # time.time() of the delivery report
 
@@ -69,6 +69,7 @@ class Ledger:
     # transactional.id/txn -> (topic, outcome, values); outcome committed|aborted|unknown
     txns: dict[str, tuple[str, str, list[str]]] = field(default_factory=dict)
     txn_fatal: list[str] = field(default_factory=list)
+    producer_fatal: list[str] = field(default_factory=list)  # idempotent producers
     # group offsets sampled: (topic, partition) -> [(time, offset)]
     group_offsets: dict[tuple[str, int], list[tuple[float, int]]] = field(
         default_factory=lambda: defaultdict(list)
@@ -105,6 +106,8 @@ class Ledger:
             self.txns[r["key"]] = (r["topic"], r["outcome"], r["values"])
         elif kind == "txn_fatal":
             self.txn_fatal.append(r["what"])
+        elif kind == "producer_fatal":
+            self.producer_fatal.append(r["what"])
         elif kind == "offset":
             self.group_offsets[(r["topic"], r["partition"])].append((r["at"], r["offset"]))
         elif kind == "group_regress":
@@ -210,31 +213,33 @@ class ProducerWorker(Worker):
         seq = 0
         interval = 1.0 / self.rate
         next_at = time.monotonic()
-        while not self.stop_event.is_set():
-            value = _value(f"{self.kind}/{self.name}/{seq}", self.topic.pad)
-            try:
-                producer.produce(
-                    self.topic.name,
-                    value=value,
-                    partition=seq % self.topic.partitions,
-                    on_delivery=report,
-                )
-                seq += 1
-            except BufferError:
-                pass
-            except KafkaException as exc:
-                self.note(f"produce: {exc}")  # a fatal idempotence error: stop this producer
-                break
-            producer.poll(0)
-            next_at += interval
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                producer.poll(delay)
-            else:
-                next_at = time.monotonic()
-        left = producer.flush(MESSAGE_TIMEOUT_MS / 1000)
-        if left:
-            self.note(f"{left} records still undelivered at the end")
+        try:
+            while not self.stop_event.is_set():
+                value = _value(f"{self.kind}/{self.name}/{seq}", self.topic.pad)
+                try:
+                    producer.produce(
+                        self.topic.name,
+                        value=value,
+                        partition=seq % self.topic.partitions,
+                        on_delivery=report,
+                    )
+                    seq += 1
+                except BufferError:
+                    pass
+                producer.poll(0)
+                next_at += interval
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    producer.poll(delay)
+                else:
+                    next_at = time.monotonic()
+            left = producer.flush(MESSAGE_TIMEOUT_MS / 1000)
+            if left:
+                self.note(f"{left} records still undelivered at the end")
+        except KafkaException as exc:
+            # A fatal error (idempotence) ends a producer; the harness starts a new one.
+            self.rec("producer_fatal", what=f"{time.strftime('%H:%M:%S')} {self.name}: {exc}")
+            raise
 
 
 class TxnWorker(Worker):
@@ -603,7 +608,8 @@ class Workload:
             stdin=subprocess.DEVNULL,
             stdout=open(self.directory / f"{spec['name']}.out", "ab"),  # noqa: SIM115
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            # The repo on the path whoever started us (pytest puts it on sys.path only).
+            env={**os.environ, "PYTHONPATH": _path_with_repo(), "PYTHONFAULTHANDLER": "1"},
         )
 
     def check(self) -> None:
@@ -641,6 +647,12 @@ class Workload:
 
     def ledger(self) -> Ledger:
         return Ledger.load(list(self.directory.glob("*.jsonl")))
+
+
+def _path_with_repo() -> str:
+    repo = str(Path(__file__).resolve().parents[2])
+    current = os.environ.get("PYTHONPATH", "")
+    return repo + (os.pathsep + current if current else "")
 
 
 if __name__ == "__main__":
