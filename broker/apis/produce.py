@@ -19,7 +19,12 @@ from storage.catalog import Topic
 
 from .. import recompress
 from ..append import PartitionAppend, PartitionResult
-from ..classic.produce import classic_append, needs_verification, verified_append
+from ..classic.produce import (
+    Verification,
+    classic_append,
+    needs_verification,
+    verify_transaction,
+)
 from ..client_az import az_from_client_id, count_bytes, count_produce
 from ..client_quotas import user_of
 from ..migration.routing import appends_classic, refuses_diskless_append
@@ -62,6 +67,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     classic = broker.classic
     waits: list[asyncio.Future[PartitionResult]] = []
     classic_bytes = 0
+    # KIP-890 verification of this request's transactional producer, asked at most once.
+    verified: tuple[tuple[int, int], Verification] | None = None
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = topics.get(name)
@@ -115,27 +122,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 continue
             if classic is not None and appends_classic(broker, classic, topic.topic_id, part.index):
                 # A classic partition: appended to this broker's log if it leads it.
-                timeout_ms = int(request.timeout.total_seconds() * 1000)
                 if needs_verification(classic, topic, part.index, batches):
-                    classic_bytes += len(records)
-                    slots.append((name, part.index, -1 - len(waits), None, ()))
-                    waits.append(
-                        asyncio.ensure_future(
-                            verified_append(
-                                classic,
-                                topics,
-                                topic,
-                                part.index,
-                                records,
-                                batches,
-                                log_append,
-                                acks,
-                                timeout_ms,
-                                request.transactional_id,
-                            )
+                    first = batches[0]
+                    if verified is None or verified[0] != (first.producer_id, first.producer_epoch):
+                        # Awaited before this handler returns, so the connection's next
+                        # request waits for it: appends stay in request order.
+                        verification = await verify_transaction(
+                            broker.transactions, request.transactional_id, first
                         )
-                    )
-                    continue
+                        verified = ((first.producer_id, first.producer_epoch), verification)
+                    if refusal := verified[1].refusal(topic.topic_id, part.index):
+                        slots.append((name, part.index, PartitionResult(refusal), None, ()))
+                        continue
                 outcome = classic_append(
                     classic,
                     topics,
@@ -166,13 +164,14 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     throttle_ms = _produce_quota(broker, ctx, request)
     if classic_bytes:
         count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), classic_bytes)
-    if waits:
-        # acks=all on classic partitions: answered once their high watermarks pass.
-        return asyncio.ensure_future(
-            _with_classic(broker, ctx, acks, slots, appends, waits, throttle_ms)
-        )
+    # Submitted now, before the handler returns, whatever else the request waits for: the
+    # appender commits in submission order, and the connection's next request must not
+    # overtake this one's batches.
     committed = broker.appender.submit(appends)
     count_produce(broker, ctx.header.client_id, appends)
+    if waits:
+        # acks=all on classic partitions: answered once their high watermarks pass.
+        return asyncio.ensure_future(_with_classic(ctx, acks, slots, committed, waits, throttle_ms))
     # The answer is completed by a callback on the commit, not by a task awaiting it:
     # one task per request was a measurable share of a small-batch producer's cost.
     answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -279,20 +278,15 @@ def _produce_quota(broker: Broker, ctx: RequestContext, request: Any) -> int:
 
 
 async def _with_classic(
-    broker: Broker,
     ctx: RequestContext,
     acks: int,
     slots: list[_Slot],
-    appends: list[PartitionAppend],
+    committed: asyncio.Future[list[PartitionResult]],
     waits: list[asyncio.Future[PartitionResult]],
     throttle_ms: int,
 ) -> Any:
     """A request with classic partitions still waiting (acks=all): both kinds awaited."""
-    results: list[PartitionResult] = []
-    if appends:
-        committed = broker.appender.submit(appends)
-        count_produce(broker, ctx.header.client_id, appends)
-        results = await committed
+    results = await committed
     classic_results = list(await asyncio.gather(*waits))
     if acks == 0:
         return None

@@ -269,9 +269,17 @@ class ClassicPartition:
             )
             if error is not None:
                 return PartitionResult(int(error))
-            if duplicate >= 0:
-                # A retry of a batch already written: its original offset, nothing appended.
-                return PartitionResult(0, duplicate, -1, self.log_start_offset)
+            if duplicate is not None:
+                # A retry of a batch already written: nothing appended, answered with its
+                # original offset, and under acks=all only once the high watermark has
+                # passed it, as the original would have been (Kafka's delayed produce
+                # waits for the duplicate's last offset too). Answering at once would
+                # acknowledge a batch that only this leader may hold.
+                base, last = duplicate
+                result = PartitionResult(0, base, -1, self.log_start_offset)
+                if acks != -1 or self.high_watermark > last:
+                    return result
+                return self._wait_for_high_watermark(last, result, timeout_ms, min_isr)
         append_time = -1
         if log_append_time:
             append_time = int(now_ms())

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
@@ -16,6 +18,7 @@ from ..metrics import METRICS
 
 if TYPE_CHECKING:
     from ..topics import TopicRegistry
+    from ..transactions.coordinator import TransactionCoordinator
     from .replica_manager import ReplicaManager
 
 
@@ -31,43 +34,50 @@ def needs_verification(
     return p is not None and batches[0].producer_id not in p.txns.ongoing
 
 
-async def verified_append(
-    manager: ReplicaManager,
-    topics: TopicRegistry,
-    topic: Topic,
-    partition: int,
-    records: memoryview,
-    batches: list[BatchHeader],
-    log_append_time: bool,
-    acks: int,
-    timeout_ms: int,
-    transactional_id: str | None,
-) -> PartitionResult:
-    """``classic_append`` once the producer's ongoing transaction (same epoch) is known to
-    include the partition (AddPartitionsToTxn); otherwise INVALID_TXN_STATE (or
-    INVALID_PRODUCER_EPOCH for a fenced producer), as the diskless path answers. A late
-    batch of a transaction that already ended cannot open a hanging one."""
-    first = batches[0]
-    transactions = manager.broker.transactions
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """What the transaction coordinator said of a producer's ongoing transaction: an
+    error for every partition, or the partitions it includes."""
+
+    error: int
+    partitions: frozenset[PartitionKey] = frozenset()
+
+    def refusal(self, topic_id: UUID, partition: int) -> int:
+        """0 when the producer's batch may be appended to this partition, else the code
+        the diskless path answers: INVALID_TXN_STATE (the partition is not in the
+        transaction, or the transaction ended: a late batch cannot open a hanging one),
+        INVALID_PRODUCER_EPOCH (fenced), REQUEST_TIMED_OUT (coordinator unreachable)."""
+        if self.error:
+            return self.error
+        if PartitionKey(topic_id, partition) not in self.partitions:
+            return int(ErrorCode.invalid_txn_state)
+        return 0
+
+
+async def verify_transaction(
+    transactions: TransactionCoordinator, transactional_id: str | None, first: BatchHeader
+) -> Verification:
+    """Ask the coordinator (one round trip) which partitions the producer's ongoing
+    transaction, at this epoch, includes.
+
+    The produce handler awaits this *before* it returns, so the connection's next request
+    waits: a producer's batches are appended in the order its requests arrived, as on
+    Kafka. (Verifying in the background let a later request of the same producer be
+    appended first, and the client died on OUT_OF_ORDER_SEQUENCE_NUMBER.)"""
     if transactional_id is None:
-        return PartitionResult(int(ErrorCode.invalid_txn_state))
+        return Verification(int(ErrorCode.invalid_txn_state))
     try:
         error, partitions = await transactions.verify(
             transactional_id, first.producer_id, first.producer_epoch
         )
     except Exception:
         # The coordinator database is unreachable: retriable, nothing was written.
-        return PartitionResult(int(ErrorCode.request_timed_out))
+        return Verification(int(ErrorCode.request_timed_out))
     if error == int(ErrorCode.producer_fenced):
-        return PartitionResult(int(ErrorCode.invalid_producer_epoch))
-    if error or PartitionKey(topic.topic_id, partition) not in partitions:
-        return PartitionResult(int(ErrorCode.invalid_txn_state))
-    outcome = classic_append(
-        manager, topics, topic, partition, records, batches, log_append_time, acks, timeout_ms
-    )
-    if isinstance(outcome, PartitionResult):
-        return outcome
-    return await outcome
+        return Verification(int(ErrorCode.invalid_producer_epoch))
+    if error:
+        return Verification(int(ErrorCode.invalid_txn_state))
+    return Verification(0, frozenset(partitions))
 
 
 def classic_append(

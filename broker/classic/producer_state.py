@@ -47,29 +47,31 @@ class ProducerState:
 
     def check(
         self, pid: int, epoch: int, first_seq: int, last_seq: int
-    ) -> tuple[ErrorCode | None, int]:
-        """Before a leader appends: (error, -1), (None, first offset of the duplicate
-        already in the log), or (None, -1) to append."""
+    ) -> tuple[ErrorCode | None, tuple[int, int] | None]:
+        """Before a leader appends: (error, None); (None, (first offset, last offset)) of
+        the duplicate already in the log, which a retry must wait for exactly as the
+        original did (acks=all: until the high watermark passes its last offset); or
+        (None, None) to append."""
         if pid == NO_PRODUCER_ID:
-            return None, -1
+            return None, None
         entry = self._producers.get(pid)
         if entry is None:
             # Unknown producer (new, or its state went with old segments): accepted, as
             # Kafka does since KIP-360.
-            return None, -1
+            return None, None
         if epoch < entry.epoch:
-            return ErrorCode.invalid_producer_epoch, -1
+            return ErrorCode.invalid_producer_epoch, None
         if epoch > entry.epoch:
             if first_seq != 0:
-                return ErrorCode.out_of_order_sequence_number, -1
-            return None, -1
-        for f, last, base, _end in entry.batches:
+                return ErrorCode.out_of_order_sequence_number, None
+            return None, None
+        for f, last, base, end in entry.batches:
             if f == first_seq and last == last_seq:
-                return None, base
+                return None, (base, end)
         expected = (entry.last_seq + 1) & 0x7FFFFFFF if entry.batches else first_seq
         if first_seq != expected:
-            return ErrorCode.out_of_order_sequence_number, -1
-        return None, -1
+            return ErrorCode.out_of_order_sequence_number, None
+        return None, None
 
     def update(self, pid: int, epoch: int, first_seq: int, count: int, base: int) -> None:
         """A batch of producer ``pid`` was appended at offsets [base, base+count)."""

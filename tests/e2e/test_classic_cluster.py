@@ -310,3 +310,59 @@ def test_leader_killed_repeatedly_loses_and_duplicates_nothing(
     assert len(kills) == 3 and kills[-1] < total, f"kills at offsets {kills} of {total}"
     got = confluent_consume(healthy.bootstrap, topic, expected=total)
     assert_exactly_once(stream, got, 1)
+
+
+def test_an_acks_all_retry_is_not_acknowledged_before_its_replication(
+    healthy: LocalCluster, topic: str
+) -> None:
+    """The lost-ack audit. Both followers are paused (still in the ISR: the lag limit has
+    not passed), one record is produced by an idempotent producer whose requests time out
+    quickly, and librdkafka retries the same batch. The leader must not answer the retry
+    before the high watermark passes the batch. The leader is then killed and the followers
+    resumed: whatever the producer was told was acknowledged must be in the new leader's
+    log. (The previous code answered the retry at once, and the record was lost.)"""
+    boot = healthy.broker(1).bootstrap
+    admin = AdminClient({"bootstrap.servers": boot})
+    create(admin, topic, {"min.insync.replicas": "2"}, [[1, 2, 3]])
+    delivered: list[KafkaError | None] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": boot,
+            "enable.idempotence": True,
+            "request.timeout.ms": 400,
+            "message.timeout.ms": 60_000,
+            "retry.backoff.ms": 50,
+        }
+    )
+    for i in range(5):  # replicated everywhere; the producer has its id and connection
+        producer.produce(topic, value=b"%d" % i)
+    assert producer.flush(20) == 0
+    for follower in (2, 3):
+        os.kill(_pid(healthy, follower), signal.SIGSTOP)
+    leader = healthy.broker(1)
+    try:
+        time.sleep(0.3)  # the followers' fetches in flight are answered to nobody
+        producer.produce(topic, value=b"5", on_delivery=lambda err, _m: delivered.append(err))
+        # Several request timeouts and retries, well within the 2 s lag limit.
+        deadline = time.monotonic() + 1.4
+        while not delivered and time.monotonic() < deadline:
+            producer.poll(0.05)
+        acked_before_kill = delivered == [None]
+        leader.stop(signal.SIGKILL)
+    finally:
+        for follower in (2, 3):
+            os.kill(_pid(healthy, follower), signal.SIGCONT)
+    assert not acked_before_kill, "acknowledged while only the leader held the record"
+    wait_until(lambda: describe(admin_of(healthy, 2), topic)[0][0] in (2, 3), "a new leader", 20)
+    # The producer goes on retrying at the new leader, which appends the record itself.
+    assert producer.flush(30) == 0 and delivered == [None], delivered
+    leader.start()
+    wait_until(
+        lambda: describe(admin_of(healthy, 2), topic)[0][2] == [1, 2, 3], "a full ISR", 30
+    )
+    got = confluent_consume(healthy.broker(2).bootstrap, topic, expected=6)
+    assert sorted(int(g.value or b"-1") for g in got) == list(range(6))
+
+
+def admin_of(cluster: LocalCluster, node: int) -> AdminClient:
+    return AdminClient({"bootstrap.servers": cluster.broker(node).bootstrap})

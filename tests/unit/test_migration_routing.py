@@ -240,9 +240,9 @@ async def test_a_replica_continuing_at_the_boundary_takes_the_diskless_producer_
     batches.append(SeededProducerBatch(8, 0, 0, 0, 3, 3))
     await sealer._continue(p, 1)  # type: ignore[arg-type]
     assert not p.sealed
-    assert p.producers.check(8, 0, 2, 2) == (None, -1)
+    assert p.producers.check(8, 0, 2, 2) == (None, None)
     # A retry of the last diskless batch is its duplicate; the next sequence is accepted,
     # a gap is not.
-    assert p.producers.check(7, 2, 5, 9) == (None, 15)
-    assert p.producers.check(7, 2, 10, 12) == (None, -1)
+    assert p.producers.check(7, 2, 5, 9) == (None, (15, 19))
+    assert p.producers.check(7, 2, 10, 12) == (None, None)
     assert p.producers.check(7, 2, 11, 12)[0] is not None

@@ -13,12 +13,16 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from broker.apis import build_api_table
 from broker.config import BrokerConfig
 from broker.node import Broker
 from controller.service import ControllerService, ControllerSettings
+from protocol.records import TRANSACTIONAL_BIT
 from sluice.backends import coordinator_and_catalog, object_store
 from storage.classic.batches import walk
-from tests.e2e._batches import Record, build_batch
+from storage.coordinator import PartitionKey
+from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
+from tests.unit._handlers import decode_answer, request_and_context, settled
 from tests.unit.test_broker_controller_mode import call
 
 E = ErrorCode
@@ -276,3 +280,71 @@ async def test_a_produce_before_the_replica_opens_is_never_taken_as_diskless(
     part = answer.responses[0].partition_responses[0]
     assert (part.error_code, part.base_offset) == (E.none, 0)
     assert next(iter(b1.classic.partitions.values())).log.log_end_offset == 3
+
+
+async def test_a_producers_requests_are_appended_in_arrival_order_while_one_is_verified(
+    brokers: list[Broker],
+) -> None:
+    """KIP-890 verification of a transactional producer's first batch in a partition takes
+    a coordinator round trip. The connection's next request (the producer's next sequence,
+    pipelined) must not be appended before it: the client dies on OUT_OF_ORDER_SEQUENCE_NUMBER
+    (the audit: ~3 % of transactions). Requests are run as the connection's worker runs them:
+    each handler awaited in arrival order, answers awaited afterwards."""
+    b1, _b2 = brokers
+    created = await call(
+        b1,
+        19,
+        7,
+        {
+            "topics": [
+                {
+                    "name": "txn",
+                    "num_partitions": -1,
+                    "replication_factor": -1,
+                    "assignments": [{"partition_index": 0, "broker_ids": [1]}],
+                    "configs": [{"name": "diskless.enable", "value": "false"}],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        },
+    )
+    assert created.topics[0].error_code == E.none, created.topics[0].error_message
+    await eventually(lambda: bool(b1.classic and b1.classic.partitions))
+    [topic_id] = {key[0] for key in b1.classic.partitions}  # type: ignore[union-attr]
+    release = asyncio.Event()
+    asked: list[int] = []
+
+    async def verify(_tid: str, _pid: int, _epoch: int) -> tuple[int, set[PartitionKey]]:
+        asked.append(_pid)
+        if len(asked) == 1:
+            await release.wait()  # the first request's round trip is slow
+        return 0, {PartitionKey(topic_id, 0)}
+
+    b1.transactions.verify = verify  # type: ignore[method-assign]
+    handler = build_api_table(b1)[0].handler
+
+    def txn_request(seq: int) -> tuple[Any, Any]:
+        data = build_raw_batch(
+            b"".join(encode_record(Record(b"k", b"v%d" % i), i) for i in range(2)),
+            records_count=2,
+            base_timestamp_ms=int(time.time() * 1000),
+            attributes=TRANSACTIONAL_BIT,
+            producer_id=77,
+            producer_epoch=0,
+            base_sequence=seq,
+        )
+        body = produce_body("txn", data)
+        body["transactional_id"] = "tx"
+        return request_and_context(0, 9, body)
+
+    asyncio.get_running_loop().call_later(0.2, release.set)
+    answers = []
+    for seq in (0, 2):
+        request, ctx = txn_request(seq)
+        answers.append(await handler(ctx, request))
+    parts = [
+        decode_answer(await settled(a), 0, 9).responses[0].partition_responses[0]
+        for a in answers
+    ]
+    assert [(p.error_code, p.base_offset) for p in parts] == [(E.none, 0), (E.none, 2)]

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from kio.schema.errors import ErrorCode
 
 from broker.classic.partition import ClassicPartition
-from broker.classic.produce import needs_verification, verified_append
+from broker.classic.produce import classic_append, needs_verification, verify_transaction
 from protocol.control_batch import marker_batch
 from protocol.records import TRANSACTIONAL_BIT, parse_batches
 from storage.catalog import Topic
@@ -151,7 +151,10 @@ def test_first_transactional_batch_is_verified_kip_890(tmp_path: Path) -> None:
             data = memoryview(txn_records(1, seq))
             batches = parse_batches(data, 1 << 20)
             assert needs_verification(manager, topic, 0, batches)  # type: ignore[arg-type]
-            result = await verified_append(
+            verified = await verify_transaction(broker.transactions, tid, batches[0])  # type: ignore[arg-type]
+            if refusal := verified.refusal(TOPIC_ID, 0):
+                return refusal
+            result = classic_append(
                 manager,  # type: ignore[arg-type]
                 topics,  # type: ignore[arg-type]
                 topic,
@@ -161,8 +164,8 @@ def test_first_transactional_batch_is_verified_kip_890(tmp_path: Path) -> None:
                 False,
                 1,
                 5000,
-                tid,
             )
+            assert not isinstance(result, asyncio.Future)
             return result.error
 
         answers["late"] = (0, set())  # its transaction does not hold the partition

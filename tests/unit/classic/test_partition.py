@@ -142,6 +142,76 @@ def test_idempotent_retry_is_not_appended_twice_and_gaps_are_refused(tmp_path: P
     asyncio.run(run())
 
 
+def test_acks_all_retry_of_a_batch_above_the_high_watermark_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """The lost-ack audit: followers paused, the original acks=all answer timed out, the
+    producer retried the same batch. The retry must not be acknowledged until the high
+    watermark passes the batch: only this leader holds it, and it may yet be lost."""
+
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p)
+        first = produce(p, records(1, pid=9, epoch=0, seq=0))
+        assert isinstance(first, asyncio.Future)
+        retry = produce(p, records(1, pid=9, epoch=0, seq=0))
+        assert isinstance(retry, asyncio.Future) and not retry.done()
+        assert p.log.log_end_offset == 1  # nothing appended twice
+        p.read(1, 1 << 20, 2)
+        assert not retry.done()  # one follower is not enough: 3 is still in the ISR
+        p.read(1, 1 << 20, 3)
+        assert first.result() == retry.result() == PartitionResult(0, 0, -1, 0)
+        # Once replicated, a retry is answered at once with the original offset.
+        assert produce(p, records(1, pid=9, epoch=0, seq=0)) == PartitionResult(0, 0, -1, 0)
+        # acks=1 never waited for replication, for a retry either.
+        pending = produce(p, records(1, pid=9, epoch=0, seq=1), acks=1)
+        assert pending == PartitionResult(0, 1, -1, 0)
+        assert produce(p, records(1, pid=9, epoch=0, seq=1), acks=1) == pending
+
+    asyncio.run(run())
+
+
+def test_acks_all_retry_times_out_while_the_followers_do_not_fetch(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p)
+        produce(p, records(1, pid=9, epoch=0, seq=0))
+        view = memoryview(records(1, pid=9, epoch=0, seq=0))
+        retry = p.append(view, parse_batches(view, 1 << 20), False, -1, 1, 50)
+        assert isinstance(retry, asyncio.Future)
+        assert (await retry).error == ErrorCode.request_timed_out
+
+    asyncio.run(run())
+
+
+def test_a_new_leader_answers_a_retry_of_a_replicated_batch_only_past_its_high_watermark(
+    tmp_path: Path,
+) -> None:
+    """The batch reached a follower but not the high watermark; the follower becomes
+    leader and the producer retries there: a duplicate (the follower knows the producer
+    from the copied batch) that waits for the new leader's high watermark."""
+
+    async def run() -> None:
+        old = partition(tmp_path, 1, "old")
+        lead(old)
+        produce(old, records(2, pid=4, epoch=0, seq=0))
+        new = partition(tmp_path, 2, "new")
+        new.apply(PartitionState((1, 2, 3), (1, 2, 3), 1, 1, 1), lambda _p: None)
+        error, data = old.read(0, 1 << 20, 2)
+        assert error == 0
+        new.append_fetched(data, old.high_watermark, 0)
+        assert new.high_watermark == 0 and new.log.log_end_offset == 2
+        new.apply(PartitionState((1, 2, 3), (2, 3), 2, 2, 2), lambda _p: None)
+        assert new.role == LEADER
+        retry = produce(new, records(2, pid=4, epoch=0, seq=0))
+        assert isinstance(retry, asyncio.Future) and not retry.done()
+        assert new.log.log_end_offset == 2
+        new.read(2, 1 << 20, 3)
+        assert retry.result() == PartitionResult(0, 0, -1, 0)
+
+    asyncio.run(run())
+
+
 def test_follower_appends_the_leaders_batches_and_truncates(tmp_path: Path) -> None:
     async def run() -> None:
         leader = partition(tmp_path, 1, "leader")
@@ -160,7 +230,7 @@ def test_follower_appends_the_leaders_batches_and_truncates(tmp_path: Path) -> N
         assert follower.log.log_end_offset == 2
         # Producer state follows the truncation: seq 2 is next again, not a duplicate.
         state: ProducerState = follower.producers
-        assert state.check(5, 0, 2, 3) == (None, -1)
+        assert state.check(5, 0, 2, 3) == (None, None)
 
     asyncio.run(run())
 

@@ -178,7 +178,7 @@ async def test_producer_state_travels_with_the_tiered_segments(env: Env, tmp_pat
     seq_last_tiered = max((s for s in range(0, 30, 3) if s + 2 < start), default=None)
     assert seq_last_tiered is not None
     error, duplicate = follower.producers.check(77, 0, seq_last_tiered, seq_last_tiered + 2)
-    assert error is None and duplicate == seq_last_tiered
+    assert error is None and duplicate == (seq_last_tiered, seq_last_tiered + 2)
     follower.log.close()
 
 
