@@ -26,6 +26,7 @@ from sluice.cluster import BUCKET, ExternalS3, LocalCluster
 from sluice.launch.postgres import LocalPostgres
 from sluice.launch.seaweedfs import LocalSeaweedFS
 
+from .netns import PG_IP, S3_IP, Network
 from .proxy import FaultProxy, ProxyThread
 
 # Faster than Kafka's defaults (session 9 s, replica lag 30 s) so a run sees many faults, in
@@ -62,7 +63,10 @@ class Proc:
 
 
 class NemesisCluster:
-    def __init__(self, root: Path | None = None) -> None:
+    """``netns``: every broker and controller in a network namespace of its own (see
+    netns.py), so the nemesis can cut links; needs root."""
+
+    def __init__(self, root: Path | None = None, netns: bool = False) -> None:
         # 0755: PostgreSQL runs as the `postgres` OS user when we are root and must reach it.
         self.root = Path(root or tempfile.mkdtemp(prefix="sluice-nemesis-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -75,6 +79,8 @@ class NemesisCluster:
         self.cluster: LocalCluster | None = None
         self.stopped: set[str] = set()  # names of SIGSTOPped processes
         self.killed: set[str] = set()  # names of SIGKILLed processes not restarted yet
+        names = [f"broker-{i}" for i in (1, 2, 3)] + [f"controller-{i}" for i in (1, 2, 3)]
+        self.net = Network(names) if netns else None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -84,15 +90,21 @@ class NemesisCluster:
             self.seaweed.start()
             self.seaweed.create_bucket(BUCKET)
             self.proxies.start()
+            pg_ip, s3_ip = "127.0.0.1", "127.0.0.1"
+            if self.net is not None:
+                self.net.up()
+                pg_ip, s3_ip = PG_IP, S3_IP
             assert self.postgres.port is not None
-            self.pg_proxy = self.proxies.add("postgres", "127.0.0.1", self.postgres.port)
+            self.pg_proxy = self.proxies.add(
+                "postgres", "127.0.0.1", self.postgres.port, bind=pg_ip
+            )
             s3_port = int(self.seaweed.endpoint_url.rsplit(":", 1)[1])
-            self.s3_proxy = self.proxies.add("s3", "127.0.0.1", s3_port, http=True)
+            self.s3_proxy = self.proxies.add("s3", "127.0.0.1", s3_port, http=True, bind=s3_ip)
             dsn = self.postgres.dsn.replace(
-                f"127.0.0.1:{self.postgres.port}", f"127.0.0.1:{self.pg_proxy.port}"
+                f"127.0.0.1:{self.postgres.port}", f"{pg_ip}:{self.pg_proxy.port}"
             )
             s3 = ExternalS3(
-                f"http://127.0.0.1:{self.s3_proxy.port}",
+                f"http://{s3_ip}:{self.s3_proxy.port}",
                 self.seaweed.access_key,
                 self.seaweed.secret_key,
                 self.seaweed.region,
@@ -107,10 +119,22 @@ class NemesisCluster:
                 controllers=3,
                 controller_options=CONTROLLER_OPTIONS,
             )
+            if self.net is not None:
+                self._into_namespaces(self.cluster, self.net)
             self.cluster.up()
         except BaseException:
             self.down()
             raise
+
+    @staticmethod
+    def _into_namespaces(cluster: LocalCluster, net: Network) -> None:
+        """Each broker and controller listens on its namespace's address and runs in it."""
+        for proc, name in [(b, f"broker-{b.node_id}") for b in cluster.brokers] + [
+            (c, f"controller-{c.node_id}") for c in cluster.controllers
+        ]:
+            proc.host = net.ips[name]
+            plain = proc.command
+            proc.command = lambda plain=plain, name=name: net.command(name, plain())  # type: ignore[method-assign]
 
     def down(self) -> None:
         self.heal_all(restart=False)
@@ -120,6 +144,8 @@ class NemesisCluster:
         self.proxies.stop()
         self.seaweed.stop()
         self.postgres.stop()
+        if self.net is not None:
+            self.net.down()
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -187,6 +213,8 @@ class NemesisCluster:
         for proxy in (self.pg_proxy, self.s3_proxy):
             if proxy is not None:
                 proxy.clear()
+        if self.net is not None:
+            self.net.heal()
         if restart:
             # Storage first: brokers and controllers reconnect to it.
             for name in sorted(self.killed, key=lambda n: n not in ("postgres", "s3")):

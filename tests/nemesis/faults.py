@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cluster import NemesisCluster
+from .netns import PG_IP
 
 PROCESS_FAULTS = (
     "kill-leader",
@@ -39,6 +40,14 @@ PROXY_FAULTS = (
     "pg-latency",
     "pg-reset",
 )
+# Network partitions (--netns: each broker and controller in its own network namespace).
+NET_FAULTS = (
+    "cut-leader-from-controllers",  # both ways; clients and followers still reach it
+    "cut-follower-from-leader",  # both ways
+    "cut-leader-to-follower-oneway",  # the leader's packets to one follower are dropped
+    "cut-controller-minority",  # the active controller from the other two, both ways
+    "cut-leader-from-postgres",  # the leader's packets to PostgreSQL (its proxy) dropped
+)
 ALL_FAULTS = PROCESS_FAULTS + PROXY_FAULTS
 # Named schedules: each fault kind the schedule draws from.
 SCHEDULES: dict[str, tuple[str, ...]] = {
@@ -50,6 +59,8 @@ SCHEDULES: dict[str, tuple[str, ...]] = {
     "retry-above-hw": ("stop-followers-kill-leader",),
     # CI: the fault that reproduces issue 24 item 1 first, then a seeded mix of all.
     "ci": ALL_FAULTS,
+    "net": NET_FAULTS,
+    "all-net": ALL_FAULTS + NET_FAULTS,
 }
 FIRST: dict[str, tuple[str, ...]] = {"ci": ("stop-followers-kill-leader",)}
 
@@ -132,7 +143,9 @@ class Nemesis:
         kind = fault.kind
         partition = fault.partition % self.partitions
         target = ""
-        if kind.endswith("-leader") or kind.endswith("-follower"):
+        if kind.startswith("cut-"):
+            target = ""  # named below
+        elif kind.endswith("-leader") or kind.endswith("-follower"):
             leader, followers = self._roles(partition)
             if kind.endswith("-leader"):
                 target = f"broker-{leader}"
@@ -163,6 +176,12 @@ class Nemesis:
                 c.signal(f"broker-{f}", signal.SIGCONT)
             time.sleep(fault.hold)
             c.restart(f"broker-{leader}")
+        elif kind.startswith("cut-"):
+            event.target = self._cut(kind, partition, fault.pick)
+            self._say(f"{kind} {event.target} for {fault.hold}s")
+            time.sleep(fault.hold)
+            assert c.net is not None
+            c.net.heal()
         elif kind.startswith("kill-"):
             self._say(f"{kind} {target} for {fault.hold}s")
             c.signal(target, signal.SIGKILL)
@@ -191,6 +210,34 @@ class Nemesis:
             time.sleep(fault.hold)
             proxy.clear()
         event.healed = time.time()
+
+    def _cut(self, kind: str, partition: int, pick: int) -> str:
+        net = self.cluster.net
+        if net is None:
+            raise RuntimeError(f"{kind} needs --netns")
+        leader, followers = self._roles(partition)
+        lead, follower = f"broker-{leader}", f"broker-{followers[pick % len(followers)]}"
+        controllers = [f"controller-{i}" for i in (1, 2, 3)]
+        if kind == "cut-leader-from-controllers":
+            for ctl in controllers:
+                net.cut(lead, ctl)
+            return f"{lead} | controllers"
+        if kind == "cut-follower-from-leader":
+            net.cut(follower, lead)
+            return f"{follower} | {lead}"
+        if kind == "cut-leader-to-follower-oneway":
+            net.cut(lead, follower, both=False)
+            return f"{lead} -> {follower}"
+        if kind == "cut-controller-minority":
+            active = self.cluster.active_controller() or "controller-1"
+            for ctl in controllers:
+                if ctl != active:
+                    net.cut(active, ctl)
+            return f"{active} | other controllers"
+        if kind == "cut-leader-from-postgres":
+            net.cut(lead, PG_IP, both=False)
+            return f"{lead} -> postgres"
+        raise ValueError(kind)
 
 
 def unavailability(

@@ -28,8 +28,11 @@ _S3_ERRORS = {
 
 
 class FaultProxy:
-    def __init__(self, name: str, upstream_host: str, upstream_port: int, http: bool) -> None:
+    def __init__(
+        self, name: str, upstream_host: str, upstream_port: int, http: bool, bind: str
+    ) -> None:
         self.name = name
+        self.bind = bind
         self.upstream = (upstream_host, upstream_port)
         self.http = http
         self.port = 0
@@ -55,7 +58,7 @@ class FaultProxy:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.server = await asyncio.start_server(self._serve, self.bind, 0)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -171,8 +174,10 @@ class ProxyThread:
         future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
         return future.result(10)
 
-    def add(self, name: str, host: str, port: int, http: bool = False) -> FaultProxy:
-        proxy = FaultProxy(name, host, port, http)
+    def add(
+        self, name: str, host: str, port: int, http: bool = False, bind: str = "127.0.0.1"
+    ) -> FaultProxy:
+        proxy = FaultProxy(name, host, port, http, bind)
         self._call(proxy.start())
         self.proxies.append(proxy)
         return proxy

@@ -61,12 +61,20 @@ def run(
     with_tiered: bool = True,
     root: Path | None = None,
     keep: bool = False,
+    netns: bool = False,
 ) -> dict[str, Any]:
     wanted = topics(with_tiered)
     replicated = [t.name for k, t in wanted.items() if k != "diskless"]
     faults = schedule(seed, seconds, schedule_name)
-    cluster = NemesisCluster(root)
-    summary: dict[str, Any] = {"seed": seed, "seconds": seconds, "schedule": schedule_name}
+    if any(f.kind.startswith("cut-") for f in faults) and not netns:
+        raise SystemExit(f"schedule {schedule_name!r} cuts network links: it needs --netns")
+    cluster = NemesisCluster(root, netns=netns)
+    summary: dict[str, Any] = {
+        "seed": seed,
+        "seconds": seconds,
+        "schedule": schedule_name,
+        "netns": netns,
+    }
     started = time.monotonic()
     workload: Workload | None = None
     try:
@@ -157,8 +165,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, help="cluster directory (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the cluster's directory")
     parser.add_argument("--out", type=Path, help="also write the JSON summary here")
+    parser.add_argument(
+        "--netns",
+        action="store_true",
+        help="each broker and controller in its own network namespace (root; needed by the "
+        "network partitions of the net and all-net schedules)",
+    )
     args = parser.parse_args(argv)
-    summary = run(args.seconds, args.seed, args.schedule, not args.no_tiered, args.dir, args.keep)
+    summary = run(
+        args.seconds,
+        args.seed,
+        args.schedule,
+        not args.no_tiered,
+        args.dir,
+        args.keep,
+        args.netns,
+    )
     text = json.dumps(summary, indent=2, sort_keys=True)
     print(text)
     if args.out:
