@@ -1,6 +1,8 @@
 """Network partitions: each broker and controller in a network namespace of its own, joined to
-a bridge in the root namespace by a veth pair (iproute2); links are cut with ``tc`` filters
-that drop packets silently, one way or both. Needs root.
+a bridge in the root namespace by a veth pair (iproute2); a link is cut with a blackhole route
+in the sender's namespace (its packets to that address are dropped silently), one way or both
+ways. Needs root. (Blackhole routes need no kernel module; tc's drop action and the prio qdisc
+are modules that small kernels, this machine's included, do not have.)
 
 Addresses (10.77.0.0/24 on the bridge): the root namespace is .1 (the clients), the PostgreSQL
 proxy .2, the S3 proxy .3 (each its own address, so a broker can be cut off from one of them
@@ -24,18 +26,12 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
-def _tc(ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["ip", "netns", "exec", ns, "tc", *args], capture_output=True, text=True, check=check
-    )
-
-
 @dataclass
 class Network:
     nodes: list[str]  # names, e.g. broker-1, controller-2
     ips: dict[str, str] = field(default_factory=dict)
     devs: dict[str, str] = field(default_factory=dict)  # node -> its veth end (in its ns)
-    shaped: set[str] = field(default_factory=set)  # nodes with a drop qdisc installed
+    routes: list[tuple[str, str]] = field(default_factory=list)  # (node, address) blackholed
 
     def ns(self, node: str) -> str:
         return PREFIX + node
@@ -75,15 +71,10 @@ class Network:
     def drop(self, node: str, to_ips: list[str]) -> None:
         """Drop every packet ``node`` sends to ``to_ips`` (one way: what the others send still
         arrives, TCP's answers to it do not)."""
-        ns, dev = self.ns(node), self.devs[node]
-        if node not in self.shaped:
-            _tc(ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "prio")
-            self.shaped.add(node)
         for ip in to_ips:
-            _tc(
-                ns, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1",
-                "u32", "match", "ip", "dst", f"{ip}/32", "action", "drop",
-            )  # fmt: skip
+            if (node, ip) not in self.routes:
+                _ip("-n", self.ns(node), "route", "add", "blackhole", f"{ip}/32")
+                self.routes.append((node, ip))
 
     def cut(self, a: str, b: str, both: bool = True) -> None:
         """Nodes ``a`` and ``b`` (names or, for b, an address) cannot reach each other (or
@@ -93,6 +84,6 @@ class Network:
             self.drop(b, [self.ips[a]])
 
     def heal(self) -> None:
-        for node in list(self.shaped):
-            _tc(self.ns(node), "qdisc", "del", "dev", self.devs[node], "root", check=False)
-        self.shaped.clear()
+        for node, ip in self.routes:
+            _ip("-n", self.ns(node), "route", "del", "blackhole", f"{ip}/32", check=False)
+        self.routes.clear()
