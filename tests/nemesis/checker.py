@@ -215,8 +215,9 @@ def check_replicas(
                     problems.append(f"{topic}-{p}: broker {n} has a gap/overlap at {expect}")
                     break
                 expect = bs[base][1] + 1
-            if expect < hw and not problems[-1:]:
-                problems.append(f"{topic}-{p}: broker {n} holds up to {expect} of hw {hw}")
+            else:
+                if expect < hw:
+                    problems.append(f"{topic}-{p}: broker {n} holds up to {expect} of hw {hw}")
     return {"batches_compared": compared, "problems": problems[:20], "differ": len(problems)}
 
 

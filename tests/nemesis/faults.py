@@ -118,8 +118,16 @@ class Nemesis:
         print("nemesis:", line, flush=True)
 
     def _roles(self, partition: int) -> tuple[int, list[int]]:
-        md = self.cluster.admin().list_topics(self.topic, timeout=10).topics[self.topic]
-        p = md.partitions[partition]
+        """(leader, followers) of the partition; waits for it to have a leader."""
+        deadline = time.monotonic() + 30
+        while True:
+            md = self.cluster.admin().list_topics(self.topic, timeout=10).topics[self.topic]
+            p = md.partitions[partition]
+            if p.leader >= 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if p.leader < 0:
+            raise RuntimeError(f"{self.topic}-{partition} has no leader")
         return p.leader, sorted(r for r in p.replicas if r != p.leader)
 
     def run(self, faults: list[Fault], deadline: float, tick: Any = None) -> None:
@@ -266,6 +274,18 @@ def unavailability(
         for topic_kind, gap in worst.items():
             per.setdefault((e.kind, topic_kind), []).append(gap)
     out: dict[str, dict[str, Any]] = {}
+    recoveries: dict[str, list[float]] = {}
+    for e in events:
+        if e.recovered:
+            recoveries.setdefault(e.kind, []).append(e.recovered - e.healed)
+    for fault, times in sorted(recoveries.items()):
+        # From the heal to every partition's full ISR again.
+        times.sort()
+        out.setdefault(fault, {})["isr_recovery"] = {
+            "n": len(times),
+            "median_s": round(times[len(times) // 2], 2),
+            "max_s": round(times[-1], 2),
+        }
     for (fault, topic_kind), gaps in sorted(per.items()):
         gaps.sort()
         out.setdefault(fault, {})[topic_kind] = {
