@@ -49,9 +49,12 @@ NET_FAULTS = (
     "cut-leader-from-postgres",  # the leader's packets to PostgreSQL (its proxy) dropped
 )
 ALL_FAULTS = PROCESS_FAULTS + PROXY_FAULTS
+# Not a fault: the migrating topic's diskless.enable flipped (classic -> diskless -> classic ...)
+# while it is produced to and the other faults go on.
+MIGRATION = ("migrate",)
 # Named schedules: each fault kind the schedule draws from.
 SCHEDULES: dict[str, tuple[str, ...]] = {
-    "all": ALL_FAULTS,
+    "all": ALL_FAULTS + MIGRATION,
     "process": PROCESS_FAULTS,
     "proxy": PROXY_FAULTS,
     # Reproduces issue 24 item 1 (acks=all record acknowledged by a retry above the high
@@ -60,7 +63,8 @@ SCHEDULES: dict[str, tuple[str, ...]] = {
     # CI: the fault that reproduces issue 24 item 1 first, then a seeded mix of all.
     "ci": ALL_FAULTS,
     "net": NET_FAULTS,
-    "all-net": ALL_FAULTS + NET_FAULTS,
+    "all-net": ALL_FAULTS + NET_FAULTS + MIGRATION,
+    "migration": PROCESS_FAULTS + MIGRATION * 4,
 }
 FIRST: dict[str, tuple[str, ...]] = {"ci": ("stop-followers-kill-leader",)}
 
@@ -109,7 +113,9 @@ class Nemesis:
     topic: str  # the classic topic whose leaders and followers are targets
     partitions: int
     healthy_topics: list[str]
+    migrating: str | None = None  # the topic "migrate" flips between classic and diskless
     events: list[Event] = field(default_factory=list)
+    diskless_now: bool = False
     log: list[str] = field(default_factory=list)
 
     def _say(self, what: str) -> None:
@@ -157,7 +163,7 @@ class Nemesis:
         kind = fault.kind
         partition = fault.partition % self.partitions
         target = ""
-        if kind.startswith("cut-"):
+        if kind.startswith("cut-") or kind == "migrate":
             target = ""  # named below
         elif kind.endswith("-leader") or kind.endswith("-follower"):
             leader, followers = self._roles(partition)
@@ -190,6 +196,14 @@ class Nemesis:
                 c.signal(f"broker-{f}", signal.SIGCONT)
             time.sleep(fault.hold)
             c.restart(f"broker-{leader}")
+        elif kind == "migrate":
+            if self.migrating is None:
+                raise RuntimeError("no migrating topic")
+            self.diskless_now = not self.diskless_now
+            event.target = f"{self.migrating} diskless.enable={str(self.diskless_now).lower()}"
+            self._say(f"{kind} {event.target}, then {fault.hold}s")
+            self._alter(self.migrating, "diskless.enable", str(self.diskless_now).lower())
+            time.sleep(fault.hold)
         elif kind.startswith("cut-"):
             event.target = self._cut(kind, partition, fault.pick)
             self._say(f"{kind} {event.target} for {fault.hold}s")
@@ -224,6 +238,18 @@ class Nemesis:
             time.sleep(fault.hold)
             proxy.clear()
         event.healed = time.time()
+
+    def _alter(self, topic: str, key: str, value: str) -> None:
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        admin = self.cluster.admin()
+        try:
+            for future in admin.incremental_alter_configs([resource]).values():
+                future.result(30)
+        except Exception as exc:
+            raise RuntimeError(f"{key}={value} on {topic}: {exc}") from exc
 
     def _cut(self, kind: str, partition: int, pick: int) -> str:
         net = self.cluster.net

@@ -32,18 +32,26 @@ TIERED = {
 WARMUP_S = 5.0
 
 
-def topics(with_tiered: bool) -> dict[str, Topic]:
+def topics(with_tiered: bool, with_migration: bool) -> dict[str, Topic]:
     out = {
         "classic": Topic("nemesis-classic", "classic", 3),
         "diskless": Topic("nemesis-diskless", "diskless", 3),
     }
     if with_tiered:
         out["tiered"] = Topic("nemesis-tiered", "tiered", 1, pad=1000)
+    if with_migration:
+        # Created classic; the nemesis's "migrate" flips it to diskless and back.
+        out["migrating"] = Topic("nemesis-migrating", "migrating", 2)
     return out
 
 
 def create_topics(cluster: NemesisCluster, wanted: dict[str, Topic]) -> None:
-    configs = {"classic": CLASSIC, "tiered": TIERED, "diskless": {"diskless.enable": "true"}}
+    configs = {
+        "classic": CLASSIC,
+        "migrating": CLASSIC,
+        "tiered": TIERED,
+        "diskless": {"diskless.enable": "true"},
+    }
     # Diskless topics take no replication factor: the controller places one replica per rack.
     new = [
         NewTopic(t.name, t.partitions, -1 if kind == "diskless" else 3, config=configs[kind])
@@ -63,9 +71,10 @@ def run(
     keep: bool = False,
     netns: bool = False,
 ) -> dict[str, Any]:
-    wanted = topics(with_tiered)
-    replicated = [t.name for k, t in wanted.items() if k != "diskless"]
     faults = schedule(seed, seconds, schedule_name)
+    wanted = topics(with_tiered, any(f.kind == "migrate" for f in faults))
+    # Classic replicas to wait for and compare (the migrating topic's move between kinds).
+    replicated = [t.name for k, t in wanted.items() if k in ("classic", "tiered")]
     if any(f.kind.startswith("cut-") for f in faults) and not netns:
         raise SystemExit(f"schedule {schedule_name!r} cuts network links: it needs --netns")
     cluster = NemesisCluster(root, netns=netns)
@@ -85,7 +94,13 @@ def run(
         workload = Workload(cluster.bootstrap, wanted, seed, cluster.root / "workload")
         workload.start()
         time.sleep(WARMUP_S)
-        nemesis = Nemesis(cluster, wanted["classic"].name, wanted["classic"].partitions, replicated)
+        nemesis = Nemesis(
+            cluster,
+            wanted["classic"].name,
+            wanted["classic"].partitions,
+            replicated,
+            migrating=wanted["migrating"].name if "migrating" in wanted else None,
+        )
         nemesis.run(faults, deadline=time.monotonic() + seconds, tick=workload.check)
         cluster.heal_all()
         summary["heal_s"] = round(cluster.wait_healthy(replicated, timeout=120), 1)
