@@ -243,6 +243,8 @@ def violations(summary: dict[str, Any]) -> list[str]:
         out.append(f"group offsets went backwards {len(summary['group']['regressions'])} times")
     if summary["reader_regressions"]:
         out.append(f"reader offsets went backwards {len(summary['reader_regressions'])} times")
+    if summary.get("not_healthy_at_end"):
+        out.append(f"not healthy after healing: {summary['not_healthy_at_end']}")
     if summary["replicas"]["differ"]:
         out.append(f"replica logs differ: {summary['replicas']['differ']} problems")
     return out

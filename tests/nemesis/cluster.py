@@ -79,6 +79,7 @@ class NemesisCluster:
         self.cluster: LocalCluster | None = None
         self.stopped: set[str] = set()  # names of SIGSTOPped processes
         self.killed: set[str] = set()  # names of SIGKILLed processes not restarted yet
+        self.unexpected: list[str] = []  # processes that exited on their own, restarted
         names = [f"broker-{i}" for i in (1, 2, 3)] + [f"controller-{i}" for i in (1, 2, 3)]
         self.net = Network(names) if netns else None
 
@@ -231,15 +232,26 @@ class NemesisCluster:
         return f"controller-{c.node_id}" if c is not None else None
 
     def wait_healthy(self, topics: list[str], timeout: float = 120.0) -> float:
-        """Until every broker is registered and every partition of ``topics`` has a leader and
-        its full replica set in the ISR; returns the seconds it took."""
+        """Until every process runs (one that exited on its own is noted in ``unexpected``
+        and started again), every broker is ready (/readyz: registered, unfenced) and every
+        partition of ``topics`` has a leader and its full replica set in the ISR; returns the
+        seconds it took. A broker just restarted may still be in the ISR and in Metadata (its
+        session has not expired): only its /readyz says it is back."""
+        assert self.cluster is not None
         started = time.monotonic()
         admin = self.admin()
         last = ""
         while time.monotonic() - started < timeout:
+            self._restart_exited()
             try:
+                ok = True
+                for b in self.cluster.brokers:
+                    status, body = b.http_get("/readyz", timeout=2.0)
+                    if status != 200:
+                        ok, last = False, f"broker {b.node_id} not ready: {body.strip()[:200]}"
                 md = admin.list_topics(timeout=5)
-                ok = len(md.brokers) == 3
+                if len(md.brokers) != 3:
+                    ok, last = False, f"brokers in Metadata: {sorted(md.brokers)}"
                 for t in topics:
                     for p in md.topics[t].partitions.values():
                         if p.leader < 0 or sorted(p.isrs) != sorted(p.replicas):
@@ -251,6 +263,19 @@ class NemesisCluster:
                 last = str(exc)
             time.sleep(0.5)
         raise TimeoutError(f"cluster not healthy after {timeout:.0f} s: {last}")
+
+    def _restart_exited(self) -> None:
+        """A process that is neither killed by the nemesis nor running exited on its own (a
+        broker that could not start during a storage outage, a crash): noted, restarted."""
+        assert self.cluster is not None
+        for proc in [*self.cluster.brokers, *self.cluster.controllers]:
+            name = type(proc).__name__.replace("Process", "").lower() + f"-{proc.node_id}"
+            if name in self.killed or proc.alive():
+                continue
+            code = proc.proc.poll() if proc.proc is not None else None
+            self.unexpected.append(f"{time.strftime('%H:%M:%S')} {name} exited ({code})")
+            proc.proc = None
+            proc.start(wait=False)
 
     def log_paths(self) -> list[Path]:
         assert self.cluster is not None
