@@ -199,10 +199,13 @@ class Nemesis:
         elif kind == "migrate":
             if self.migrating is None:
                 raise RuntimeError("no migrating topic")
-            self.diskless_now = not self.diskless_now
-            event.target = f"{self.migrating} diskless.enable={str(self.diskless_now).lower()}"
+            # Sluice refuses classic -> diskless again for a topic that came back to classic
+            # (INVALID_CONFIG): the step is then skipped, the topic stays classic.
+            value = str(not self.diskless_now).lower()
+            event.target = f"{self.migrating} diskless.enable={value}"
             self._say(f"{kind} {event.target}, then {fault.hold}s")
-            self._alter(self.migrating, "diskless.enable", str(self.diskless_now).lower())
+            self._alter(self.migrating, "diskless.enable", value)
+            self.diskless_now = not self.diskless_now
             time.sleep(fault.hold)
         elif kind.startswith("cut-"):
             event.target = self._cut(kind, partition, fault.pick)
