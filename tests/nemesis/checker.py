@@ -25,7 +25,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from .workload import QUIET, Ledger, Topic, parse_value
 
-READ_TIMEOUT_S = 120.0
+# The read gives up when nothing new arrived for this long (a long run reads hundreds of
+# thousands of records on a loaded machine: no fixed total would fit every run).
+READ_STALL_S = 60.0
 
 
 def read_all(
@@ -51,7 +53,7 @@ def read_all(
     consumer.assign([TopicPartition(n, p, OFFSET_BEGINNING) for n, p in tps])
     out: dict[tuple[str, int], list[tuple[int, str | None]]] = {tp: [] for tp in tps}
     at_end: set[tuple[str, int]] = set()
-    deadline = time.monotonic() + READ_TIMEOUT_S
+    deadline = time.monotonic() + READ_STALL_S
     try:
         while len(at_end) < len(tps):
             if time.monotonic() > deadline:
@@ -70,6 +72,7 @@ def read_all(
                     at_end.add(key)
                 continue
             out[key].append((msg.offset(), parse_value(msg.value())))
+            deadline = time.monotonic() + READ_STALL_S
     finally:
         consumer.close()
     return out
