@@ -29,12 +29,13 @@ def test_followers_paused_then_leader_killed_loses_nothing_acknowledged() -> Non
     acknowledged before the high watermark passed it: no acks=all record may be lost."""
     summary = run(40, seed=1, schedule_name="retry-above-hw", with_tiered=False)
     _assert_clean(summary)
-    assert summary["faults"] == {"stop-followers-kill-leader": 2}
+    assert list(summary["faults"]) == ["stop-followers-kill-leader"]
+    assert summary["faults"]["stop-followers-kill-leader"] >= 2
 
 
 def test_bounded_schedule_of_every_fault_kind() -> None:
     """About two minutes of faults of every kind (processes killed and paused, slow and failing
     storage) under the whole workload, classic, tiered and diskless topics."""
-    summary = run(100, seed=24, schedule_name="ci", with_tiered=True)
+    summary = run(80, seed=24, schedule_name="ci", with_tiered=True)
     _assert_clean(summary)
     assert sum(summary["faults"].values()) >= 5
