@@ -284,7 +284,7 @@ class TxnWorker(Worker):
 
     def run(self) -> None:
         producer = self._new_producer()
-        txn = 0
+        txn = unknown = 0
         while producer is not None and not self.stop_event.is_set():
             key = f"{self.name}/{txn}"
             values = [f"txn/{self.name}/{txn}/{i}" for i in range(self.size)]
@@ -301,13 +301,19 @@ class TxnWorker(Worker):
                 outcome = self._finish(producer, abort)
             except KafkaException as exc:
                 outcome = self._recover(producer, exc)
-            if outcome == "fatal":
-                # A fatal error ends this producer (librdkafka's rule): a new one with the same
-                # transactional.id fences it and aborts what it left open.
+            unknown = unknown + 1 if outcome == "unknown" else 0
+            if outcome == "fatal" or unknown >= 3:
+                # A fatal error ends this producer (librdkafka's rule), and one that fails
+                # every transaction is as good as dead (a long run once spun 5 million times
+                # through begin_transaction errors): a new one with the same transactional.id
+                # fences it and aborts what it left open.
                 time.sleep(1)
                 producer = self._new_producer()
+                unknown = 0
             else:
                 self.rec("txn", key=key, topic=self.topic.name, outcome=outcome, values=values)
+                if outcome == "unknown":
+                    time.sleep(0.5)
             txn += 1
 
     def _finish(self, producer: Producer, abort: bool) -> str:
