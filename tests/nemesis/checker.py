@@ -1,0 +1,253 @@
+"""The checker: after every fault is healed, read every partition back from the beginning and
+audit it against what the clients were told (the workload's Ledger).
+
+Violations (any makes the run fail):
+- acks=all: an acknowledged record not read back (lost), read more than once (duplicated), or
+  read once at another offset than acknowledged (misplaced);
+- transactions: a committed one not read exactly once by read_committed, an aborted one read
+  at all, one read partially (atomicity), a transactional producer killed by a fatal error;
+- the consumer group's committed offsets went backwards;
+- the read_committed reader saw an offset twice or an aborted record;
+- two replicas of a classic partition differ below the high watermark.
+acks=1 loss and duplication are counted and reported, not violations: Kafka's contract allows
+losing acks=1 records on a leader change, and a non-idempotent producer's retry may duplicate.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from .workload import QUIET, Ledger, Topic, parse_value
+
+# The read gives up when nothing new arrived for this long (a long run reads hundreds of
+# thousands of records on a loaded machine: no fixed total would fit every run).
+READ_STALL_S = 60.0
+
+
+def read_all(
+    bootstrap: str, topics: list[Topic], isolation: str
+) -> dict[tuple[str, int], list[tuple[int, str | None]]]:
+    """Every record of every partition, from the beginning to the end (the high watermark, or
+    the last stable offset with read_committed): (topic, partition) -> [(offset, value)]."""
+    consumer = Consumer(
+        {
+            **QUIET,
+            "bootstrap.servers": bootstrap,
+            "group.id": f"nemesis-check-{isolation}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            "auto.offset.reset": "error",
+        }
+    )
+    tps = [(t.name, p) for t in topics for p in range(t.partitions)]
+    high = {}
+    for name, p in tps:
+        high[(name, p)] = consumer.get_watermark_offsets(TopicPartition(name, p), 30)[1]
+    consumer.assign([TopicPartition(n, p, OFFSET_BEGINNING) for n, p in tps])
+    out: dict[tuple[str, int], list[tuple[int, str | None]]] = {tp: [] for tp in tps}
+    at_end: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + READ_STALL_S
+    try:
+        while len(at_end) < len(tps):
+            if time.monotonic() > deadline:
+                missing = sorted(set(tps) - at_end)
+                raise TimeoutError(f"{isolation} read did not reach the end of {missing}")
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            key = (msg.topic(), msg.partition())
+            if msg.error():
+                # The end: past the high watermark seen at the start (read_committed stops at
+                # the last stable offset, which is all it may ever read).
+                if msg.error().code() == KafkaError._PARTITION_EOF and (
+                    msg.offset() >= high[key] or isolation == "read_committed"
+                ):
+                    at_end.add(key)
+                continue
+            out[key].append((msg.offset(), parse_value(msg.value())))
+            deadline = time.monotonic() + READ_STALL_S
+    finally:
+        consumer.close()
+    return out
+
+
+def _kind_of(topic: str, topics: list[Topic]) -> str:
+    return next(t.kind for t in topics if t.name == topic)
+
+
+def check_acks(
+    ledger: Ledger, topics: list[Topic], data: dict[tuple[str, int], list[tuple[int, str | None]]]
+) -> dict[str, Any]:
+    where: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+    for (topic, p), records in data.items():
+        for offset, value in records:
+            if value is not None:
+                where[value].append((topic, p, offset))
+    result: dict[str, Any] = {}
+    for label, acks in (("acks_all", ledger.acks_all), ("acks_1", ledger.acks_one)):
+        per_kind: dict[str, Counter[str]] = defaultdict(Counter)
+        examples: dict[str, list[str]] = defaultdict(list)
+        for ack in acks:
+            kind = _kind_of(ack.topic, topics)
+            c = per_kind[kind]
+            c["acked"] += 1
+            seen = where.get(ack.value, [])
+            if not seen:
+                verdict = "lost"
+            elif len(seen) > 1:
+                verdict = "duplicated"
+            elif ack.offset is None:
+                # Acknowledged without an offset (librdkafka: the broker answered -1): read
+                # once, which is all the client can check; reported, not a violation.
+                verdict = "no_offset"
+            elif seen[0] != (ack.topic, ack.partition, ack.offset):
+                verdict = "misplaced"
+            else:
+                continue
+            c[verdict] += 1
+            if len(examples[f"{kind}/{verdict}"]) < 5:
+                examples[f"{kind}/{verdict}"].append(
+                    f"{ack.value} acked at {ack.topic}-{ack.partition}@{ack.offset}, read at {seen}"
+                )
+        result[label] = {
+            k: {
+                "acked": c["acked"],
+                **{v: c[v] for v in ("lost", "duplicated", "misplaced", "no_offset")},
+            }
+            for k, c in sorted(per_kind.items())
+        }
+        result[label + "_examples"] = dict(examples)
+    return result
+
+
+def check_txns(
+    ledger: Ledger, committed_read: dict[tuple[str, int], list[tuple[int, str | None]]]
+) -> dict[str, Any]:
+    seen: Counter[str] = Counter()
+    for records in committed_read.values():
+        for _, value in records:
+            if value is not None and value.startswith("txn/"):
+                seen[value] += 1
+    out: Counter[str] = Counter()
+    examples: list[str] = []
+    for key, (_topic, outcome, values) in ledger.txns.items():
+        out[outcome] += 1
+        counts = [seen.get(v, 0) for v in values]
+        visible = sum(1 for c in counts if c)
+        problem = None
+        if any(c > 1 for c in counts):
+            problem = "duplicated"
+        elif outcome == "committed" and visible != len(values):
+            problem = "committed_missing"
+        elif outcome == "aborted" and visible:
+            problem = "aborted_visible"
+        elif 0 < visible < len(values):
+            problem = "partial"
+        if problem:
+            out[problem] += 1
+            if len(examples) < 5:
+                examples.append(f"{key} ({outcome}): {problem}, read counts {counts}")
+    aborted = {v for _, o, vs in ledger.txns.values() if o == "aborted" for v in vs}
+    live_aborted = sorted(v for v in ledger.reader_seen if v in aborted)
+    return {
+        "transactions": dict(out),
+        "fatal_errors": len(ledger.txn_fatal),
+        "fatal_examples": ledger.txn_fatal[:5],
+        "reader_saw_aborted": len(live_aborted),
+        "examples": examples + live_aborted[:5],
+    }
+
+
+# ---------------------------------------------------------------------- replica logs
+
+# A v2 record batch: baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic
+# int8, crc uint32, attributes int16, lastOffsetDelta int32, ...
+_HEAD = struct.Struct(">qiibIhi")
+
+
+def batches(directory: Path) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, crc) of every complete batch in a partition directory."""
+    out = []
+    for path in sorted(directory.glob("*.log")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + _HEAD.size <= len(data):
+            base, length, _epoch, _magic, crc, _attrs, last_delta = _HEAD.unpack_from(data, pos)
+            if length <= 0 or pos + 12 + length > len(data):
+                break  # the tail being written, or preallocated zeroes
+            out.append((base, base + last_delta, crc))
+            pos += 12 + length
+    return out
+
+
+def check_replicas(
+    data_dirs: dict[int, Path],
+    replicas: dict[tuple[str, int], list[int]],
+    high: dict[tuple[str, int], int],
+    tiered: set[str],
+) -> dict[str, Any]:
+    """Every replica's batches below the high watermark are the same batches (offsets and CRC);
+    a classic (not tiered) replica holds all of them from offset 0."""
+    problems: list[str] = []
+    compared = 0
+    for (topic, p), nodes in sorted(replicas.items()):
+        hw = high[(topic, p)]
+        logs = {}
+        for n in nodes:
+            logs[n] = {b[0]: b for b in batches(data_dirs[n] / f"{topic}-{p}") if b[1] < hw}
+        reference: dict[int, tuple[int, int, int]] = {}
+        for n, bs in logs.items():
+            for base, b in bs.items():
+                if base in reference and reference[base] != b:
+                    problems.append(f"{topic}-{p}: batch at {base} differs on broker {n}")
+                reference.setdefault(base, b)
+        compared += len(reference)
+        if topic in tiered:
+            continue
+        for n, bs in logs.items():
+            expect = 0
+            for base in sorted(bs):
+                if base != expect:
+                    problems.append(f"{topic}-{p}: broker {n} has a gap/overlap at {expect}")
+                    break
+                expect = bs[base][1] + 1
+            else:
+                if expect < hw:
+                    problems.append(f"{topic}-{p}: broker {n} holds up to {expect} of hw {hw}")
+    return {"batches_compared": compared, "problems": problems[:20], "differ": len(problems)}
+
+
+def violations(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for kind, c in summary["acks_all"].items():
+        for verdict in ("lost", "duplicated", "misplaced"):
+            if c[verdict]:
+                out.append(f"acks=all {kind}: {c[verdict]} {verdict}")
+    t = summary["txns"]
+    for problem in ("duplicated", "committed_missing", "aborted_visible", "partial"):
+        if t["transactions"].get(problem):
+            out.append(f"transactions: {t['transactions'][problem]} {problem}")
+    if t["fatal_errors"]:
+        out.append(f"transactions: {t['fatal_errors']} fatal producer errors")
+    if summary["producer_fatal"]:
+        # An idempotent producer's fatal error (OUT_OF_ORDER_SEQUENCE_NUMBER: the broker lost
+        # sequences it had acknowledged) ends it; Kafka never lets that happen without loss.
+        out.append(f"idempotent producers: {len(summary['producer_fatal'])} fatal errors")
+    if t["reader_saw_aborted"]:
+        out.append(f"read_committed reader saw {t['reader_saw_aborted']} aborted records")
+    if summary["group"]["regressions"]:
+        out.append(f"group offsets went backwards {len(summary['group']['regressions'])} times")
+    if summary["reader_regressions"]:
+        out.append(f"reader offsets went backwards {len(summary['reader_regressions'])} times")
+    if summary.get("not_healthy_at_end"):
+        out.append(f"not healthy after healing: {summary['not_healthy_at_end']}")
+    if summary["replicas"]["differ"]:
+        out.append(f"replica logs differ: {summary['replicas']['differ']} problems")
+    return out
