@@ -74,13 +74,24 @@ def test_a_named_sluice_dev_dir_is_read_from_its_metadata_log(dev_dir_in_cwd: Pa
     assert str(dev_dir_in_cwd / "controller") in source.description
 
 
+QUORUM_SECRET = "jobs-test-quorum-secret-0123"
+
+
 def test_two_metadata_logs_are_refused(dev_dir_in_cwd: Path) -> None:
     config = load_config(
-        {"data.dir": str(dev_dir_in_cwd), "controller.quorum.bootstrap.servers": "c1:9093"}
+        {
+            "data.dir": str(dev_dir_in_cwd),
+            "controller.quorum.bootstrap.servers": "c1:9093",
+            "controller.secret": QUORUM_SECRET,
+        }
     )
     with pytest.raises(NoTopicSource, match="two metadata logs"):
         topic_source(config)
-    quorum = topic_source(load_config({"controller.quorum.bootstrap.servers": "c1:9093"}))
+    quorum = topic_source(
+        load_config(
+            {"controller.quorum.bootstrap.servers": "c1:9093", "controller.secret": QUORUM_SECRET}
+        )
+    )
     assert quorum.description == "the controller quorum at c1:9093"
 
 
