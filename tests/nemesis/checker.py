@@ -224,6 +224,34 @@ def check_replicas(
     return {"batches_compared": compared, "problems": problems[:20], "differ": len(problems)}
 
 
+def check_joiners(
+    ledger: Ledger, data: dict[tuple[str, int], list[tuple[int, str | None]]]
+) -> dict[str, Any]:
+    """Each group that joined during a migration read its partitions from their first
+    record: below the highest offset it read, no record of the log was skipped (issue 31:
+    a group started at the migration boundary and silently missed the classic part)."""
+    groups: dict[str, Any] = {}
+    skipped = 0
+    examples: list[str] = []
+    for group, partitions in sorted(ledger.joined.items()):
+        read_total = 0
+        for (topic, partition), offsets in sorted(partitions.items()):
+            read = set(offsets)
+            read_total += len(read)
+            top = max(read)
+            log = [o for o, _v in data.get((topic, partition), []) if o <= top]
+            missing = [o for o in log if o not in read]
+            if missing:
+                skipped += len(missing)
+                if len(examples) < 5:
+                    examples.append(
+                        f"{group} {topic}-{partition}: read up to {top}, skipped "
+                        f"{len(missing)} (first {missing[:5]})"
+                    )
+        groups[group] = read_total
+    return {"groups": groups, "skipped": skipped, "examples": examples}
+
+
 def violations(summary: dict[str, Any]) -> list[str]:
     out = []
     for kind, c in summary["acks_all"].items():
@@ -248,6 +276,10 @@ def violations(summary: dict[str, Any]) -> list[str]:
         out.append(f"reader offsets went backwards {len(summary['reader_regressions'])} times")
     if summary.get("not_healthy_at_end"):
         out.append(f"not healthy after healing: {summary['not_healthy_at_end']}")
+    if summary.get("joiners", {}).get("skipped"):
+        out.append(
+            f"groups that joined during a migration skipped {summary['joiners']['skipped']} records"
+        )
     if summary["replicas"]["differ"]:
         out.append(f"replica logs differ: {summary['replicas']['differ']} problems")
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,8 @@ class Nemesis:
     partitions: int
     healthy_topics: list[str]
     migrating: str | None = None  # the topic "migrate" flips between classic and diskless
+    # Called as a migration starts: a consumer of a new group joins then (issue 31).
+    on_migrate: Callable[[], None] | None = None
     events: list[Event] = field(default_factory=list)
     diskless_now: bool = False
     log: list[str] = field(default_factory=list)
@@ -206,6 +209,8 @@ class Nemesis:
             self._say(f"{kind} {event.target}, then {fault.hold}s")
             self._alter(self.migrating, "diskless.enable", value)
             self.diskless_now = not self.diskless_now
+            if self.on_migrate is not None:
+                self.on_migrate()
             time.sleep(fault.hold)
         elif kind.startswith("cut-"):
             event.target = self._cut(kind, partition, fault.pick)

@@ -102,6 +102,9 @@ def run(
             replicated,
             migrating=wanted["migrating"].name if "migrating" in wanted else None,
         )
+        if "migrating" in wanted:
+            migrating_name = wanted["migrating"].name
+            nemesis.on_migrate = lambda: workload.add_joiner(migrating_name)
         nemesis.run(faults, deadline=time.monotonic() + seconds, tick=workload.check)
         cluster.heal_all()
         try:
@@ -130,6 +133,7 @@ def run(
         }
         summary["reader_regressions"] = ledger.reader_regressions[:10]
         summary["reader_read"] = sum(len(v) for v in ledger.reader_seen.values())
+        summary["joiners"] = checker.check_joiners(ledger, uncommitted)
         assert cluster.cluster is not None
         md = cluster.admin().list_topics(timeout=10)
         replicas = {

@@ -80,6 +80,11 @@ class Ledger:
         default_factory=lambda: defaultdict(list)
     )
     reader_regressions: list[str] = field(default_factory=list)
+    # Groups that joined while the migrating topic moved between kinds (issue 31): group ->
+    # (topic, partition) -> offsets read, in order.
+    joined: dict[str, dict[tuple[str, int], list[int]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
     errors: list[str] = field(default_factory=list)  # client errors worth a look
 
     @classmethod
@@ -118,6 +123,8 @@ class Ledger:
             self.reader_seen[r["value"]].append((r["topic"], r["partition"], r["offset"]))
         elif kind == "reader_regress":
             self.reader_regressions.append(r["what"])
+        elif kind == "joined":
+            self.joined[r["group"]][(r["topic"], r["partition"])].extend(r["offsets"])
         elif kind == "error":
             self.errors.append(r["what"])
 
@@ -391,6 +398,56 @@ class GroupWorker(Worker):
             consumer.close()
 
 
+class JoinerWorker(Worker):
+    """A consumer of a new group that joins while the migrating topic moves between kinds
+    (auto.offset.reset=earliest): it must start at the partition's first record, not at a
+    migration boundary (issue 31). Writes the offsets it reads, a batch a line."""
+
+    def __init__(
+        self,
+        name: str,
+        stop: threading.Event,
+        rec: Recorder,
+        bootstrap: str,
+        group: str,
+        topic: str,
+    ) -> None:
+        super().__init__(name, stop, rec)
+        self.group, self.topic = group, topic
+        self.config = {
+            **QUIET,
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 10_000,
+        }
+
+    def run(self) -> None:
+        consumer = Consumer(self.config)
+        consumer.subscribe([self.topic])
+        read: dict[int, list[int]] = defaultdict(list)
+
+        def flush() -> None:
+            for partition, offsets in read.items():
+                if offsets:
+                    self.rec(
+                        "joined", group=self.group, topic=self.topic, partition=partition,
+                        offsets=offsets,
+                    )  # fmt: skip
+            read.clear()
+
+        try:
+            while not self.stop_event.is_set():
+                for msg in consumer.consume(500, 0.5):
+                    if not msg.error():
+                        read[msg.partition()].append(msg.offset())
+                flush()
+        finally:
+            flush()
+            consumer.close()
+
+
 class OffsetSampler(Worker):
     """Samples the group's committed offsets once a second and notes any that went backwards.
 
@@ -507,6 +564,8 @@ def _build(spec: dict[str, Any], stop: threading.Event, rec: Recorder) -> Worker
         )
     if role == "reader":
         return CommittedReader(name, stop, rec, b, [Topic(**t) for t in spec["topics"]])
+    if role == "joiner":
+        return JoinerWorker(name, stop, rec, b, spec["group"], spec["topic"])
     raise ValueError(role)
 
 
@@ -617,6 +676,20 @@ class Workload:
             # The repo on the path whoever started us (pytest puts it on sys.path only).
             env={**os.environ, "PYTHONPATH": _path_with_repo(), "PYTHONFAULTHANDLER": "1"},
         )
+
+    def add_joiner(self, topic: str) -> None:
+        """A consumer of a new group, joining now (during a migration of ``topic``)."""
+        n = sum(1 for c in self.clients if c.spec["role"] == "joiner")
+        spec = {
+            "role": "joiner",
+            "name": f"joiner-{n}",
+            "group": f"nemesis-joiner-{n}",
+            "topic": topic,
+            "bootstrap": self.bootstrap,
+        }
+        client = Client(spec)
+        self.clients.append(client)
+        self._spawn(client)
 
     def check(self) -> None:
         """Start again every client that exited on its own (a client library crash)."""
