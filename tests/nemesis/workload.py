@@ -353,6 +353,18 @@ class TxnWorker(Worker):
         return "unknown"
 
 
+def member_config(bootstrap: str, group: str) -> dict[str, Any]:
+    """A group member that commits itself and starts at the beginning of a partition."""
+    return {
+        **QUIET,
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 10_000,
+    }
+
+
 class GroupWorker(Worker):
     """A member of a consumer group reading the topics and committing synchronously every
     ``commit_every`` records."""
@@ -369,14 +381,7 @@ class GroupWorker(Worker):
     ) -> None:
         super().__init__(name, stop, rec)
         self.topics, self.commit_every = topics, commit_every
-        self.config = {
-            **QUIET,
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 10_000,
-        }
+        self.config = member_config(bootstrap, group)
 
     def run(self) -> None:
         consumer = Consumer(self.config)
@@ -414,14 +419,7 @@ class JoinerWorker(Worker):
     ) -> None:
         super().__init__(name, stop, rec)
         self.group, self.topic = group, topic
-        self.config = {
-            **QUIET,
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 10_000,
-        }
+        self.config = member_config(bootstrap, group)
 
     def run(self) -> None:
         consumer = Consumer(self.config)
