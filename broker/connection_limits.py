@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
+    from .server import KafkaConnection
 
 UNLIMITED = 2**31 - 1
 # File descriptors kept free below RLIMIT_NOFILE for everything that is not a client
@@ -106,8 +107,10 @@ class ConnectionLimits:
         self._per_ip: dict[str, int] = {}
         self._total = 0
         self._created: deque[float] = deque()  # accept times (ms) in the last second
-        # Bytes of requests being received, all connections together.
+        # Bytes of requests being received, all connections together, and the connections
+        # (of every listener) waiting for some to be returned.
         self.receiving_bytes = 0
+        self.memory_waiters: set[KafkaConnection] = set()
         self.refused = 0
 
     @property

@@ -221,7 +221,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         request_quota: RequestTimeQuota | None = None,
         limits: ConnectionLimits | None = None,
         exempt: bool = False,
-        memory_waiters: set[KafkaConnection] | None = None,
     ) -> None:
         self._apis = apis
         self._security = security
@@ -233,10 +232,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._opened_ms = 0.0
         self.last_active_ms = 0.0
         # Bytes of queued.max.request.bytes this connection holds for the large request it
-        # is receiving, and the connections waiting for such memory (the server's set).
+        # is receiving; waiting: in the pool's waiters (every listener's connections).
         self._reserved = 0
         self._memory_wait = False
-        self._memory_waiters = memory_waiters if memory_waiters is not None else set()
         self._principal = ANONYMOUS
         self._sasl: sasl_mod.SaslSession | None = None
         self._close_when_written = False
@@ -331,7 +329,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._counted:
             self._counted = False
             self._limits.release(self._peer[0])
-        self._memory_waiters.discard(self)
+        self._limits.memory_waiters.discard(self)
         self._set_reserved(0)
         self._wakeup.set()
         if self._unmute is not None:
@@ -388,7 +386,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._set_reserved(need)
         elif not self._memory_wait:
             self._memory_wait = True
-            self._memory_waiters.add(self)
+            self._limits.memory_waiters.add(self)
             self._update_reading()
 
     def _set_reserved(self, size: int) -> None:
@@ -397,18 +395,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
         freed = size < self._reserved
         self._limits.receiving_bytes += size - self._reserved
         self._reserved = size
-        if freed and self._memory_waiters:
-            for waiter in list(self._memory_waiters):
+        if freed and self._limits.memory_waiters:
+            for waiter in list(self._limits.memory_waiters):
                 waiter._retry_memory()
 
     def _retry_memory(self) -> None:
         need = self._reader.incomplete_frame_size()
         if self._closed or self._limits.may_buffer(need - self._reserved):
-            self._memory_waiters.discard(self)
+            self._limits.memory_waiters.discard(self)
             self._memory_wait = False
             if not self._closed:
-                self._limits.receiving_bytes += need - self._reserved
-                self._reserved = need
+                self._set_reserved(need)  # more than before: wakes nobody
                 self._update_reading()
 
     # -- internals --------------------------------------------------------
@@ -773,7 +770,6 @@ class KafkaServer:
         self._security = security
         self._limits = limits or ConnectionLimits(LimitSettings())
         self._exempt = exempt
-        self._memory_waiters: set[KafkaConnection] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._tune_process = tune_process
         self._request_quota = request_quota
@@ -816,7 +812,6 @@ class KafkaServer:
                 request_quota=self._request_quota,
                 limits=self._limits,
                 exempt=self._exempt,
-                memory_waiters=self._memory_waiters,
             ),
             self._host or None,  # empty: every interface, as Kafka's PLAINTEXT://:9092
             self._port,

@@ -31,7 +31,12 @@ async def answer(_ctx: Any, _request: Any) -> Any:
 TABLE = {18: Api(18, "ApiVersions", 0, 3, answer)}
 
 
-async def serve(limits: LimitSettings, security: ListenerSecurity | None = None) -> KafkaServer:
+async def serve(
+    limits: LimitSettings | ConnectionLimits, security: ListenerSecurity | None = None
+) -> KafkaServer:
+    """A listener on loopback; give it a ConnectionLimits to share one with another."""
+    if isinstance(limits, LimitSettings):
+        limits = ConnectionLimits(limits)
     server = KafkaServer(
         TABLE,  # type: ignore[arg-type]
         "127.0.0.1",
@@ -39,7 +44,7 @@ async def serve(limits: LimitSettings, security: ListenerSecurity | None = None)
         1 << 20,
         security=security or ListenerSecurity(),
         tune_process=False,
-        limits=ConnectionLimits(limits),
+        limits=limits,
     )
     await server.start()
     return server
@@ -217,3 +222,30 @@ async def test_an_idle_connection_holds_little_memory() -> None:
             w.close()
     finally:
         await server.close(timeout=0)
+
+
+async def test_memory_returned_on_one_listener_wakes_a_waiter_on_another() -> None:
+    """queued.max.request.bytes is one pool for the broker: a connection waiting for it on
+    one listener resumes when a request on another listener completes."""
+    shared = ConnectionLimits(LimitSettings(queued_max_request_bytes=1 << 20, idle_ms=-1))
+    servers = [await serve(shared), await serve(shared)]
+    try:
+        size = 900 * 1024
+        a = await connect(servers[0])
+        b = await connect(servers[1])
+        a[1].write(struct.pack(">i", size) + b"\0" * 100_000)
+        await a[1].drain()
+        await asyncio.sleep(0.2)
+        b[1].write(struct.pack(">i", size) + b"\0" * 100_000)
+        await b[1].drain()
+        await asyncio.sleep(0.2)
+        assert shared.memory_waiters and shared.receiving_bytes == size + 4
+        a[1].write(b"\0" * (size - 100_000))
+        await a[1].drain()
+        assert await closed_by_broker(a[0], 3.0)
+        await asyncio.sleep(0.2)
+        assert not shared.memory_waiters and shared.receiving_bytes == size + 4  # b's now
+        b[1].close()
+    finally:
+        for server in servers:
+            await server.close(timeout=0)
