@@ -37,6 +37,7 @@ from storage.coordinator import (
     CoordinatorUnavailable,
 )
 from storage.object_store import ObjectStore, ObjectStoreError, new_data_key
+from storage.outage import OutageLog
 
 from .metrics import METRICS
 
@@ -59,6 +60,10 @@ class PartitionAppend:
 
 
 class FlushFailed(Exception):
+    # The object store or the batch coordinator did not take the flush (after their own
+    # retries): an outage, logged as one (storage.outage).
+    dependency_outage = True
+
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error = error
@@ -105,6 +110,7 @@ class Appender:
                 f"produce.commit.mode must be one of {', '.join(COMMIT_MODES)}, not {commit_mode!r}"
             )
         self._store = store
+        self._outage = OutageLog("diskless produce (uploads and batch commits)", log)
         self._coordinator = coordinator
         self._cache = cache
         self._node_id = node_id
@@ -197,8 +203,10 @@ class Appender:
 
         try:
             results = await self._write(buffer, previous, upload_ended)
+            self._outage.succeeded()
         except FlushFailed as exc:
-            log.warning("flush of %d bytes failed: %s", buffer.size, exc)
+            self._outage.failed(exc)
+            log.debug("flush of %d bytes failed: %s", buffer.size, exc)
             results = [PartitionResult(int(exc.error))] * len(buffer.appends)
         except Exception:
             log.exception("flush of %d bytes failed", buffer.size)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import random
 import time
@@ -33,6 +34,7 @@ from storage.object_store import (
     ObjectStoreError,
     StoredObject,
 )
+from storage.outage import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +184,11 @@ def _coalesced(views: list[memoryview]) -> Iterator[bytes | memoryview]:
         yield b"".join(group) if len(group) > 1 else group[0]
 
 
+class ObjectStoreUnreachable(ObjectStoreError):
+    """The store did not answer (refused, reset, timed out) or answered 5xx / SlowDown on
+    every attempt: an outage, as opposed to a refusal (no such bucket, access denied)."""
+
+
 class S3ObjectStore(ObjectStore):
     def __init__(self, config: S3Config) -> None:
         self.config = config
@@ -196,6 +203,11 @@ class S3ObjectStore(ObjectStore):
         self.retries = 0
         self.bytes_put = 0
         self.bytes_got = 0
+        # One WARNING when requests start failing, one INFO when one succeeds again; each
+        # failed attempt in between is a DEBUG line (an outage fails hundreds a second).
+        self._outage = OutageLog("object store requests", log)
+        # Set when the bucket could not be checked at start because the store was down.
+        self._start_check: asyncio.Task[None] | None = None
 
     def object_key(self, key: str) -> str:
         """The key in the bucket for a store key (with the configured prefix)."""
@@ -222,6 +234,7 @@ class S3ObjectStore(ObjectStore):
             # botocore's own would read the body once more in Python-sized pieces.
             request_checksum_calculation="when_required",
         )
+        _quiet_abandoned_body_writes(asyncio.get_running_loop())
         stack = AsyncExitStack()
         self._client = await stack.enter_async_context(
             get_session().create_client(
@@ -234,16 +247,50 @@ class S3ObjectStore(ObjectStore):
             )
         )
         self._stack = stack
+        check = self._ensure_bucket if c.create_bucket else self._verify_bucket
+        if not (c.create_bucket or c.verify_on_start):
+            return
         try:
-            if c.create_bucket:
-                await self._ensure_bucket()
-            elif c.verify_on_start:
-                await self._verify_bucket()
+            await check()
+        except ObjectStoreUnreachable as exc:
+            # The store is down, not misconfigured: a broker that refused to start now
+            # would stay down after the store came back (and classic topics need no store).
+            # Start; requests fail retriably until the store answers; check until it does.
+            log.warning(
+                "S3 bucket %r at %s not reachable at start (%s); starting anyway and"
+                " checking again until it is",
+                c.bucket,
+                c.endpoint_url or "AWS",
+                exc,
+            )
+            self._start_check = asyncio.create_task(self._check_until_reachable(check))
         except BaseException:
             await self.close()
             raise
 
+    async def _check_until_reachable(self, check: Callable[[], Awaitable[None]]) -> None:
+        delay = self.config.backoff_base_s
+        while True:
+            await asyncio.sleep(random.uniform(delay / 2, delay))
+            try:
+                await check()
+            except ObjectStoreUnreachable:
+                delay = min(delay * 2, self.config.backoff_max_s)
+                continue
+            except ObjectStoreError as exc:
+                # Reachable now, and the answer is a refusal: say so loudly, every time the
+                # operator would look (the produce path will report it too).
+                log.error("S3 bucket %r is not usable: %s", self.config.bucket, exc)
+                return
+            log.info("S3 bucket %r reachable; its check at start passed", self.config.bucket)
+            return
+
     async def close(self) -> None:
+        task, self._start_check = self._start_check, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
             await stack.aclose()
@@ -378,6 +425,8 @@ class S3ObjectStore(ObjectStore):
 
         try:
             await self._retrying("check bucket", c.bucket, attempt)
+        except ObjectStoreUnreachable:
+            raise
         except ObjectStoreError as exc:
             raise ObjectStoreError(
                 f"S3 bucket {c.bucket!r} at {c.endpoint_url or 'AWS'} is not usable: {exc}"
@@ -404,7 +453,9 @@ class S3ObjectStore(ObjectStore):
             started = time.monotonic()
             try:
                 async with asyncio.timeout(c.op_timeout_s):
-                    return await attempt()
+                    result = await attempt()
+                self._outage.succeeded()
+                return result
             except boto.ClientError as exc:
                 code, status = _code(exc), _status(exc)
                 if code in _NOT_FOUND:
@@ -428,14 +479,15 @@ class S3ObjectStore(ObjectStore):
                 error = exc
             except boto.BotoCoreError as exc:  # bad parameters, no credentials: retrying won't help
                 raise ObjectStoreError(f"S3 {op} {what}: {exc}") from exc
+            self._outage.failed(ObjectStoreUnreachable(f"S3 {op} {what}: {reason}"))
             if number == c.max_attempts:
-                raise ObjectStoreError(
+                raise ObjectStoreUnreachable(
                     f"S3 {op} {what} failed after {number} attempts: {reason}"
                 ) from error
             self.retries += 1
             # Full jitter: concurrent callers hitting the same outage spread out.
             delay = random.uniform(0, c.backoff_cap(number))
-            log.warning(
+            log.debug(
                 "S3 %s %s failed (attempt %d of %d): %s; retrying in %.2f s",
                 op,
                 what,
@@ -446,6 +498,28 @@ class S3ObjectStore(ObjectStore):
             )
             await asyncio.sleep(delay)
         raise AssertionError("unreachable")
+
+
+def _quiet_abandoned_body_writes(loop: asyncio.AbstractEventLoop) -> None:
+    """aiohttp sends a request's body in a task of its own; when the server closes the
+    connection first (an S3 error answered before the body, a reset, a restart) that task
+    fails and nobody awaits it, so asyncio logs "Task exception was never retrieved" with a
+    traceback at ERROR, once per request in flight. The request itself fails and is retried
+    and logged by ``_retrying``: that task's failure is the same event told twice."""
+    if loop.get_exception_handler() is not None:
+        return  # someone chose a handler; leave it alone
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        task, exc = context.get("future"), context.get("exception")
+        coro = getattr(task, "get_coro", lambda: None)()
+        if isinstance(exc, aiohttp.ClientError | OSError) and getattr(
+            coro, "__qualname__", ""
+        ).endswith("write_bytes"):
+            log.debug("request body not sent: %s", exc)
+            return
+        loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 def _code(exc: boto.ClientError) -> str:

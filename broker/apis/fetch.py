@@ -19,6 +19,7 @@ from storage.coordinator import (
     PartitionKey,
 )
 from storage.object_store import ObjectStoreError
+from storage.outage import OutageLog
 
 from ..classic.fetch import (
     DENIED_REPLICA,
@@ -45,6 +46,9 @@ if TYPE_CHECKING:
     from ..server import RequestContext
 
 log = logging.getLogger(__name__)
+# Fetches fail while the object store or the coordinator is down: one WARNING when that
+# starts, one INFO when a fetch works again (storage.outage), not a line per fetch.
+_OUTAGE = OutageLog("diskless fetch", log)
 
 TOPIC_IDS_VERSION = 13
 READ_COMMITTED = 1
@@ -285,9 +289,12 @@ async def _fetch(
         )
     except (CoordinatorUnavailable, ObjectStoreError) as exc:
         # Retriable for consumers: they back off and fetch again.
-        log.warning("fetch failed: %s", exc)
+        _OUTAGE.failed(exc)
         results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
         records = [None] * len(finds)
+    else:
+        if finds:
+            _OUTAGE.succeeded()
     classic_read = [s.data for s in slots if s.classic is not None and s.replica < 0 and s.data]
     if classic_read:
         METRICS.fetched_bytes.inc(sum(len(d) for d in classic_read))

@@ -147,3 +147,57 @@ def test_sigterm_while_starting_stops_the_broker(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 0, output
     assert "stopped while starting" in output
+
+
+def test_broker_started_during_an_object_store_outage_serves_once_it_is_back(
+    tmp_path: Path, s3_server: Any
+) -> None:
+    """Issue 24: a broker (re)started while S3 was down exited ("S3 check bucket failed after
+    3 attempts") and stayed down after S3 came back. An outage is not a misconfiguration:
+    the broker starts, says once that the store is unreachable, and diskless produce works
+    as soon as the store answers (a missing bucket still stops the start, test above)."""
+    from confluent_kafka import Producer
+
+    from tests.nemesis.proxy import ProxyThread
+
+    host, _, port = s3_server.endpoint_url.removeprefix("http://").partition(":")
+    proxies = ProxyThread()
+    proxies.start()
+    try:
+        proxy = proxies.add("s3", host, int(port), http=True)
+        proxy.set(reset=True)  # every connection reset: the store is down
+        kafka_port = free_port()
+        config = tmp_path / "broker.properties"
+        config.write_text(
+            "object.store=s3\n"
+            f"s3.endpoint=http://127.0.0.1:{proxy.port}\ns3.bucket={s3_server.new_bucket()}\n"
+            f"s3.access.key={s3_server.access_key}\ns3.secret.key={s3_server.secret_key}\n"
+            "s3.path.style=true\n"
+            f"data.dir={tmp_path / 'data'}\nport={kafka_port}\n"
+        )
+        log = tmp_path / "broker.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [*sluice_command(), "broker", "--config", str(config)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until(lambda: "listening on" in log.read_text(), "the broker listening", 60)
+            assert proc.poll() is None, log.read_text()
+            assert "not reachable at start" in log.read_text()
+            proxy.clear()  # the store is back
+            producer = Producer(
+                {"bootstrap.servers": f"127.0.0.1:{kafka_port}", "message.timeout.ms": 60000}
+            )
+            delivered: list[Any] = []
+            producer.produce("after-outage", b"v", on_delivery=lambda e, m: delivered.append(e))
+            producer.flush(60)
+            assert delivered == [None], log.read_text()
+            wait_until(lambda: "reachable; its check" in log.read_text(), "the re-check", 30)
+            assert "Traceback" not in log.read_text()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+    finally:
+        proxies.stop()

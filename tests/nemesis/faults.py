@@ -66,6 +66,8 @@ SCHEDULES: dict[str, tuple[str, ...]] = {
     "net": NET_FAULTS,
     "all-net": ALL_FAULTS + NET_FAULTS + MIGRATION,
     "migration": PROCESS_FAULTS + MIGRATION * 4,
+    # The object store's outages alone (diskless produce, transaction markers, tiering).
+    "s3": ("kill-s3", "stop-s3", "s3-503", "s3-reset"),
 }
 FIRST: dict[str, tuple[str, ...]] = {"ci": ("stop-followers-kill-leader",)}
 

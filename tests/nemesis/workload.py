@@ -277,6 +277,8 @@ class TxnWorker(Worker):
             "transaction.timeout.ms": 30_000,
             "message.timeout.ms": 30_000,
         }
+        if os.environ.get("SLUICE_NEMESIS_TXN_DEBUG"):
+            self.config.update(log_level=7, debug=os.environ["SLUICE_NEMESIS_TXN_DEBUG"])
 
     def _new_producer(self) -> Producer | None:
         while not self.stop_event.is_set():
