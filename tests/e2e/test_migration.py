@@ -231,7 +231,7 @@ def seal_logged(text: str, topic: str, what: str) -> bool:
 
 
 def once_per_offset(got: list[Got]) -> list[Got]:
-    """A group member that rejoins (its coordinator was killed: README, consumer groups)
+    """A group member that rejoins (its coordinator was killed: docs/groups-and-transactions.md)
     reads again from its last commit: the same records at the same offsets, which is
     Kafka's at-least-once for a group, not a duplicate in the log. Those re-reads are
     dropped here after checking they are the same record."""

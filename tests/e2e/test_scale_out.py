@@ -1,7 +1,7 @@
 """Scale-out on one host: two broker processes on one machine, one PostgreSQL, one bucket.
 
-The layouts README's "Several brokers on one host" describes, each with two brokers in the
-host's rack:
+The layouts docs/operations.md's "Several brokers on one host" describes, each with two
+brokers in the host's rack:
 
 - ``cluster-up``: started by `sluice.cluster.LocalCluster` exactly as
   ``sluice cluster up --brokers 2 --racks az-a`` starts them, without a controller (brokers

@@ -97,7 +97,7 @@ def content(got: list[Got]) -> list[tuple[Any, ...]]:
 def test_a_sluice_dev_dir_in_the_working_directory_is_not_read(
     cluster: LocalCluster, config: BrokerConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # After `sluice dev` (README step 1) ./.sluice holds another cluster's metadata log; a
+    # After `sluice dev` (README, "Run it") ./.sluice holds another cluster's metadata log; a
     # job pointed at this cluster's PostgreSQL once read its topics from there ("unknown
     # topics"), so the suite failed when run from the checkout.
     sluice_dev_metadata_log(tmp_path / ".sluice")
