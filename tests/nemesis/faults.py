@@ -81,15 +81,22 @@ class Fault:
     pause: float  # seconds of calm after the cluster is healthy again
 
 
-def schedule(seed: int, seconds: float, name: str) -> list[Fault]:
+def schedule(seed: int, seconds: float, name: str, each: int = 0) -> list[Fault]:
     """Faults of schedule ``name``, more than fit in ``seconds`` (a fault with its recovery
-    takes 7 to 15 s): the nemesis stops at its deadline."""
+    takes 7 to 15 s): the nemesis stops at its deadline. With ``each``: that many rounds of
+    every kind of the schedule once, in a seeded order per round (the long run's "every fault
+    kind at least N times"); ``seconds`` is then only the deadline."""
     rng = random.Random(seed)
     kinds = SCHEDULES[name]
     first = list(FIRST.get(name, ()))
+    if each:
+        for _ in range(each):
+            round_ = list(dict.fromkeys(kinds))
+            rng.shuffle(round_)
+            first += round_
     out: list[Fault] = []
     budget = seconds
-    while budget > 0:
+    while (budget > 0 and not each) or first:
         kind = first.pop(0) if first else rng.choice(kinds)
         hold = round(rng.uniform(2.0, 6.0), 1)
         fault = Fault(

@@ -71,8 +71,9 @@ def run(
     root: Path | None = None,
     keep: bool = False,
     netns: bool = False,
+    each: int = 0,
 ) -> dict[str, Any]:
-    faults = schedule(seed, seconds, schedule_name)
+    faults = schedule(seed, seconds, schedule_name, each)
     wanted = topics(with_tiered, any(f.kind == "migrate" for f in faults))
     # Classic replicas to wait for and compare (the migrating topic's move between kinds).
     replicated = [t.name for k, t in wanted.items() if k in ("classic", "tiered")]
@@ -84,6 +85,7 @@ def run(
         "seconds": seconds,
         "schedule": schedule_name,
         "netns": netns,
+        "each": each,
     }
     started = time.monotonic()
     workload: Workload | None = None
@@ -197,6 +199,13 @@ def main(argv: list[str] | None = None) -> int:
         help="each broker and controller in its own network namespace (root; needed by the "
         "network partitions of the net and all-net schedules)",
     )
+    parser.add_argument(
+        "--each",
+        type=int,
+        default=0,
+        help="every fault kind of the schedule this many times (rounds in a seeded order); "
+        "--seconds is then a deadline",
+    )
     args = parser.parse_args(argv)
     summary = run(
         args.seconds,
@@ -206,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         args.dir,
         args.keep,
         args.netns,
+        args.each,
     )
     text = json.dumps(summary, indent=2, sort_keys=True)
     print(text)

@@ -274,7 +274,12 @@ class TxnWorker(Worker):
             # One transactional.id per worker across incarnations: a new one fences the old.
             "transactional.id": f"nemesis-{name.split('.')[0]}",
             "linger.ms": 5,
-            "transaction.timeout.ms": 30_000,
+            # The clients' default transaction timeout; records fail (an abortable error)
+            # well before it, so an outage that outlasts them leaves the producer time to
+            # abort. With both at 30 s a record retried through a 30 s outage took the whole
+            # transaction timeout and the coordinator's abort fenced the producer, as Kafka's
+            # would: the producer's configuration, not the broker, made that fatal.
+            "transaction.timeout.ms": 60_000,
             "message.timeout.ms": 30_000,
         }
         if os.environ.get("SLUICE_NEMESIS_TXN_DEBUG"):
