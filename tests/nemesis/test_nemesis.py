@@ -6,7 +6,6 @@ the checker found something and its path is in the failure message."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -15,15 +14,6 @@ from .run import run
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.nemesis,
-    # Open failure, so these are not run by default and not counted as passing: in about one
-    # run in three a diskless transactional producer is fenced by the coordinator's
-    # transaction timeout (fatal _FENCED), also with no storage fault (a classic leader
-    # killed); the diskless partitions' unavailability under broker pauses (up to 42 s
-    # measured) is the suspect. SLUICE_NEMESIS=1 runs them (closing notes, 2026-11-27).
-    pytest.mark.skipif(
-        os.environ.get("SLUICE_NEMESIS") != "1",
-        reason="open failure (diskless transactional producer fenced), SLUICE_NEMESIS=1 runs it",
-    ),
 ]
 
 
