@@ -94,7 +94,7 @@ def migration_records(
         return [TopicMigration(topic.topic_id, TO_CLASSIC, MIGRATION_SEALING, generation)]
     if m is not None and m.direction == TO_CLASSIC:
         # Its diskless log is sealed at the last boundary and holds the offsets below it:
-        # a diskless log cannot start again at a later boundary (see README limits).
+        # a diskless log cannot start again at a later boundary (docs/migration.md, Limits).
         return "A topic migrated back to classic cannot migrate to diskless again yet"
     if topic.tiering is not None and topic.tiering.state == TIERING_DISABLING:
         # Its leaders act on the disablement: one partition-wide change at a time.

@@ -55,7 +55,7 @@ def usable_cores() -> int:
 def _broker_count(value: str) -> int:
     """``--brokers``: a count, or ``cores`` for one broker process per usable core. A broker
     is one Python process with one event loop, so it uses about one core; more processes
-    are how one host's other cores get used (they share the storage, see README)."""
+    are how one host's other cores get used (they share the storage, see docs/operations.md)."""
     if value.strip().lower() == "cores":
         return usable_cores()
     try:

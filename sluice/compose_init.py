@@ -107,7 +107,7 @@ def install_tls(src: Path, node: Path, admin: Path, *, chown: bool = True) -> No
     if missing:
         raise SystemExit(
             f"{src}: {', '.join(missing)} missing; run `python -m sluice.secure certs "
-            "deploy/tls --hosts ...` first (README, Run with docker-compose)"
+            "deploy/tls --hosts ...` first (docs/operations.md, Run with docker-compose)"
         )
     for target, names in ((node, NODE_FILES), (admin, ADMIN_FILES)):
         target.mkdir(parents=True, exist_ok=True)
