@@ -74,7 +74,7 @@ class ControllerConfig:
     cluster_id: str | None = None
     # Raises ValueError (message for the client) for unknown keys or bad values; given the
     # configs of a new topic, or the changes (None: delete) of an alter. The broker's
-    # ``broker.topic_config.validate`` fits.
+    # ``common.topic_config_validation.validate`` fits.
     validate_configs: Callable[[Mapping[str, str | None]], None] = _accept_any
     # Keys APPEND/SUBTRACT apply to, and the defaults they start from when not overridden.
     list_config_keys: frozenset[str] = frozenset({"cleanup.policy"})
