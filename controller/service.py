@@ -32,7 +32,8 @@ from common.topic_config_validation import LIST_KEYS, validate
 from controller import acl_admin
 from controller import metrics as image_metrics
 from controller.access import secret_problem
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.migration import SealReport, migration_metrics
 from controller.raft.messages import CommitUnknown, NotLeader
 from controller.raft.node import NodeConfig, NodeStopped, RaftNode

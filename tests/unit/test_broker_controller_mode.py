@@ -28,7 +28,8 @@ from broker.metadata_follower import MetadataFollower
 from broker.node import Broker
 from common import topic_config_validation
 from controller.image import MetadataImage
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.records import Record, encode_batch
 from controller.requests import (
     AlterTopicConfigs,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.logic import ControllerConfig
+from controller.logic_config import ControllerConfig
 from controller.records import PartitionChange
 from controller.requests import (
     AlterTopicConfigs,
