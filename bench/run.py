@@ -26,13 +26,10 @@ Every figure is the median of --repeats runs; machines are shared and noisy.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
-import shutil
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +47,7 @@ from .produce_consume import (
 )
 from .stats import MiB, ProcStats, RssSampler, Target, med, percentile, pin_process, runs
 from .storage_ops import MetricsWatch, StorageOps, mean_in_flight
+from .workdir import workdir
 
 # The Java producer's buffer.memory default: the dev target's client, as before.
 DEV_QUEUE_KIB = 32 * 1024
@@ -63,19 +61,6 @@ P99_SLACK_MS = 20.0
 
 def _print(line: str = "") -> None:
     print(line, flush=True)
-
-
-@contextlib.contextmanager
-def workdir(keep: bool) -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
-    d.chmod(0o755)  # PostgreSQL runs as its own user and must reach its directory
-    try:
-        yield d
-    finally:
-        if keep:
-            _print(f"kept {d}")
-        else:
-            shutil.rmtree(d, ignore_errors=True)
 
 
 def timed(label: str, fn: Callable[[], float], repeats: int, unit: str = "MiB/s") -> float:

@@ -47,6 +47,7 @@ from .produce_consume import (
 )
 from .stats import MiB, ProcStats, med, runs
 from .storage_ops import MetricsWatch, StorageOps, mean_in_flight
+from .workdir import workdir
 
 # Per producer process: enough that the client never waits on its own buffer while the
 # brokers answer (~0.5 s from produce to acknowledgement under load), as bench.run's s3 target.
@@ -489,8 +490,6 @@ def report(batch_size: int, rs: Sequence[Run], layouts: Sequence[int]) -> dict[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .run import workdir
-
     ap = argparse.ArgumentParser(prog="bench.scale_out", description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=float, default=None, help="MiB per run (default 512; quick 256)")
     ap.add_argument("--repeats", type=int, default=3, help="runs per layout (default 3)")

@@ -8,7 +8,7 @@ one, the supported operations its ACLs allow (``broker.security.access.operation
 
 from __future__ import annotations
 
-from .security.acl import AclOperation
+from common.acl import AclOperation
 
 # Kafka's "not requested" value (Integer.MIN_VALUE).
 NOT_REQUESTED = -(2**31)

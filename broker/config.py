@@ -7,10 +7,11 @@ underscores, upper case), then ``-o key=value`` on the command line.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+from common.secret_reference import resolve_secret_reference
 
 MiB = 1024 * 1024
 
@@ -342,28 +343,6 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
         if problem is not None:
             raise ValueError(problem)
     return config
-
-
-def resolve_secret_reference(key: str, raw: str, env: Mapping[str, str] | None = None) -> str:
-    """A value written ``${file:/path}`` is the file's content (trailing newline dropped);
-    ``${env:NAME}`` is that environment variable. Kafka's config providers use the same
-    syntax: secrets then stay out of properties files, command lines and process lists."""
-    if not (raw.startswith("${") and raw.endswith("}")):
-        return raw
-    kind, sep, ref = raw[2:-1].partition(":")
-    if not sep or kind not in ("file", "env"):
-        return raw
-    if kind == "env":
-        source = os.environ if env is None else env
-        if ref not in source:
-            raise ValueError(f"config {key}: environment variable {ref} is not set")
-        return source[ref]
-    try:
-        with open(ref) as f:
-            return f.read().rstrip("\r\n")
-    except OSError as exc:
-        # The path is not secret; the content is never echoed.
-        raise ValueError(f"config {key}: cannot read {ref}: {exc.strerror or exc}") from None
 
 
 def parse_config_file(text: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ from uuid import UUID
 import aiohttp
 from kio.schema.errors import ErrorCode
 
-from broker.security.acl import AclBinding, AclFilter
+from common.acl import AclBinding, AclFilter
 from controller.acl_admin import (
     AclCreationResult,
     AclDeletionResult,

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from common.background import cancel_and_wait
 from controller.requests import BrokerRegistrationRequest
 from storage.coordinator import BatchCoordinator, BrokerRegistration, CoordinatorUnavailable
 from storage.outage import OutageLog, is_outage
 
-from .background import cancel_and_wait
 from .controller_client import ControllerClient, ControllerRefused
 from .metadata_follower import MetadataFollower
 

@@ -24,12 +24,12 @@ import time
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
+from common.background import cancel_and_wait
 from controller.image import ImageError, MetadataImage
 from controller.records import DecodeError, decode_batch
 from storage.coordinator import PartitionKey
 from storage.outage import OutageLog, is_outage
 
-from .background import cancel_and_wait
 from .controller_client import ControllerClient, ControllerRefused, MetadataChunk
 
 if TYPE_CHECKING:

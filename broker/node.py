@@ -12,6 +12,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from common.background import cancel_and_wait
 from controller.placement import managed_replication_factor
 from storage.block_cache import BlockCache
 from storage.catalog import Topic, TopicCatalog
@@ -21,7 +22,6 @@ from storage.object_store import ObjectStore, is_data_key
 from storage.outage import OutageLog
 
 from .append import Appender
-from .background import cancel_and_wait
 from .classic.replica_manager import ReplicaManager
 from .classic.txn_markers import ClassicMarkerSender
 from .client_quotas import ClientQuotas, user_of

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from uuid import UUID
 
+from common import topic_config_validation
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
 from storage.coordinator import BatchCoordinator, PartitionKey
 
@@ -142,13 +143,13 @@ class TopicRegistry:
             partitions = len(assignments) if assignments else self._config.num_partitions
         if not 0 < partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(f"Number of partitions must be 1..{MAX_PARTITIONS}")
-        topic_config.validate(configs)
+        topic_config_validation.validate(configs)
         self._check_tiering(configs)
         if self._controller is None and str(configs.get("diskless.enable", "true")).lower() == (
             "false"
         ):
             # Classic topics need leaders, ISRs and epochs: the controllers' metadata.
-            raise topic_config.InvalidConfig(
+            raise topic_config_validation.InvalidConfig(
                 "diskless.enable=false needs controller mode (controller.quorum.bootstrap.servers)"
             )
         topic = Topic(
@@ -253,12 +254,12 @@ class TopicRegistry:
         if str(configs.get("remote.storage.enable") or "false").strip().lower() != "true":
             return
         if not self._config.remote_log_storage_system_enable:
-            raise topic_config.InvalidConfig(
+            raise topic_config_validation.InvalidConfig(
                 "Tiered Storage functionality is disabled in the broker. Topic cannot be "
                 "configured with remote log storage."
             )
         if self._controller is None:
-            raise topic_config.InvalidConfig(
+            raise topic_config_validation.InvalidConfig(
                 "remote.storage.enable=true is not supported on a diskless topic: its data "
                 "already lives in object storage"
             )
@@ -270,7 +271,7 @@ class TopicRegistry:
         topic = self._by_name.get(name)
         if topic is None:
             raise TopicNotFound(name)
-        topic_config.validate(changes, topic.configs)
+        topic_config_validation.validate(changes, topic.configs)
         if changes.get("remote.storage.enable") is not None:
             self._check_tiering({**topic.configs, **changes})
         if self._controller is not None:

@@ -3,7 +3,7 @@
 Like ``controller.logic``: pure functions of the image and the request returning the records
 to commit and the answer. The requests and results are plain dataclasses that travel as JSON
 between broker and controller (``controller.wire``); an ACL and an ACL filter travel as
-``broker.security.acl``'s AclBinding and AclFilter themselves.
+``common.acl``'s AclBinding and AclFilter themselves.
 
 As Kafka's AclControlManager does, creating an ACL equal to one that exists is a success that
 writes nothing, and a delete filter removes every ACL it matches, answering with them.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker.security.acl import AclBinding, AclFilter, InvalidAcl, check_new
+from common.acl import AclBinding, AclFilter, InvalidAcl, check_new
 
 from .image import MetadataImage, quota_entity
 from .records import AccessControlEntry, ClientQuota, Record, RemoveAccessControlEntry

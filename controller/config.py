@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from broker.config import resolve_secret_reference
+from common.secret_reference import resolve_secret_reference
 
 from .access import INSECURE_KEY, secret_problem
 from .service import ControllerSettings

@@ -11,13 +11,10 @@ replicated on this broker), so their records stay reachable.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import secrets
 from pathlib import Path
-
-from broker.config import BrokerConfig
 
 from .records import Partition, Record, Topic, TopicConfig, encode_batch
 from .service import ControllerService, ControllerSettings
@@ -26,41 +23,54 @@ log = logging.getLogger(__name__)
 
 
 class EmbeddedController:
-    def __init__(self, config: BrokerConfig) -> None:
-        self._broker_config = config
-        self._secret = secrets.token_urlsafe(16)
+    """Takes the few broker settings it mirrors as arguments: the controller does not know
+    the broker's config (``sluice.cli`` passes them, and points the broker at ``bootstrap``
+    with ``secret`` once started)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        data_dir: str | Path,
+        session_timeout_ms: int,
+        default_partitions: int,
+        default_diskless: bool,
+        default_replication_factor: int,
+    ) -> None:
+        self._node_id = node_id
+        self._data_dir = Path(data_dir)
+        self.secret = secrets.token_urlsafe(16)
         self.service = ControllerService(
             ControllerSettings(
-                node_id=config.node_id,
-                voters={config.node_id: ("127.0.0.1", 0)},
+                node_id=node_id,
+                voters={node_id: ("127.0.0.1", 0)},
                 host="127.0.0.1",
                 http_port=0,
-                data_dir=Path(config.data_dir) / "controller",
-                secret=self._secret,
-                session_timeout_ms=config.broker_session_timeout_ms,
-                default_partitions=config.num_partitions,
-                default_diskless=config.log_diskless_enable,
-                default_replication_factor=config.default_replication_factor,
+                data_dir=self._data_dir / "controller",
+                secret=self.secret,
+                session_timeout_ms=session_timeout_ms,
+                default_partitions=default_partitions,
+                default_diskless=default_diskless,
+                default_replication_factor=default_replication_factor,
             )
         )
 
-    async def start(self) -> BrokerConfig:
-        """Start the controller; returns the broker config pointing at it."""
+    @property
+    def bootstrap(self) -> str:
+        """The controller's API for the broker's ``controller.quorum.bootstrap.servers``
+        (once started). http:// always: it is loopback-only, whatever TLS the broker has."""
+        return f"http://127.0.0.1:{self.service.http_port}"
+
+    async def start(self) -> None:
         await self.service.start()
         await self.service.fence_all()
         await self._import_legacy_catalog()
-        return dataclasses.replace(
-            self._broker_config,
-            # http:// always: the embedded API is loopback-only, whatever TLS the broker has.
-            controller_quorum_bootstrap_servers=f"http://127.0.0.1:{self.service.http_port}",
-            controller_secret=self._secret,
-        )
 
     async def stop(self) -> None:
         await self.service.stop()
 
     async def _import_legacy_catalog(self) -> None:
-        path = os.path.join(self._broker_config.data_dir, "catalog.db")
+        path = os.path.join(self._data_dir, "catalog.db")
         if not os.path.exists(path):
             return
         # A single voter leads at once; wait for that before reading or writing the log.
@@ -77,7 +87,7 @@ class EmbeddedController:
             await catalog.close()
         if not topics:
             return
-        node = self._broker_config.node_id
+        node = self._node_id
         records: list[Record] = []
         for t in topics:
             records.append(Topic(t.name, t.topic_id))

@@ -47,7 +47,7 @@ from .image import (
     MetadataImage,
     TopicImage,
 )
-from .placement import Load, _least_loaded, _order_after, racks_of
+from .placement import Load, least_loaded, order_after, racks_of
 from .records import PartitionSealed, Record, SealedLogSize, TopicConfig, TopicMigration
 from .requests import ErrorResult, Outcome
 
@@ -114,9 +114,9 @@ def one_per_rack(image: MetadataImage, replicas: tuple[int, ...], leader: int) -
         return replicas
     load = Load.of(image)
     target: tuple[int, ...] = (first,)
-    for rack in _order_after(list(groups), image.brokers[first].rack)[1:]:
+    for rack in order_after(list(groups), image.brokers[first].rack)[1:]:
         here = [r for r in replicas if r in image.brokers and image.brokers[r].rack == rack]
-        target += (here[0] if here else _least_loaded(groups[rack], load, target).node_id,)
+        target += (here[0] if here else least_loaded(groups[rack], load, target).node_id,)
     return target
 
 

@@ -112,9 +112,11 @@ def managed_replication_factor(image: MetadataImage) -> int:
     return len(image.racks())
 
 
-def _least_loaded(
+def least_loaded(
     brokers: Iterable[BrokerRegistration], load: Load, chosen: Sequence[int]
 ) -> BrokerRegistration:
+    """The broker a new replica goes to: unfenced first, then the fewest replicas, the
+    fewest leaders, the fewest partitions shared with ``chosen``, the lowest id."""
     return min(
         brokers,
         key=lambda b: (
@@ -127,7 +129,7 @@ def _least_loaded(
     )
 
 
-def _order_after(racks: Sequence[Rack], first: Rack) -> list[Rack]:
+def order_after(racks: Sequence[Rack], first: Rack) -> list[Rack]:
     """Racks in rotation starting with ``first``."""
     i = racks.index(first)
     return [*racks[i:], *racks[:i]]
@@ -157,8 +159,8 @@ def place_partitions(
         for rack in racks:
             if rack not in chosen:
                 picked = [b.node_id for b in chosen.values()]
-                chosen[rack] = _least_loaded(groups[rack], load, picked)
-        followers = [chosen[rack].node_id for rack in _order_after(racks, leader.rack)[1:]]
+                chosen[rack] = least_loaded(groups[rack], load, picked)
+        followers = [chosen[rack].node_id for rack in order_after(racks, leader.rack)[1:]]
         # A stable sort: rack order among equals.
         followers.sort(key=lambda node_id: load.failover[(leader.node_id, node_id)])
         replicas = (leader.node_id, *followers)
@@ -204,8 +206,8 @@ def plan_rf_expansion(
                 continue  # every broker fenced: a later run will do it
         else:
             target = (kept.node_id,)
-            for rack in _order_after(racks, kept.rack)[1:]:
-                target += (_least_loaded(groups[rack], load, target).node_id,)
+            for rack in order_after(racks, kept.rack)[1:]:
+                target += (least_loaded(groups[rack], load, target).node_id,)
             load.add(target, counted=1)
         change = change_to(topic_id, index, p, desired_state(replace(p, replicas=target), alive))
         if change is not None:

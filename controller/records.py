@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 from uuid import UUID
 
-from broker.security.acl import AclBinding
+from common.acl import AclBinding
 
 NO_LEADER = -1
 BATCH_VERSION = 1

@@ -24,13 +24,16 @@ from uuid import UUID
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
-from broker.background import cancel_and_wait
-from broker.http_endpoint import serve
-from broker.security.acl import AclBinding, AclFilter
+from common.acl import AclBinding, AclFilter
+from common.background import cancel_and_wait
+from common.http_server import serve
+from common.topic_config_keys import KEYS
+from common.topic_config_validation import LIST_KEYS, validate
 from controller import acl_admin
 from controller import metrics as image_metrics
 from controller.access import secret_problem
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.migration import SealReport, migration_metrics
 from controller.raft.messages import CommitUnknown, NotLeader
 from controller.raft.node import NodeConfig, NodeStopped, RaftNode
@@ -171,9 +174,7 @@ class ControllerService:
             self.state,
             ssl_contexts=settings.raft_ssl_contexts(),
         )
-        from broker.topic_config import KEYS, LIST_KEYS, validate
-
-        # Topic configs are validated by the broker's rules, the one place they live.
+        # Topic configs are validated by the rules the broker applies too (common/).
         config = ControllerConfig(
             session_timeout_ms=settings.session_timeout_ms,
             default_partitions=settings.default_partitions,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -22,6 +21,7 @@ from .classic_placement import ClassicPlacementError, manual_assignment_error, p
 from .election import UNCLEAN_LEADER_ELECTION, desired_state, unclean_allowed
 from .image import DISKLESS_ENABLE, MetadataImage, PartitionState, TopicImage
 from .leader_election import unclean_leaders
+from .logic_config import ControllerConfig
 from .migration import migration_records
 from .placement import (
     Load,
@@ -44,9 +44,6 @@ from .requests import (
 )
 from .tiering import config_error as tiering_config_error
 from .tiering import tiering_records
-
-if TYPE_CHECKING:
-    from .logic import ControllerConfig
 
 OK = ErrorCode.none
 MAX_NAME_LENGTH = 249

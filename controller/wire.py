@@ -25,7 +25,7 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   Authorization (controller/acl_admin.py): ``POST /v1/acls/create`` {creations:
   [AclBinding]} → {results: [AclCreationResult]}, ``POST /v1/acls/delete`` {filters:
   [AclFilter]} → {results: [AclDeletionResult]} (AclBinding and AclFilter are
-  broker/security/acl.py's), ``POST /v1/quotas/alter`` {entries: [QuotaAlteration],
+  common/acl.py's), ``POST /v1/quotas/alter`` {entries: [QuotaAlteration],
   validate_only} → {results: [QuotaResult]}.
   Classic partitions (controller/alter_partition.py): ``POST /v1/partitions/isr`` {broker_id,
   broker_epoch, changes: [IsrChange]} → AlterPartitionResult (AlterPartition: a leader's ISR

@@ -21,12 +21,12 @@ from typing import Any
 
 from broker.config import BrokerConfig
 
+from .dispatch import run_job
+
 log = logging.getLogger("sluice.jobs.schedule")
 
 
 def run_schedule(spark: Any, config: BrokerConfig, args: argparse.Namespace) -> int:
-    from .cli import run_job
-
     every = {
         name: period
         for name, period in (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -294,13 +295,25 @@ async def run_broker(
     if embedded_controller:
         from controller.embedded import EmbeddedController
 
-        controller = EmbeddedController(config)
+        controller = EmbeddedController(
+            node_id=config.node_id,
+            data_dir=config.data_dir,
+            session_timeout_ms=config.broker_session_timeout_ms,
+            default_partitions=config.num_partitions,
+            default_diskless=config.log_diskless_enable,
+            default_replication_factor=config.default_replication_factor,
+        )
         # The embedded controller binds port 0 for its Raft and HTTP listeners; the kernel
         # may hand it a port the broker's own listeners are configured to use (a port a
         # launcher probed free and gave us moments ago). Held while the controller binds,
         # those ports cannot be picked.
         with _reserved(_listener_ports(config)):
-            config = await controller.start()
+            await controller.start()
+        config = dataclasses.replace(
+            config,
+            controller_quorum_bootstrap_servers=controller.bootstrap,
+            controller_secret=controller.secret,
+        )
     jobs = None
     if jobs_every_s:
         from .launch.jobs import ScheduledJobs

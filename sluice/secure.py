@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         files = generate(Path(args.dir), hosts)
         print(f"CA {files.ca}; admin password in {files.admin_password_file}")
         return 0
-    from broker.config import resolve_secret_reference
+    from common.secret_reference import resolve_secret_reference
 
     files = SecureFiles(Path(args.dir))
     # ${file:/run/...} in docker-compose.secure.yml: the secret is not on the command line.

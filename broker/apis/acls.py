@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclBinding, AclFilter, AclOperation, InvalidAcl
+
 from ..controller_client import ControllerRefused
 from ..security import access
-from ..security.acl import AclBinding, AclFilter, AclOperation, InvalidAcl
 
 if TYPE_CHECKING:
     from ..node import Broker

@@ -10,16 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common import topic_config_keys
+from common.acl import AclOperation
+from common.topic_config_validation import LIST_KEYS, InvalidConfig
 from controller.image import DISKLESS_ENABLE, TopicImage
 from controller.migration import configured, describe_entries
 from storage.catalog import TopicNotFound
 
-from .. import topic_config, topic_config_keys
+from .. import topic_config
 from ..config import SENSITIVE_KEYS, BrokerConfig, is_sensitive
 from ..controller_client import ControllerRefused
 from ..security import access
-from ..security.acl import AclOperation
-from ..topic_config import InvalidConfig
 
 if TYPE_CHECKING:
     from ..node import Broker
@@ -42,10 +43,10 @@ def _topic_configs(
     # What the operator set (a migration's target included), not the kind it still has.
     explicit = topic.configs if image_topic is None else configured(image_topic)
     out = []
-    for key in sorted(topic_config.KEYS):
+    for key in sorted(topic_config_keys.KEYS):
         if keys is not None and key not in keys:
             continue
-        spec = topic_config.KEYS[key]
+        spec = topic_config_keys.KEYS[key]
         resolved = topic_config.resolve(broker.config, explicit, key)
         out.append(
             {
@@ -174,7 +175,7 @@ def _apply(current: dict[str, str], name: str, op: int, value: str | None) -> st
     """One IncrementalAlterConfigs operation: the key's new override (None: removed)."""
     if op not in (OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT):
         raise _Refused(ErrorCode.invalid_request, f"Unknown config operation {op}")
-    if name not in topic_config.KEYS:
+    if name not in topic_config_keys.KEYS:
         raise InvalidConfig(f"Unknown topic config name: {name}")
     if op == OP_SET:
         if value is None:
@@ -182,7 +183,7 @@ def _apply(current: dict[str, str], name: str, op: int, value: str | None) -> st
         return value
     if op == OP_DELETE:
         return None
-    if name not in topic_config.LIST_KEYS:
+    if name not in LIST_KEYS:
         raise InvalidConfig(f"Config {name} is not a list: APPEND/SUBTRACT do not apply")
     items = [v.strip() for v in current.get(name, "").split(",") if v.strip()]
     given = [v.strip() for v in (value or "").split(",") if v.strip()]

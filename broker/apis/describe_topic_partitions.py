@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
+
 from ..authorized_operations import NOT_REQUESTED, authorized
 from ..security import access
-from ..security.acl import AclOperation
 from .metadata import partition_entry, request_routing
 
 if TYPE_CHECKING:

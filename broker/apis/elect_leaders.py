@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
 from controller.requests import ElectionResult, LeaderElection
 
 from ..controller_client import ControllerRefused
 from ..security import access
-from ..security.acl import AclOperation
 from .reassignments import NO_CONTROLLER
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
 from protocol.codec import RecordChunks
 from storage.coordinator import (
     CoordinatorUnavailable,
@@ -34,7 +35,6 @@ from ..fetch import FetchBudget, leader_epoch_error
 from ..metrics import METRICS
 from ..migration.routing import reads_classic, whole_log_start
 from ..security import access
-from ..security.acl import AclOperation
 from ..tiering.fetch import read_tiered
 from ..transformer import preferred_read_replica, route_without_replicas
 

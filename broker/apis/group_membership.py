@@ -10,10 +10,11 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from common.acl import AclOperation
+
 from ..groups.coordinator import LeavingMember
 from ..groups.group import JoinResult, SyncResult
 from ..security import access
-from ..security.acl import AclOperation
 from ._deferred import answer_when_done
 
 if TYPE_CHECKING:

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
 from storage.catalog import Topic
 from storage.coordinator import CoordinatorUnavailable
 from storage.group_store import CommittedOffset, OffsetKey
 
 from ..groups.offsets import FetchedGroup, OffsetToCommit, store_error
 from ..security import access
-from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker

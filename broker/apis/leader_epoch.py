@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from common.acl import AclOperation
 from storage.coordinator import PartitionKey
 
 from ..classic.offsets import end_offset_for_epoch
 from ..fetch import leader_epoch_error
 from ..migration.routing import CLASSIC, epochs_route
 from ..security import access
-from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
 
 if TYPE_CHECKING:

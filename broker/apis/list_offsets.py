@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from common.acl import AclOperation
 from protocol.record_scan import first_at_or_after, max_timestamp_record
 from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest
 
@@ -11,7 +12,6 @@ from ..classic.offsets import list_offset as classic_list_offset
 from ..fetch import leader_epoch_error
 from ..migration.routing import CLASSIC, list_offset_route
 from ..security import access
-from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
 
 READ_COMMITTED = 1

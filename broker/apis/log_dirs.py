@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
+
 from ..security import access
-from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker

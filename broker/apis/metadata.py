@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import CLUSTER_NAME, AclOperation
 from storage.catalog import Topic, TopicExists
 
 from ..authorized_operations import NOT_REQUESTED
@@ -14,7 +15,6 @@ from ..controller_client import ControllerRefused
 from ..metrics import METRICS
 from ..migration.routing import az_routed, serves_any_broker
 from ..security import access
-from ..security.acl import CLUSTER_NAME, AclOperation
 from ..topics import InvalidTopic
 from ..transformer import DECISIONS, Routing, route, route_without_replicas
 

@@ -10,6 +10,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
 from protocol.batch_validation import Rules, validate_records
 from protocol.codec import EncodedResponse
 from protocol.compression import CODEC_MASK, ZSTD
@@ -30,7 +31,6 @@ from ..client_quotas import user_of
 from ..migration.routing import appends_classic, refuses_diskless_append
 from ..refusals import REFUSALS
 from ..security import access
-from ..security.acl import AclOperation
 from ..server import throttle_connection
 
 if TYPE_CHECKING:

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
 from storage.transactions import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 from ..groups.offsets import store_error
 from ..security import access
-from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker

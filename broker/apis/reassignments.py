@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
 from controller.requests import Reassignment, ReassignmentResult
 
 from ..controller_client import ControllerRefused
 from ..security import access
-from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from common.acl import AclOperation
 from storage.coordinator import PartitionKey
 
 from ..classic.offsets import delete_records as classic_delete
 from ..node import now_ms
 from ..security import access
-from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition
 
 if TYPE_CHECKING:

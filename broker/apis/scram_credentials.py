@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
 from controller.requests import ScramDeletion, ScramUpsertion
 
 from ..controller_client import ControllerRefused
 from ..security import access, scram
-from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker

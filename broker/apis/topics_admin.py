@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
+from common.topic_config_validation import InvalidConfig
 from storage.catalog import TopicExists, TopicNotFound
 
 from ..controller_client import ControllerRefused
 from ..node import now_ms
 from ..security import access
-from ..security.acl import AclOperation
-from ..topic_config import InvalidConfig
 from ..topics import InvalidPartitions, InvalidTopic
 
 if TYPE_CHECKING:

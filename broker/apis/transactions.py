@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable, PartitionKey
 from storage.group_store import CommittedOffset
 from storage.transactions import ONGOING, PRODUCER_FENCED, STATES
 
 from ..groups.offsets import store_error
 from ..security import access
-from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import AclOperation
+
 from ..classic.txn_markers import mark
 from ..migration.routing import appends_classic
 from ..security import access
-from ..security.acl import AclOperation
 
 if TYPE_CHECKING:
     from ..node import Broker

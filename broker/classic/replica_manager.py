@@ -23,6 +23,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from common.background import cancel_and_wait
 from controller.election import stages_classic
 from controller.image import MetadataImage
 from controller.requests import IsrChange
@@ -30,7 +31,6 @@ from storage.catalog import Topic
 from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
-from ..background import cancel_and_wait
 from ..migration.routing import hosted_classic
 from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from .partition import LEADER, ClassicPartition

@@ -17,10 +17,10 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from common.background import cancel_and_wait
 from storage.group_store import CommittedOffset, GroupStore, OffsetKey
 from storage.outage import OutageLog
 
-from ..background import cancel_and_wait
 from .coordinator import GroupConfig, GroupCoordinator, wall_clock_ms
 from .group import CONSUMER_PROTOCOL_TYPE, GroupState
 from .store_errors import store_error

@@ -6,10 +6,10 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from common.background import cancel_and_wait
 from storage.group_store import GroupStore
 from storage.outage import OutageLog
 
-from ..background import cancel_and_wait
 from .admin import GroupAdmin
 from .coordinator import GroupConfig, GroupCoordinator, Scheduler, wall_clock_ms
 from .offsets import GroupOffsets

@@ -47,11 +47,11 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from common.background import cancel_and_wait
 from controller.image import MIGRATION_SEALING, TO_CLASSIC, TO_DISKLESS, TopicImage
 from controller.migration import SealReport
 from storage.coordinator import PartitionKey, SeededProducerBatch
 
-from ..background import cancel_and_wait
 from ..classic.partition import LEADER, ClassicPartition
 
 if TYPE_CHECKING:

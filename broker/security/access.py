@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.build import error_response
 
 from ..authorized_operations import NOT_REQUESTED, authorized
-from .acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from ..node import Broker

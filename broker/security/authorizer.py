@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from common.acl import WILDCARD, AclOperation, PatternType, Permission, ResourceType
+
 from ..authorized_operations import SUPPORTED, bits
-from .acl import WILDCARD, AclOperation, PatternType, Permission, ResourceType
 
 # Kafka's names for its authorizer, and the short one Sluice also accepts.
 AUTHORIZER_NAMES = frozenset(

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..config import BrokerConfig
 from .listeners import ListenerPlan, SecurityProtocol
-from .sasl import _jaas_for, parse_jaas
+from .sasl import jaas_for, parse_jaas
 from .sasl_client import CLIENT_MECHANISMS, SaslCredentials
 
 
@@ -77,7 +77,7 @@ def credentials(config: BrokerConfig, listener: str) -> SaslCredentials:
             f"sasl.mechanism.inter.broker.protocol {mechanism} is not in listener {listener}'s "
             "sasl.enabled.mechanisms"
         )
-    jaas = _jaas_for(config, listener, mechanism.lower())
+    jaas = jaas_for(config, listener, mechanism.lower())
     options = parse_jaas(jaas).options if jaas else {}
     username, password = options.get("username", ""), options.get("password", "")
     if not username or not password:

@@ -236,7 +236,7 @@ class SaslAuthenticator:
         self._scram_lookup = scram_lookup
         self._plain_users: dict[str, str] = {}
         if "PLAIN" in self.mechanisms:
-            jaas = _jaas_for(config, listener, "plain")
+            jaas = jaas_for(config, listener, "plain")
             if jaas:
                 self._plain_users = plain_users(parse_jaas(jaas))
         self._validator: oauthbearer.TokenValidator | None = None
@@ -271,7 +271,7 @@ class SaslAuthenticator:
         return OAuthBearerExchange(self._validator)
 
 
-def _jaas_for(config: BrokerConfig, listener: str, mechanism: str) -> str:
+def jaas_for(config: BrokerConfig, listener: str, mechanism: str) -> str:
     """Kafka's lookup: listener.name.<l>.<mechanism>.sasl.jaas.config, then the listener's,
     then sasl.jaas.config."""
     for key in (f"{mechanism}.sasl.jaas.config", "sasl.jaas.config"):

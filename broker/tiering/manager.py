@@ -28,6 +28,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from common.background import cancel_and_wait
 from controller.image import TIERING_DISABLING, TopicImage
 from controller.tiering import COPY_DISABLE, tiering_enabled
 from storage.classic.txn_index import AbortedTxn
@@ -36,7 +37,6 @@ from storage.tiered.lineage import lineage
 from storage.tiered.metadata import RemoteLogMetadataStore, RemoteSegment
 from storage.tiered.reader import RemoteReader
 
-from ..background import cancel_and_wait
 from ..classic.partition import LEADER, ClassicPartition
 from .snapshot import parse, segment_state
 from .view import EMPTY, RemoteView

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from common.background import cancel_and_wait
 from storage.coordinator import BatchCoordinator, PartitionKey
 from storage.group_store import CommittedOffset
 from storage.outage import OutageLog
@@ -33,7 +34,6 @@ from storage.transactions import (
     TransactionState,
 )
 
-from ..background import cancel_and_wait
 from ..groups.placement import HasNodeId, coordinator_for
 from .markers import MarkerWriter
 

@@ -23,6 +23,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from common.background import cancel_and_wait
 from protocol.control_batch import marker_batch
 from storage.block_cache import BlockCache
 from storage.coordinator import BatchCoordinator, CoordinatorUnavailable, PartitionKey
@@ -30,7 +31,6 @@ from storage.object_store import ObjectStore, ObjectStoreError, new_data_key
 from storage.transactions import COMPLETE_COMMIT, Marker, TransactionState
 
 from ..append import CommitListener
-from ..background import cancel_and_wait
 
 if TYPE_CHECKING:
     from ..classic.txn_markers import ClassicMarkerSender

@@ -9,17 +9,17 @@ from collections.abc import Mapping
 import pytest
 
 from broker.authorized_operations import SUPPORTED, bits
-from broker.security.acl import (
+from broker.security.authorizer import Authorizer, parse_super_users
+from common.acl import (
     AclBinding,
     AclFilter,
     InvalidAcl,
     check_new,
 )
-from broker.security.acl import AclOperation as Op
-from broker.security.acl import PatternType as P
-from broker.security.acl import Permission as Perm
-from broker.security.acl import ResourceType as R
-from broker.security.authorizer import Authorizer, parse_super_users
+from common.acl import AclOperation as Op
+from common.acl import PatternType as P
+from common.acl import Permission as Perm
+from common.acl import ResourceType as R
 
 ALICE, BOB = "User:alice", "User:bob"
 HOST, OTHER_HOST = "10.0.0.1", "10.0.0.2"

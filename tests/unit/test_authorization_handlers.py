@@ -31,8 +31,8 @@ from broker.apis import (
 )
 from broker.client_quotas import ClientQuotas
 from broker.config import BrokerConfig
-from broker.security.acl import AclBinding
 from broker.security.authorizer import Authorizer
+from common.acl import AclBinding
 from protocol.codec import encode_response
 from storage.catalog import Topic
 from tests.unit._handlers import decode_answer, request_and_context, settled

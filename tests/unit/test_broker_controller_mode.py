@@ -20,15 +20,16 @@ import pytest
 from aiohttp import web
 from kio.schema.errors import ErrorCode
 
-from broker import topic_config
 from broker.apis import VERSIONS, build_api_table
 from broker.config import BrokerConfig
 from broker.controller_client import ControllerClient
 from broker.membership import BrokerEndpoint, ControllerMembership
 from broker.metadata_follower import MetadataFollower
 from broker.node import Broker
+from common import topic_config_validation
 from controller.image import MetadataImage
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.records import Record, encode_batch
 from controller.requests import (
     AlterTopicConfigs,
@@ -55,7 +56,8 @@ class FakeController:
     def __init__(self, session_timeout_ms: int = 1000) -> None:
         self.logic = ControllerLogic(
             ControllerConfig(
-                session_timeout_ms=session_timeout_ms, validate_configs=topic_config.validate
+                session_timeout_ms=session_timeout_ms,
+                validate_configs=topic_config_validation.validate,
             )
         )
         self.image = MetadataImage()

@@ -9,7 +9,7 @@ from broker.apis import configs
 from broker.config import BrokerConfig
 from broker.controller_catalog import topic_of
 from controller.image import MetadataImage
-from controller.logic import ControllerConfig
+from controller.logic_config import ControllerConfig
 from controller.requests import AlterTopicConfigs, ConfigOp, OpType
 from tests.unit._handlers import decode_answer, request_and_context, settled
 from tests.unit.controller.harness import Cluster, uuids

@@ -8,7 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from broker.migration import routing
-from controller.logic import ControllerConfig
+from controller.logic_config import ControllerConfig
 from controller.migration import SealReport
 from controller.requests import AlterTopicConfigs, ConfigOp, OpType
 from tests.unit.controller.harness import Cluster, uuids

@@ -6,7 +6,7 @@ import pytest
 
 from broker import topic_config
 from broker.config import BrokerConfig
-from broker.topic_config import InvalidConfig, validate
+from common.topic_config_validation import InvalidConfig, validate
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from controller.image import MetadataImage
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.records import Record, decode_batch, encode_batch
 from controller.requests import BrokerRegistrationRequest, NewTopic, Outcome
 

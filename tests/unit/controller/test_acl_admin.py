@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from broker.security.acl import AclBinding, AclFilter
+from common.acl import AclBinding, AclFilter
 from controller.acl_admin import (
     AclDeletionResult,
     QuotaAlteration,

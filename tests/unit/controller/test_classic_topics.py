@@ -10,7 +10,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.classic_placement import place_classic, rack_alternated
-from controller.logic import ControllerConfig
+from controller.logic_config import ControllerConfig
 from controller.placement import Load
 from controller.requests import IsrChange, NewPartitions, Reassignment
 

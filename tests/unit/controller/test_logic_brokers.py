@@ -6,7 +6,8 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.records import FenceBroker, PartitionChange, RegisterBroker, UnfenceBroker
 from controller.requests import BrokerRegistrationRequest, Reassignment
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.logic import ControllerConfig
+from controller.logic_config import ControllerConfig
 from controller.records import PartitionChange
 from controller.requests import (
     AlterTopicConfigs,
@@ -26,7 +26,7 @@ THREE_RACKS = {1: "a", 2: "b", 3: "c", 4: "a", 5: "b", 6: "c"}
 
 
 def strict(configs: Mapping[str, str | None]) -> None:
-    """A stand-in for broker.topic_config.validate."""
+    """A stand-in for common.topic_config_validation.validate."""
     for key, value in configs.items():
         if key not in ("retention.ms", "cleanup.policy", "diskless.enable"):
             raise ValueError(f"Unknown topic config name: {key}")
@@ -398,11 +398,11 @@ def test_no_config_alteration_a_client_can_send_raises() -> None:
     # Every key the broker knows, every operation, odd values, on a diskless and a classic
     # topic: the logic answers each with a result (an error code or none), never raises,
     # which the controller's HTTP API would turn into an error instead of a Kafka answer.
-    from broker import topic_config
+    from common import topic_config_keys, topic_config_validation
 
     c = Cluster(
         ControllerConfig(
-            new_uuid=uuids(), validate_configs=topic_config.validate, classic_topics=True
+            new_uuid=uuids(), validate_configs=topic_config_validation.validate, classic_topics=True
         )
     )
     c.start(THREE_RACKS)
@@ -411,7 +411,7 @@ def test_no_config_alteration_a_client_can_send_raises() -> None:
     c.create("k", 1, replication_factor=3, configs=classic)
     values = (None, "", "true", "false", "-1", "0", "x", "1.5", "9" * 30, "delete,compact")
     for name in ("d", "k", "missing"):
-        for key in sorted(topic_config.KEYS):
+        for key in sorted(topic_config_keys.KEYS):
             for op in (*OpType, 7):
                 for value in values:
                     request = [AlterTopicConfigs(name, [ConfigOp(key, op, value)])]

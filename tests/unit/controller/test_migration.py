@@ -8,7 +8,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from controller.image import MIGRATION_MIGRATED, MIGRATION_SEALING, TO_DISKLESS, MetadataImage
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.migration import SealReport, describe_entries, migration_state, one_per_rack
 from controller.records import decode_batch, encode_batch
 from controller.requests import AlterTopicConfigs, ConfigOp, IsrChange, OpType

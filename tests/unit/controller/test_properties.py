@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from controller.image import MetadataImage
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.records import (
     Partition,
     PartitionChange,

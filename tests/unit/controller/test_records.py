@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from broker.security.acl import AclBinding
+from common.acl import AclBinding
 from controller.records import (
     RECORD_TYPES,
     AccessControlEntry,

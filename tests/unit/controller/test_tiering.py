@@ -9,7 +9,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from controller.image import MetadataImage
-from controller.logic import ControllerConfig, ControllerLogic
+from controller.logic import ControllerLogic
+from controller.logic_config import ControllerConfig
 from controller.records import (
     TieringPartitionDisabled,
     TopicTiering,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from broker.apis import scram_credentials
-from broker.security.acl import (
+from common.acl import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,

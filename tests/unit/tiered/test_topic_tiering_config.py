@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from broker import topic_config
 from broker.config import BrokerConfig
 from broker.topics import TopicRegistry
+from common import topic_config_validation
 
 
 class _Controller(TopicRegistry):
@@ -19,7 +19,7 @@ class _Controller(TopicRegistry):
 
 
 def test_the_validator_accepts_the_tiering_keys() -> None:
-    topic_config.validate(
+    topic_config_validation.validate(
         {
             "remote.storage.enable": "true",
             "local.retention.ms": "-2",
@@ -33,7 +33,7 @@ def test_the_validator_accepts_the_tiering_keys() -> None:
 
 def test_remote_storage_needs_the_brokers_remote_storage_system() -> None:
     off = _Controller(BrokerConfig(remote_log_storage_system_enable=False))
-    with pytest.raises(topic_config.InvalidConfig, match="disabled in the broker"):
+    with pytest.raises(topic_config_validation.InvalidConfig, match="disabled in the broker"):
         off._check_tiering({"remote.storage.enable": "true"})
     off._check_tiering({"remote.storage.enable": "false"})  # disabling is always allowed
     _Controller(BrokerConfig())._check_tiering({"remote.storage.enable": "true"})
@@ -41,5 +41,5 @@ def test_remote_storage_needs_the_brokers_remote_storage_system() -> None:
 
 def test_without_controllers_every_topic_is_diskless_and_refuses_it() -> None:
     registry = TopicRegistry(None, None, BrokerConfig())  # type: ignore[arg-type]
-    with pytest.raises(topic_config.InvalidConfig, match="diskless"):
+    with pytest.raises(topic_config_validation.InvalidConfig, match="diskless"):
         registry._check_tiering({"remote.storage.enable": "TRUE"})

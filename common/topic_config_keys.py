@@ -1,7 +1,7 @@
 """Every topic config Apache Kafka 4.x defines, as Sluice knows it: type, default, valid
 values, the broker configs Kafka treats as its synonyms, and our own description.
 
-The rules live in ``broker.topic_config``; this module is the table. ``applies`` says
+The rules live in ``topic_config_validation``; this module is the table. ``applies`` says
 whether Sluice acts on a key: the others are accepted, validated and stored (so provisioning
 tools and migrations work unchanged) but mean nothing for a diskless topic, which has no
 local segments, indexes, followers or tiered copy — the description says so.

@@ -1,0 +1,545 @@
+"""The product's import graph: no cycle, no upward import, no private name across modules.
+
+Every product module is parsed with ``ast`` (nothing is imported). All of its imports count:
+module level, inside functions, and under ``if TYPE_CHECKING:``. A function-level import
+run late to dodge a cycle is still a cycle, and a TYPE_CHECKING import is still a
+dependency of the design (the importer is written against the other module's types; change
+one and the other must follow), so neither is exempt.
+
+Run as a script for the figures: ``python tests/unit/test_layering.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Packages from the bottom up: a module may import its own package and those listed before
+# it, never one listed after it. Names on one line are peers and must not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("protocol",),  # the Kafka wire format
+    # What controller/ and broker/ share: the ACL model, topic-config keys and validation,
+    # secret references, serving HTTP, stopping background tasks (common/__init__.py).
+    ("common",),
+    ("storage", "replication"),  # the stores behind the interfaces; classic log replication
+    ("controller",),  # the metadata quorum
+    ("broker",),
+    ("jobs",),  # batch jobs reading a cluster's data
+    ("sluice",),  # the command line, cluster launcher and backend wiring
+    ("bench",),
+)
+PACKAGES = frozenset(name for layer in LAYERS for name in layer)
+RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+
+# Known violations, left for later steps of issue 26. Each entry names one violation exactly;
+# the test fails when an entry no longer occurs (delete it: these lists only shrink) as well
+# as on any violation not listed.
+#
+# Cycles, each as the set of its modules.
+KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
+    {
+        # storage/'s batch coordinator and its transactions: for the regrouping of storage/
+        # (item 4).
+        frozenset({"storage.coordinator", "storage.transactions"}),
+        # The broker's circle through broker/apis/__init__ and the Broker (node): handlers
+        # and engines import the Broker, which imports them; sluice.backends is in it
+        # because it imports broker/ while broker/node imports it. For the re-layout of
+        # broker/ (items 1-3) and the move of sluice/backends.py into storage/.
+        frozenset(
+            {
+                "broker.apis",
+                "broker.apis._common",
+                "broker.apis.acls",
+                "broker.apis.api_versions",
+                "broker.apis.client_quotas",
+                "broker.apis.cluster",
+                "broker.apis.configs",
+                "broker.apis.describe_topic_partitions",
+                "broker.apis.elect_leaders",
+                "broker.apis.fetch",
+                "broker.apis.find_coordinator",
+                "broker.apis.group_membership",
+                "broker.apis.group_offsets",
+                "broker.apis.groups_admin",
+                "broker.apis.leader_epoch",
+                "broker.apis.list_offsets",
+                "broker.apis.log_dirs",
+                "broker.apis.metadata",
+                "broker.apis.produce",
+                "broker.apis.producer_ids",
+                "broker.apis.reassignments",
+                "broker.apis.records_admin",
+                "broker.apis.scram_credentials",
+                "broker.apis.topics_admin",
+                "broker.apis.transactions",
+                "broker.apis.txn_markers",
+                "broker.classic.fetch",
+                "broker.classic.kafka_client",
+                "broker.classic.offsets",
+                "broker.classic.produce",
+                "broker.classic.replica_fetcher",
+                "broker.classic.replica_manager",
+                "broker.classic.txn_markers",
+                "broker.client_az",
+                "broker.config",
+                "broker.connection_limits",
+                "broker.controller_catalog",
+                "broker.membership",
+                "broker.metadata_follower",
+                "broker.migration.routing",
+                "broker.migration.sealer",
+                "broker.node",
+                "broker.recompress",
+                "broker.security.access",
+                "broker.security.inter_broker",
+                "broker.security.listeners",
+                "broker.security.sasl",
+                "broker.security.tls",
+                "broker.server",
+                "broker.tiering.fetch",
+                "broker.tiering.manager",
+                "broker.topic_config",
+                "broker.topics",
+                "broker.transactions.coordinator",
+                "broker.transactions.markers",
+                "sluice.backends",
+            }
+        ),
+    }
+)
+# Upward imports: (importer, imported module).
+KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
+    {
+        # Handlers take the whole Broker and the request pipeline's RequestContext (both
+        # under TYPE_CHECKING): item 2, a handler receives what it uses.
+        ("broker.apis", "broker.node"),
+        ("broker.apis", "broker.server"),
+        ("broker.apis._common", "broker.node"),
+        ("broker.apis.acls", "broker.node"),
+        ("broker.apis.acls", "broker.server"),
+        ("broker.apis.api_versions", "broker.node"),
+        ("broker.apis.api_versions", "broker.server"),
+        ("broker.apis.client_quotas", "broker.node"),
+        ("broker.apis.client_quotas", "broker.server"),
+        ("broker.apis.cluster", "broker.node"),
+        ("broker.apis.cluster", "broker.server"),
+        ("broker.apis.configs", "broker.node"),
+        ("broker.apis.configs", "broker.server"),
+        ("broker.apis.describe_topic_partitions", "broker.node"),
+        ("broker.apis.describe_topic_partitions", "broker.server"),
+        ("broker.apis.elect_leaders", "broker.node"),
+        ("broker.apis.elect_leaders", "broker.server"),
+        ("broker.apis.fetch", "broker.node"),
+        ("broker.apis.fetch", "broker.server"),
+        ("broker.apis.find_coordinator", "broker.node"),
+        ("broker.apis.find_coordinator", "broker.server"),
+        ("broker.apis.group_membership", "broker.node"),
+        ("broker.apis.group_membership", "broker.server"),
+        ("broker.apis.group_offsets", "broker.node"),
+        ("broker.apis.group_offsets", "broker.server"),
+        ("broker.apis.groups_admin", "broker.node"),
+        ("broker.apis.groups_admin", "broker.server"),
+        ("broker.apis.leader_epoch", "broker.node"),
+        ("broker.apis.leader_epoch", "broker.server"),
+        ("broker.apis.list_offsets", "broker.node"),
+        ("broker.apis.list_offsets", "broker.server"),
+        ("broker.apis.log_dirs", "broker.node"),
+        ("broker.apis.log_dirs", "broker.server"),
+        ("broker.apis.metadata", "broker.node"),
+        ("broker.apis.metadata", "broker.server"),
+        ("broker.apis.produce", "broker.node"),
+        ("broker.apis.produce", "broker.server"),
+        ("broker.apis.producer_ids", "broker.node"),
+        ("broker.apis.producer_ids", "broker.server"),
+        ("broker.apis.reassignments", "broker.node"),
+        ("broker.apis.reassignments", "broker.server"),
+        ("broker.apis.records_admin", "broker.node"),
+        ("broker.apis.records_admin", "broker.server"),
+        ("broker.apis.scram_credentials", "broker.node"),
+        ("broker.apis.scram_credentials", "broker.server"),
+        ("broker.apis.topics_admin", "broker.node"),
+        ("broker.apis.topics_admin", "broker.server"),
+        ("broker.apis.transactions", "broker.node"),
+        ("broker.apis.transactions", "broker.server"),
+        ("broker.apis.txn_markers", "broker.node"),
+        ("broker.apis.txn_markers", "broker.server"),
+        # broker/ and jobs/ build their stores with sluice/backends.py, which moves into
+        # storage/ (item 2).
+        ("broker.classic.replica_manager", "sluice.backends"),
+        ("broker.node", "sluice.backends"),
+        ("jobs.runtime", "sluice.backends"),
+        # Inside broker/: engines that ask the Broker, the migration router or the fetch
+        # handler, and shared modules that reach into security/ or the pipeline. For the
+        # partition-log router and the re-layout of broker/ (items 1 and 3).
+        ("broker.classic.fetch", "broker.apis.fetch"),
+        ("broker.classic.fetch", "broker.migration.routing"),
+        ("broker.classic.fetch", "broker.node"),
+        ("broker.classic.partition", "broker.tiering.view"),
+        ("broker.classic.replica_fetcher", "broker.tiering.follower"),
+        ("broker.classic.replica_manager", "broker.migration.routing"),
+        ("broker.classic.replica_manager", "broker.node"),
+        ("broker.classic.replica_manager", "broker.tiering.manager"),
+        ("broker.classic.txn_markers", "broker.migration.routing"),
+        ("broker.classic.txn_markers", "broker.node"),
+        ("broker.client_az", "broker.node"),
+        ("broker.client_quotas", "broker.security.principal"),
+        ("broker.config", "broker.security.authorizer"),
+        ("broker.connection_limits", "broker.server"),
+        ("broker.metadata_follower", "broker.node"),
+        ("broker.migration.routing", "broker.node"),
+        ("broker.migration.sealer", "broker.node"),
+        ("broker.security.access", "broker.node"),
+        ("broker.security.access", "broker.server"),
+        ("broker.tiering.fetch", "broker.apis.fetch"),
+        ("broker.tiering.fetch", "broker.node"),
+        ("broker.transactions.markers", "broker.classic.txn_markers"),
+    }
+)
+# Private names imported across modules: (importer, module, name).
+KNOWN_PRIVATE: frozenset[tuple[str, str, str]] = frozenset(
+    {
+        # The fetch paths of classic and tiered logs share apis/fetch.py's slot: item 1.
+        ("broker.classic.fetch", "broker.apis.fetch", "_Slot"),
+        ("broker.tiering.fetch", "broker.apis.fetch", "_Slot"),
+    }
+)
+
+# Inside broker/, its parts from the bottom up: a sub-package is a part, the loose modules at
+# broker/'s top are the part "broker" (shared by the rest), except the two that wire all of
+# it together, the Broker (node) and the request pipeline (server), which sit on top.
+BROKER_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("broker",),
+    ("security",),
+    ("groups",),
+    ("transactions",),
+    ("classic",),  # classic logs; tiering is the part of them in the object store
+    ("tiering", "migration"),
+    ("apis",),  # the request handlers
+    ("server",),  # the request pipeline: connections, dispatch to the handlers
+    ("node",),  # the Broker
+)
+BROKER_RANK = {name: i for i, layer in enumerate(BROKER_LAYERS) for name in layer}
+BROKER_WIRING = frozenset({"broker.node", "broker.server"})
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    module: str  # the product module depended on
+    names: tuple[str, ...]  # the names taken from it by ``from module import ...``
+    line: int
+    type_only: bool  # under ``if TYPE_CHECKING:`` (counted all the same; reported apart)
+
+
+def product_modules(root: Path = ROOT) -> dict[str, Path]:
+    modules: dict[str, Path] = {}
+    for package in sorted(PACKAGES):
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_package(name: str, modules: dict[str, Path]) -> bool:
+    return modules[name].name == "__init__.py"
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _nodes(
+    node: ast.AST, type_only: bool = False
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement anywhere in ``node`` (functions, classes, branches), with
+    whether it sits under ``if TYPE_CHECKING:``."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node, type_only
+        return
+    if isinstance(node, ast.If) and _is_type_checking(node.test):
+        for child in node.body:
+            yield from _nodes(child, True)
+        for child in node.orelse:
+            yield from _nodes(child, type_only)
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _nodes(child, type_only)
+
+
+def _longest_module(dotted: str, modules: dict[str, Path]) -> str | None:
+    parts = dotted.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def imports_of(name: str, modules: dict[str, Path]) -> list[Import]:
+    """The product modules ``name`` imports, each with the names it takes from them."""
+    path = modules[name]
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if _is_package(name, modules) else name.rpartition(".")[0]
+    found: list[Import] = []
+    for node, type_only in _nodes(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                target = _longest_module(alias.name, modules)
+                if target is not None:
+                    found.append(Import(name, target, (), node.lineno, type_only))
+            continue
+        if node.level:
+            base_parts = package.split(".")
+            base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+            base = ".".join([*base_parts, *([node.module] if node.module else [])])
+        else:
+            base = node.module or ""
+        if base.split(".")[0] not in PACKAGES:
+            continue
+        names: list[str] = []
+        for alias in node.names:
+            # ``from package import module`` depends on that module, not on the package.
+            submodule = f"{base}.{alias.name}"
+            if submodule in modules:
+                found.append(Import(name, submodule, (), node.lineno, type_only))
+            else:
+                names.append(alias.name)
+        if names:
+            target = _longest_module(base, modules)
+            if target is not None:
+                found.append(Import(name, target, tuple(names), node.lineno, type_only))
+    return found
+
+
+def graph(modules: dict[str, Path]) -> dict[str, list[Import]]:
+    return {name: imports_of(name, modules) for name in modules}
+
+
+def cycles(edges: dict[str, list[Import]]) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    successors = {
+        name: sorted({i.module for i in found if i.module != name}) for name, found in edges.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: set[frozenset[str]] = set()
+    for root in sorted(successors):
+        if root in index:
+            continue
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            node, child = work.pop()
+            if child == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            descended = False
+            for i in range(child, len(successors[node])):
+                succ = successors[node][i]
+                if succ not in index:
+                    work.append((node, i + 1))
+                    work.append((succ, 0))
+                    descended = True
+                    break
+                if succ in on_stack:
+                    low[node] = min(low[node], index[succ])
+            if descended:
+                continue
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.add(frozenset(component))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return found
+
+
+def _broker_part(module: str, modules: dict[str, Path]) -> str:
+    parts = module.split(".")
+    if len(parts) > 2 or _is_package(module, modules) or module in BROKER_WIRING:
+        return parts[1] if len(parts) > 1 else "broker"
+    return "broker"
+
+
+def _is_upward(importer: str, imported: str, modules: dict[str, Path]) -> bool:
+    top, other = importer.split(".")[0], imported.split(".")[0]
+    if other != top:
+        return RANK[other] >= RANK[top]
+    if top != "broker":
+        return False
+    mine, theirs = _broker_part(importer, modules), _broker_part(imported, modules)
+    return mine != theirs and BROKER_RANK[theirs] >= BROKER_RANK[mine]
+
+
+def upward(edges: dict[str, list[Import]], modules: dict[str, Path]) -> set[tuple[str, str]]:
+    """Imports of a package not below the importer's (LAYERS) or, inside broker/, of a part
+    not below the importer's (BROKER_LAYERS)."""
+    return {
+        (name, i.module)
+        for name, imports in edges.items()
+        for i in imports
+        if _is_upward(name, i.module, modules)
+    }
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(edges: dict[str, list[Import]]) -> set[tuple[str, str, str]]:
+    """Private names taken from another module. A private module (``_recwalk``) is private
+    to its package, so its own package may import it."""
+    found: set[tuple[str, str, str]] = set()
+    for name, imports in edges.items():
+        for i in imports:
+            for taken in i.names:
+                if _private(taken):
+                    found.add((name, i.module, taken))
+            package, _, last = i.module.rpartition(".")
+            if _private(last) and not name.startswith(package + "."):
+                found.add((name, package, last))
+    return found
+
+
+@dataclass(frozen=True)
+class Findings:
+    cycles: set[frozenset[str]]
+    upward: set[tuple[str, str]]
+    private: set[tuple[str, str, str]]
+    type_only_upward: set[tuple[str, str]]  # upward imports made only under TYPE_CHECKING
+
+    def figures(self) -> str:
+        sizes = sorted(len(c) for c in self.cycles)
+        return (
+            f"import cycles: {len(self.cycles)} (modules in each: {sizes}, "
+            f"{len(self.cycles & KNOWN_CYCLES)} known); "
+            f"upward imports: {len(self.upward)} ({len(self.upward & KNOWN_UPWARD)} known, "
+            f"{len(self.type_only_upward)} only under TYPE_CHECKING); "
+            f"private imports: {len(self.private)} ({len(self.private & KNOWN_PRIVATE)} known)"
+        )
+
+
+def findings(root: Path = ROOT) -> Findings:
+    modules = product_modules(root)
+    edges = graph(modules)
+    up = upward(edges, modules)
+    runtime = {
+        (name, i.module)
+        for name, imports in edges.items()
+        for i in imports
+        if not i.type_only and (name, i.module) in up
+    }
+    return Findings(cycles(edges), up, private_imports(edges), up - runtime)
+
+
+def test_no_import_cycle() -> None:
+    found = findings()
+    print(found.figures())
+    new, gone = found.cycles - KNOWN_CYCLES, KNOWN_CYCLES - found.cycles
+    # A known cycle that gained or lost modules shows as the difference, not as two sets.
+    changed = [
+        f"known cycle with {sorted(c - k)} added, {sorted(k - c)} gone"
+        for c in new
+        for k in gone
+        if c & k
+    ]
+    assert not changed, "; ".join(changed)
+    assert not new, f"import cycles: {[sorted(c) for c in new]}"
+    assert not gone, f"KNOWN_CYCLES entries that no longer occur, delete them: {gone}"
+
+
+def test_no_upward_import() -> None:
+    found = findings().upward
+    new, gone = found - KNOWN_UPWARD, KNOWN_UPWARD - found
+    assert not new, f"upward imports (see LAYERS): {sorted(new)}"
+    assert not gone, f"KNOWN_UPWARD entries that no longer occur, delete them: {sorted(gone)}"
+
+
+def test_no_private_name_imported_across_modules() -> None:
+    found = findings().private
+    new, gone = found - KNOWN_PRIVATE, KNOWN_PRIVATE - found
+    assert not new, f"private names imported from another module: {sorted(new)}"
+    assert not gone, f"KNOWN_PRIVATE entries that no longer occur, delete them: {sorted(gone)}"
+
+
+def test_every_package_has_a_layer_and_ships() -> None:
+    """A new top-level package is placed in LAYERS, installed (pyproject.toml) and copied
+    into the image (deploy/Dockerfile); bench/ is a tool of the repository and ships in
+    neither."""
+    present = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
+    assert present == PACKAGES, f"packages not in LAYERS: {sorted(present - PACKAGES)}"
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    included = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = set(re.findall(r"^COPY (\w+) ", (ROOT / "deploy/Dockerfile").read_text(), re.M))
+    shipped = PACKAGES - {"bench"}
+    assert {f"{name}*" for name in shipped} <= set(included), included
+    assert shipped <= copied, f"not copied into the image: {sorted(shipped - copied)}"
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_checks_see_late_type_only_and_private_imports(tmp_path: Path) -> None:
+    """The checker itself: a cycle closed by a function-level import, an upward import made
+    only under TYPE_CHECKING and a private name are all found."""
+    _write(
+        tmp_path,
+        {
+            "protocol/__init__.py": "",
+            "protocol/a.py": "def f():\n    from . import b\n",
+            "protocol/b.py": "from .a import f\nfrom ._c import walk\n",
+            "protocol/_c.py": "",
+            "protocol/d.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n    from broker.x import Broker\n"
+            ),
+            "broker/__init__.py": "",
+            "broker/x.py": "from protocol.a import _hidden\nfrom protocol._c import walk\n",
+        },
+    )
+    found = findings(tmp_path)
+    assert found.cycles == {frozenset({"protocol.a", "protocol.b"})}
+    assert found.upward == found.type_only_upward == {("protocol.d", "broker.x")}
+    assert found.private == {
+        ("broker.x", "protocol.a", "_hidden"),
+        ("broker.x", "protocol", "_c"),
+    }
+
+
+if __name__ == "__main__":
+    result = findings()
+    for c in sorted(result.cycles, key=len):
+        print(f"cycle ({len(c)} modules): {' '.join(sorted(c))}")
+    for u in sorted(result.upward):
+        print(
+            f"upward: {u[0]} -> {u[1]}{' (TYPE_CHECKING)' if u in result.type_only_upward else ''}"
+        )
+    for p in sorted(result.private):
+        print(f"private: {p[0]} imports {p[2]} from {p[1]}")
+    print(result.figures())
+    sys.exit(0)
