@@ -455,12 +455,14 @@ KEYS: dict[str, Key] = {
         ),
         _key(
             # Sluice's own (Inkless' name): false makes a classic topic (local logs,
-            # leader-follower replication; needs controller mode). Fixed at creation.
+            # leader-follower replication; needs controller mode). Changing it on an
+            # existing topic migrates it (controller/migration.py).
             "diskless.enable",
             BOOLEAN,
             "true",
             "true: data in object storage (diskless); false: a classic topic with local logs "
-            "replicated leader to followers (controller mode). Set at creation only.",
+            "replicated leader to followers (controller mode). Changing it migrates the topic "
+            "(progress in diskless.migration.state).",
         ),
     )
 }
