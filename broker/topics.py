@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from uuid import UUID
 
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
-from storage.coordinator import BatchCoordinator, PartitionKey
+from storage.coordinator import BatchCoordinator
+from storage.partition_key import PartitionKey
 
 from . import topic_config
 from .config import BrokerConfig

@@ -11,14 +11,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from protocol.codec import RecordChunks
-from storage.coordinator import (
-    CoordinatorUnavailable,
-    FindRequest,
-    FindResult,
-    LogInfo,
-    PartitionKey,
-)
-from storage.object_store import ObjectStoreError
+from storage.coordinator import CoordinatorUnavailable, FindRequest, FindResult, LogInfo
+from storage.objects import ObjectStoreError
+from storage.partition_key import PartitionKey
 
 from ..classic.fetch import (
     DENIED_REPLICA,

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic
 from storage.coordinator import CoordinatorUnavailable
-from storage.group_store import CommittedOffset, OffsetKey
+from storage.groups import CommittedOffset, OffsetKey
 
 from ..groups.offsets import FetchedGroup, OffsetToCommit, store_error
 from ..security import access

@@ -17,7 +17,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from storage.group_store import CommittedOffset, GroupStore, OffsetKey
+from storage.groups import CommittedOffset, GroupStore, OffsetKey
 from storage.outage import OutageLog
 
 from ..background import cancel_and_wait

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from storage.group_store import GroupStore
+from storage.groups import GroupStore
 from storage.outage import OutageLog
 
 from ..background import cancel_and_wait

@@ -49,7 +49,8 @@ from kio.schema.errors import ErrorCode
 
 from controller.image import MIGRATION_SEALING, TO_CLASSIC, TO_DISKLESS, TopicImage
 from controller.migration import SealReport
-from storage.coordinator import PartitionKey, SeededProducerBatch
+from storage.coordinator import SeededProducerBatch
+from storage.partition_key import PartitionKey
 
 from ..background import cancel_and_wait
 from ..classic.partition import LEADER, ClassicPartition

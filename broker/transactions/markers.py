@@ -24,9 +24,10 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from protocol.control_batch import marker_batch
-from storage.block_cache import BlockCache
-from storage.coordinator import BatchCoordinator, CoordinatorUnavailable, PartitionKey
-from storage.object_store import ObjectStore, ObjectStoreError, new_data_key
+from storage.coordinator import BatchCoordinator, CoordinatorUnavailable
+from storage.objects import ObjectStore, ObjectStoreError, new_data_key
+from storage.objects.block_cache import BlockCache
+from storage.partition_key import PartitionKey
 from storage.transactions import COMPLETE_COMMIT, Marker, TransactionState
 
 from ..append import CommitListener

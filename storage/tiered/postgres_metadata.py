@@ -9,7 +9,7 @@ from uuid import UUID
 
 import asyncpg
 
-from storage.postgres_pool import PoolUser, PostgresPool
+from storage.postgres.pool import PoolUser, PostgresPool
 
 from .metadata import (
     RemoteLogMetadataStore,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
-from storage.sqlite_coordinator import SqliteUser
+from storage.sqlite import SqliteUser
 
 from .metadata import (
     RemoteLogMetadataStore,

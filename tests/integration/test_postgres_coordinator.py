@@ -28,12 +28,12 @@ from storage.coordinator import (
     CommitResult,
     CoordinatorUnavailable,
     FindRequest,
-    PartitionKey,
     RetentionPolicy,
 )
-from storage.group_store import CommittedOffset
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.postgres_pool import PostgresPool, load_migrations
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.groups import CommittedOffset
+from storage.partition_key import PartitionKey
+from storage.postgres.pool import PostgresPool, load_migrations
 from storage.transactions import Marker
 from tests.fixtures.postgres import local_postgres_available
 

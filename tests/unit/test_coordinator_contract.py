@@ -26,9 +26,9 @@ from storage.coordinator import (
     ListOffsetsRequest,
     ListOffsetsResult,
     LogInfo,
-    PartitionKey,
     RetentionPolicy,
 )
+from storage.partition_key import PartitionKey
 
 from .conftest import CoordinatorFactory
 

@@ -16,8 +16,8 @@ from uuid import UUID
 
 import pytest
 
-from storage.coordinator import PartitionKey
-from storage.sqlite_coordinator import SqliteCoordinator
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.partition_key import PartitionKey
 from storage.tiered.metadata import RemoteLogMetadataStore, RemoteSegment, SegmentExists
 from storage.tiered.metadata import SegmentState as S
 from storage.tiered.postgres_metadata import PostgresRemoteLogMetadata

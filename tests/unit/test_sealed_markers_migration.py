@@ -12,11 +12,12 @@ from uuid import UUID
 
 import pytest
 
-from storage import sqlite_coordinator
-from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest, PartitionKey
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.postgres_pool import PostgresPool, load_migrations
-from storage.sqlite_coordinator import SqliteCoordinator
+from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
+from storage.coordinator import sqlite as sqlite_coordinator
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.partition_key import PartitionKey
+from storage.postgres.pool import PostgresPool, load_migrations
 from storage.transactions import NONE, Marker
 
 NOW = 1_700_000_000_000

@@ -30,14 +30,14 @@ from storage.coordinator import (
     FindResult,
     ListOffsetsRequest,
     ListOffsetsResult,
-    PartitionKey,
     RetentionPolicy,
 )
-from storage.group_store import CommittedOffset, GroupStore, OffsetKey
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.postgres_group_store import PostgresGroupStore
-from storage.sqlite_coordinator import SqliteCoordinator
-from storage.sqlite_group_store import SqliteGroupStore
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.groups import CommittedOffset, GroupStore, OffsetKey
+from storage.groups.postgres import PostgresGroupStore
+from storage.groups.sqlite import SqliteGroupStore
+from storage.partition_key import PartitionKey
 from storage.transactions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from protocol.records import parse_batches
-from storage.block_cache import BlockCache
 from storage.classic.batches import walk
 from storage.classic.log import Log, LogConfig
-from storage.local_store import LocalObjectStore
-from storage.object_store import ObjectStore, ObjectStoreError
+from storage.objects import ObjectStore, ObjectStoreError
+from storage.objects.block_cache import BlockCache
+from storage.objects.local import LocalObjectStore
 from storage.tiered import layout
 from storage.tiered.copier import CopyFenced, LocalGap, SegmentCopier, history_of
 from storage.tiered.deleter import SegmentDeleter, retention_plan

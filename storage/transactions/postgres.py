@@ -1,9 +1,9 @@
 """Transactions on PostgreSQL: the TransactionStore half of PostgresCoordinator.
 
 Every method is ONE round trip: a statement, or a call of a PL/pgSQL function of
-storage/migrations/postgres/0005_transactions.sql, which also documents the locking
+storage/postgres/migrations/0005_transactions.sql, which also documents the locking
 order that keeps concurrent brokers from deadlocking. Semantics are the SQLite
-backend's (storage/sqlite_transactions.py), held to by the shared contract suite.
+backend's (storage/transactions/sqlite.py), held to by the shared contract suite.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from uuid import UUID
 
 import asyncpg
 
-from storage.coordinator import PartitionKey, SealedLogRefused
-from storage.group_store import CommittedOffset
+from storage.coordinator import SealedLogRefused
+from storage.groups import CommittedOffset
+from storage.partition_key import PartitionKey
 from storage.transactions import (
     ONGOING,
     ActiveProducer,
@@ -26,7 +27,7 @@ from storage.transactions import (
 )
 
 if TYPE_CHECKING:
-    from storage.postgres_pool import PostgresPool
+    from storage.postgres.pool import PostgresPool
 
 _COLUMNS = (
     "t.transactional_id, t.producer_id, t.producer_epoch, t.state, t.timeout_ms,"

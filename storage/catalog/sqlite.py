@@ -1,7 +1,7 @@
 """Embedded topic catalog on SQLite, until the Raft controller replaces it.
 
 Same threading model as the coordinator: one worker thread owns one connection (see
-:class:`storage.sqlite_coordinator.SqliteThread`), every method is one transaction.
+:class:`storage.coordinator.sqlite.SqliteThread`), every method is one transaction.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from uuid import UUID
 
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
-from storage.sqlite_coordinator import SqliteUser
+from storage.sqlite import SqliteUser
 
 MIGRATIONS: list[list[str]] = [
     [

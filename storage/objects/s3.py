@@ -26,7 +26,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore import exceptions as boto
 
-from storage.object_store import (
+from storage.objects import (
     Chunks,
     ObjectNotFound,
     ObjectStore,

@@ -1,6 +1,6 @@
 """Committed group offsets on SQLite, in the coordinator's database file.
 
-Same file as :class:`storage.sqlite_coordinator.SqliteCoordinator` (offsets belong with
+Same file as :class:`storage.coordinator.sqlite.SqliteCoordinator` (offsets belong with
 the data they point into, and a backup of one file has both), but its own connection
 and worker thread, and its own migration component ("groups"). WAL mode lets the two
 connections read concurrently; writes take turns on SQLite's write lock, whose busy
@@ -14,14 +14,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
-from storage.group_store import (
+from storage.groups import (
     CommittedOffset,
     GroupSnapshot,
     GroupStore,
     MemberSnapshot,
     OffsetKey,
 )
-from storage.sqlite_coordinator import SqliteUser
+from storage.sqlite import SqliteUser
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ MIGRATIONS: list[list[str]] = [
         # Deleting a topic removes its offsets from every group.
         "CREATE INDEX group_offsets_topic ON group_offsets (topic_id)",
     ],
-    # 2: membership snapshots (storage/group_store.py: GroupSnapshot).
+    # 2: membership snapshots (storage/groups/: GroupSnapshot).
     [
         """CREATE TABLE group_snapshots (
             group_id TEXT PRIMARY KEY,

@@ -1,6 +1,6 @@
 -- Sluice batch coordinator and topic catalog on PostgreSQL (DESIGN §4).
 --
--- Same tables and semantics as the SQLite backend (storage/sqlite_coordinator.py), which
+-- Same tables and semantics as the SQLite backend (storage/coordinator/sqlite.py), which
 -- the shared contract suite holds both to. Every public operation is ONE statement or
 -- ONE call of a function below, so it costs one round trip whatever the number of
 -- partitions: the loops over batches and partitions run here, next to the data.
@@ -80,7 +80,7 @@ CREATE TABLE producer_id_blocks (
 );
 INSERT INTO producer_id_blocks (id, next_id) VALUES (1, 0);
 
--- The topic catalog (storage/postgres_catalog.py). COLLATE "C": names sort by bytes,
+-- The topic catalog (storage/catalog/postgres.py). COLLATE "C": names sort by bytes,
 -- as in SQLite, whatever the database's locale.
 CREATE TABLE topics (
     name text COLLATE "C" PRIMARY KEY,

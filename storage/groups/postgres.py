@@ -2,7 +2,7 @@
 ``group_offsets``, migration 0003), and membership snapshots (``group_snapshots`` and
 ``group_snapshot_members``, migration 0009).
 
-Same contract as :class:`storage.sqlite_group_store.SqliteGroupStore`; every method is
+Same contract as :class:`storage.groups.sqlite.SqliteGroupStore`; every method is
 one statement, so an OffsetCommit or OffsetFetch request is one round trip whatever
 its size. Give it the coordinator's :class:`PostgresPool` to share connections.
 """
@@ -14,14 +14,14 @@ from uuid import UUID
 
 import asyncpg
 
-from storage.group_store import (
+from storage.groups import (
     CommittedOffset,
     GroupSnapshot,
     GroupStore,
     MemberSnapshot,
     OffsetKey,
 )
-from storage.postgres_pool import PoolUser, PostgresPool
+from storage.postgres.pool import PoolUser, PostgresPool
 
 _COLUMNS = "o.group_id, o.topic_id, o.partition, o.committed_offset, o.leader_epoch, o.metadata,"
 _COLUMNS += " o.commit_timestamp"

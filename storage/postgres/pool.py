@@ -5,7 +5,7 @@ It owns three things the backends must not each get subtly different:
 * error mapping: connection refused or lost, pool acquire timeout, command timeout and
   server shutdown become :class:`CoordinatorUnavailable`, with ``outcome_unknown`` set
   when a write had been sent (it may have committed); everything else propagates as is;
-* schema migrations: the versioned ``storage/migrations/postgres/NNNN_name.sql`` files,
+* schema migrations: the versioned ``storage/postgres/migrations/NNNN_name.sql`` files,
   applied under a transaction-scoped advisory lock so brokers starting together apply
   each exactly once;
 * round-trip accounting: every statement goes through :meth:`PostgresPool.fetch`, which
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 # pg_advisory_xact_lock key serialising migrations ("sluice" in ASCII). Advisory locks
 # are per database, so several Sluice databases on one server do not contend.
 MIGRATION_LOCK_KEY = 0x736C75696365
-MIGRATIONS_PACKAGE = "storage.migrations.postgres"
+MIGRATIONS_PACKAGE = "storage.postgres.migrations"
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 # SQLSTATEs that mean "the server is not there for us right now": class 08 connection

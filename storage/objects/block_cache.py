@@ -20,7 +20,7 @@ from itertools import accumulate
 
 from cachetools import LRUCache
 
-from storage.object_store import Chunks, ObjectStore
+from storage.objects import Chunks, ObjectStore
 
 BlockKey = tuple[str, int]  # (object key, block index)
 

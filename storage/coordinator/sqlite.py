@@ -1,9 +1,9 @@
 """Embedded batch coordinator on SQLite.
 
-sqlite3 calls block, so every database call runs on ONE dedicated worker thread that
-owns the only connection (:class:`SqliteThread`). Serialising on one thread also means
-no two transactions of this process ever contend for the write lock; ``BEGIN
-IMMEDIATE`` still matters for other processes (jobs reading or merging the same file).
+Every database call runs on the coordinator's one SQLite thread (storage.sqlite). Its
+schema is storage.coordinator.sqlite_schema; commit_file's transaction (the produce path)
+is storage.coordinator.sqlite_produce; the TransactionStore half is
+storage.transactions.sqlite.
 
 Each public method is one transaction, mirroring the PostgreSQL backend where each is
 one round trip. Inside a transaction, per-partition point statements are fine: they
@@ -15,13 +15,10 @@ UUIDs are stored as 16-byte blobs everywhere.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import TypeVar
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -48,20 +45,22 @@ from storage.coordinator import (
     ListOffsetsRequest,
     ListOffsetsResult,
     LogInfo,
-    PartitionKey,
     RetentionPolicy,
     SealedLog,
     SeededProducerBatch,
     StoredBatch,
 )
-from storage.sqlite_transactions import (
+from storage.partition_key import PartitionKey
+from storage.sqlite import SqliteUser
+from storage.transactions import AbortedTransaction
+from storage.transactions.sqlite import (
     SqliteTransactions,
-    TxnVerifier,
     aborted_overlapping,
     last_stable_offset,
-    open_transactions,
 )
-from storage.transactions import AbortedTransaction
+
+from .sqlite_produce import INSERT_BATCH, INSERT_PRODUCER, SELECT_LOG, commit_file_txn
+from .sqlite_schema import MIGRATIONS
 
 T = TypeVar("T")
 
@@ -69,399 +68,18 @@ NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
 CONCURRENT_TRANSACTIONS = int(ErrorCode.concurrent_transactions)
 OFFSET_OUT_OF_RANGE = int(ErrorCode.offset_out_of_range)
-INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
-OUT_OF_ORDER_SEQUENCE_NUMBER = int(ErrorCode.out_of_order_sequence_number)
 
-# Kafka keeps this many batches per producer and partition to recognise retries.
-PRODUCER_BATCHES_RETAINED = 5
-INT32_MAX = 2**31 - 1
-LOG_APPEND_TIME = 1
 
 # The timestamp a batch is searched and retained by: LogAppendTime batches carry the
 # broker's time, CreateTime ones the producer's max timestamp.
 _TS = "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE max_timestamp END"
 
 
-# --------------------------------------------------------------------------- threading
-
-
-class SqliteThread:
-    """One worker thread owning one sqlite3 connection.
-
-    The connection is opened lazily on the worker thread (sqlite3 objects must stay on
-    the thread that made them), in autocommit mode so transactions are explicit, WAL
-    so readers in other processes never block the writer, and ``synchronous=FULL``
-    because an acknowledged produce must survive power loss.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        component: str,
-        migrations: Sequence[Sequence[str]],
-        thread_name: str,
-    ) -> None:
-        self._path = path
-        self._component = component
-        self._migrations = migrations
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
-        self._conn: sqlite3.Connection | None = None
-        self._closed = False
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._closed:
-            raise RuntimeError("sqlite connection is closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn, args)
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._close_conn)
-        self._closed = True
-        self._executor.shutdown(wait=False)
-
-    def _call(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        conn = self._conn if self._conn is not None else self._open()
-        return fn(conn, *args)
-
-    def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self._path, isolation_level=None, timeout=30.0, cached_statements=256
-        )
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
-        migrate(conn, self._component, self._migrations)
-        self._conn = conn
-        return conn
-
-    def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-class SqliteUser:
-    """A backend on one SqliteThread (the coordinator, the catalog, the group store): start()
-    opens the connection, which applies the component's migrations; ``_write``/``_read`` run
-    one transaction on the thread (the SQLite twin of postgres_pool.PoolUser)."""
-
-    def __init__(
-        self, path: str, component: str, migrations: Sequence[Sequence[str]], thread_name: str
-    ) -> None:
-        self._db = SqliteThread(path, component, migrations, thread_name)
-
-    async def start(self) -> None:
-        await self._db.run(lambda conn: None)
-
-    async def close(self) -> None:
-        await self._db.close()
-
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(run_transaction, True, fn, *args)
-
-    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._db.run(run_transaction, False, fn, *args)
-
-
-def migrate(conn: sqlite3.Connection, component: str, migrations: Sequence[Sequence[str]]) -> None:
-    """Apply the migrations past the stored version, all in one transaction.
-
-    ``schema_version`` is keyed by component so the catalog and the coordinator can
-    share one database file if a deployment wants that.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version ("
-            " component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-        )
-        row = conn.execute(
-            "SELECT version FROM schema_version WHERE component = ?", (component,)
-        ).fetchone()
-        current = row[0] if row else 0
-        if current > len(migrations):
-            raise RuntimeError(
-                f"{component} schema version {current} is newer than this code ({len(migrations)})"
-            )
-        for statements in migrations[current:]:
-            for statement in statements:
-                conn.execute(statement)
-        conn.execute(
-            "INSERT INTO schema_version (component, version) VALUES (?, ?)"
-            " ON CONFLICT (component) DO UPDATE SET version = excluded.version",
-            (component, len(migrations)),
-        )
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
-def run_transaction(conn: sqlite3.Connection, write: bool, fn: Callable[..., T], *args: Any) -> T:
-    # Read-only methods use a deferred BEGIN: a consistent snapshot without taking the
-    # write lock from other processes.
-    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-    try:
-        result = fn(conn.cursor(), *args)
-        conn.execute("COMMIT")
-        return result
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
-# --------------------------------------------------------------------------- schema
-
-MIGRATIONS: list[list[str]] = [
-    # 1: initial schema (the shape of Inkless's control plane).
-    [
-        """CREATE TABLE logs (
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            log_start_offset INTEGER NOT NULL DEFAULT 0,
-            high_watermark INTEGER NOT NULL DEFAULT 0,
-            byte_size INTEGER NOT NULL DEFAULT 0,
-            PRIMARY KEY (topic_id, partition)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE files (
-            file_id INTEGER PRIMARY KEY,
-            object_key TEXT NOT NULL UNIQUE,
-            size INTEGER NOT NULL,
-            uploader_broker_id INTEGER NOT NULL,
-            committed_at INTEGER NOT NULL,
-            state TEXT NOT NULL CHECK (state IN ('uploaded', 'deleting')),
-            reason TEXT NOT NULL CHECK (reason IN ('produce', 'merge')),
-            marked_at INTEGER
-        )""",
-        # Only deleting files are ever listed by time; a partial index stays tiny.
-        "CREATE INDEX files_deleting ON files (marked_at) WHERE state = 'deleting'",
-        # Clustered by (partition, last_offset): a fetch is one contiguous range scan.
-        # last_offset rather than base_offset because fetches ask "last_offset >= x".
-        """CREATE TABLE batches (
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            base_offset INTEGER NOT NULL,
-            last_offset INTEGER NOT NULL,
-            file_id INTEGER NOT NULL REFERENCES files (file_id),
-            byte_offset INTEGER NOT NULL,
-            byte_size INTEGER NOT NULL,
-            timestamp_type INTEGER NOT NULL,
-            max_timestamp INTEGER NOT NULL,
-            log_append_time INTEGER NOT NULL,
-            PRIMARY KEY (topic_id, partition, last_offset)
-        ) WITHOUT ROWID""",
-        # To find files left without batches after deletions.
-        "CREATE INDEX batches_by_file ON batches (file_id)",
-        # One row per retained batch (at most 5) of a producer in a partition.
-        """CREATE TABLE producer_state (
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            producer_id INTEGER NOT NULL,
-            base_offset INTEGER NOT NULL,
-            producer_epoch INTEGER NOT NULL,
-            base_sequence INTEGER NOT NULL,
-            last_sequence INTEGER NOT NULL,
-            last_offset INTEGER NOT NULL,
-            log_append_time INTEGER NOT NULL,
-            PRIMARY KEY (topic_id, partition, producer_id, base_offset)
-        ) WITHOUT ROWID""",
-    ],
-    # 2: producer id blocks handed to brokers (InitProducerId).
-    [
-        "CREATE TABLE producer_id_blocks (id INTEGER PRIMARY KEY CHECK (id = 1), next_id INTEGER)",
-        "INSERT INTO producer_id_blocks (id, next_id) VALUES (1, 0)",
-    ],
-    # 3: cluster id and broker liveness (as storage/migrations/postgres/0002_cluster.sql).
-    [
-        "CREATE TABLE cluster_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        """CREATE TABLE broker_heartbeats (
-            node_id INTEGER PRIMARY KEY,
-            host TEXT NOT NULL,
-            port INTEGER NOT NULL,
-            rack TEXT,
-            incarnation BLOB NOT NULL,
-            last_seen INTEGER NOT NULL
-        )""",
-    ],
-    # 4: transactions (storage/transactions.py; as storage/migrations/postgres/0005).
-    [
-        # The transaction coordinator's state, one row per transactional id.
-        """CREATE TABLE transactions (
-            transactional_id TEXT PRIMARY KEY,
-            producer_id INTEGER NOT NULL,
-            producer_epoch INTEGER NOT NULL,
-            state TEXT NOT NULL,
-            timeout_ms INTEGER NOT NULL,
-            started_ms INTEGER NOT NULL,
-            updated_ms INTEGER NOT NULL
-        ) WITHOUT ROWID""",
-        # commit_file verifies a transactional batch by its producer id. An id belongs to
-        # one transactional id only (ids come from one counter); not UNIQUE because
-        # PostgreSQL's txn_init inserts a new id's row before drawing its producer id.
-        "CREATE INDEX transactions_producer ON transactions (producer_id)",
-        # txn_expired reads only the ongoing ones, oldest first.
-        "CREATE INDEX transactions_ongoing ON transactions (started_ms) WHERE state = 'Ongoing'",
-        """CREATE TABLE txn_partitions (
-            transactional_id TEXT NOT NULL,
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            PRIMARY KEY (transactional_id, topic_id, partition)
-        ) WITHOUT ROWID""",
-        """CREATE TABLE txn_groups (
-            transactional_id TEXT NOT NULL,
-            group_id TEXT NOT NULL,
-            PRIMARY KEY (transactional_id, group_id)
-        ) WITHOUT ROWID""",
-        # TxnOffsetCommit's offsets until the transaction ends (then group_offsets or gone).
-        """CREATE TABLE txn_offsets (
-            transactional_id TEXT NOT NULL,
-            group_id TEXT NOT NULL,
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            committed_offset INTEGER NOT NULL,
-            leader_epoch INTEGER NOT NULL,
-            metadata TEXT NOT NULL,
-            commit_timestamp INTEGER NOT NULL,
-            PRIMARY KEY (transactional_id, group_id, topic_id, partition)
-        ) WITHOUT ROWID""",
-        # Per partition, the producers with an open transaction and where it began.
-        """CREATE TABLE open_txns (
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            producer_id INTEGER NOT NULL,
-            first_offset INTEGER NOT NULL,
-            PRIMARY KEY (topic_id, partition, producer_id)
-        ) WITHOUT ROWID""",
-        # The last stable offset is min(first_offset) of a partition: one index probe.
-        "CREATE INDEX open_txns_first ON open_txns (topic_id, partition, first_offset)",
-        # Keyed by the abort marker's offset (unique in its partition): fetches ask
-        # "last_offset >= x". last_stable_offset is the partition's LSO just after the
-        # marker (Kafka's AbortedTxn keeps it too): it bounds that scan, see
-        # storage/sqlite_transactions.aborted_overlapping.
-        """CREATE TABLE aborted_txns (
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            last_offset INTEGER NOT NULL,
-            producer_id INTEGER NOT NULL,
-            first_offset INTEGER NOT NULL,
-            last_stable_offset INTEGER NOT NULL,
-            PRIMARY KEY (topic_id, partition, last_offset)
-        ) WITHOUT ROWID""",
-    ],
-    # 5: OffsetFetch's require_stable looks pending offsets up by group (as postgres 0006).
-    ["CREATE INDEX txn_offsets_group ON txn_offsets (group_id)"],
-    # 6: classic partitions whose markers are still to be sent (as postgres 0008).
-    [
-        """CREATE TABLE txn_pending_markers (
-            transactional_id TEXT NOT NULL,
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            PRIMARY KEY (transactional_id, topic_id, partition)
-        ) WITHOUT ROWID"""
-    ],
-    # 7: diskless logs sealed by a migration to classic (as postgres 0010): commit_file
-    # stores no produced batch in them any more, whichever broker commits it.
-    [
-        """CREATE TABLE sealed_logs (
-            topic_id BLOB NOT NULL,
-            partition INTEGER NOT NULL,
-            boundary INTEGER NOT NULL,
-            PRIMARY KEY (topic_id, partition)
-        ) WITHOUT ROWID""",
-    ],
-    # 8: markers only in diskless logs (as postgres 0011). Before it every partition of a
-    # transaction took one, so a log sealed for classic may hold markers of the classic
-    # partition's transactions past its boundary, which readers were kept from: they
-    # go, the log ends at its boundary again, and from now on nothing is stored past it.
-    [
-        """CREATE TEMP TABLE past_seal AS
-        SELECT b.topic_id, b.partition, b.file_id, b.byte_size FROM batches b
-        JOIN sealed_logs s ON s.topic_id = b.topic_id AND s.partition = b.partition
-        WHERE b.base_offset >= s.boundary""",
-        """DELETE FROM batches WHERE EXISTS (
-            SELECT 1 FROM sealed_logs s WHERE s.topic_id = batches.topic_id
-            AND s.partition = batches.partition AND batches.base_offset >= s.boundary)""",
-        """DELETE FROM aborted_txns WHERE EXISTS (
-            SELECT 1 FROM sealed_logs s WHERE s.topic_id = aborted_txns.topic_id
-            AND s.partition = aborted_txns.partition AND aborted_txns.last_offset >= s.boundary)""",
-        """UPDATE logs SET
-            high_watermark = max(log_start_offset, (SELECT s.boundary FROM sealed_logs s
-                WHERE s.topic_id = logs.topic_id AND s.partition = logs.partition)),
-            byte_size = byte_size - (SELECT coalesce(sum(p.byte_size), 0) FROM past_seal p
-                WHERE p.topic_id = logs.topic_id AND p.partition = logs.partition)
-        WHERE EXISTS (SELECT 1 FROM sealed_logs s WHERE s.topic_id = logs.topic_id
-            AND s.partition = logs.partition AND logs.high_watermark > s.boundary)""",
-        """UPDATE files SET state = 'deleting',
-            marked_at = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)
-        WHERE file_id IN (SELECT file_id FROM past_seal) AND state = 'uploaded'
-        AND NOT EXISTS (SELECT 1 FROM batches WHERE batches.file_id = files.file_id)""",
-        "DROP TABLE past_seal",
-    ],
-]
-
-
-# --------------------------------------------------------------------------- idempotence
-
-
-def _increment_sequence(sequence: int, increment: int) -> int:
-    """Kafka's DefaultRecordBatch.incrementSequence: sequences wrap at 2^31-1 to 0."""
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
-class _ProducerState:
-    """The retained batches of one producer in one partition (oldest first)."""
-
-    __slots__ = ("appended", "entries", "epoch")
-
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-        # (base_sequence, last_sequence, base_offset, last_offset, log_append_time)
-        self.entries: deque[tuple[int, int, int, int, int]] = deque(
-            maxlen=PRODUCER_BATCHES_RETAINED
-        )
-        self.appended = 0  # entries added by the current commit (not yet stored)
-
-
 # --------------------------------------------------------------------------- SQL
 
-_SELECT_LOG = (
-    "SELECT log_start_offset, high_watermark, byte_size FROM logs"
-    " WHERE topic_id = ? AND partition = ?"
-)
-_UPDATE_LOG_APPEND = (
-    "UPDATE logs SET high_watermark = ?, byte_size = ? WHERE topic_id = ? AND partition = ?"
-)
 _UPDATE_LOG_START = (
     "UPDATE logs SET log_start_offset = ?, byte_size = byte_size - ?"
     " WHERE topic_id = ? AND partition = ?"
-)
-_INSERT_FILE = (
-    "INSERT INTO files (object_key, size, uploader_broker_id, committed_at, state, reason)"
-    " VALUES (?, ?, ?, ?, 'uploaded', 'produce')"
-)
-_INSERT_BATCH = (
-    "INSERT INTO batches (topic_id, partition, base_offset, last_offset, file_id,"
-    " byte_offset, byte_size, timestamp_type, max_timestamp, log_append_time)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_SELECT_PRODUCER = (
-    "SELECT producer_epoch, base_sequence, last_sequence, base_offset, last_offset,"
-    " log_append_time FROM producer_state"
-    " WHERE topic_id = ? AND partition = ? AND producer_id = ? ORDER BY base_offset"
-)
-_TRIM_PRODUCER = (
-    "DELETE FROM producer_state"
-    " WHERE topic_id = ? AND partition = ? AND producer_id = ? AND base_offset < ?"
-)
-_INSERT_PRODUCER = (
-    "INSERT INTO producer_state (topic_id, partition, producer_id, base_offset,"
-    " producer_epoch, base_sequence, last_sequence, last_offset, log_append_time)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _FIND = (
     "SELECT f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset"
@@ -507,7 +125,7 @@ def _mark_files_if_empty(cur: sqlite3.Cursor, file_ids: set[int], now_ms: int) -
 
 class SqliteCoordinator(SqliteUser, SqliteTransactions, BatchCoordinator):
     """BatchCoordinator on one SQLite file (the embedded, single-node default); its
-    TransactionStore half is storage/sqlite_transactions.py."""
+    TransactionStore half is storage/transactions/sqlite.py."""
 
     def __init__(self, path: str, max_batches_per_partition: int = 5000) -> None:
         super().__init__(path, "coordinator", MIGRATIONS, "sluice-coordinator")
@@ -553,7 +171,7 @@ class SqliteCoordinator(SqliteUser, SqliteTransactions, BatchCoordinator):
         now_ms: int,
     ) -> list[CommitResult]:
         return await self._write(
-            _commit_file, object_key, object_size, uploader_broker_id, batches, now_ms
+            commit_file_txn, object_key, object_size, uploader_broker_id, batches, now_ms
         )
 
     async def find_batches(
@@ -636,14 +254,14 @@ def _seed_log(
     producers: Sequence[SeededProducerBatch],
 ) -> tuple[int, int]:
     cur.execute("INSERT OR IGNORE INTO logs (topic_id, partition) VALUES (?, ?)", (tid, partition))
-    row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+    row = cur.execute(SELECT_LOG, (tid, partition)).fetchone()
     if row[0] < row[1] <= start:
         # Transaction markers of the classic partition, written before sqlite schema 8
         # (a transaction's outcome was recorded for each of its partitions here too):
         # none of its records, dropped.
         key = PartitionKey(UUID(bytes=tid), partition)
         _delete_records(cur, [(key, row[1])], int(time.time() * 1000))
-        row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+        row = cur.execute(SELECT_LOG, (tid, partition)).fetchone()
     has_batches = cur.execute(
         "SELECT 1 FROM batches WHERE topic_id = ? AND partition = ? LIMIT 1", (tid, partition)
     ).fetchone()
@@ -656,7 +274,7 @@ def _seed_log(
     )
     cur.execute("DELETE FROM producer_state WHERE topic_id = ? AND partition = ?", (tid, partition))
     cur.executemany(
-        _INSERT_PRODUCER,
+        INSERT_PRODUCER,
         [
             (
                 tid,
@@ -676,7 +294,7 @@ def _seed_log(
 
 
 def _seal_log(cur: sqlite3.Cursor, tid: bytes, partition: int) -> SealedLog:
-    row = cur.execute(_SELECT_LOG, (tid, partition)).fetchone()
+    row = cur.execute(SELECT_LOG, (tid, partition)).fetchone()
     if row is None:
         return SealedLog(UNKNOWN_TOPIC_OR_PARTITION)
     sealed = cur.execute(
@@ -721,193 +339,12 @@ def _delete_logs(cur: sqlite3.Cursor, topic_ids: list[bytes], now_ms: int) -> No
 def _log_info(cur: sqlite3.Cursor, logs: Sequence[PartitionKey]) -> list[LogInfo]:
     out = []
     for k in logs:
-        row = cur.execute(_SELECT_LOG, (k.topic_id.bytes, k.partition)).fetchone()
+        row = cur.execute(SELECT_LOG, (k.topic_id.bytes, k.partition)).fetchone()
         if row is None:
             out.append(LogInfo(UNKNOWN_TOPIC_OR_PARTITION))
         else:
             out.append(LogInfo(NONE, row[0], row[1], row[2]))
     return out
-
-
-def _commit_file(
-    cur: sqlite3.Cursor,
-    object_key: str,
-    object_size: int,
-    uploader_broker_id: int,
-    batches: Sequence[BatchToCommit],
-    now_ms: int,
-) -> list[CommitResult]:
-    _refuse_sealed(cur, batches)
-    cur.execute(_INSERT_FILE, (object_key, object_size, uploader_broker_id, now_ms))
-    file_id = cur.lastrowid
-
-    tids: dict[UUID, bytes] = {}
-    # Logs and producer states are read once, updated in memory as batches are taken
-    # (so duplicates within this very call are recognised), and written back at the end.
-    logs: dict[tuple[bytes, int], list[int] | None] = {}
-    producers: dict[tuple[bytes, int, int], _ProducerState | None] = {}
-    results: list[CommitResult] = []
-    batch_rows: list[tuple[Any, ...]] = []
-    # Only a call with a transactional batch reads the transaction tables.
-    verifier: TxnVerifier | None = None
-    opened: list[tuple[bytes, int, int, int]] = []
-
-    for b in batches:
-        tid = tids.get(b.topic_id)
-        if tid is None:
-            tid = tids[b.topic_id] = b.topic_id.bytes
-        log_key = (tid, b.partition)
-        if log_key in logs:
-            log = logs[log_key]
-        else:
-            row = cur.execute(_SELECT_LOG, log_key).fetchone()
-            log = logs[log_key] = list(row) if row is not None else None
-        if log is None:
-            results.append(CommitResult(UNKNOWN_TOPIC_OR_PARTITION))
-            continue
-        if b.transactional:
-            # Before the idempotence checks: a retry of a batch whose transaction has
-            # ended is refused like any late batch, never answered as a duplicate.
-            if verifier is None:
-                verifier = TxnVerifier(cur)
-            error = verifier.check(tid, b.partition, b.producer_id, b.producer_epoch)
-            if error:
-                results.append(CommitResult(error))
-                continue
-
-        state: _ProducerState | None = None
-        last_sequence = -1
-        if b.producer_id >= 0:
-            pkey = (tid, b.partition, b.producer_id)
-            if pkey in producers:
-                state = producers[pkey]
-            else:
-                state = producers[pkey] = _load_producer(cur, pkey)
-            last_sequence = _increment_sequence(b.base_sequence, b.record_count - 1)
-            if state is not None:
-                verdict = _check_sequence(state, b, last_sequence)
-                if verdict is not None:
-                    results.append(verdict if verdict.error else _with_start(verdict, log[0]))
-                    continue
-            if state is None or b.producer_epoch != state.epoch:
-                # First batch seen from this producer, or an accepted epoch bump.
-                state = producers[pkey] = _ProducerState(b.producer_epoch)
-
-        base_offset = log[1]
-        last_offset = base_offset + b.record_count - 1
-        append_time = now_ms if b.timestamp_type == LOG_APPEND_TIME else -1
-        log[1] = last_offset + 1
-        log[2] += b.byte_size
-        batch_rows.append(
-            (
-                tid,
-                b.partition,
-                base_offset,
-                last_offset,
-                file_id,
-                b.byte_offset,
-                b.byte_size,
-                b.timestamp_type,
-                b.max_timestamp,
-                append_time,
-            )
-        )
-        if state is not None:
-            state.entries.append(
-                (b.base_sequence, last_sequence, base_offset, last_offset, append_time)
-            )
-            state.appended += 1
-        if b.transactional:
-            opened.append((tid, b.partition, b.producer_id, base_offset))
-        results.append(CommitResult(NONE, base_offset, append_time, log[0]))
-
-    if batch_rows:
-        cur.executemany(_INSERT_BATCH, batch_rows)
-        # Only logs that took batches changed (unknown logs are None in ``logs``).
-        updates = []
-        for k in {(r[0], r[1]) for r in batch_rows}:
-            log = logs[k]
-            assert log is not None
-            updates.append((log[1], log[2], k[0], k[1]))
-        cur.executemany(_UPDATE_LOG_APPEND, updates)
-        _store_producers(cur, producers)
-        if opened:
-            open_transactions(cur, opened)
-    else:
-        cur.execute(
-            "UPDATE files SET state = 'deleting', marked_at = ? WHERE file_id = ?",
-            (now_ms, file_id),
-        )
-    return results
-
-
-class SealedLogError(Exception):
-    """A produced batch for a diskless log sealed by a migration to classic."""
-
-
-def _refuse_sealed(cur: sqlite3.Cursor, batches: Sequence[BatchToCommit]) -> None:
-    """A broker that had not yet seen a migration to classic must not store a batch past
-    the seal: the whole commit fails (as PostgreSQL's trigger makes it), its producers
-    retry. One cheap query while no log is sealed."""
-    if not cur.execute("SELECT EXISTS (SELECT 1 FROM sealed_logs)").fetchone()[0]:
-        return
-    for key in {(b.topic_id.bytes, b.partition) for b in batches}:
-        if cur.execute(
-            "SELECT 1 FROM sealed_logs WHERE topic_id = ? AND partition = ?", key
-        ).fetchone():
-            raise SealedLogError(f"log {UUID(bytes=key[0])}-{key[1]} is sealed")
-
-
-def _with_start(result: CommitResult, log_start_offset: int) -> CommitResult:
-    return CommitResult(result.error, result.base_offset, result.log_append_time, log_start_offset)
-
-
-def _load_producer(cur: sqlite3.Cursor, pkey: tuple[bytes, int, int]) -> _ProducerState | None:
-    rows = cur.execute(_SELECT_PRODUCER, pkey).fetchall()
-    if not rows:
-        return None
-    state = _ProducerState(rows[-1][0])
-    state.entries.extend(r[1:] for r in rows)
-    return state
-
-
-def _check_sequence(
-    state: _ProducerState, b: BatchToCommit, last_sequence: int
-) -> CommitResult | None:
-    """Kafka's ProducerStateManager checks; None means "append it".
-
-    A duplicate is answered as success (error NONE) with the original offset; the
-    caller fills in the log start offset.
-    """
-    if b.producer_epoch < state.epoch:
-        return CommitResult(INVALID_PRODUCER_EPOCH)
-    if b.producer_epoch > state.epoch:
-        # A bumped epoch restarts sequences at 0.
-        return None if b.base_sequence == 0 else CommitResult(OUT_OF_ORDER_SEQUENCE_NUMBER)
-    for base_seq, last_seq, base_offset, _last_offset, append_time in state.entries:
-        if base_seq == b.base_sequence and last_seq == last_sequence:
-            return CommitResult(NONE, base_offset, append_time)
-    if state.entries and b.base_sequence != _increment_sequence(state.entries[-1][1], 1):
-        return CommitResult(OUT_OF_ORDER_SEQUENCE_NUMBER)
-    return None
-
-
-def _store_producers(
-    cur: sqlite3.Cursor, producers: dict[tuple[bytes, int, int], _ProducerState | None]
-) -> None:
-    inserts = []
-    trims = []
-    for k, s in producers.items():
-        if s is None or not s.appended:
-            continue
-        # Store only the new entries still retained, then drop every older row: those
-        # that fell out of the five, and all rows of a previous epoch (their offsets
-        # are lower than any batch of the new epoch).
-        for e in list(s.entries)[-s.appended :]:
-            inserts.append((*k, e[2], s.epoch, e[0], e[1], e[3], e[4]))
-        trims.append((*k, s.entries[0][2]))
-    cur.executemany(_INSERT_PRODUCER, inserts)
-    cur.executemany(_TRIM_PRODUCER, trims)
 
 
 def _find_batches(
@@ -922,7 +359,7 @@ def _find_batches(
     answer_empty = True  # Kafka's minOneMessage: the answer's first batch always goes
     for req in requests:
         tid = req.topic_id.bytes
-        log = cur.execute(_SELECT_LOG, (tid, req.partition)).fetchone()
+        log = cur.execute(SELECT_LOG, (tid, req.partition)).fetchone()
         aborted: list[AbortedTransaction] | None = [] if read_committed else None
         if log is None:
             out.append(FindResult(UNKNOWN_TOPIC_OR_PARTITION, aborted=aborted))
@@ -966,7 +403,7 @@ def _list_offsets(
     out: list[ListOffsetsResult] = []
     for req in requests:
         tid = req.topic_id.bytes
-        log = cur.execute(_SELECT_LOG, (tid, req.partition)).fetchone()
+        log = cur.execute(SELECT_LOG, (tid, req.partition)).fetchone()
         if log is None:
             out.append(ListOffsetsResult(UNKNOWN_TOPIC_OR_PARTITION))
             continue
@@ -1018,7 +455,7 @@ def _delete_records(
     file_ids: set[int] = set()
     for key, offset in requests:
         tid = key.topic_id.bytes
-        log = cur.execute(_SELECT_LOG, (tid, key.partition)).fetchone()
+        log = cur.execute(SELECT_LOG, (tid, key.partition)).fetchone()
         if log is None:
             out.append(DeleteRecordsResult(UNKNOWN_TOPIC_OR_PARTITION))
             continue
@@ -1043,7 +480,7 @@ def _enforce_retention(
     file_ids: set[int] = set()
     for policy in policies:
         tid = policy.topic_id.bytes
-        log = cur.execute(_SELECT_LOG, (tid, policy.partition)).fetchone()
+        log = cur.execute(SELECT_LOG, (tid, policy.partition)).fetchone()
         if log is None:
             out.append(LogInfo(UNKNOWN_TOPIC_OR_PARTITION))
             continue
@@ -1189,7 +626,7 @@ def _list_batches(
     out: list[BatchListing] = []
     for req in requests:
         tid = req.topic_id.bytes
-        log = cur.execute(_SELECT_LOG, (tid, req.partition)).fetchone()
+        log = cur.execute(SELECT_LOG, (tid, req.partition)).fetchone()
         if log is None:
             out.append(BatchListing(UNKNOWN_TOPIC_OR_PARTITION))
             continue
@@ -1224,7 +661,7 @@ def _replace_batches(
             results.append(INVALID_REQUEST)
             continue
         tid = r.topic_id.bytes
-        if cur.execute(_SELECT_LOG, (tid, r.partition)).fetchone() is None:
+        if cur.execute(SELECT_LOG, (tid, r.partition)).fetchone() is None:
             results.append(UNKNOWN_TOPIC_OR_PARTITION)
             continue
         first, last = r.old[0].base_offset, r.old[-1].last_offset
@@ -1237,7 +674,7 @@ def _replace_batches(
         cur.executemany(_DELETE_BATCH, [(tid, r.partition, f[1]) for f in found])
         emptied.update(f[3] for f in found)
         cur.executemany(
-            _INSERT_BATCH,
+            INSERT_BATCH,
             [
                 (
                     tid,

@@ -1,4 +1,4 @@
--- Consumer-group membership snapshots (storage/group_store.py: GroupSnapshot, Kafka's
+-- Consumer-group membership snapshots (storage/groups/: GroupSnapshot, Kafka's
 -- GroupMetadata record): written when a generation's assignment is set, deleted when the
 -- group becomes empty or is deleted. A broker that becomes a group's coordinator loads the
 -- snapshot, so members keep their ids, generation and assignment across the change.

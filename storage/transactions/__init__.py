@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from storage.coordinator import PartitionKey
-    from storage.group_store import CommittedOffset
+    from storage.groups import CommittedOffset
+    from storage.partition_key import PartitionKey
 
 # Kafka's TransactionState names, as DescribeTransactions and ListTransactions show them.
 EMPTY = "Empty"

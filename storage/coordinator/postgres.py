@@ -1,7 +1,7 @@
 """Batch coordinator on PostgreSQL (production; the reference backend).
 
 Every method is ONE round trip: one statement, or one call of a PL/pgSQL function of
-the schema (storage/migrations/postgres/) that takes the whole request as arrays and
+the schema (storage/postgres/migrations/) that takes the whole request as arrays and
 loops next to the data. Several brokers share one database; the functions lock
 partition rows in one global order so their concurrent commits never deadlock.
 Semantics are the SQLite backend's, held to by the shared contract suite.
@@ -36,15 +36,15 @@ from storage.coordinator import (
     ListOffsetsResult,
     LogInfo,
     LogsChanged,
-    PartitionKey,
     RetentionPolicy,
     SealedLog,
     SeededProducerBatch,
     StoredBatch,
 )
-from storage.postgres_pool import PoolUser, PostgresPool
-from storage.postgres_transactions import PostgresTransactions
+from storage.partition_key import PartitionKey
+from storage.postgres.pool import PoolUser, PostgresPool
 from storage.transactions import AbortedTransaction
+from storage.transactions.postgres import PostgresTransactions
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
@@ -221,7 +221,7 @@ def _keys(logs: Sequence[PartitionKey]) -> tuple[list[UUID], list[int]]:
 
 class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
     """BatchCoordinator on PostgreSQL via asyncpg; its TransactionStore half is
-    storage/postgres_transactions.py.
+    storage/transactions/postgres.py.
 
     ``dsn`` is a postgresql:// URL (the coordinator makes its own pool; the pool
     options apply) or a :class:`PostgresPool` shared with e.g. the catalog (its own

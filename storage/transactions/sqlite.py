@@ -2,13 +2,13 @@
 
 The functions take the cursor of a transaction already begun by the coordinator's
 ``_write``/``_read`` (one method, one transaction), like the rest of
-storage/sqlite_coordinator.py. Besides the TransactionStore methods (through the
+storage/coordinator/sqlite.py. Besides the TransactionStore methods (through the
 :class:`SqliteTransactions` mixin) this module holds what the coordinator's own
 transaction bodies need: the verification of transactional batches in commit_file
 (:class:`TxnVerifier`), the open-transaction bookkeeping, the last stable offset and the
 aborted transactions of a fetch.
 
-Schema (migration 4 in sqlite_coordinator.MIGRATIONS): ``transactions`` and, while a
+Schema (migration 4 in storage.coordinator.sqlite.MIGRATIONS): ``transactions`` and, while a
 transaction is ongoing, its ``txn_partitions``, ``txn_groups`` and pending
 ``txn_offsets``; per partition ``open_txns`` and ``aborted_txns``.
 """
@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
-from storage.coordinator import PartitionKey, SealedLogRefused
-from storage.group_store import CommittedOffset
+from storage.coordinator import SealedLogRefused
+from storage.groups import CommittedOffset
+from storage.partition_key import PartitionKey
 from storage.transactions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,

@@ -1,7 +1,7 @@
--- Transactions (storage/transactions.py): the transaction coordinator's state and, per
+-- Transactions (storage/transactions/): the transaction coordinator's state and, per
 -- partition, the open transactions (the last stable offset) and the aborted ones (what
 -- read_committed fetches list). Same tables and semantics as the SQLite backend
--- (storage/sqlite_transactions.py), held to by tests/unit/test_transactions_contract.py.
+-- (storage/transactions/sqlite.py), held to by tests/unit/test_transactions_contract.py.
 --
 -- Locking extends 0001's discipline: `logs` rows first (sorted, sluice_lock_logs), then
 -- `transactions` rows. commit_file takes the rows of its transactional producers FOR

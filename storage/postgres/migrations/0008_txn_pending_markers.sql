@@ -1,4 +1,4 @@
--- Classic partitions whose transaction markers are still to be sent (storage/transactions.py:
+-- Classic partitions whose transaction markers are still to be sent (storage/transactions/:
 -- Kafka's PrepareCommit/PrepareAbort). sluice_txn_complete records them in the transaction
 -- that records the outcome; the coordinator deletes them once the leaders acknowledged, and
 -- resends what is left after a failover. While an id has any, InitProducerId,

@@ -1,6 +1,6 @@
 """Topic catalog on PostgreSQL, in the coordinator's database (table ``topics``).
 
-Same contract as :class:`storage.sqlite_catalog.SqliteCatalog`; every method is one
+Same contract as :class:`storage.catalog.sqlite.SqliteCatalog`; every method is one
 statement. Give it the coordinator's :class:`PostgresPool` to share connections.
 """
 
@@ -13,7 +13,7 @@ from uuid import UUID
 import asyncpg
 
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
-from storage.postgres_pool import PoolUser, PostgresPool
+from storage.postgres.pool import PoolUser, PostgresPool
 
 _COLUMNS = "name, topic_id, partitions, configs"
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 from uuid import UUID
 
+from storage.partition_key import PartitionKey
 from storage.transactions import AbortedTransaction, TransactionStore
 
 NO_PRODUCER_ID = -1
@@ -51,12 +52,6 @@ class SealedLogRefused(CoordinatorUnavailable):
     written; retriable, as by then the partition's marker goes to its classic leader."""
 
     dependency_outage = False  # an answer of a reachable database
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionKey:
-    topic_id: UUID
-    partition: int
 
 
 # A NamedTuple: one is built per produced batch on the produce path, where a frozen

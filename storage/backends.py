@@ -1,28 +1,58 @@
-"""Builds the storage backends a broker config names.
+"""Builds the storage backends a configuration names.
 
 Embedded default: a directory and SQLite files under ``data.dir``. Production:
 S3/MinIO (``object.store=s3``) and PostgreSQL (``coordinator=postgresql``), shared by
 every broker of the cluster.
+
+The configuration is anything with the attributes of :class:`StorageConfig` (the
+broker's config has them): storage does not depend on the broker.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
-from broker.config import BrokerConfig
 from storage.catalog import TopicCatalog
 from storage.coordinator import BatchCoordinator
-from storage.group_store import GroupStore
-from storage.object_store import ObjectStore
+from storage.groups import GroupStore
+from storage.objects import ObjectStore
 
 
-def object_store(config: BrokerConfig) -> ObjectStore:
+class StorageConfig(Protocol):
+    """The settings the backends are built from (``broker.config.BrokerConfig`` has them)."""
+
+    @property
+    def data_dir(self) -> str: ...
+    @property
+    def object_store(self) -> str: ...
+    @property
+    def s3_endpoint(self) -> str: ...
+    @property
+    def s3_region(self) -> str: ...
+    @property
+    def s3_bucket(self) -> str: ...
+    @property
+    def s3_access_key(self) -> str: ...
+    @property
+    def s3_secret_key(self) -> str: ...
+    @property
+    def s3_path_style(self) -> bool: ...
+    @property
+    def s3_key_prefix(self) -> str: ...
+    @property
+    def coordinator(self) -> str: ...
+    @property
+    def coordinator_dsn(self) -> str: ...
+
+
+def object_store(config: StorageConfig) -> ObjectStore:
     if config.object_store == "local":
-        from storage.local_store import LocalObjectStore
+        from storage.objects.local import LocalObjectStore
 
         return LocalObjectStore(os.path.join(config.data_dir, "objects"))
     if config.object_store == "s3":
-        from storage.s3_store import S3Config, S3ObjectStore
+        from storage.objects.s3 import S3Config, S3ObjectStore
 
         if not config.s3_endpoint and not config.s3_bucket:
             raise ValueError("object.store=s3 needs s3.bucket (and s3.endpoint for MinIO)")
@@ -41,22 +71,24 @@ def object_store(config: BrokerConfig) -> ObjectStore:
     raise ValueError(f"object.store must be local or s3, not {config.object_store!r}")
 
 
-def coordinator_and_catalog(config: BrokerConfig) -> tuple[BatchCoordinator, TopicCatalog]:
-    if config.controller_mode:
-        # Controller mode: topics live in the controllers' metadata log, not the database.
-        from broker.controller_catalog import ControllerCatalog
-
-        return _coordinator(config), ControllerCatalog.from_config(config)
+def coordinator_and_catalog(
+    config: StorageConfig, catalog: TopicCatalog | None = None
+) -> tuple[BatchCoordinator, TopicCatalog]:
+    """The batch coordinator and the topic catalog. ``catalog``: one kept elsewhere (in
+    controller mode, the controllers' metadata log); None for the one in the
+    coordinator's database."""
+    if catalog is not None:
+        return _coordinator(config), catalog
     if config.coordinator == "sqlite":
-        from storage.sqlite_catalog import SqliteCatalog
+        from storage.catalog.sqlite import SqliteCatalog
 
         return (
             _coordinator(config),
             SqliteCatalog(os.path.join(config.data_dir, "catalog.db")),
         )
     if config.coordinator == "postgresql":
-        from storage.postgres_catalog import PostgresCatalog
-        from storage.postgres_coordinator import PostgresCoordinator
+        from storage.catalog.postgres import PostgresCatalog
+        from storage.coordinator.postgres import PostgresCoordinator
 
         coordinator = _coordinator(config)
         assert isinstance(coordinator, PostgresCoordinator)
@@ -65,14 +97,14 @@ def coordinator_and_catalog(config: BrokerConfig) -> tuple[BatchCoordinator, Top
     raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")
 
 
-def _coordinator(config: BrokerConfig) -> BatchCoordinator:
+def _coordinator(config: StorageConfig) -> BatchCoordinator:
     if config.coordinator == "sqlite":
-        from storage.sqlite_coordinator import SqliteCoordinator
+        from storage.coordinator.sqlite import SqliteCoordinator
 
         return SqliteCoordinator(os.path.join(config.data_dir, "coordinator.db"))
     if config.coordinator == "postgresql":
-        from storage.postgres_coordinator import PostgresCoordinator
-        from storage.postgres_pool import PostgresPool
+        from storage.coordinator.postgres import PostgresCoordinator
+        from storage.postgres.pool import PostgresPool
 
         if not config.coordinator_dsn:
             raise ValueError("coordinator=postgresql needs coordinator.dsn")
@@ -80,15 +112,15 @@ def _coordinator(config: BrokerConfig) -> BatchCoordinator:
     raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")
 
 
-def group_store(config: BrokerConfig, coordinator: BatchCoordinator) -> GroupStore:
+def group_store(config: StorageConfig, coordinator: BatchCoordinator) -> GroupStore:
     """Committed group offsets, in the batch coordinator's database."""
     if config.coordinator == "sqlite":
-        from storage.sqlite_group_store import SqliteGroupStore
+        from storage.groups.sqlite import SqliteGroupStore
 
         return SqliteGroupStore(os.path.join(config.data_dir, "coordinator.db"))
     if config.coordinator == "postgresql":
-        from storage.postgres_coordinator import PostgresCoordinator
-        from storage.postgres_group_store import PostgresGroupStore
+        from storage.coordinator.postgres import PostgresCoordinator
+        from storage.groups.postgres import PostgresGroupStore
 
         if isinstance(coordinator, PostgresCoordinator):
             return PostgresGroupStore(coordinator.pool)  # share its pool
@@ -96,13 +128,13 @@ def group_store(config: BrokerConfig, coordinator: BatchCoordinator) -> GroupSto
     raise ValueError(f"coordinator must be sqlite or postgresql, not {config.coordinator!r}")
 
 
-def remote_log_metadata(config: BrokerConfig, coordinator: BatchCoordinator) -> object:
+def remote_log_metadata(config: StorageConfig, coordinator: BatchCoordinator) -> object:
     """Tiered segments' metadata (storage.tiered.metadata), in the coordinator's database."""
     if config.coordinator == "sqlite":
         from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
 
         return SqliteRemoteLogMetadata(os.path.join(config.data_dir, "coordinator.db"))
-    from storage.postgres_coordinator import PostgresCoordinator
+    from storage.coordinator.postgres import PostgresCoordinator
     from storage.tiered.postgres_metadata import PostgresRemoteLogMetadata
 
     if isinstance(coordinator, PostgresCoordinator):

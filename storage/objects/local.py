@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from storage.durable import fsync_dir, write_all
-from storage.object_store import Chunks, ObjectNotFound, ObjectStore, StoredObject
+from storage.objects import Chunks, ObjectNotFound, ObjectStore, StoredObject
 
 # writev takes at most IOV_MAX buffers per call.
 _TMP_MARK = ".tmp-"

@@ -1,0 +1,1 @@
+"""PostgreSQL migrations: NNNN_name.sql, applied in order by storage.postgres.pool."""
