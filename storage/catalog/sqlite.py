@@ -1,7 +1,7 @@
 """Embedded topic catalog on SQLite, until the Raft controller replaces it.
 
 Same threading model as the coordinator: one worker thread owns one connection (see
-:class:`storage.coordinator.sqlite.SqliteThread`), every method is one transaction.
+:class:`storage.sqlite.SqliteThread`), every method is one transaction.
 """
 
 from __future__ import annotations

@@ -106,6 +106,23 @@ class Marker:
     timestamp: int  # the batch's max timestamp (CreateTime)
 
 
+@dataclass(frozen=True, slots=True)
+class CompleteRequest:
+    """What txn_complete is asked: end ``transactional_id``'s transaction (see there)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool  # False: abort
+    bump_epoch: bool  # a coordinator abort: the producer is fenced (epoch + 1)
+    object_key: str  # the uploaded object holding the markers (ignored with none)
+    object_size: int
+    uploader_broker_id: int
+    markers: Sequence[Marker]  # the diskless partitions' markers, inside that object
+    now_ms: int
+    pending: Sequence[PartitionKey] = ()  # the classic partitions (their leaders' markers)
+
+
 @dataclass(slots=True)
 class CompleteResult:
     error: int
@@ -212,22 +229,10 @@ class TransactionStore(ABC):
         ``group_id`` was not added to it."""
 
     @abstractmethod
-    async def txn_complete(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        bump_epoch: bool,
-        object_key: str,
-        object_size: int,
-        uploader_broker_id: int,
-        markers: Sequence[Marker],
-        now_ms: int,
-        pending: Sequence[PartitionKey] = (),
-    ) -> CompleteResult:
+    async def txn_complete(self, request: CompleteRequest) -> CompleteResult:
         """EndTxn, and the coordinator's own aborts: end the ONGOING transaction of
-        (``producer_id``, ``producer_epoch``), atomically:
+        (``producer_id``, ``producer_epoch``), atomically (the names are the request's
+        fields):
 
         - the object (reason 'produce') is registered and each marker appended to its log
           as a one-record batch at the high watermark (timestamp type CreateTime); a marker

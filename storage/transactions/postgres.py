@@ -20,9 +20,9 @@ from storage.partition_key import PartitionKey
 from storage.transactions import (
     ONGOING,
     ActiveProducer,
+    CompleteRequest,
     CompleteResult,
     InitResult,
-    Marker,
     TransactionState,
 )
 
@@ -240,39 +240,26 @@ class PostgresTransactions:
         assert row is not None
         return int(row[0])
 
-    async def txn_complete(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        bump_epoch: bool,
-        object_key: str,
-        object_size: int,
-        uploader_broker_id: int,
-        markers: Sequence[Marker],
-        now_ms: int,
-        pending: Sequence[PartitionKey] = (),
-    ) -> CompleteResult:
+    async def txn_complete(self, r: CompleteRequest) -> CompleteResult:
         try:
             row = await self._pool.fetchrow(
                 _COMPLETE,
-                transactional_id,
-                producer_id,
-                producer_epoch,
-                commit,
-                bump_epoch,
-                object_key,
-                object_size,
-                uploader_broker_id,
-                [m.topic_id for m in markers],
-                [m.partition for m in markers],
-                [m.byte_offset for m in markers],
-                [m.byte_size for m in markers],
-                [m.timestamp for m in markers],
-                now_ms,
-                [k.topic_id for k in pending],
-                [k.partition for k in pending],
+                r.transactional_id,
+                r.producer_id,
+                r.producer_epoch,
+                r.commit,
+                r.bump_epoch,
+                r.object_key,
+                r.object_size,
+                r.uploader_broker_id,
+                [m.topic_id for m in r.markers],
+                [m.partition for m in r.markers],
+                [m.byte_offset for m in r.markers],
+                [m.byte_size for m in r.markers],
+                [m.timestamp for m in r.markers],
+                r.now_ms,
+                [k.topic_id for k in r.pending],
+                [k.partition for k in r.pending],
                 write=True,
             )
         except asyncpg.PostgresError as exc:

@@ -37,9 +37,9 @@ from storage.transactions import (
     PRODUCER_FENCED,
     AbortedTransaction,
     ActiveProducer,
+    CompleteRequest,
     CompleteResult,
     InitResult,
-    Marker,
     TransactionState,
 )
 
@@ -400,45 +400,32 @@ def txn_commit_offsets(
     return NONE
 
 
-def txn_complete(
-    cur: sqlite3.Cursor,
-    transactional_id: str,
-    producer_id: int,
-    producer_epoch: int,
-    commit: bool,
-    bump_epoch: bool,
-    object_key: str,
-    object_size: int,
-    uploader_broker_id: int,
-    markers: Sequence[Marker],
-    now_ms: int,
-    pending: Sequence[PartitionKey] = (),
-) -> CompleteResult:
-    nothing = [-1] * len(markers)
-    state = _load(cur, transactional_id)
-    if state is None or state.producer_id != producer_id:
+def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
+    nothing = [-1] * len(r.markers)
+    state = _load(cur, r.transactional_id)
+    if state is None or state.producer_id != r.producer_id:
         return CompleteResult(INVALID_PRODUCER_ID_MAPPING, nothing)
-    if _markers_pending(cur, transactional_id):
+    if _markers_pending(cur, r.transactional_id):
         # The previous transaction's classic markers are not all written yet (Kafka's
         # PrepareCommit/PrepareAbort): the client retries.
         return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
-    target = COMPLETE_COMMIT if commit else COMPLETE_ABORT
-    if state.state == target and state.producer_epoch == producer_epoch + bump_epoch:
+    target = COMPLETE_COMMIT if r.commit else COMPLETE_ABORT
+    if state.state == target and state.producer_epoch == r.producer_epoch + r.bump_epoch:
         # A retried EndTxn (or abort) whose first attempt completed: same answer, no change.
         return CompleteResult(NONE, nothing)
-    if state.producer_epoch != producer_epoch:
+    if state.producer_epoch != r.producer_epoch:
         return CompleteResult(PRODUCER_FENCED, nothing)
     if state.state != ONGOING:
         return CompleteResult(INVALID_TXN_STATE, nothing)
-    keys = [(m.topic_id.bytes, m.partition) for m in markers]
-    classic = {(k.topic_id.bytes, k.partition) for k in pending}
-    added = set(cur.execute(_TXN_PARTITIONS, (transactional_id,)).fetchall())
+    keys = [(m.topic_id.bytes, m.partition) for m in r.markers]
+    classic = {(k.topic_id.bytes, k.partition) for k in r.pending}
+    added = set(cur.execute(_TXN_PARTITIONS, (r.transactional_id,)).fetchall())
     if len(set(keys)) != len(keys) or set(keys) | classic != added:
         # A partition was added after the caller read the state (or it named others): it
         # must read again and write markers for exactly these.
         return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
 
-    if any(cur.execute(_OPEN, (*k, producer_id)).fetchone() for k in classic):
+    if any(cur.execute(_OPEN, (*k, r.producer_id)).fetchone() for k in classic):
         # A partition named classic holds the producer's open transaction in its diskless
         # log: it migrated to diskless after the caller read which partitions are classic
         # (its classic leader would refuse the marker). The caller reads again.
@@ -455,9 +442,9 @@ def txn_complete(
     hwms = [None if k in classic else cur.execute(_SELECT_LOG, k).fetchone() for k in keys]
     registered = any(h is not None for h in hwms)
     if registered:
-        cur.execute(_INSERT_FILE, (object_key, object_size, uploader_broker_id, now_ms))
+        cur.execute(_INSERT_FILE, (r.object_key, r.object_size, r.uploader_broker_id, r.now_ms))
         file_id = cur.lastrowid
-        for i, (m, k, h) in enumerate(zip(markers, keys, hwms, strict=True)):
+        for i, (m, k, h) in enumerate(zip(r.markers, keys, hwms, strict=True)):
             if h is None:
                 continue  # the topic was deleted (or the partition is classic): no marker
             offset = offsets[i] = h[0]
@@ -466,23 +453,23 @@ def txn_complete(
                 (*k, offset, offset, file_id, m.byte_offset, m.byte_size, m.timestamp),
             )
             cur.execute(_APPEND_MARKER, (m.byte_size, *k))
-            opened = cur.execute(_CLOSE_OPEN, (*k, producer_id)).fetchone()
-            if opened is not None and not commit:
+            opened = cur.execute(_CLOSE_OPEN, (*k, r.producer_id)).fetchone()
+            if opened is not None and not r.commit:
                 (first,) = cur.execute(_MIN_OPEN, k).fetchone()
                 lso = offset + 1 if first is None else first
-                cur.execute(_INSERT_ABORTED, (*k, offset, producer_id, opened[0], lso))
+                cur.execute(_INSERT_ABORTED, (*k, offset, r.producer_id, opened[0], lso))
 
-    if commit and cur.execute(_HAS_PENDING_OFFSETS, (transactional_id,)).fetchone():
-        cur.execute(_COMMIT_OFFSETS, (transactional_id,))
-    _forget_sets(cur, transactional_id)
+    if r.commit and cur.execute(_HAS_PENDING_OFFSETS, (r.transactional_id,)).fetchone():
+        cur.execute(_COMMIT_OFFSETS, (r.transactional_id,))
+    _forget_sets(cur, r.transactional_id)
     cur.executemany(
         "INSERT INTO txn_pending_markers (transactional_id, topic_id, partition) VALUES (?, ?, ?)",
-        [(transactional_id, k.topic_id.bytes, k.partition) for k in set(pending)],
+        [(r.transactional_id, k.topic_id.bytes, k.partition) for k in set(r.pending)],
     )
     cur.execute(
         "UPDATE transactions SET state = ?, producer_epoch = ?, started_ms = -1,"
         " updated_ms = ? WHERE transactional_id = ?",
-        (target, producer_epoch + bump_epoch, now_ms, transactional_id),
+        (target, r.producer_epoch + r.bump_epoch, r.now_ms, r.transactional_id),
     )
     return CompleteResult(NONE, offsets, registered)
 
@@ -677,34 +664,8 @@ class SqliteTransactions:
             txn_commit_offsets, transactional_id, producer_id, producer_epoch, group_id, offsets
         )
 
-    async def txn_complete(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        bump_epoch: bool,
-        object_key: str,
-        object_size: int,
-        uploader_broker_id: int,
-        markers: Sequence[Marker],
-        now_ms: int,
-        pending: Sequence[PartitionKey] = (),
-    ) -> CompleteResult:
-        return await self._write(
-            txn_complete,
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            commit,
-            bump_epoch,
-            object_key,
-            object_size,
-            uploader_broker_id,
-            markers,
-            now_ms,
-            list(pending),
-        )
+    async def txn_complete(self, request: CompleteRequest) -> CompleteResult:
+        return await self._write(txn_complete, request)
 
     async def txn_pending_markers(self, limit: int) -> list[TransactionState]:
         return await self._read(txn_pending_markers, limit)
