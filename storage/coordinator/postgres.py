@@ -1,7 +1,7 @@
 """Batch coordinator on PostgreSQL (production; the reference backend).
 
 Every method is ONE round trip: one statement, or one call of a PL/pgSQL function of
-the schema (storage/postgres/migrations/) that takes the whole request as arrays and
+storage/postgres/functions/ that takes the whole request as arrays and
 loops next to the data. Several brokers share one database; the functions lock
 partition rows in one global order so their concurrent commits never deadlock.
 Semantics are the SQLite backend's, held to by the shared contract suite.

@@ -5,9 +5,8 @@ It owns three things the backends must not each get subtly different:
 * error mapping: connection refused or lost, pool acquire timeout, command timeout and
   server shutdown become :class:`CoordinatorUnavailable`, with ``outcome_unknown`` set
   when a write had been sent (it may have committed); everything else propagates as is;
-* schema migrations: the versioned ``storage/postgres/migrations/NNNN_name.sql`` files,
-  applied under a transaction-scoped advisory lock so brokers starting together apply
-  each exactly once;
+* the schema: :meth:`PostgresPool.migrate` applies storage.postgres.schema (the
+  versioned table migrations, then the functions) once per pool;
 * round-trip accounting: every statement goes through :meth:`PostgresPool.fetch`, which
   counts it and calls :attr:`PostgresPool.on_query` (tests assert one round trip per
   operation with it).
@@ -21,51 +20,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import asyncpg
 
 from storage.coordinator import CoordinatorUnavailable
 from storage.outage import OutageLog
+from storage.postgres.schema import Function, Migration, apply, load_functions, load_migrations
 
 log = logging.getLogger(__name__)
-
-# pg_advisory_xact_lock key serialising migrations ("sluice" in ASCII). Advisory locks
-# are per database, so several Sluice databases on one server do not contend.
-MIGRATION_LOCK_KEY = 0x736C75696365
-MIGRATIONS_PACKAGE = "storage.postgres.migrations"
-_MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 # SQLSTATEs that mean "the server is not there for us right now": class 08 connection
 # exceptions, class 53 insufficient resources (too many connections, disk full),
 # admin/crash shutdown, cannot connect now (starting up), query cancelled (timeouts).
 _UNAVAILABLE_CLASSES = ("08", "53")
 _UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "57014"})
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-
-def load_migrations() -> list[Migration]:
-    """The packaged migrations, in version order."""
-    found = []
-    for entry in resources.files(MIGRATIONS_PACKAGE).iterdir():
-        match = _MIGRATION_FILE.match(entry.name)
-        if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
-    found.sort(key=lambda m: m.version)
-    versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise RuntimeError(f"PostgreSQL migrations must be numbered 1..n, found {versions}")
-    return found
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -299,18 +269,26 @@ class PostgresPool:
 
     # ---------------------------------------------------------------- migrations
 
-    async def migrate(self, migrations: Sequence[Migration] | None = None) -> list[int]:
-        """Apply the migrations not applied yet, in one transaction; returns the
-        versions this call applied. Safe to run from many brokers at once; a pool
-        that has migrated once (for the coordinator) skips it (for the catalog)."""
+    async def migrate(
+        self,
+        migrations: Sequence[Migration] | None = None,
+        functions: Sequence[Function] | None = None,
+    ) -> list[int]:
+        """Bring the schema up to this code's (storage.postgres.schema.apply), in one
+        transaction; returns the migration versions this call applied. Safe to run from
+        many brokers at once; a pool that has migrated once (for the coordinator) skips it
+        (for the catalog)."""
         if self._migrated:
             return []
         if migrations is None:
             migrations = load_migrations()
+        if functions is None:
+            functions = load_functions()
         pool = self._require()
         try:
             async with pool.acquire(timeout=self.acquire_timeout) as conn:
-                applied = await _migrate(conn, migrations, max(self.command_timeout, 60.0))
+                timeout = max(self.command_timeout, 60.0)
+                applied = await apply(conn, migrations, functions, timeout)
         except Exception as e:
             if is_unavailable(e):
                 # DDL is transactional: an interrupted migration rolled back or committed
@@ -319,43 +297,6 @@ class PostgresPool:
             raise
         self._migrated = True
         return applied
-
-
-async def _migrate(
-    conn: asyncpg.Connection, migrations: Sequence[Migration], timeout: float
-) -> list[int]:
-    applied_now: list[int] = []
-    async with conn.transaction():
-        # Taken before even looking: concurrent CREATE TABLE IF NOT EXISTS can fail.
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK_KEY, timeout=timeout)
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations ("
-            " version integer PRIMARY KEY,"
-            " name text NOT NULL,"
-            " applied_at timestamptz NOT NULL DEFAULT now())",
-            timeout=timeout,
-        )
-        applied = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
-        known = {m.version for m in migrations}
-        if applied - known:
-            raise RuntimeError(
-                f"PostgreSQL schema has migrations {sorted(applied - known)} that this code "
-                "does not know: it is newer than this broker"
-            )
-        for m in migrations:
-            if m.version in applied:
-                continue
-            await conn.execute(m.sql, timeout=timeout)
-            await conn.execute(
-                "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-                m.version,
-                m.name,
-                timeout=timeout,
-            )
-            applied_now.append(m.version)
-    if applied_now:
-        log.info("applied PostgreSQL migrations %s", applied_now)
-    return applied_now
 
 
 class PoolUser:

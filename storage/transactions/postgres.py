@@ -1,8 +1,8 @@
 """Transactions on PostgreSQL: the TransactionStore half of PostgresCoordinator.
 
 Every method is ONE round trip: a statement, or a call of a PL/pgSQL function of
-storage/postgres/migrations/0005_transactions.sql, which also documents the locking
-order that keeps concurrent brokers from deadlocking. Semantics are the SQLite
+storage/postgres/functions/ (sluice_txn_*); storage/postgres/migrations/0005_transactions.sql
+documents the locking order that keeps concurrent brokers from deadlocking. Semantics are the SQLite
 backend's (storage/transactions/sqlite.py), held to by the shared contract suite.
 """
 

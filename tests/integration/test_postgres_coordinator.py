@@ -33,7 +33,8 @@ from storage.coordinator import (
 from storage.coordinator.postgres import PostgresCoordinator
 from storage.groups import CommittedOffset
 from storage.partition_key import PartitionKey
-from storage.postgres.pool import PostgresPool, load_migrations
+from storage.postgres.pool import PostgresPool
+from storage.postgres.schema import load_migrations
 from storage.transactions import CompleteRequest, Marker
 from tests.fixtures.postgres import local_postgres_available
 

@@ -17,7 +17,8 @@ from storage.coordinator import sqlite as sqlite_coordinator
 from storage.coordinator.postgres import PostgresCoordinator
 from storage.coordinator.sqlite import SqliteCoordinator
 from storage.partition_key import PartitionKey
-from storage.postgres.pool import PostgresPool, load_migrations
+from storage.postgres.pool import PostgresPool
+from storage.postgres.schema import load_migrations
 from storage.transactions import NONE, CompleteRequest, Marker
 
 NOW = 1_700_000_000_000
