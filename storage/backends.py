@@ -131,11 +131,11 @@ def group_store(config: StorageConfig, coordinator: BatchCoordinator) -> GroupSt
 def remote_log_metadata(config: StorageConfig, coordinator: BatchCoordinator) -> object:
     """Tiered segments' metadata (storage.tiered.metadata), in the coordinator's database."""
     if config.coordinator == "sqlite":
-        from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
+        from storage.tiered.metadata.sqlite import SqliteRemoteLogMetadata
 
         return SqliteRemoteLogMetadata(os.path.join(config.data_dir, "coordinator.db"))
     from storage.coordinator.postgres import PostgresCoordinator
-    from storage.tiered.postgres_metadata import PostgresRemoteLogMetadata
+    from storage.tiered.metadata.postgres import PostgresRemoteLogMetadata
 
     if isinstance(coordinator, PostgresCoordinator):
         return PostgresRemoteLogMetadata(coordinator.pool)  # share its pool

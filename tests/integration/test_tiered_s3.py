@@ -14,8 +14,8 @@ from storage.tiered import layout
 from storage.tiered.copier import SegmentCopier, history_of
 from storage.tiered.deleter import SegmentDeleter
 from storage.tiered.lineage import lineage
+from storage.tiered.metadata.sqlite import SqliteRemoteLogMetadata
 from storage.tiered.reader import RemoteReader
-from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
 from tests.e2e._batches import Record, build_batch
 
 TOPIC = uuid.UUID(int=5)

@@ -20,8 +20,8 @@ from storage.coordinator.sqlite import SqliteCoordinator
 from storage.partition_key import PartitionKey
 from storage.tiered.metadata import RemoteLogMetadataStore, RemoteSegment, SegmentExists
 from storage.tiered.metadata import SegmentState as S
-from storage.tiered.postgres_metadata import PostgresRemoteLogMetadata
-from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
+from storage.tiered.metadata.postgres import PostgresRemoteLogMetadata
+from storage.tiered.metadata.sqlite import SqliteRemoteLogMetadata
 
 from .conftest import Backend, postgresql, sqlite
 

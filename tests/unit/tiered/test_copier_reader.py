@@ -22,8 +22,8 @@ from storage.tiered.deleter import SegmentDeleter, retention_plan
 from storage.tiered.follower import start_from_remote
 from storage.tiered.lineage import follower_start, lineage, segment_for
 from storage.tiered.metadata import RemoteSegment, SegmentState
+from storage.tiered.metadata.sqlite import SqliteRemoteLogMetadata
 from storage.tiered.reader import RemoteReader
-from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
 from tests.e2e._batches import Record, build_batch
 
 TOPIC = uuid.UUID(int=42)

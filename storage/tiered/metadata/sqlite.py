@@ -9,8 +9,7 @@ from typing import Any
 from uuid import UUID
 
 from storage.sqlite import SqliteUser
-
-from .metadata import (
+from storage.tiered.metadata import (
     RemoteLogMetadataStore,
     RemoteSegment,
     SegmentExists,

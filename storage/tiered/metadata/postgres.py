@@ -10,8 +10,7 @@ from uuid import UUID
 import asyncpg
 
 from storage.postgres.pool import PoolUser, PostgresPool
-
-from .metadata import (
+from storage.tiered.metadata import (
     RemoteLogMetadataStore,
     RemoteSegment,
     SegmentExists,
