@@ -1,1 +1,2 @@
-"""PostgreSQL migrations: NNNN_name.sql, applied in order by storage.postgres.pool."""
+"""PostgreSQL table migrations: NNNN_name.sql, applied once each, in order, by
+storage.postgres.schema (functions are in storage/postgres/functions/)."""
