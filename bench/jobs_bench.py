@@ -86,7 +86,8 @@ async def _populate(
 ) -> int:
     from jobs import runtime
     from storage.catalog import Topic
-    from storage.coordinator import BatchToCommit, PartitionKey
+    from storage.coordinator import BatchToCommit
+    from storage.partition_key import PartitionKey
 
     store = await runtime.store(config)
     coordinator = await runtime.coordinator(config)

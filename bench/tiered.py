@@ -149,7 +149,7 @@ def time_copy(cluster: LocalCluster, admin: AdminClient, topic: str, budget: flo
 
 def raw_put_mib_s(cluster: LocalCluster, sizes: list[int]) -> float:
     """The same objects PUT one at a time to the same bucket (then deleted)."""
-    from storage.s3_store import S3Config, S3ObjectStore
+    from storage.objects.s3 import S3Config, S3ObjectStore
 
     s3 = cluster.s3
     store = S3ObjectStore(

@@ -29,14 +29,14 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from protocol.records import TRANSACTIONAL_BIT, BatchHeader, stamp_log_append_time
-from storage.block_cache import BlockCache
 from storage.coordinator import (
     BatchCoordinator,
     BatchToCommit,
     CommitResult,
     CoordinatorUnavailable,
 )
-from storage.object_store import ObjectStore, ObjectStoreError, new_data_key
+from storage.objects import ObjectStore, ObjectStoreError, new_data_key
+from storage.objects.block_cache import BlockCache
 from storage.outage import OutageLog
 
 from .metrics import METRICS

@@ -17,8 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from protocol.codec import RecordChunks
 from protocol.records import PATCHED_PREFIX_SIZE, patched_prefix
-from storage.block_cache import BlockCache
 from storage.coordinator import BatchCoordinator, BatchLocation, FindRequest, FindResult
+from storage.objects.block_cache import BlockCache
 
 from .metrics import METRICS
 

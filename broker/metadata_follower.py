@@ -27,8 +27,8 @@ from uuid import UUID
 from common.background import cancel_and_wait
 from controller.image import ImageError, MetadataImage
 from controller.records import DecodeError, decode_batch
-from storage.coordinator import PartitionKey
 from storage.outage import OutageLog, is_outage
+from storage.partition_key import PartitionKey
 
 from .controller_client import ControllerClient, ControllerRefused, MetadataChunk
 

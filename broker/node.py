@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from common.background import cancel_and_wait
 from controller.placement import managed_replication_factor
-from storage.block_cache import BlockCache
 from storage.catalog import Topic, TopicCatalog
-from storage.coordinator import BatchCoordinator, PartitionKey, RetentionPolicy
-from storage.group_store import GroupStore
-from storage.object_store import ObjectStore, is_data_key
+from storage.coordinator import BatchCoordinator, RetentionPolicy
+from storage.groups import GroupStore
+from storage.objects import ObjectStore, is_data_key
+from storage.objects.block_cache import BlockCache
 from storage.outage import OutageLog
+from storage.partition_key import PartitionKey
 
 from .append import Appender
 from .classic.replica_manager import ReplicaManager
@@ -101,7 +102,7 @@ class Broker:
         self.fetcher = Fetcher(coordinator, self.cache)
         self.producer_ids = ProducerIdAllocator(coordinator)
         if group_store is None:
-            from sluice.backends import group_store as default_group_store
+            from storage.backends import group_store as default_group_store
 
             group_store = default_group_store(config, coordinator)
         # Consumer groups: membership in memory, committed offsets in the group store.

@@ -16,7 +16,8 @@ from uuid import UUID
 
 from common import topic_config_validation
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
-from storage.coordinator import BatchCoordinator, PartitionKey
+from storage.coordinator import BatchCoordinator
+from storage.partition_key import PartitionKey
 
 from . import topic_config
 from .config import BrokerConfig

@@ -77,7 +77,7 @@ class EmbeddedController:
         await self.service.wait_active()
         if self.service.state.image.topics:
             return
-        from storage.sqlite_catalog import SqliteCatalog
+        from storage.catalog.sqlite import SqliteCatalog
 
         catalog = SqliteCatalog(path)
         await catalog.start()

@@ -6,7 +6,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 
-from storage.object_store import ObjectStore
+from storage.objects import ObjectStore
 
 from .plan import BatchRef, MiB
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker.config import BrokerConfig
 from storage.coordinator import ListBatchesRequest
-from storage.object_store import ObjectNotFound
+from storage.objects import ObjectNotFound
 
 from . import runtime
 from .decode import Columns, CommittedFilter, columns_to_arrow, decode_batch

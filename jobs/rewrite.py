@@ -37,7 +37,7 @@ from storage.coordinator import (
     NewBatch,
     ReplacedBatch,
 )
-from storage.object_store import MERGE_KEY_PREFIX, ObjectNotFound, new_data_key
+from storage.objects import MERGE_KEY_PREFIX, ObjectNotFound, new_data_key
 
 from . import runtime
 from .decode import patched

@@ -18,7 +18,7 @@ from broker.config import BrokerConfig
 from broker.controller_catalog import ControllerCatalog, ImageCatalog
 from storage.catalog import TopicCatalog
 from storage.coordinator import BatchCoordinator
-from storage.object_store import ObjectStore
+from storage.objects import ObjectStore
 
 from .source import topic_source
 
@@ -44,7 +44,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 async def store(config: BrokerConfig) -> ObjectStore:
     found = _stores.get(config)
     if found is None:
-        from sluice.backends import object_store
+        from storage.backends import object_store
 
         found = object_store(config)
         await found.start()
@@ -68,12 +68,14 @@ async def catalog(config: BrokerConfig) -> TopicCatalog:
 async def _backends(config: BrokerConfig) -> tuple[BatchCoordinator, TopicCatalog]:
     found = _coordinators.get(config)
     if found is None:
-        from sluice.backends import coordinator_and_catalog
+        from storage.backends import coordinator_and_catalog
 
         # Decided before anything is opened: a refused source creates no file.
         source = topic_source(config)
         log.info("topics from %s", source.description)
-        coord, cat = coordinator_and_catalog(config)
+        coord, cat = coordinator_and_catalog(
+            config, ControllerCatalog.from_config(config) if config.controller_mode else None
+        )
         await coord.start()
         if source.embedded_log is not None:
             cat = ImageCatalog(source.embedded_log)

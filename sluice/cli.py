@@ -286,9 +286,9 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
 async def run_broker(
     config: BrokerConfig, embedded_controller: bool = False, jobs_every_s: float | None = None
 ) -> None:
+    from broker.controller_catalog import ControllerCatalog
     from broker.node import Broker
-
-    from .backends import coordinator_and_catalog, object_store
+    from storage.backends import coordinator_and_catalog, object_store
 
     os.makedirs(config.data_dir, exist_ok=True)
     controller = None
@@ -320,7 +320,10 @@ async def run_broker(
 
         jobs = ScheduledJobs(config.data_dir, jobs_every_s)
     try:
-        coordinator, catalog = coordinator_and_catalog(config)
+        # Controller mode: topics live in the controllers' metadata log, not the database.
+        coordinator, catalog = coordinator_and_catalog(
+            config, ControllerCatalog.from_config(config) if config.controller_mode else None
+        )
         try:
             broker = Broker(config, object_store(config), coordinator, catalog)
         except ValueError as exc:  # listeners, TLS files, SASL settings
@@ -384,7 +387,7 @@ async def _serve(
     """Run ``server`` until SIGTERM/SIGINT, then stop it cleanly. A second signal, or a
     shutdown taking longer than ``shutdown_timeout_s``, exits at once (status 1)."""
     from storage.coordinator import CoordinatorUnavailable
-    from storage.object_store import ObjectStoreError
+    from storage.objects import ObjectStoreError
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -12,15 +12,10 @@ from kio.schema.errors import ErrorCode
 
 from common.acl import AclOperation
 from protocol.codec import RecordChunks
-from storage.coordinator import (
-    CoordinatorUnavailable,
-    FindRequest,
-    FindResult,
-    LogInfo,
-    PartitionKey,
-)
-from storage.object_store import ObjectStoreError
+from storage.coordinator import CoordinatorUnavailable, FindRequest, FindResult, LogInfo
+from storage.objects import ObjectStoreError
 from storage.outage import OutageLog
+from storage.partition_key import PartitionKey
 
 from ..classic.fetch import (
     DENIED_REPLICA,

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from common.acl import AclOperation
 from storage.catalog import Topic
 from storage.coordinator import CoordinatorUnavailable
-from storage.group_store import CommittedOffset, OffsetKey
+from storage.groups import CommittedOffset, OffsetKey
 
 from ..groups.offsets import FetchedGroup, OffsetToCommit, store_error
 from ..security import access

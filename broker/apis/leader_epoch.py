@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.acl import AclOperation
-from storage.coordinator import PartitionKey
+from storage.partition_key import PartitionKey
 
 from ..classic.offsets import end_offset_for_epoch
 from ..fetch import leader_epoch_error

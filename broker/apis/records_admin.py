@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.acl import AclOperation
-from storage.coordinator import PartitionKey
+from storage.partition_key import PartitionKey
 
 from ..classic.offsets import delete_records as classic_delete
 from ..node import now_ms

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from common.acl import AclOperation
-from storage.coordinator import CoordinatorUnavailable, PartitionKey
-from storage.group_store import CommittedOffset
+from storage.coordinator import CoordinatorUnavailable
+from storage.groups import CommittedOffset
+from storage.partition_key import PartitionKey
 from storage.transactions import ONGOING, PRODUCER_FENCED, STATES
 
 from ..groups.offsets import store_error

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from protocol.records import BatchHeader
 from storage.catalog import Topic
-from storage.coordinator import PartitionKey
+from storage.partition_key import PartitionKey
 
 from ..append import PartitionResult
 from ..metrics import METRICS

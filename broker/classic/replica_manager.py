@@ -59,7 +59,7 @@ class ReplicaManager:
         self.security: InterBrokerSecurity = PLAINTEXT
         self.security_error: str | None = None
         # Tiered storage (KIP-405): copies, remote retention, remote reads.
-        from sluice.backends import remote_log_metadata
+        from storage.backends import remote_log_metadata
 
         from ..tiering.manager import TieringManager
 

@@ -23,7 +23,7 @@ from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1 import request as markers_req
 from kio.static.primitive import i16, i32
 
-from storage.coordinator import PartitionKey
+from storage.partition_key import PartitionKey
 
 from ..append import PartitionResult
 from ..migration.routing import appends_classic

@@ -5,7 +5,7 @@
 - ``coordinator.py``: the state machine driven by JoinGroup, SyncGroup, Heartbeat and
   LeaveGroup, with its session, rebalance and initial-delay timers;
 - ``offsets.py``: committed offsets (validation against the group, persistence in the
-  :class:`storage.group_store.GroupStore`, expiry) and the admin views;
+  :class:`storage.groups.GroupStore`, expiry) and the admin views;
 - ``placement.py``: which live broker coordinates a group;
 - ``persistence.py``: membership snapshots in the group store, so a new coordinator
   takes the group over where the old one left it;

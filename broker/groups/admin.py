@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from storage.group_store import GroupStore
+from storage.groups import GroupStore
 
 from .coordinator import GroupCoordinator
 from .group import GroupState

@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from storage.group_store import GroupSnapshot, GroupStore
+from storage.groups import GroupSnapshot, GroupStore
 
 from .group import (
     Cancellable,

@@ -18,7 +18,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from common.background import cancel_and_wait
-from storage.group_store import CommittedOffset, GroupStore, OffsetKey
+from storage.groups import CommittedOffset, GroupStore, OffsetKey
 from storage.outage import OutageLog
 
 from .coordinator import GroupConfig, GroupCoordinator, wall_clock_ms

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from storage.group_store import GroupSnapshot, GroupStore, MemberSnapshot
+from storage.groups import GroupSnapshot, GroupStore, MemberSnapshot
 
 from .group import Group, GroupState, Member
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from common.background import cancel_and_wait
-from storage.group_store import GroupStore
+from storage.groups import GroupStore
 from storage.outage import OutageLog
 
 from .admin import GroupAdmin

@@ -50,7 +50,8 @@ from kio.schema.errors import ErrorCode
 from common.background import cancel_and_wait
 from controller.image import MIGRATION_SEALING, TO_CLASSIC, TO_DISKLESS, TopicImage
 from controller.migration import SealReport
-from storage.coordinator import PartitionKey, SeededProducerBatch
+from storage.coordinator import SeededProducerBatch
+from storage.partition_key import PartitionKey
 
 from ..classic.partition import LEADER, ClassicPartition
 

@@ -5,7 +5,7 @@
 - ``markers``: one object of control batches per ended transaction, committed with the
   outcome in one coordinator-database transaction.
 
-State lives in the batch coordinator's database (storage/transactions.py), so every
+State lives in the batch coordinator's database (storage/transactions/), so every
 broker can serve any transactional id; placement (FindCoordinator) only spreads the
 clients and the timeout work.
 """

@@ -22,9 +22,10 @@ from collections.abc import Callable, Sequence
 from kio.schema.errors import ErrorCode
 
 from common.background import cancel_and_wait
-from storage.coordinator import BatchCoordinator, PartitionKey
-from storage.group_store import CommittedOffset
+from storage.coordinator import BatchCoordinator
+from storage.groups import CommittedOffset
 from storage.outage import OutageLog
+from storage.partition_key import PartitionKey
 from storage.transactions import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,

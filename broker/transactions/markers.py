@@ -25,10 +25,11 @@ from kio.schema.errors import ErrorCode
 
 from common.background import cancel_and_wait
 from protocol.control_batch import marker_batch
-from storage.block_cache import BlockCache
-from storage.coordinator import BatchCoordinator, CoordinatorUnavailable, PartitionKey
-from storage.object_store import ObjectStore, ObjectStoreError, new_data_key
-from storage.transactions import COMPLETE_COMMIT, Marker, TransactionState
+from storage.coordinator import BatchCoordinator, CoordinatorUnavailable
+from storage.objects import ObjectStore, ObjectStoreError, new_data_key
+from storage.objects.block_cache import BlockCache
+from storage.partition_key import PartitionKey
+from storage.transactions import COMPLETE_COMMIT, CompleteRequest, Marker, TransactionState
 
 from ..append import CommitListener
 
@@ -93,17 +94,19 @@ class MarkerWriter:
                 return COORDINATOR_NOT_AVAILABLE
         try:
             result = await self._coordinator.txn_complete(
-                state.transactional_id,
-                state.producer_id,
-                state.producer_epoch,
-                commit,
-                bump_epoch,
-                object_key,
-                position,
-                self._node_id,
-                markers,
-                now_ms,
-                pending=classic,
+                CompleteRequest(
+                    transactional_id=state.transactional_id,
+                    producer_id=state.producer_id,
+                    producer_epoch=state.producer_epoch,
+                    commit=commit,
+                    bump_epoch=bump_epoch,
+                    object_key=object_key,
+                    object_size=position,
+                    uploader_broker_id=self._node_id,
+                    markers=markers,
+                    now_ms=now_ms,
+                    pending=classic,
+                )
             )
         except CoordinatorUnavailable as exc:
             log.warning("ending transaction %s failed: %s", state.transactional_id, exc)

@@ -2,7 +2,8 @@
 brokers yet.
 
 - ``metadata``: what a remote (tiered) segment is, its states, and the store interface;
-  kept in the batch coordinator's database (``sqlite_metadata``, ``postgres_metadata``).
+  kept in the batch coordinator's database (backends ``metadata.sqlite``,
+  ``metadata.postgres``).
 - ``lineage``: pure functions deciding which remote segments belong to a leader's history
   (and which are orphans), where copying resumes and where a follower starts.
 - ``layout``: object keys of a remote segment's files.

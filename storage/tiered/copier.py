@@ -22,7 +22,7 @@ from uuid import UUID
 
 from storage.classic.log import Log
 from storage.classic.segment import Segment
-from storage.object_store import ObjectStore
+from storage.objects import ObjectStore
 
 from . import layout
 from .deleter import SegmentDeleter

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
-from storage.object_store import ObjectStore
+from storage.objects import ObjectStore
 
 from . import layout
 from .lineage import History, Lineage, lineage

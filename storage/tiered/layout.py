@@ -4,7 +4,7 @@
 ``leader-epoch-checkpoint``. The segment id (a uuid, new for every copy attempt) makes
 each attempt's objects distinct, so a retried copy never overwrites what a reader may be
 reading, and deleting one attempt never touches another. The prefix is outside the
-diskless data keys (``storage.object_store.is_data_key``): the sweep of orphaned diskless
+diskless data keys (``storage.objects.is_data_key``): the sweep of orphaned diskless
 objects never takes tiered ones.
 """
 

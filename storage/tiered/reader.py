@@ -14,9 +14,9 @@ from uuid import UUID
 
 from cachetools import LRUCache
 
-from storage.block_cache import BlockCache
 from storage.classic.batches import walk
-from storage.object_store import ObjectNotFound, ObjectStore
+from storage.objects import ObjectNotFound, ObjectStore
+from storage.objects.block_cache import BlockCache
 
 from . import layout
 from .metadata import RemoteSegment

@@ -477,7 +477,7 @@ def _topic_id(admin: AdminClient, topic: str) -> str:
 
 def _remote_objects(cluster: LocalCluster, topic_id: str) -> list[str]:
     """The object keys of the topic's tiered segments in the cluster's bucket."""
-    from storage.s3_store import S3Config, S3ObjectStore
+    from storage.objects.s3 import S3Config, S3ObjectStore
 
     s3 = cluster.s3
     store = S3ObjectStore(

@@ -8,10 +8,10 @@ from uuid import uuid4
 import pytest
 
 from storage.catalog import Topic, TopicExists
-from storage.coordinator import PartitionKey
-from storage.postgres_catalog import PostgresCatalog
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.postgres_pool import PostgresPool
+from storage.catalog.postgres import PostgresCatalog
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.partition_key import PartitionKey
+from storage.postgres.pool import PostgresPool
 
 
 async def test_catalog_and_coordinator_share_a_pool_and_survive_reopen(postgres_dsn: str) -> None:

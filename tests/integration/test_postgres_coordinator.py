@@ -28,13 +28,14 @@ from storage.coordinator import (
     CommitResult,
     CoordinatorUnavailable,
     FindRequest,
-    PartitionKey,
     RetentionPolicy,
 )
-from storage.group_store import CommittedOffset
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.postgres_pool import PostgresPool, load_migrations
-from storage.transactions import Marker
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.groups import CommittedOffset
+from storage.partition_key import PartitionKey
+from storage.postgres.pool import PostgresPool
+from storage.postgres.schema import load_migrations
+from storage.transactions import CompleteRequest, Marker
 from tests.fixtures.postgres import local_postgres_available
 
 NOW = 1_700_000_000_000
@@ -577,7 +578,9 @@ async def test_every_transaction_operation_is_one_round_trip(postgres_dsn: str) 
         await c.txn_list([], [], 0, NOW)
         await c.txn_expired(NOW, 10)
         await c.txn_pending_offsets(["g", "h"])
-        done = await c.txn_complete(tid, pid, epoch, False, True, key(), 1, 1, markers, NOW)
+        done = await c.txn_complete(
+            CompleteRequest(tid, pid, epoch, False, True, key(), 1, 1, markers, NOW)
+        )
         assert done.error == 0 and done.registered
         return 12
 

@@ -24,11 +24,11 @@ from storage.coordinator import (
     BatchToCommit,
     FindRequest,
     ListOffsetsRequest,
-    PartitionKey,
     RetentionPolicy,
 )
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.sqlite_coordinator import SqliteCoordinator
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.partition_key import PartitionKey
 
 TOPICS = [UUID(int=1), UUID(int=2), UUID(int=3)]  # the third is never created
 PARTITIONS = 3

@@ -16,9 +16,9 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import ClientCreatorContext, get_session
 
 from sluice.launch.seaweedfs import LocalSeaweedFS, SeaweedFSError
-from storage.block_cache import BlockCache
-from storage.object_store import ObjectNotFound, ObjectStoreError
-from storage.s3_store import S3ObjectStore
+from storage.objects import ObjectNotFound, ObjectStoreError
+from storage.objects.block_cache import BlockCache
+from storage.objects.s3 import S3ObjectStore
 from tests.fixtures.s3 import S3Server
 
 KiB = 1024
@@ -227,7 +227,7 @@ async def test_outage_fails_within_bound_then_recovers(
         await store.put("before", [b"written before the outage"])
         await asyncio.to_thread(local_s3.local.stop)
 
-        caplog.set_level(logging.WARNING, logger="storage.s3_store")
+        caplog.set_level(logging.WARNING, logger="storage.objects.s3")
         for operation in (
             store.put("during", [b"x" * 1000]),
             store.get_range("before", 0, 100),

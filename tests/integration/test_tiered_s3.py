@@ -7,15 +7,15 @@ import uuid
 from pathlib import Path
 
 from protocol.records import parse_batches
-from storage.block_cache import BlockCache
 from storage.classic.log import Log, LogConfig
-from storage.s3_store import S3ObjectStore
+from storage.objects.block_cache import BlockCache
+from storage.objects.s3 import S3ObjectStore
 from storage.tiered import layout
 from storage.tiered.copier import SegmentCopier, history_of
 from storage.tiered.deleter import SegmentDeleter
 from storage.tiered.lineage import lineage
+from storage.tiered.metadata.sqlite import SqliteRemoteLogMetadata
 from storage.tiered.reader import RemoteReader
-from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
 from tests.e2e._batches import Record, build_batch
 
 TOPIC = uuid.UUID(int=5)

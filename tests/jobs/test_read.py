@@ -17,13 +17,8 @@ from jobs.decode import ABORT, COMMIT
 from jobs.plan import ReadTask, Selection, read_tasks, snapshot, task_for
 from jobs.read import decode_task, decode_task_with_aborted
 from storage.catalog import Topic
-from storage.coordinator import (
-    BatchReplacement,
-    BatchToCommit,
-    NewBatch,
-    PartitionKey,
-    ReplacedBatch,
-)
+from storage.coordinator import BatchReplacement, BatchToCommit, NewBatch, ReplacedBatch
+from storage.partition_key import PartitionKey
 
 from .test_decode import Record, control, make_batch
 

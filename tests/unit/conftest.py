@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from storage.catalog import TopicCatalog
+from storage.catalog.postgres import PostgresCatalog
+from storage.catalog.sqlite import SqliteCatalog
 from storage.coordinator import BatchCoordinator
-from storage.postgres_catalog import PostgresCatalog
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.sqlite_catalog import SqliteCatalog
-from storage.sqlite_coordinator import SqliteCoordinator
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.coordinator.sqlite import SqliteCoordinator
 
 MakeCoordinator = Callable[[], BatchCoordinator]
 # (request, tmp_path) -> async context manager yielding a zero-argument constructor

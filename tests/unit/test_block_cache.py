@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from storage.block_cache import BlockCache
-from storage.object_store import Chunks, ObjectNotFound, ObjectStore, StoredObject
+from storage.objects import Chunks, ObjectNotFound, ObjectStore, StoredObject
+from storage.objects.block_cache import BlockCache
 
 BS = 16
 

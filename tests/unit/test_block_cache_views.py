@@ -3,7 +3,7 @@ the views they were written from."""
 
 from __future__ import annotations
 
-from storage.block_cache import BlockCache
+from storage.objects.block_cache import BlockCache
 from tests.unit.test_block_cache import BS, DATA, FakeStore
 
 

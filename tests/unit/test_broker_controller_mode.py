@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import VERSIONS, build_api_table
 from broker.config import BrokerConfig
+from broker.controller_catalog import ControllerCatalog
 from broker.controller_client import ControllerClient
 from broker.membership import BrokerEndpoint, ControllerMembership
 from broker.metadata_follower import MetadataFollower
@@ -39,8 +40,8 @@ from controller.requests import (
     Reassignment,
 )
 from controller.wire import from_json, to_json
-from sluice.backends import coordinator_and_catalog, object_store
-from storage.coordinator import PartitionKey
+from storage.backends import coordinator_and_catalog, object_store
+from storage.partition_key import PartitionKey
 from tests.unit._handlers import decode_answer, request_and_context, settled
 
 E = ErrorCode
@@ -472,7 +473,7 @@ async def broker(fake: FakeController, tmp_path: Path) -> AsyncIterator[Broker]:
         broker_session_timeout_ms=1000,
         produce_commit_interval_ms=5,
     )
-    coordinator, catalog = coordinator_and_catalog(config)
+    coordinator, catalog = coordinator_and_catalog(config, ControllerCatalog.from_config(config))
     node = Broker(config, object_store(config), coordinator, catalog)
     await node.start()
     try:

@@ -10,9 +10,9 @@ from uuid import uuid4
 import pytest
 
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
-from storage.coordinator import PartitionKey
-from storage.sqlite_catalog import SqliteCatalog
-from storage.sqlite_coordinator import SqliteCoordinator
+from storage.catalog.sqlite import SqliteCatalog
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.partition_key import PartitionKey
 
 
 def topic(name: str, partitions: int = 3, **configs: str) -> Topic:

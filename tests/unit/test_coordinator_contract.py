@@ -26,9 +26,9 @@ from storage.coordinator import (
     ListOffsetsRequest,
     ListOffsetsResult,
     LogInfo,
-    PartitionKey,
     RetentionPolicy,
 )
+from storage.partition_key import PartitionKey
 
 from .conftest import CoordinatorFactory
 
@@ -1061,7 +1061,7 @@ async def test_a_sealed_log_takes_no_marker_past_its_boundary(
     # still sees it diskless is refused whole (retriably), nothing changes; named as
     # pending (classic), the transaction ends without touching the sealed log.
     from storage.coordinator import SealedLogRefused
-    from storage.transactions import ONGOING, Marker
+    from storage.transactions import ONGOING, CompleteRequest, Marker
 
     await setup_logs(coordinator, (T1, 0), (T1, 1))
     await commit(coordinator, batch())
@@ -1073,10 +1073,10 @@ async def test_a_sealed_log_takes_no_marker_past_its_boundary(
     assert added == NONE
 
     async def complete(markers: list[Marker], pending: list[PartitionKey]) -> int:
-        done = await coordinator.txn_complete(
+        done = await coordinator.txn_complete(CompleteRequest(
             "tx", init.producer_id, init.producer_epoch, True, False, key(), 100, 7,
             markers, NOW, pending=pending,
-        )  # fmt: skip
+        ))  # fmt: skip
         return done.error
 
     with pytest.raises(SealedLogRefused):

@@ -20,7 +20,7 @@ from broker.apis import VERSIONS, find_coordinator, group_membership, group_offs
 from broker.groups.coordinator import GroupConfig
 from broker.groups.service import GroupService
 from storage.catalog import Topic
-from storage.sqlite_group_store import SqliteGroupStore
+from storage.groups.sqlite import SqliteGroupStore
 from tests.unit._handlers import decode_answer, request_and_context, settled
 
 E = ErrorCode

@@ -22,8 +22,8 @@ from broker.groups.offsets import OffsetToCommit
 from broker.groups.placement import coordinator_for
 from broker.groups.service import GroupService
 from storage.coordinator import CoordinatorUnavailable
-from storage.group_store import GroupSnapshot, OffsetKey
-from storage.sqlite_group_store import SqliteGroupStore
+from storage.groups import GroupSnapshot, OffsetKey
+from storage.groups.sqlite import SqliteGroupStore
 
 from .test_group_coordinator import SESSION, Cluster, ManualClock, Node, join, new_member, sync
 

@@ -18,8 +18,8 @@ from broker.groups.group import JoinResult
 from broker.groups.offsets import OffsetToCommit
 from broker.groups.service import GroupService
 from storage.coordinator import CoordinatorUnavailable
-from storage.group_store import CommittedOffset, GroupStore, OffsetKey
-from storage.sqlite_group_store import SqliteGroupStore
+from storage.groups import CommittedOffset, GroupStore, OffsetKey
+from storage.groups.sqlite import SqliteGroupStore
 
 from .test_group_coordinator import Cluster, ManualClock, new_member, sync
 

@@ -15,17 +15,17 @@ from uuid import UUID
 
 import pytest
 
-from storage.coordinator import PartitionKey
-from storage.group_store import (
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.groups import (
     CommittedOffset,
     GroupSnapshot,
     GroupStore,
     MemberSnapshot,
     OffsetKey,
 )
-from storage.postgres_group_store import PostgresGroupStore
-from storage.sqlite_coordinator import SqliteCoordinator
-from storage.sqlite_group_store import SqliteGroupStore
+from storage.groups.postgres import PostgresGroupStore
+from storage.groups.sqlite import SqliteGroupStore
+from storage.partition_key import PartitionKey
 
 from .conftest import Backend, postgresql, sqlite
 

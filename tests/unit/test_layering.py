@@ -45,13 +45,9 @@ RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 # Cycles, each as the set of its modules.
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
-        # storage/'s batch coordinator and its transactions: for the regrouping of storage/
-        # (item 4).
-        frozenset({"storage.coordinator", "storage.transactions"}),
         # The broker's circle through broker/apis/__init__ and the Broker (node): handlers
-        # and engines import the Broker, which imports them; sluice.backends is in it
-        # because it imports broker/ while broker/node imports it. For the re-layout of
-        # broker/ (items 1-3) and the move of sluice/backends.py into storage/.
+        # and engines import the Broker, which imports them. For the re-layout of broker/
+        # (items 1-3).
         frozenset(
             {
                 "broker.apis",
@@ -109,7 +105,6 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
                 "broker.topics",
                 "broker.transactions.coordinator",
                 "broker.transactions.markers",
-                "sluice.backends",
             }
         ),
     }
@@ -170,11 +165,6 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
         ("broker.apis.transactions", "broker.server"),
         ("broker.apis.txn_markers", "broker.node"),
         ("broker.apis.txn_markers", "broker.server"),
-        # broker/ and jobs/ build their stores with sluice/backends.py, which moves into
-        # storage/ (item 2).
-        ("broker.classic.replica_manager", "sluice.backends"),
-        ("broker.node", "sluice.backends"),
-        ("jobs.runtime", "sluice.backends"),
         # Inside broker/: engines that ask the Broker, the migration router or the fetch
         # handler, and shared modules that reach into security/ or the pipeline. For the
         # partition-log router and the re-layout of broker/ (items 1 and 3).

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from storage.local_store import LocalObjectStore
-from storage.object_store import ObjectNotFound
+from storage.objects import ObjectNotFound
+from storage.objects.local import LocalObjectStore
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from storage.coordinator import CoordinatorUnavailable
-from storage.object_store import ObjectStoreError
+from storage.objects import ObjectStoreError
 from storage.outage import OutageLog
 
 LOG = logging.getLogger("tests.outage")

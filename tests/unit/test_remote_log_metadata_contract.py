@@ -16,12 +16,12 @@ from uuid import UUID
 
 import pytest
 
-from storage.coordinator import PartitionKey
-from storage.sqlite_coordinator import SqliteCoordinator
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.partition_key import PartitionKey
 from storage.tiered.metadata import RemoteLogMetadataStore, RemoteSegment, SegmentExists
 from storage.tiered.metadata import SegmentState as S
-from storage.tiered.postgres_metadata import PostgresRemoteLogMetadata
-from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
+from storage.tiered.metadata.postgres import PostgresRemoteLogMetadata
+from storage.tiered.metadata.sqlite import SqliteRemoteLogMetadata
 
 from .conftest import Backend, postgresql, sqlite
 

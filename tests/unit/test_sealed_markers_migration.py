@@ -12,12 +12,14 @@ from uuid import UUID
 
 import pytest
 
-from storage import sqlite_coordinator
-from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest, PartitionKey
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.postgres_pool import PostgresPool, load_migrations
-from storage.sqlite_coordinator import SqliteCoordinator
-from storage.transactions import NONE, Marker
+from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
+from storage.coordinator import sqlite as sqlite_coordinator
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.partition_key import PartitionKey
+from storage.postgres.pool import PostgresPool
+from storage.postgres.schema import load_migrations
+from storage.transactions import NONE, CompleteRequest, Marker
 
 NOW = 1_700_000_000_000
 BIG = 1 << 62
@@ -45,10 +47,10 @@ async def end_txn(c: BatchCoordinator, tid: str, object_key: str, *parts: Partit
     init = await c.txn_init(tid, 60_000, -1, -1, NOW)
     assert await c.txn_add(tid, init.producer_id, init.producer_epoch, parts, [], NOW) == NONE
     markers = [Marker(k.topic_id, k.partition, 60 * i, 60, NOW) for i, k in enumerate(parts)]
-    done = await c.txn_complete(
+    done = await c.txn_complete(CompleteRequest(
         tid, init.producer_id, init.producer_epoch, True, False, object_key, 60 * len(parts),
         7, markers, NOW,
-    )  # fmt: skip
+    ))  # fmt: skip
     assert done.error == NONE and done.registered
 
 

@@ -30,14 +30,14 @@ from storage.coordinator import (
     FindResult,
     ListOffsetsRequest,
     ListOffsetsResult,
-    PartitionKey,
     RetentionPolicy,
 )
-from storage.group_store import CommittedOffset, GroupStore, OffsetKey
-from storage.postgres_coordinator import PostgresCoordinator
-from storage.postgres_group_store import PostgresGroupStore
-from storage.sqlite_coordinator import SqliteCoordinator
-from storage.sqlite_group_store import SqliteGroupStore
+from storage.coordinator.postgres import PostgresCoordinator
+from storage.coordinator.sqlite import SqliteCoordinator
+from storage.groups import CommittedOffset, GroupStore, OffsetKey
+from storage.groups.postgres import PostgresGroupStore
+from storage.groups.sqlite import SqliteGroupStore
+from storage.partition_key import PartitionKey
 from storage.transactions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
@@ -51,6 +51,7 @@ from storage.transactions import (
     PRODUCER_FENCED,
     AbortedTransaction,
     ActiveProducer,
+    CompleteRequest,
     CompleteResult,
     Marker,
     TransactionState,
@@ -149,16 +150,18 @@ class Producer:
         object_key: str | None = None,
     ) -> CompleteResult:
         return await self.c.txn_complete(
-            self.tid,
-            self.pid,
-            self.epoch if epoch is None else epoch,
-            commit,
-            bump,
-            object_key or key(),
-            1000,
-            7,
-            [marker(k) for k in parts],
-            NOW,
+            CompleteRequest(
+                self.tid,
+                self.pid,
+                self.epoch if epoch is None else epoch,
+                commit,
+                bump,
+                object_key or key(),
+                1000,
+                7,
+                [marker(k) for k in parts],
+                NOW,
+            )
         )
 
     async def state(self) -> TransactionState:
@@ -620,7 +623,9 @@ async def test_complete_errors_change_nothing(coordinator: BatchCoordinator) -> 
 
     async def end(tid: str, pid: int, epoch: int) -> CompleteResult:
         k = key()
-        done = await c.txn_complete(tid, pid, epoch, True, False, k, 1, 7, [marker(P10)], NOW)
+        done = await c.txn_complete(
+            CompleteRequest(tid, pid, epoch, True, False, k, 1, 7, [marker(P10)], NOW)
+        )
         assert await c.unknown_objects([k]) == [k]
         return done
 
@@ -1189,7 +1194,9 @@ async def test_pending_markers_are_recorded_with_the_outcome_until_written(
     await p.begin(P10, C1, C2)
     await p.send(P10)
     done = await c.txn_complete(
-        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(P10)], NOW, pending=[C2, C1]
+        CompleteRequest(
+            "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(P10)], NOW, pending=[C2, C1]
+        )
     )
     assert done.error == NONE and done.offsets == [1]
     assert (await p.state()).state == COMPLETE_COMMIT
@@ -1233,7 +1240,7 @@ async def test_pending_markers_are_recorded_with_the_outcome_until_written(
     assert listed.shown_state == "CompleteCommit"
     # Written: a retried EndTxn is answered as before, and records nothing again.
     retried = await c.txn_complete(
-        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [], NOW, pending=[C1]
+        CompleteRequest("tx", p.pid, p.epoch, True, False, key(), 60, 7, [], NOW, pending=[C1])
     )
     assert retried.error == NONE
     assert await c.txn_pending_markers(10) == []
@@ -1249,7 +1256,7 @@ async def test_pending_markers_of_a_coordinator_abort_carry_the_bumped_epoch(
     await a.begin(C1)
     await b.begin(C2)
     done = await c.txn_complete(
-        "a", a.pid, a.epoch, False, True, key(), 60, 7, [], NOW, pending=[C1]
+        CompleteRequest("a", a.pid, a.epoch, False, True, key(), 60, 7, [], NOW, pending=[C1])
     )
     assert (done.error, done.registered) == (NONE, False)
     assert (await b.end(False, C2)).error == NONE  # nothing pending: a diskless-only end
@@ -1272,11 +1279,13 @@ async def test_a_refused_complete_records_no_pending_markers(
     await p.begin(C1, C2)
     # Names only one of the two partitions: the state moved on since it was read.
     refused = await c.txn_complete(
-        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [], NOW, pending=[C1]
+        CompleteRequest("tx", p.pid, p.epoch, True, False, key(), 60, 7, [], NOW, pending=[C1])
     )
     assert refused.error == CONCURRENT_TRANSACTIONS
     fenced = await c.txn_complete(
-        "tx", p.pid, p.epoch + 1, True, False, key(), 60, 7, [], NOW, pending=[C1, C2]
+        CompleteRequest(
+            "tx", p.pid, p.epoch + 1, True, False, key(), 60, 7, [], NOW, pending=[C1, C2]
+        )
     )
     assert fenced.error == PRODUCER_FENCED
     assert await c.txn_pending_markers(10) == []
@@ -1294,7 +1303,9 @@ async def test_a_classic_partition_takes_no_marker_in_its_diskless_log(
     await p.begin(P10, C1)
     await p.send(P10)
     done = await c.txn_complete(
-        "tx", p.pid, p.epoch, False, False, key(), 60, 7, [marker(P10)], NOW, pending=[C1]
+        CompleteRequest(
+            "tx", p.pid, p.epoch, False, False, key(), 60, 7, [marker(P10)], NOW, pending=[C1]
+        )
     )
     assert (done.error, done.offsets, done.registered) == (NONE, [1], True)
     assert await hwm(c, C1) == 0
@@ -1317,7 +1328,9 @@ async def test_complete_names_each_partition_once_as_marker_or_pending(
 
     async def complete(markers: list[Marker], pending: list[PartitionKey]) -> int:
         done = await c.txn_complete(
-            "tx", p.pid, p.epoch, True, False, key(), 60, 7, markers, NOW, pending=pending
+            CompleteRequest(
+                "tx", p.pid, p.epoch, True, False, key(), 60, 7, markers, NOW, pending=pending
+            )
         )
         return done.error
 
@@ -1343,10 +1356,10 @@ async def test_a_marker_for_a_pending_classic_partition_is_not_written(
     await setup_logs(c, P10, C1)
     p = Producer(c)
     await p.begin(P10, C1)
-    done = await c.txn_complete(
+    done = await c.txn_complete(CompleteRequest(
         "tx", p.pid, p.epoch, True, False, key(), 120, 7,
         [marker(C1), marker(P10)], NOW, pending=[C1, C1],
-    )  # fmt: skip
+    ))  # fmt: skip
     assert (done.error, done.offsets, done.registered) == (NONE, [-1, 0], True)
     assert await hwm(c, C1) == 0 and await hwm(c) == 1
     assert [s.partitions for s in await c.txn_pending_markers(10)] == [[C1]]
@@ -1354,7 +1367,9 @@ async def test_a_marker_for_a_pending_classic_partition_is_not_written(
     await c.txn_markers_written("tx", p.pid, p.epoch, [C1])
     await p.begin(C1)
     done = await c.txn_complete(
-        "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(C1)], NOW, pending=[C1]
+        CompleteRequest(
+            "tx", p.pid, p.epoch, True, False, key(), 60, 7, [marker(C1)], NOW, pending=[C1]
+        )
     )
     assert (done.error, done.offsets, done.registered) == (NONE, [-1], False)
     assert await hwm(c, C1) == 0
@@ -1371,13 +1386,17 @@ async def test_a_pending_partition_with_an_open_diskless_transaction_is_refused(
     await p.begin(P10, P11)
     await p.send(P11)
     done = await c.txn_complete(
-        "tx", p.pid, p.epoch, False, False, key(), 60, 7, [marker(P10)], NOW, pending=[P11]
+        CompleteRequest(
+            "tx", p.pid, p.epoch, False, False, key(), 60, 7, [marker(P10)], NOW, pending=[P11]
+        )
     )
     assert done.error == CONCURRENT_TRANSACTIONS
     assert (await p.state()).state == ONGOING
     assert await c.txn_pending_markers(10) == []
     assert await hwm(c) == 0 and await lso(c, P11) == 0
     done = await c.txn_complete(
-        "tx", p.pid, p.epoch, False, False, key(), 120, 7, [marker(P10), marker(P11)], NOW
+        CompleteRequest(
+            "tx", p.pid, p.epoch, False, False, key(), 120, 7, [marker(P10), marker(P11)], NOW
+        )
     )
     assert done.error == NONE and await lso(c, P11) == await hwm(c, P11) == 2

@@ -10,9 +10,10 @@ from uuid import UUID
 
 from broker.classic.txn_markers import ClassicMarkerSender
 from broker.transactions.markers import MarkerWriter
-from storage.block_cache import BlockCache
-from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest, PartitionKey
-from storage.local_store import LocalObjectStore
+from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
+from storage.objects.block_cache import BlockCache
+from storage.objects.local import LocalObjectStore
+from storage.partition_key import PartitionKey
 from storage.transactions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,

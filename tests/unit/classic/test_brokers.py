@@ -15,12 +15,13 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import build_api_table
 from broker.config import BrokerConfig
+from broker.controller_catalog import ControllerCatalog
 from broker.node import Broker
 from controller.service import ControllerService, ControllerSettings
 from protocol.records import TRANSACTIONAL_BIT
-from sluice.backends import coordinator_and_catalog, object_store
+from storage.backends import coordinator_and_catalog, object_store
 from storage.classic.batches import walk
-from storage.coordinator import PartitionKey
+from storage.partition_key import PartitionKey
 from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
 from tests.unit._handlers import decode_answer, request_and_context, settled
 from tests.unit.test_broker_controller_mode import call
@@ -67,7 +68,8 @@ async def brokers(tmp_path: Path) -> AsyncIterator[list[Broker]]:
                 replica_fetch_wait_max_ms=100,
                 replica_fetch_backoff_ms=50,
             )
-            coordinator, catalog = coordinator_and_catalog(config)
+            controllers = ControllerCatalog.from_config(config)
+            coordinator, catalog = coordinator_and_catalog(config, controllers)
             node = Broker(config, object_store(config), coordinator, catalog)
             await node.start()
             nodes.append(node)

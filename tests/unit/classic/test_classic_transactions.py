@@ -26,7 +26,7 @@ from storage.classic.txn_index import (
     TxnIndex,
     marker_type,
 )
-from storage.coordinator import PartitionKey
+from storage.partition_key import PartitionKey
 from tests.e2e._batches import Record, build_raw_batch, encode_record
 
 from .test_partition import TOPIC_ID, lead, produce, records

@@ -11,19 +11,19 @@ from typing import Any
 import pytest
 
 from protocol.records import parse_batches
-from storage.block_cache import BlockCache
 from storage.classic.batches import walk
 from storage.classic.log import Log, LogConfig
-from storage.local_store import LocalObjectStore
-from storage.object_store import ObjectStore, ObjectStoreError
+from storage.objects import ObjectStore, ObjectStoreError
+from storage.objects.block_cache import BlockCache
+from storage.objects.local import LocalObjectStore
 from storage.tiered import layout
 from storage.tiered.copier import CopyFenced, LocalGap, SegmentCopier, history_of
 from storage.tiered.deleter import SegmentDeleter, retention_plan
 from storage.tiered.follower import start_from_remote
 from storage.tiered.lineage import follower_start, lineage, segment_for
 from storage.tiered.metadata import RemoteSegment, SegmentState
+from storage.tiered.metadata.sqlite import SqliteRemoteLogMetadata
 from storage.tiered.reader import RemoteReader
-from storage.tiered.sqlite_metadata import SqliteRemoteLogMetadata
 from tests.e2e._batches import Record, build_batch
 
 TOPIC = uuid.UUID(int=42)

@@ -1,1 +1,0 @@
-"""Versioned database schema migrations, one directory per backend."""

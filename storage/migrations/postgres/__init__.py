@@ -1,1 +1,0 @@
-"""PostgreSQL migrations: NNNN_name.sql, applied in order by storage.postgres_pool."""

@@ -1,0 +1,3 @@
+-- Background jobs (jobs/: object merging, key compaction) swap batch pointers to rewritten
+-- objects. No table of its own: the function is sluice_replace_batches
+-- (storage/postgres/functions/), applied after the table migrations.
