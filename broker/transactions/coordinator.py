@@ -192,7 +192,7 @@ class TransactionCoordinator:
         for state in await self._db.txn_expired(now_ms(), _EXPIRED_PER_SWEEP):
             if not self.owns(state.transactional_id):
                 continue
-            error = await self._markers.end(state, commit=False, bump_epoch=True)
+            error = await self._markers.end(state, commit=False, bump_epoch=True, timed_out=True)
             if error == NONE:
                 aborted += 1
                 log.info(

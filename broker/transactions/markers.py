@@ -62,8 +62,12 @@ class MarkerWriter:
         self._sending: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def end(self, state: TransactionState, commit: bool, bump_epoch: bool) -> int:
-        """End ``state``'s ongoing transaction; returns the Kafka error code."""
+    async def end(
+        self, state: TransactionState, commit: bool, bump_epoch: bool, timed_out: bool = False
+    ) -> int:
+        """End ``state``'s ongoing transaction; returns the Kafka error code. ``timed_out``:
+        the timeout sweep's abort, of that transaction only (the one started at
+        ``state.started_ms``), not of one the producer began since."""
         now_ms = int(time.time() * 1000)
         # A coordinator abort fences the producer: its markers carry the bumped epoch.
         epoch = state.producer_epoch + 1 if bump_epoch else state.producer_epoch
@@ -106,6 +110,7 @@ class MarkerWriter:
                     markers=markers,
                     now_ms=now_ms,
                     pending=classic,
+                    started_ms=state.started_ms if timed_out else -1,
                 )
             )
         except CoordinatorUnavailable as exc:

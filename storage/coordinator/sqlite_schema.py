@@ -189,4 +189,8 @@ MIGRATIONS: list[list[str]] = [
         AND NOT EXISTS (SELECT 1 FROM batches WHERE batches.file_id = files.file_id)""",
         "DROP TABLE past_seal",
     ],
+    # 9: the epoch a producer had before its last InitProducerId bump (as postgres 0013):
+    # that call's retry (KIP-360: the client never got the answer) gets the same epoch
+    # back instead of PRODUCER_FENCED. -1: none (a new producer, or fenced by an abort).
+    ["ALTER TABLE transactions ADD COLUMN last_producer_epoch INTEGER NOT NULL DEFAULT -1"],
 ]

@@ -121,6 +121,9 @@ class CompleteRequest:
     markers: Sequence[Marker]  # the diskless partitions' markers, inside that object
     now_ms: int
     pending: Sequence[PartitionKey] = ()  # the classic partitions (their leaders' markers)
+    # The timeout sweep's: end only the transaction that started then (>= 0), not a newer
+    # one of the same producer epoch begun since the sweep read it (CONCURRENT_TRANSACTIONS).
+    started_ms: int = -1
 
 
 @dataclass(slots=True)

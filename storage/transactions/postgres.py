@@ -101,7 +101,7 @@ _ADD = "SELECT sluice_txn_add($1, $2, $3, $4, $5, $6, $7)"
 _COMMIT_OFFSETS = "SELECT sluice_txn_commit_offsets($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 _COMPLETE = (
     "SELECT * FROM sluice_txn_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
-    " $14, $15, $16)"
+    " $14, $15, $16, $17)"
 )
 # sluice_refuse_sealed_batch (0011): a batch, here a marker, for a log sealed for classic.
 SEALED_LOG_SQLSTATE = "SL001"
@@ -260,6 +260,7 @@ class PostgresTransactions:
                 r.now_ms,
                 [k.topic_id for k in r.pending],
                 [k.partition for k in r.pending],
+                r.started_ms,
                 write=True,
             )
         except asyncpg.PostgresError as exc:

@@ -49,6 +49,7 @@ _COLUMNS = (
     "transactional_id, producer_id, producer_epoch, state, timeout_ms, started_ms, updated_ms"
 )
 _SELECT_TXN = f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = ?"
+_LAST_EPOCH = "SELECT last_producer_epoch FROM transactions WHERE transactional_id = ?"
 _TXN_PARTITIONS = (
     "SELECT topic_id, partition FROM txn_partitions WHERE transactional_id = ?"
     " ORDER BY topic_id, partition"
@@ -290,13 +291,20 @@ def txn_init(
             (transactional_id, producer_id, EMPTY, timeout_ms, now_ms),
         )
         return InitResult(NONE, producer_id, 0)
-    if expected_producer_id >= 0 and (expected_producer_id, expected_epoch) != (
-        state.producer_id,
-        state.producer_epoch,
-    ):
-        return InitResult(PRODUCER_FENCED)
+    (last_epoch,) = cur.execute(_LAST_EPOCH, (transactional_id,)).fetchone()
+    retry = False
+    if expected_producer_id >= 0:
+        if expected_producer_id != state.producer_id:
+            return InitResult(PRODUCER_FENCED)
+        # KIP-360: the epoch it has, or the one before our last bump of it (a retry of a
+        # call whose answer the producer never got: answered again, not bumped again).
+        retry = expected_epoch != state.producer_epoch
+        if retry and (last_epoch < 0 or expected_epoch != last_epoch):
+            return InitResult(PRODUCER_FENCED)
     if _markers_pending(cur, transactional_id):
         return InitResult(CONCURRENT_TRANSACTIONS)
+    if retry and state.state != ONGOING:
+        return InitResult(NONE, state.producer_id, state.producer_epoch)
     if state.state == ONGOING:
         _with_sets(cur, state)
         if state.partitions:
@@ -307,10 +315,13 @@ def txn_init(
     if epoch >= MAX_PRODUCER_EPOCH:
         (producer_id,) = cur.execute(_ALLOCATE_ONE).fetchone()
         epoch = 0
+    # The epoch bumped from, for a retry of this call; none across a new producer id.
+    last = expected_epoch if expected_producer_id >= 0 and producer_id == state.producer_id else -1
     cur.execute(
         "UPDATE transactions SET producer_id = ?, producer_epoch = ?, state = ?,"
-        " timeout_ms = ?, started_ms = -1, updated_ms = ? WHERE transactional_id = ?",
-        (producer_id, epoch, EMPTY, timeout_ms, now_ms, transactional_id),
+        " timeout_ms = ?, started_ms = -1, updated_ms = ?, last_producer_epoch = ?"
+        " WHERE transactional_id = ?",
+        (producer_id, epoch, EMPTY, timeout_ms, now_ms, last, transactional_id),
     )
     return InitResult(NONE, producer_id, epoch)
 
@@ -417,6 +428,10 @@ def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
         return CompleteResult(PRODUCER_FENCED, nothing)
     if state.state != ONGOING:
         return CompleteResult(INVALID_TXN_STATE, nothing)
+    if r.started_ms >= 0 and state.started_ms != r.started_ms:
+        # The timeout sweep read a transaction that has ended since; this is a new one
+        # with the same producer epoch (and maybe partitions): not the one that timed out.
+        return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
     keys = [(m.topic_id.bytes, m.partition) for m in r.markers]
     classic = {(k.topic_id.bytes, k.partition) for k in r.pending}
     added = set(cur.execute(_TXN_PARTITIONS, (r.transactional_id,)).fetchall())
@@ -466,10 +481,13 @@ def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
         "INSERT INTO txn_pending_markers (transactional_id, topic_id, partition) VALUES (?, ?, ?)",
         [(r.transactional_id, k.topic_id.bytes, k.partition) for k in set(r.pending)],
     )
+    # A coordinator abort fences the producer: no earlier epoch may re-init (Kafka's fence).
     cur.execute(
         "UPDATE transactions SET state = ?, producer_epoch = ?, started_ms = -1,"
-        " updated_ms = ? WHERE transactional_id = ?",
-        (target, r.producer_epoch + r.bump_epoch, r.now_ms, r.transactional_id),
+        " updated_ms = ?,"
+        " last_producer_epoch = CASE WHEN ? THEN -1 ELSE last_producer_epoch END"
+        " WHERE transactional_id = ?",
+        (target, r.producer_epoch + r.bump_epoch, r.now_ms, r.bump_epoch, r.transactional_id),
     )
     return CompleteResult(NONE, offsets, registered)
 

@@ -339,6 +339,80 @@ async def test_kip360_reinit_with_another_id_or_epoch_is_fenced(
     assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, 1)
 
 
+async def test_kip360_retry_of_a_bump_gets_the_same_epoch_back(
+    coordinator: BatchCoordinator,
+) -> None:
+    """A producer re-initialising with its id and epoch (KIP-360) whose answer was lost
+    retries with the same epoch: Kafka answers the epoch it bumped to (the previous epoch is
+    remembered), not PRODUCER_FENCED, and bumps nothing twice."""
+    p = Producer(coordinator)
+    await p.init()
+    bumped = await coordinator.txn_init("tx", TIMEOUT, p.pid, p.epoch, NOW + 1)
+    assert (bumped.error, bumped.producer_epoch) == (NONE, p.epoch + 1)
+    for _ in range(2):  # the retry, and the retry of the retry
+        again = await coordinator.txn_init("tx", TIMEOUT, p.pid, p.epoch, NOW + 2)
+        assert (again.error, again.producer_id, again.producer_epoch) == (
+            NONE,
+            p.pid,
+            p.epoch + 1,
+        )
+    # Once the producer moved on from the bumped epoch, the old one is fenced.
+    newer = await coordinator.txn_init("tx", TIMEOUT, p.pid, p.epoch + 1, NOW + 3)
+    assert (newer.error, newer.producer_epoch) == (NONE, p.epoch + 2)
+    stale = await coordinator.txn_init("tx", TIMEOUT, p.pid, p.epoch, NOW + 4)
+    assert stale.error == PRODUCER_FENCED
+
+
+async def test_a_coordinator_abort_leaves_no_epoch_to_retry_from(
+    coordinator: BatchCoordinator,
+) -> None:
+    """The timeout sweep's abort fences the producer, as Kafka's: the epoch before it may not
+    re-initialise, even if it was the one a KIP-360 retry would have been answered for."""
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.init()
+    r = await coordinator.txn_init("tx", TIMEOUT, p.pid, p.epoch, NOW)
+    p.epoch = r.producer_epoch
+    assert await p.add(P10) == NONE
+    assert (await p.end(False, P10, bump=True)).error == NONE
+    for epoch in (p.epoch - 1, p.epoch):
+        fenced = await coordinator.txn_init("tx", TIMEOUT, p.pid, epoch, NOW)
+        assert fenced.error == PRODUCER_FENCED
+
+
+async def test_the_timeout_abort_ends_only_the_transaction_it_read(
+    coordinator: BatchCoordinator,
+) -> None:
+    """The sweep reads an expired transaction, the producer ends it and begins another with
+    the same epoch and partitions; the sweep's abort must not end the new one."""
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.init(timeout_ms=10)
+    assert await p.add(P10, now=NOW) == NONE
+    [expired] = await coordinator.txn_expired(NOW + 11, 10)
+    assert (await p.end(True, P10)).error == NONE
+    assert await p.add(P10, now=NOW + 20) == NONE  # a new transaction, same epoch
+    sweep = CompleteRequest(
+        "tx", p.pid, p.epoch, False, True, key(), 1000, 7, [marker(P10)], NOW + 21,
+        started_ms=expired.started_ms,
+    )  # fmt: skip
+    assert (await coordinator.txn_complete(sweep)).error == CONCURRENT_TRANSACTIONS
+    s = await p.state()
+    assert (s.state, s.producer_epoch, s.partitions, s.started_ms) == (
+        ONGOING,
+        p.epoch,
+        [P10],
+        NOW + 20,
+    )
+    # The transaction it read is what it ends when nothing changed meanwhile.
+    [expired] = await coordinator.txn_expired(NOW + 31, 10)
+    sweep = CompleteRequest(
+        "tx", p.pid, p.epoch, False, True, key(), 1000, 7, [marker(P10)], NOW + 32,
+        started_ms=expired.started_ms,
+    )  # fmt: skip
+    assert (await coordinator.txn_complete(sweep)).error == NONE
+
+
 async def test_init_while_ongoing_with_partitions_is_concurrent_with_the_pending_one(
     coordinator: BatchCoordinator,
 ) -> None:

@@ -20,7 +20,8 @@ CREATE OR REPLACE FUNCTION sluice_txn_complete(
     p_timestamps bigint[],
     p_now bigint,
     p_pending_topic_ids uuid[],
-    p_pending_partitions integer[]
+    p_pending_partitions integer[],
+    p_started_ms bigint
 ) RETURNS TABLE (r_error integer, r_registered boolean, r_offsets bigint[])
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -64,6 +65,12 @@ BEGIN
     END IF;
     IF t.state <> 'Ongoing' THEN
         RETURN QUERY SELECT 48, false, v_none;
+        RETURN;
+    END IF;
+    IF p_started_ms >= 0 AND t.started_ms <> p_started_ms THEN
+        -- The timeout sweep read a transaction that has ended since; this is a new one of
+        -- the same producer epoch (maybe the same partitions): not the one that timed out.
+        RETURN QUERY SELECT 51, false, v_none;
         RETURN;
     END IF;
     -- The markers (each once) and the pending classic partitions must name exactly the
@@ -172,7 +179,9 @@ BEGIN
     ON CONFLICT DO NOTHING;
     UPDATE transactions
     SET state = v_target, producer_epoch = producer_epoch + v_bump, started_ms = -1,
-        updated_ms = p_now
+        updated_ms = p_now,
+        -- A coordinator abort fences the producer: no earlier epoch may re-init.
+        last_producer_epoch = CASE WHEN p_bump_epoch THEN -1 ELSE last_producer_epoch END
     WHERE transactional_id = p_id;
     RETURN QUERY SELECT 0, v_file_id IS NOT NULL, v_offsets;
 END $$;

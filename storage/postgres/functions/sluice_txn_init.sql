@@ -45,8 +45,14 @@ BEGIN
         SELECT * INTO t FROM transactions WHERE transactional_id = p_id FOR UPDATE;
     END IF;
 
-    IF p_expected_pid >= 0
-       AND (p_expected_pid <> t.producer_id OR p_expected_epoch <> t.producer_epoch) THEN
+    -- KIP-360: a producer re-initialising names the id and epoch it has; the epoch before
+    -- our last bump is a retry of that call (the client never got the answer): answered
+    -- again below, not bumped again. Anything else is fenced.
+    IF p_expected_pid >= 0 AND (
+        p_expected_pid <> t.producer_id
+        OR (p_expected_epoch <> t.producer_epoch
+            AND (t.last_producer_epoch < 0 OR p_expected_epoch <> t.last_producer_epoch))
+    ) THEN
         RETURN QUERY SELECT 90, -1::bigint, -1, NULL::bigint, NULL::integer, NULL::text,
             NULL::bigint, NULL::bigint, NULL::bigint, NULL::uuid[], NULL::integer[],
             NULL::text[];
@@ -58,6 +64,13 @@ BEGIN
         RETURN QUERY SELECT 51, -1::bigint, -1, NULL::bigint, NULL::integer, NULL::text,
             NULL::bigint, NULL::bigint, NULL::bigint, NULL::uuid[], NULL::integer[],
             NULL::text[];
+        RETURN;
+    END IF;
+    IF p_expected_pid >= 0 AND p_expected_epoch <> t.producer_epoch
+       AND t.state <> 'Ongoing' THEN
+        RETURN QUERY SELECT 0, t.producer_id, t.producer_epoch, NULL::bigint, NULL::integer,
+            NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::uuid[],
+            NULL::integer[], NULL::text[];
         RETURN;
     END IF;
     IF t.state = 'Ongoing' THEN
@@ -81,7 +94,11 @@ BEGIN
     END IF;
     UPDATE transactions
     SET producer_id = v_pid, producer_epoch = v_epoch, state = 'Empty',
-        timeout_ms = p_timeout_ms, started_ms = -1, updated_ms = p_now
+        timeout_ms = p_timeout_ms, started_ms = -1, updated_ms = p_now,
+        -- The epoch bumped from, for a retry of this call; none across a new producer id.
+        last_producer_epoch = CASE
+            WHEN p_expected_pid >= 0 AND v_pid = t.producer_id THEN p_expected_epoch
+            ELSE -1 END
     WHERE transactional_id = p_id;
     RETURN QUERY SELECT 0, v_pid, v_epoch, NULL::bigint, NULL::integer, NULL::text,
         NULL::bigint, NULL::bigint, NULL::bigint, NULL::uuid[], NULL::integer[], NULL::text[];
