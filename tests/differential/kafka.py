@@ -47,6 +47,7 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
             "mvn",
             "-q",
             "-B",
+            "-Dstyle.color=never",
             "-f",
             str(POM),
             "dependency:copy-dependencies",
