@@ -185,6 +185,13 @@ BUGS: list[Known] = [
         "authorized operations (3576 without an authorizer); Sluice answers INT_MIN",
     ),
     Known(
+        "hostile_values",
+        "metadata for a 250-character name",
+        "*.error_code",
+        "a topic name over 249 characters: UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
+        "INVALID_TOPIC_EXCEPTION",
+    ),
+    Known(
         "metadata",
         "duplicate name",
         "*#2",
@@ -284,6 +291,13 @@ BUGS: list[Known] = [
         "INVALID_TOPIC_EXCEPTION",
     ),
     Known(
+        "hostile_values",
+        "describe configs of an empty topic name",
+        "*.error_code",
+        "an empty topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
+        "INVALID_TOPIC_EXCEPTION",
+    ),
+    Known(
         "describe_configs",
         "this broker, named keys",
         "*.config_type",
@@ -319,14 +333,14 @@ BUGS: list[Known] = [
     ),
     # --- Fetch ---
     Known(
-        "fetch",
+        "*",
         "*",
         "*partitions[0].high_watermark",
         "with OFFSET_OUT_OF_RANGE (or a diverging epoch) Kafka answers -1 for the watermarks "
         "and log start; Sluice fills in the partition's real ones",
     ),
-    Known("fetch", "*", "*partitions[0].last_stable_offset", "as high_watermark"),
-    Known("fetch", "*", "*partitions[0].log_start_offset", "as high_watermark"),
+    Known("*", "*", "*partitions[0].last_stable_offset", "as high_watermark"),
+    Known("*", "*", "*partitions[0].log_start_offset", "as high_watermark"),
     Known(
         "fetch",
         "*",

@@ -488,3 +488,87 @@ def s_delete_topics(s: Side) -> None:
         },
         until=gone,
     )
+
+
+I64_MAX = 2**63 - 1
+
+
+@session()
+def s_hostile_values(s: Side) -> None:
+    """Extreme but well-formed values, one per request, on a topic with data."""
+    t = "hostile"
+    s.create_topic(t)
+    s.produce(t, 0, batch(2))
+    tid = s.topic_id(t)
+    _fetch(s, "fetch offset i64 max", tid, [{"partition": 0, "fetch_offset": I64_MAX}])
+    _fetch(
+        s,
+        "fetch partition_max_bytes 0",
+        tid,
+        [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 0}],
+    )
+    _fetch(s, "fetch max_bytes 0", tid, [{"partition": 0, "fetch_offset": 0}], max_bytes=0)
+    _list_offsets(s, "list offsets timestamp i64 max", t, [(0, I64_MAX)])
+    _list_offsets(s, "list offsets partition -1", t, [(-1, -1)])
+    _produce(s, "produce to an empty topic name", "", 0, batch(1))
+    _produce(s, "produce to a 250-character topic name", "h" * 250, 0, batch(1))
+    s.call(
+        "metadata for a 250-character name",
+        "metadata",
+        {
+            "topics": [{"name": "m" * 250}],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    s.call(
+        "describe configs of an empty topic name",
+        "describe_configs",
+        {
+            "resources": [{"resource_type": 2, "resource_name": "", "configuration_keys": None}],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    )
+    s.call(
+        "delete an empty topic name",
+        "delete_topics",
+        {
+            "topics": [{"name": "", "topic_id": "00000000-0000-0000-0000-000000000000"}],
+            "timeout": 30_000,
+        },
+    )
+    s.call(
+        "create with a retention.ms that overflows a long",
+        "create_topics",
+        {
+            "topics": [topic_spec("hostile-overflow", 1, 1, **{"retention.ms": "9" * 30})],
+            "timeout": 30_000,
+            "validate_only": True,
+        },
+    )
+    s.call(
+        "create with an unknown and a valid config, validate_only",
+        "create_topics",
+        {
+            "topics": [
+                topic_spec("hostile-many", 1, 1, **{"no.such": "1", "retention.ms": "1000"})
+            ],
+            "timeout": 30_000,
+            "validate_only": True,
+        },
+    )
+    s.call(
+        "find coordinator for a 10,000-character group id",
+        "find_coordinator",
+        {"key_type": 0, "coordinator_keys": ["g" * 10_000]},
+        until=lambda r: all(
+            code(c["error_code"]) not in COORDINATOR_WARMING for c in r["coordinators"]
+        ),
+    )
+    s.call(
+        "init producer id for a 1,000-character transactional id",
+        "init_producer_id",
+        {"transactional_id": "x" * 1000, "transaction_timeout": 60_000},
+        until=lambda r: code(r["error_code"]) not in COORDINATOR_WARMING,
+    )
