@@ -72,6 +72,8 @@ def test_known_bug(recordings: Recordings, bug: Known) -> None:
         for label, d in differences(recordings, session, target)
         if bug.matches(session, target, label, d.path)
     ]
+    if not still and set(recordings) != set(SESSIONS):
+        pytest.skip("only some sessions recorded (SLUICE_TEST_DIFFERENTIAL_ONLY)")
     assert not still, f"{bug.reason}\n" + "\n".join(still)
 
 
