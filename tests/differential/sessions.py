@@ -572,3 +572,38 @@ def s_hostile_values(s: Side) -> None:
         {"transactional_id": "x" * 1000, "transaction_timeout": 60_000},
         until=lambda r: code(r["error_code"]) not in COORDINATOR_WARMING,
     )
+
+
+@session()
+def s_idempotent_produce(s: Side) -> None:
+    """An idempotent producer's sequence rules: a retried batch is a duplicate (acknowledged
+    with its first offsets, stored once), a gap or an old epoch is refused."""
+    t = "idempotent"
+    s.create_topic(t)
+    init = s.call(
+        "init producer id",
+        "init_producer_id",
+        {"transactional_id": None, "transaction_timeout": -1},
+        until=lambda r: code(r["error_code"]) not in COORDINATOR_WARMING,
+    )
+    pid, epoch = init["producer_id"], init["producer_epoch"]
+
+    def idem(label: str, seq: int, n: int = 2, ep: int = epoch, ts: int = T0) -> None:
+        _produce(
+            s,
+            label,
+            t,
+            0,
+            batch(n, ts, producer_id=pid, producer_epoch=ep, base_sequence=seq),
+        )
+
+    idem("sequence 0", 0)
+    idem("sequence 2", 2, ts=T0 + 1)
+    idem("retry of sequence 2 (duplicate)", 2, ts=T0 + 1)
+    idem("retry of sequence 0 (older duplicate)", 0)
+    idem("sequence gap (6 after 3)", 6, ts=T0 + 2)
+    idem("sequence 4 with an epoch from the future", 4, ep=epoch + 5, ts=T0 + 3)
+    idem("sequence 4", 4, ts=T0 + 4)
+    _list_offsets(s, "end offset: duplicates stored once", t, [(0, -1)])
+    tid = s.topic_id(t)
+    _fetch(s, "fetch everything", tid, [{"partition": 0, "fetch_offset": 0}])
