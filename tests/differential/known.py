@@ -370,6 +370,15 @@ BUGS: list[Known] = [
         "a consumer's last_fetched_epoch newer than the leader's epoch is not validated; "
         "Kafka answers OFFSET_OUT_OF_RANGE",
     ),
+    # --- OffsetForLeaderEpoch ---
+    Known(
+        "log_start_and_epochs",
+        "end offset of epoch -1",
+        "*.end_offset",
+        "diskless answers the log end offset for leader epoch -1; Kafka (and Sluice's classic "
+        "topics) answer UNDEFINED_EPOCH_OFFSET (-1)",
+        ("diskless",),
+    ),
     # --- ListOffsets ---
     Known(
         "list_offsets",

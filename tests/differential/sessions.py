@@ -607,3 +607,100 @@ def s_idempotent_produce(s: Side) -> None:
     _list_offsets(s, "end offset: duplicates stored once", t, [(0, -1)])
     tid = s.topic_id(t)
     _fetch(s, "fetch everything", tid, [{"partition": 0, "fetch_offset": 0}])
+
+
+@session()
+def s_log_start_and_epochs(s: Side) -> None:
+    """DeleteRecords moves the log start; OffsetForLeaderEpoch answers end offsets by epoch."""
+    t = "log-start"
+    s.create_topic(t, partitions=2)
+    s.produce(t, 0, batch(5))
+
+    def delete(label: str, parts: list[tuple[int, int]], topic: str = t) -> None:
+        s.call(
+            label,
+            "delete_records",
+            {
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [{"partition_index": p, "offset": o} for p, o in parts],
+                    }
+                ],
+                "timeout": 10_000,
+            },
+        )
+
+    delete("delete records before 2", [(0, 2)])
+    delete("delete records before 1 (behind the log start)", [(0, 1)])
+    delete("delete records beyond the high watermark", [(0, 9)])
+    delete("delete records up to the high watermark (-1)", [(1, -1)])
+    delete("delete records of an unknown partition", [(7, 0)])
+    delete("delete records of an unknown topic", [(0, 0)], "log-start-unknown")
+    _list_offsets(s, "earliest after the delete", t, [(0, -2), (1, -2)])
+    _fetch(s, "fetch below the log start", s.topic_id(t), [{"partition": 0, "fetch_offset": 0}])
+
+    def epochs(label: str, parts: list[dict[str, int]], topic: str = t) -> None:
+        s.call(
+            label,
+            "offset_for_leader_epoch",
+            {"replica_id": -1, "topics": [{"topic": topic, "partitions": parts}]},
+        )
+
+    epochs("end offset of epoch 0", [{"partition": 0, "leader_epoch": 0}])
+    epochs("end offset of an epoch from the future", [{"partition": 0, "leader_epoch": 7}])
+    epochs("end offset of epoch -1", [{"partition": 0, "leader_epoch": -1}])
+    epochs(
+        "current leader epoch from the future",
+        [{"partition": 0, "leader_epoch": 0, "current_leader_epoch": 9}],
+    )
+    epochs("unknown partition", [{"partition": 7, "leader_epoch": 0}])
+    epochs("unknown topic", [{"partition": 0, "leader_epoch": 0}], "log-start-unknown")
+
+
+@session()
+def s_create_partitions(s: Side) -> None:
+    t = "partitions"
+    s.create_topic(t)
+
+    def grow(label: str, count: int, topic: str = t, validate_only: bool = False) -> None:
+        s.call(
+            label,
+            "create_partitions",
+            {
+                "topics": [{"name": topic, "count": count, "assignments": None}],
+                "timeout": 30_000,
+                "validate_only": validate_only,
+            },
+        )
+
+    grow("1 to 3, validate only", 3, validate_only=True)
+    grow("1 to 3", 3)
+    grow("3 to 3 (same count)", 3)
+    grow("3 to 2 (fewer)", 2)
+    grow("to 0", 0)
+    grow("unknown topic", 2, "partitions-unknown")
+    s.wait_leaders(t, 3)
+    s.call(
+        "metadata after growing",
+        "metadata",
+        {
+            "topics": [{"name": t}],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+
+
+@session(kind_free=True)
+def s_describe_cluster(s: Side) -> None:
+    s.call(
+        "describe cluster with authorized operations",
+        "describe_cluster",
+        {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+    )
+    s.call(
+        "describe cluster without",
+        "describe_cluster",
+        {"include_cluster_authorized_operations": False, "endpoint_type": 1},
+    )
