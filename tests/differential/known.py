@@ -1,0 +1,405 @@
+"""Every difference between Apache Kafka's answers and Sluice's that the differential tests
+accept, each with its reason: INTENDED (a design decision or a documented limit) and BUGS
+(Sluice is wrong, Kafka is the reference: each is an xfail(strict=True) test that flips when
+fixed). Reviewed by hand: a new entry needs its reason, an entry that no longer matches fails
+the suite so the list stays true.
+
+Patterns: ``*`` matches anything, everything else literally (paths contain brackets).
+``targets`` are the Sluice kinds the entry applies to.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+
+BOTH = ("diskless", "classic")
+
+
+@dataclass(frozen=True)
+class Known:
+    session: str
+    step: str
+    path: str
+    reason: str
+    targets: tuple[str, ...] = BOTH
+
+    @property
+    def id(self) -> str:
+        return f"{self.session}:{self.step}:{self.path}:{'+'.join(self.targets)}"
+
+    def matches(self, session: str, target: str, step: str, path: str) -> bool:
+        return (
+            target in self.targets
+            and _glob(self.session).fullmatch(session) is not None
+            and _glob(self.step).fullmatch(step) is not None
+            and _glob(self.path).fullmatch(path) is not None
+        )
+
+
+@cache
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+
+
+def _versions(reason: str, *apis: str) -> list[Known]:
+    return [Known("api_versions", "*", f"api_keys.{api}*", reason) for api in apis]
+
+
+DOCUMENTED_RANGES = (
+    "newer versions are not served yet (docs/compatibility-and-limits.md lists the ranges); "
+    "clients negotiate down to Sluice's maximum"
+)
+
+INTENDED: list[Known] = [
+    Known(
+        "*",
+        "*",
+        "*error_message",
+        "free text: Kafka leaves it null for most errors, Sluice often explains; clients show "
+        "it and never branch on it (null vs set is the only thing compared, and only here)",
+    ),
+    Known(
+        "produce",
+        "null records",
+        "",
+        "Kafka 4.4 fails on a null records field (NullPointerException in its request "
+        "handler, logged) and never answers; Sluice answers INVALID_RECORD, which is better",
+    ),
+    # --- ApiVersions ---
+    Known(
+        "api_versions",
+        "*",
+        "api_keys.produce[0]",
+        "Produce v0-2 (message formats v0/v1) are not served: Sluice stores magic-2 batches "
+        "only (documented: Produce 3-11)",
+    ),
+    *_versions(
+        "transaction version 2 (KIP-890 part 2) is not offered (documented): Produce v12, "
+        "EndTxn v5, TxnOffsetCommit v5+ and WriteTxnMarkers v2 belong to it",
+        "produce[1]",
+        "end_txn",
+        "txn_offset_commit",
+        "write_txn_markers",
+    ),
+    *_versions(
+        DOCUMENTED_RANGES,
+        "fetch",
+        "list_offsets",
+        "api_versions",
+        "describe_log_dirs",
+        "delete_groups",
+        "describe_cluster",
+    ),
+    *_versions(
+        "no delegation tokens (documented under Authentication)",
+        "create_delegation_token",
+        "renew_delegation_token",
+        "expire_delegation_token",
+        "describe_delegation_token",
+    ),
+    *_versions(
+        "no KIP-848 consumer groups and no share groups (documented under Consumer groups)",
+        "consumer_group_heartbeat",
+        "consumer_group_describe",
+        "share_*",
+        "initialize_share_group_state",
+        "read_share_group_state*",
+        "write_share_group_state",
+        "delete_share_group_state",
+        "describe_share_group_offsets",
+        "alter_share_group_offsets",
+        "delete_share_group_offsets",
+    ),
+    *_versions(
+        "no Kafka Streams groups (KIP-1071): the streams protocol is not served, Streams "
+        "applications use classic groups",
+        "streams_group_heartbeat",
+        "streams_group_describe",
+    ),
+    *_versions(
+        "KRaft quorum and feature administration: Sluice's controller quorum is its own Raft "
+        "(static membership, documented), not Kafka's, so these are not served",
+        "describe_quorum",
+        "add_raft_voter",
+        "remove_raft_voter",
+        "update_features",
+        "unregister_broker",
+    ),
+    *_versions("no JBOD: one log dir per broker (documented)", "alter_replica_log_dirs"),
+    *_versions(
+        "KIP-1142 ListConfigResources (and the two keys kio does not know, 93 and 94) are "
+        "newer than Sluice's protocol support",
+        "list_config_resources",
+        "93",
+        "94",
+    ),
+    Known(
+        "api_versions",
+        "*",
+        "supported_features*",
+        "Sluice advertises no feature flags: without transaction.version 2 and group.version "
+        "clients use transaction version 1 and classic groups, as documented",
+    ),
+    Known("api_versions", "*", "finalized_features*", "as supported_features"),
+    # --- topic kinds and configs ---
+    Known(
+        "*",
+        "*",
+        "*configs[diskless.enable]",
+        "Sluice-only topic config: the topic's kind (diskless or classic, docs/migration.md)",
+    ),
+    Known(
+        "*",
+        "*",
+        "*configs[min.insync.replicas].*",
+        "Kafka 4.x formats the cluster with eligible leader replicas (KIP-966), which writes "
+        "min.insync.replicas as a cluster-wide dynamic default (source 3); Sluice has no ELR "
+        "and reports the static default (source 5)",
+    ),
+    Known(
+        "create_topics",
+        "*assignment*",
+        "*",
+        "diskless topics have a managed replication factor and no manual placement: any "
+        "broker serves any partition (design: controller/topic_admin.py, INVALID_REQUEST)",
+        ("diskless",),
+    ),
+]
+
+BUGS: list[Known] = [
+    # --- Metadata ---
+    Known(
+        "metadata",
+        "*topic name",
+        "*.error_code",
+        "an invalid (or empty) topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka "
+        "answers INVALID_TOPIC_EXCEPTION",
+    ),
+    Known(
+        "metadata",
+        "*",
+        "*.topic_authorized_operations",
+        "for a topic that does not exist (or has an invalid name) Kafka still computes the "
+        "authorized operations (3576 without an authorizer); Sluice answers INT_MIN",
+    ),
+    Known(
+        "hostile_values",
+        "metadata for a 250-character name",
+        "*.error_code",
+        "a topic name over 249 characters: UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
+        "INVALID_TOPIC_EXCEPTION",
+    ),
+    Known(
+        "metadata",
+        "duplicate name",
+        "*#2",
+        "a topic named twice in one request is answered twice; Kafka answers it once",
+    ),
+    # --- CreateTopics ---
+    Known(
+        "create_topics",
+        "same name twice in one request",
+        "*",
+        "a name twice in one request: Sluice creates the first and answers "
+        "TOPIC_ALREADY_EXISTS to the second; Kafka refuses both with INVALID_REQUEST (one "
+        "entry) and creates nothing",
+    ),
+    Known(
+        "create_topics",
+        "validate_only, valid",
+        "*.topic_id",
+        "validate_only answers a null topic id; Kafka answers the id the topic would get",
+    ),
+    Known(
+        "create_topics",
+        "validate_only, valid",
+        "*configs[diskless.enable]",
+        "validate_only on a broker whose default kind is classic (log.diskless.enable=false) "
+        "reports diskless.enable=true (source default) for the topic it would create classic",
+        ("classic",),
+    ),
+    # --- topic config entries (CreateTopics v5+ and DescribeConfigs) ---
+    Known(
+        "*",
+        "*",
+        "*configs[errors.deadletterqueue.group.enable]",
+        "Kafka 4.x topic config missing from Sluice's list",
+    ),
+    Known(
+        "*",
+        "*",
+        "*configs[max.decompressed.message.bytes]",
+        "Kafka 4.x topic config missing from Sluice's list",
+    ),
+    Known(
+        "*",
+        "*",
+        "*configs[message.timestamp.difference.max.ms]",
+        "removed in Kafka 4.0 (KIP-937) but still listed by Sluice",
+    ),
+    Known(
+        "*",
+        "*",
+        "*configs[remote.log.disable.policy]",
+        "not a topic config of Kafka 4.4, still listed by Sluice",
+    ),
+    Known(
+        "*",
+        "*",
+        "*configs[remote.copy.lag.bytes]*",
+        "default -1 on Kafka (0 on Sluice), and its broker synonym log.remote.copy.lag.bytes "
+        "is missing",
+    ),
+    Known(
+        "*",
+        "*",
+        "*configs[remote.copy.lag.ms].synonyms",
+        "broker synonym log.remote.copy.lag.ms missing",
+    ),
+    Known(
+        "describe_configs",
+        "*",
+        "*configs[retention.ms].synonyms[log.retention.hours]",
+        "Sluice lists log.retention.hours as a synonym of retention.ms; Kafka lists only the "
+        "synonyms that are set (log.retention.ms is unset, so none but the topic's own)",
+    ),
+    Known(
+        "describe_configs",
+        "*",
+        "*configs[segment.ms].synonyms",
+        "Sluice lists log.roll.hours as a synonym; Kafka lists none (unset)",
+    ),
+    Known(
+        "describe_configs",
+        "*",
+        "*configs[segment.jitter.ms].synonyms",
+        "Sluice lists log.roll.jitter.hours as a synonym; Kafka lists none (unset)",
+    ),
+    Known(
+        "describe_configs",
+        "*",
+        "*configs[flush.ms].synonyms",
+        "Sluice lists log.flush.scheduler.interval.ms as a synonym; Kafka lists none",
+    ),
+    Known(
+        "describe_configs",
+        "invalid topic name",
+        "*.error_code",
+        "an invalid topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
+        "INVALID_TOPIC_EXCEPTION",
+    ),
+    Known(
+        "hostile_values",
+        "describe configs of an empty topic name",
+        "*.error_code",
+        "an empty topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
+        "INVALID_TOPIC_EXCEPTION",
+    ),
+    Known(
+        "describe_configs",
+        "this broker, named keys",
+        "*.config_type",
+        "broker configs are all typed STRING; Kafka gives their types (BOOLEAN, INT, LONG)",
+    ),
+    Known(
+        "describe_configs",
+        "this broker, named keys",
+        "*.synonyms*",
+        "broker configs are described without synonyms; Kafka lists the static and default "
+        "values as synonyms",
+    ),
+    Known(
+        "describe_configs",
+        "this broker, named keys",
+        "*configs[message.max.bytes].*",
+        "message.max.bytes is reported read-only and STATIC_BROKER_CONFIG though not set; "
+        "Kafka: DEFAULT_CONFIG, dynamically updatable (read_only false)",
+    ),
+    Known(
+        "describe_configs",
+        "this broker, named keys",
+        "*configs[log.retention.ms]",
+        "a broker config named in the request but unset (log.retention.ms) is omitted; Kafka "
+        "lists it with a null value",
+    ),
+    # --- Produce ---
+    Known(
+        "produce",
+        "truncated batch",
+        "*.error_code",
+        "a batch shorter than its length field: CORRUPT_MESSAGE; Kafka answers INVALID_RECORD",
+    ),
+    Known(
+        "idempotent_produce",
+        "retry of sequence * (*duplicate)",
+        "*.log_append_time",
+        "a duplicate is acknowledged with log_append_time -1; Kafka answers the original "
+        "batch's timestamp (its BatchMetadata), which the Java client then reports as the "
+        "record's timestamp",
+    ),
+    Known(
+        "idempotent_produce",
+        "*",
+        "*.log_start_offset",
+        "a batch refused for its sequence or epoch is answered with log_start_offset -1; "
+        "Kafka gives the partition's log start offset",
+    ),
+    # --- Fetch ---
+    Known(
+        "*",
+        "*",
+        "*partitions[0].high_watermark",
+        "with OFFSET_OUT_OF_RANGE (or a diverging epoch) Kafka answers -1 for the watermarks "
+        "and log start; Sluice fills in the partition's real ones",
+    ),
+    Known("*", "*", "*partitions[0].last_stable_offset", "as high_watermark"),
+    Known("*", "*", "*partitions[0].log_start_offset", "as high_watermark"),
+    Known(
+        "fetch",
+        "*",
+        "*.aborted_transactions",
+        "an errored partition (unknown topic id or partition) gets null aborted_transactions; "
+        "Kafka sends an empty list",
+    ),
+    Known(
+        "fetch",
+        "last_fetched_epoch ahead (divergence check)",
+        "*.error_code",
+        "a consumer's last_fetched_epoch newer than the leader's epoch is not validated; "
+        "Kafka answers OFFSET_OUT_OF_RANGE",
+    ),
+    # --- OffsetForLeaderEpoch ---
+    Known(
+        "log_start_and_epochs",
+        "end offset of epoch -1",
+        "*.end_offset",
+        "diskless answers the log end offset for leader epoch -1; Kafka (and Sluice's classic "
+        "topics) answer UNDEFINED_EPOCH_OFFSET (-1)",
+        ("diskless",),
+    ),
+    # --- ListOffsets ---
+    Known(
+        "list_offsets",
+        "same partition twice",
+        "*",
+        "a partition named twice in one request is answered twice; Kafka answers it once "
+        "with INVALID_REQUEST",
+    ),
+    Known(
+        "list_offsets",
+        "unknown special timestamp -7",
+        "*",
+        "a negative timestamp Kafka does not define: Kafka answers UNSUPPORTED_VERSION; "
+        "diskless treats it as a timestamp (offset 0), classic answers INVALID_REQUEST",
+    ),
+    # --- InitProducerId ---
+    Known(
+        "init_producer_id",
+        "empty transactional id",
+        "*",
+        "an empty transactional id is taken as idempotent; Kafka answers INVALID_REQUEST",
+        ("diskless",),
+    ),
+]

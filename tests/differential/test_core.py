@@ -1,0 +1,106 @@
+"""Apache Kafka as the oracle: the core sessions (sessions.py) against a real Kafka 4.x and
+against Sluice (a diskless and a classic broker); every field of every answer compared
+(compare.py). A difference fails the suite unless known.py lists it: as INTENDED, with its
+reason, or as a BUG, which is an xfail(strict=True) test of its own (it flips when fixed).
+
+`scripts/differential` runs this and prints every difference, the accepted ones included.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .compare import Difference, diff, normalise
+from .known import BUGS, INTENDED, Known
+from .record import KINDS, Recordings
+from .sessions import KIND_FREE, SESSIONS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.differential]
+
+
+def differences(rec: Recordings, session: str, target: str) -> Iterator[tuple[str, Difference]]:
+    steps = rec.get(session, {})
+    kafka, sluice = steps.get("kafka", {}), steps.get(target, {})
+    for label in [*kafka, *(s for s in sluice if s not in kafka)]:
+        for d in diff(normalise(kafka.get(label)), normalise(sluice.get(label))):
+            yield label, d
+
+
+def classify(session: str, target: str, label: str, d: Difference) -> Known | None:
+    for known in (*INTENDED, *BUGS):
+        if known.matches(session, target, label, d.path):
+            return known
+    return None
+
+
+CASES = [
+    (session, target)
+    for session in SESSIONS
+    for target in (["diskless"] if session in KIND_FREE else list(KINDS))
+]
+
+
+@pytest.mark.parametrize(("session", "target"), CASES, ids=[f"{s}-{t}" for s, t in CASES])
+def test_no_unexplained_difference(recordings: Recordings, session: str, target: str) -> None:
+    if session not in recordings:
+        pytest.skip("session not recorded (SLUICE_TEST_DIFFERENTIAL_ONLY)")
+    found = list(differences(recordings, session, target))
+    _write_report(session, target, found)
+    unexplained = [
+        f"{label} :: {d}" for label, d in found if classify(session, target, label, d) is None
+    ]
+    assert not unexplained, (
+        f"{len(unexplained)} difference(s) from Apache Kafka not in known.py:\n"
+        + "\n".join(unexplained)
+    )
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [pytest.param(b, id=b.id, marks=pytest.mark.xfail(strict=True, reason=b.reason)) for b in BUGS],
+)
+def test_known_bug(recordings: Recordings, bug: Known) -> None:
+    """Passes (and so, strict, fails the run) once Sluice answers as Kafka does."""
+    still = [
+        f"[{target}] {label} :: {d}"
+        for session, target in CASES
+        if session in recordings
+        for label, d in differences(recordings, session, target)
+        if bug.matches(session, target, label, d.path)
+    ]
+    if not still and set(recordings) != set(SESSIONS):
+        pytest.skip("only some sessions recorded (SLUICE_TEST_DIFFERENTIAL_ONLY)")
+    assert not still, f"{bug.reason}\n" + "\n".join(still)
+
+
+def test_intended_entries_still_match(recordings: Recordings) -> None:
+    """An INTENDED entry that matches no difference is stale (the difference went away or the
+    entry is mistyped): remove or fix it, so the list stays the reviewed truth."""
+    if set(recordings) != set(SESSIONS):
+        pytest.skip("only some sessions recorded")
+    found = [
+        (session, target, label, d)
+        for session, target in CASES
+        for label, d in differences(recordings, session, target)
+    ]
+    stale = [
+        k.id for k in INTENDED if not any(k.matches(s, t, lb, d.path) for s, t, lb, d in found)
+    ]
+    assert not stale, "INTENDED entries that match nothing:\n" + "\n".join(stale)
+
+
+def _write_report(session: str, target: str, found: list[tuple[str, Difference]]) -> None:
+    """With SLUICE_TEST_DIFFERENTIAL_REPORT set (scripts/differential does), every difference
+    with its classification goes to that file, one per line."""
+    path = os.environ.get("SLUICE_TEST_DIFFERENTIAL_REPORT")
+    if not path:
+        return
+    with Path(path).open("a") as out:
+        for label, d in found:
+            known = classify(session, target, label, d)
+            kind = "UNEXPLAINED" if known is None else ("BUG" if known in BUGS else "intended")
+            out.write(f"{kind}\t{session}\t{target}\t{label}\t{d}\n")

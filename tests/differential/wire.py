@@ -1,0 +1,158 @@
+"""One raw Kafka protocol connection, requests built from plain dicts with kio's schemas.
+
+The differential sessions send the same request to Apache Kafka and to Sluice at the same
+version, so a request is written as ``call("fetch", {...})`` and built here for whatever
+version the two brokers have in common (see :func:`common_versions`): keys a version does not
+have are dropped (e.g. ``topic_id`` below Fetch v13), missing ones take kio's defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import io
+import socket
+import struct
+import types
+import typing
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+
+IO_TIMEOUT_S = 15.0  # above every timeout a session sends (10 s)
+API_KEYS: dict[str, int] = {name: key for key, name in api_key_map.items()}
+
+
+def kio_versions(api_key: int) -> range:
+    """The request versions kio has schemas for."""
+    from kio.schema.index import schema_name_map
+
+    versions = sorted(schema_name_map[api_key_map[api_key]])
+    return range(versions[0], versions[-1] + 1)
+
+
+def build(cls: type, data: Mapping[str, Any]) -> Any:
+    """An instance of kio dataclass ``cls`` from a plain dict (nested dicts/lists allowed)."""
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name])
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs[f.name] = _zero(hints[f.name])
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(inner[0], value)
+    if origin is tuple:
+        (item, _ellipsis) = typing.get_args(hint)
+        return tuple(_convert(item, v) for v in value)
+    if dataclasses.is_dataclass(hint):
+        return build(hint, value)
+    if isinstance(hint, type) and issubclass(hint, datetime.timedelta):
+        return hint.parse(datetime.timedelta(milliseconds=value))
+    if hint is uuid.UUID and isinstance(value, str):
+        return uuid.UUID(value)
+    return value
+
+
+def _zero(hint: Any) -> Any:
+    """A neutral value for a required field the session did not name."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return None
+    if origin is tuple:
+        return ()
+    if dataclasses.is_dataclass(hint):
+        return build(hint, {})
+    if isinstance(hint, type):
+        if issubclass(hint, datetime.timedelta):
+            return hint.parse(datetime.timedelta(0))
+        if issubclass(hint, bool):
+            return False
+        if issubclass(hint, int):
+            return 0
+        if issubclass(hint, str):
+            return ""
+        if issubclass(hint, bytes):
+            return b""
+        if hint is uuid.UUID:
+            return uuid.UUID(int=0)
+    raise TypeError(f"no neutral value for {hint!r}")
+
+
+class Connection:
+    def __init__(self, host: str, port: int, client_id: str = "sluice-differential") -> None:
+        self.sock = socket.create_connection((host, port), timeout=IO_TIMEOUT_S)
+        self.client_id = client_id
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, request: Any, expect_response: bool = True) -> Any:
+        """Write one request; read and decode its response (None when none is expected)."""
+        self.correlation_id += 1
+        header_cls = request.__header_schema__
+        header_fields = {
+            "request_api_key": request.__api_key__,
+            "request_api_version": request.__version__,
+            "correlation_id": self.correlation_id,
+        }
+        if any(f.name == "client_id" for f in dataclasses.fields(header_cls)):
+            header_fields["client_id"] = self.client_id
+        buf = io.BytesIO()
+        entity_writer(header_cls)(buf, header_cls(**header_fields))
+        entity_writer(type(request))(buf, request)
+        payload = buf.getvalue()
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+        if not expect_response:
+            return None
+        frame = self._read_frame()
+        response_cls = load_response_schema(request.__api_key__, request.__version__)
+        header, used = entity_reader(response_cls.__header_schema__)(frame, 0)
+        if header.correlation_id != self.correlation_id:
+            raise AssertionError(
+                f"correlation id {header.correlation_id}, expected {self.correlation_id}"
+            )
+        response, _ = entity_reader(response_cls)(frame, used)
+        return response
+
+    def _read_exact(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("connection closed by the broker")
+            out += chunk
+        return bytes(out)
+
+    def _read_frame(self) -> bytes:
+        (size,) = struct.unpack(">i", self._read_exact(4))
+        return self._read_exact(size)
+
+
+def request_for(api: str, version: int, body: Mapping[str, Any]) -> Any:
+    return build(load_request_schema(API_KEYS[api], version), body)
+
+
+def api_versions(conn: Connection) -> dict[int, tuple[int, int]]:
+    """The broker's ApiVersions table (v3, which every 4.x broker and Sluice serve)."""
+    resp = conn.send(
+        request_for(
+            "api_versions",
+            3,
+            {"client_software_name": "sluice-differential", "client_software_version": "1"},
+        )
+    )
+    return {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in resp.api_keys}
