@@ -96,10 +96,22 @@ async def test_sqlite_drops_markers_past_a_seal(
         finally:
             conn.close()
 
+    def alter(statement: str) -> None:
+        conn = sqlite3.connect(path, timeout=30)
+        try:
+            conn.execute(statement)
+            conn.commit()
+        finally:
+            conn.close()
+
+    # Today's transaction code reads a column of a later migration (9): present while the
+    # legacy state is written, gone again before the upgrade, as in a version-7 database.
+    alter("ALTER TABLE transactions ADD COLUMN last_producer_epoch INTEGER NOT NULL DEFAULT -1")
     try:
         await legacy_state(old, seal)
     finally:
         await old.close()
+    alter("ALTER TABLE transactions DROP COLUMN last_producer_epoch")
     monkeypatch.undo()
     new = SqliteCoordinator(path)
     await new.start()
@@ -120,9 +132,13 @@ async def test_postgres_drops_markers_past_a_seal(postgres_dsn: str) -> None:
     async def seal(insert: str) -> None:
         await pool.fetch(f"{insert} ($1, $2, 1)", SEALED.topic_id, SEALED.partition, write=True)
 
+    # As in the SQLite test: today's functions read a column of a later migration (0013).
+    column = "last_producer_epoch"
+    await pool.fetch(f"ALTER TABLE transactions ADD COLUMN {column} integer DEFAULT -1", write=True)
     try:
         await old.start()
         await legacy_state(old, seal)
+        await pool.fetch(f"ALTER TABLE transactions DROP COLUMN {column}", write=True)
     finally:
         await old.close()
         await pool.close()
