@@ -22,6 +22,11 @@ FENCED_SINCE = 4
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if request.transactional_id == "":
+        # Kafka: an empty transactional id is no id and no idempotent request either.
+        return ctx.respond(
+            {"error_code": int(ErrorCode.invalid_request), "producer_id": -1, "producer_epoch": -1}
+        )
     # WRITE on the transactional id; without one, idempotence needs IDEMPOTENT_WRITE on the
     # cluster or WRITE on some topic (KIP-679).
     denied = None

@@ -394,12 +394,4 @@ BUGS: list[Known] = [
         "a negative timestamp Kafka does not define: Kafka answers UNSUPPORTED_VERSION; "
         "diskless treats it as a timestamp (offset 0), classic answers INVALID_REQUEST",
     ),
-    # --- InitProducerId ---
-    Known(
-        "init_producer_id",
-        "empty transactional id",
-        "*",
-        "an empty transactional id is taken as idempotent; Kafka answers INVALID_REQUEST",
-        ("diskless",),
-    ),
 ]
