@@ -33,6 +33,7 @@ from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
 from .groups.coordinator import GroupConfig
 from .groups.service import GroupService
 from .http_endpoint import HttpEndpoint
+from .logs.router import has_diskless_part
 from .membership import (
     BrokerEndpoint,
     ControllerMembership,
@@ -42,7 +43,6 @@ from .membership import (
 )
 from .metadata_follower import BrokerStorageListener
 from .metrics import METRICS
-from .migration.routing import has_diskless_part
 from .migration.sealer import MigrationSealer
 from .producer_ids import ProducerIdAllocator
 from .security.authorizer import Authorizer, parse_super_users

@@ -30,8 +30,8 @@ from ..classic.fetch import (
 from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import FetchBudget, leader_epoch_error
+from ..logs.router import reads_classic, whole_log_start
 from ..metrics import METRICS
-from ..migration.routing import reads_classic, whole_log_start
 from ..security import access
 from ..security.acl import AclOperation
 from ..tiering.fetch import read_tiered

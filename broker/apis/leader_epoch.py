@@ -9,7 +9,7 @@ from storage.coordinator import PartitionKey
 
 from ..classic.offsets import end_offset_for_epoch
 from ..fetch import leader_epoch_error
-from ..migration.routing import CLASSIC, epochs_route
+from ..logs.router import CLASSIC, epochs_route
 from ..security import access
 from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition

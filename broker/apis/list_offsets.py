@@ -9,7 +9,7 @@ from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest
 
 from ..classic.offsets import list_offset as classic_list_offset
 from ..fetch import leader_epoch_error
-from ..migration.routing import CLASSIC, list_offset_route
+from ..logs.router import CLASSIC, list_offset_route
 from ..security import access
 from ..security.acl import AclOperation
 from ._common import group_by_topic, resolve_partition

@@ -27,7 +27,7 @@ from ..classic.produce import (
 )
 from ..client_az import az_from_client_id, count_bytes, count_produce
 from ..client_quotas import user_of
-from ..migration.routing import appends_classic, refuses_diskless_append
+from ..logs.router import appends_classic, refuses_diskless_append
 from ..refusals import REFUSALS
 from ..security import access
 from ..security.acl import AclOperation

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from ..classic.txn_markers import mark
-from ..migration.routing import appends_classic
+from ..logs.router import appends_classic
 from ..security import access
 from ..security.acl import AclOperation
 

@@ -72,7 +72,7 @@ def classic_slot(
 
 
 def _not_copied_yet(manager: ReplicaManager, p: ClassicPartition, offset: int) -> bool:
-    from ..migration.routing import sealed_boundary
+    from ..logs.router import sealed_boundary
 
     if offset < p.log.log_end_offset:
         return False

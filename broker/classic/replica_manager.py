@@ -31,7 +31,7 @@ from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
 from ..background import cancel_and_wait
-from ..migration.routing import hosted_classic
+from ..logs.router import hosted_classic
 from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from .partition import LEADER, ClassicPartition
 from .replica_fetcher import ReplicaFetcher

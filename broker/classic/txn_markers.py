@@ -26,7 +26,7 @@ from kio.static.primitive import i16, i32
 from storage.coordinator import PartitionKey
 
 from ..append import PartitionResult
-from ..migration.routing import appends_classic
+from ..logs.router import appends_classic
 from .kafka_client import ConnectionLost, KafkaConnection
 
 if TYPE_CHECKING:

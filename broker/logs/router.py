@@ -1,4 +1,6 @@
-"""Which log serves a partition of a topic migrating (or migrated) between classic and
+"""Which log serves a partition: the one place that decides it, for every API (issue 26).
+
+Which log serves a partition of a topic migrating (or migrated) between classic and
 diskless.
 
 Until the partition's leader sealed its old log and the controller recorded it
