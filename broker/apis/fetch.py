@@ -29,7 +29,7 @@ from ..classic.fetch import (
 )
 from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
-from ..fetch import FetchBudget, leader_epoch_error
+from ..fetch import FetchBudget, FetchSlot, leader_epoch_error
 from ..logs.router import reads_classic, whole_log_start
 from ..metrics import METRICS
 from ..security import access
@@ -40,7 +40,6 @@ from ..transformer import preferred_read_replica, route_without_replicas
 if TYPE_CHECKING:
     from storage.catalog import Topic
 
-    from ..classic.partition import ClassicPartition
     from ..node import Broker
     from ..server import RequestContext
 
@@ -48,46 +47,6 @@ log = logging.getLogger(__name__)
 
 TOPIC_IDS_VERSION = 13
 READ_COMMITTED = 1
-
-
-class _Slot:
-    """One requested partition: an immediate error or an index into the find list."""
-
-    __slots__ = (
-        "classic",
-        "data",
-        "error",
-        "find_index",
-        "log",
-        "max_bytes",
-        "offset",
-        "partition",
-        "preferred",
-        "replica",
-        "topic_key",
-    )
-
-    def __init__(
-        self,
-        topic_key: Any,
-        partition: int,
-        error: int,
-        find_index: int,
-        preferred: int = -1,
-        log: PartitionKey | None = None,
-    ) -> None:
-        self.topic_key = topic_key
-        self.partition = partition
-        self.error = error
-        self.find_index = find_index
-        self.preferred = preferred  # KIP-392 preferred read replica, -1: none
-        self.log = log  # set on redirects: their offsets are answered from log_info
-        # A classic partition's replica on this broker (read from its local log).
-        self.classic: ClassicPartition | None = None
-        self.offset = 0
-        self.max_bytes = 0
-        self.replica = -1  # a follower's broker id for replication fetches
-        self.data: bytes = b""
 
 
 def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int], int] | None:
@@ -134,7 +93,7 @@ def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
-    slots: list[_Slot] = []
+    slots: list[FetchSlot] = []
     finds: list[FindRequest] = []
     await broker.topics.ensure(
         (t.topic_id if by_id else t.topic, part.partition)
@@ -177,7 +136,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     broker.leader_epoch(topic.topic_id, part.partition),
                 )
             if error or topic is None:
-                slots.append(_Slot(key, part.partition, error, -1))
+                slots.append(FetchSlot(key, part.partition, error, -1))
                 continue
             if classic is not None and reads_classic(
                 broker, classic, topic.topic_id, part.partition, part.fetch_offset, replica_id
@@ -192,10 +151,10 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 # Like Kafka: no records, only the replica to switch to (librdkafka skips
                 # records sent alongside a preferred replica anyway).
                 log_key = PartitionKey(topic.topic_id, part.partition)
-                slots.append(_Slot(key, part.partition, 0, -1, preferred, log_key))
+                slots.append(FetchSlot(key, part.partition, 0, -1, preferred, log_key))
                 redirected = True
                 continue
-            slots.append(_Slot(key, part.partition, 0, len(finds)))
+            slots.append(FetchSlot(key, part.partition, 0, len(finds)))
             finds.append(
                 FindRequest(
                     topic.topic_id, part.partition, part.fetch_offset, part.partition_max_bytes
@@ -223,7 +182,7 @@ def _replica_id(request: Any) -> int:
 
 async def _collect(
     broker: Broker,
-    slots: list[_Slot],
+    slots: list[FetchSlot],
     finds: list[FindRequest],
     max_bytes: int,
     min_bytes: int,
@@ -270,7 +229,7 @@ async def _collect(
 async def _fetch(
     broker: Broker,
     ctx: RequestContext,
-    slots: list[_Slot],
+    slots: list[FetchSlot],
     finds: list[FindRequest],
     max_bytes: int,
     min_bytes: int,

@@ -14,11 +14,11 @@ from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic
 
+from ..fetch import FetchBudget, FetchSlot
+from ..logs.router import sealed_boundary
 from .partition import FOLLOWER, LEADER, ClassicPartition
 
 if TYPE_CHECKING:
-    from ..apis.fetch import _Slot
-    from ..fetch import FetchBudget
     from ..node import Broker
     from .replica_manager import ReplicaManager
 
@@ -37,10 +37,9 @@ def classic_slot(
     replica_id: int,
     version: int,
     rack: str | None,
-) -> _Slot:
-    from ..apis.fetch import _Slot
+) -> FetchSlot:
 
-    slot = _Slot(key, part.partition, 0, -1)
+    slot = FetchSlot(key, part.partition, 0, -1)
     p = manager.get(topic.topic_id, part.partition)
     if replica_id == DENIED_REPLICA:
         slot.error = int(ErrorCode.cluster_authorization_failed)
@@ -72,8 +71,6 @@ def classic_slot(
 
 
 def _not_copied_yet(manager: ReplicaManager, p: ClassicPartition, offset: int) -> bool:
-    from ..logs.router import sealed_boundary
-
     if offset < p.log.log_end_offset:
         return False
     boundary = sealed_boundary(manager.broker, p.topic_id, p.index)
@@ -93,7 +90,7 @@ def preferred_read_replica(broker: Broker, p: ClassicPartition, rack: str) -> in
 
 
 def read_classic(
-    broker: Broker, slot: _Slot, budget: FetchBudget, read_committed: bool = False
+    broker: Broker, slot: FetchSlot, budget: FetchBudget, read_committed: bool = False
 ) -> int:
     """Read a classic slot (again) within what the answer has left; returns the bytes
     found. A follower's fetch offset is recorded even when nothing fits any more (Kafka
@@ -122,11 +119,11 @@ def read_classic(
     return len(data)
 
 
-def classic_interests(slots: list[_Slot]) -> list[tuple[UUID, int, int]]:
+def classic_interests(slots: list[FetchSlot]) -> list[tuple[UUID, int, int]]:
     return [(s.classic.topic_id, s.partition, s.offset) for s in slots if s.classic]
 
 
-def classic_entry(slot: _Slot, read_committed: bool = False) -> dict[str, Any]:
+def classic_entry(slot: FetchSlot, read_committed: bool = False) -> dict[str, Any]:
     p = slot.classic
     assert p is not None
     lso = p.last_stable_offset
