@@ -33,7 +33,7 @@ from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
 from .groups.coordinator import GroupConfig
 from .groups.service import GroupService
 from .http_endpoint import HttpEndpoint
-from .logs.router import has_diskless_part
+from .logs.router import coordinator_retains
 from .membership import (
     BrokerEndpoint,
     ControllerMembership,
@@ -456,9 +456,7 @@ class Broker:
             for topic in self.topics.all()
             # Classic logs are local: broker/classic enforces their retention (the diskless
             # part of a topic migrated to classic is the coordinator's).
-            if self.classic is None
-            or not self.classic.is_classic(topic.topic_id)
-            or has_diskless_part(self.controller, topic.topic_id)
+            if coordinator_retains(self, topic.topic_id)
             for partition in range(topic.partitions)
         ]
         if policies:

@@ -16,21 +16,16 @@ from storage.coordinator import (
     FindRequest,
     FindResult,
     LogInfo,
-    PartitionKey,
 )
 from storage.object_store import ObjectStoreError
 
-from ..classic.fetch import (
-    DENIED_REPLICA,
-    classic_entry,
-    classic_interests,
-    classic_slot,
-    read_classic,
-)
+from ..classic.fetch import DENIED_REPLICA, classic_entry, classic_interests, read_classic
 from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
 from ..fetch import FetchBudget, FetchSlot, leader_epoch_error
-from ..logs.router import reads_classic, whole_log_start
+from ..logs.engines import log_router
+from ..logs.partition_log import ReadPlan
+from ..logs.router import LogRouter, Purpose
 from ..metrics import METRICS
 from ..security import access
 from ..security.acl import AclOperation
@@ -94,7 +89,6 @@ def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
     slots: list[FetchSlot] = []
-    finds: list[FindRequest] = []
     await broker.topics.ensure(
         (t.topic_id if by_id else t.topic, part.partition)
         for t in request.topics
@@ -103,7 +97,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
-    classic = broker.classic
+    logs = log_router(broker)
     replica_id = _replica_id(request)
     if (
         replica_id >= 0
@@ -112,6 +106,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     ):
         # Replication is a broker's privilege (Kafka: CLUSTER_ACTION on the cluster).
         replica_id = DENIED_REPLICA
+    plan = ReadPlan(replica_id, ctx.header.api_version, rack, prefer)
+    finds = plan.finds
     for fetch_topic in request.topics:
         if by_id:
             key = fetch_topic.topic_id
@@ -138,28 +134,16 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if error or topic is None:
                 slots.append(FetchSlot(key, part.partition, error, -1))
                 continue
-            if classic is not None and reads_classic(
-                broker, classic, topic.topic_id, part.partition, part.fetch_offset, replica_id
-            ):
-                slot = classic_slot(
-                    classic, key, topic, part, replica_id, ctx.header.api_version, rack
-                )
-                slots.append(slot)
-                redirected = redirected or slot.preferred >= 0
-                continue
-            if prefer is not None and (preferred := prefer(topic, part.partition)) >= 0:
-                # Like Kafka: no records, only the replica to switch to (librdkafka skips
-                # records sent alongside a preferred replica anyway).
-                log_key = PartitionKey(topic.topic_id, part.partition)
-                slots.append(FetchSlot(key, part.partition, 0, -1, preferred, log_key))
-                redirected = True
-                continue
-            slots.append(FetchSlot(key, part.partition, 0, len(finds)))
-            finds.append(
-                FindRequest(
-                    topic.topic_id, part.partition, part.fetch_offset, part.partition_max_bytes
-                )
+            log = logs.route(
+                topic.topic_id,
+                part.partition,
+                Purpose.READ,
+                part.fetch_offset,
+                replica_id=replica_id,
             )
+            slot = log.open_read(key, topic, part, plan)
+            slots.append(slot)
+            redirected = redirected or slot.preferred >= 0
     max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     max_wait = request.max_wait.total_seconds()
     # A redirect is answered at once: the consumer should not long-poll the wrong AZ.
@@ -167,7 +151,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     az = rack or az_from_client_id(ctx.header.client_id)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     return asyncio.ensure_future(
-        _fetch(broker, ctx, slots, finds, max_bytes, min_bytes, max_wait, by_id, az, read_committed)
+        _fetch(
+            logs,
+            broker,
+            ctx,
+            slots,
+            finds,
+            max_bytes,
+            min_bytes,
+            max_wait,
+            by_id,
+            az,
+            read_committed,
+        )
     )
 
 
@@ -227,6 +223,7 @@ async def _collect(
 
 
 async def _fetch(
+    logs: LogRouter,
     broker: Broker,
     ctx: RequestContext,
     slots: list[FetchSlot],
@@ -300,11 +297,9 @@ async def _fetch(
         elif slot.find_index >= 0:
             result = results[slot.find_index]
             data = records[slot.find_index]
-            start = result.log_start_offset
-            if broker.classic is not None and start >= 0:
-                # A migrated partition's log starts in its sealed classic log, if any.
-                f = finds[slot.find_index]
-                start = whole_log_start(broker, broker.classic, f.topic_id, f.partition, start)
+            # A migrated partition's log starts in its sealed classic log, if any.
+            f = finds[slot.find_index]
+            start = logs.log_start(f.topic_id, f.partition, result.log_start_offset)
             entry.update(
                 error_code=result.error,
                 high_watermark=result.high_watermark,
