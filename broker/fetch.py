@@ -31,8 +31,12 @@ from .metrics import METRICS
 
 if TYPE_CHECKING:
     from .classic.partition import ClassicPartition
+    from .logs.partition_log import PartitionLog
 
 LEADER_EPOCH = 0  # the one epoch there is without a controller (see Broker.leader_epoch)
+# A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client
+# can send: consumers use -1, debugging consumers -2).
+DENIED_REPLICA = -1000
 
 
 def leader_epoch_error(requested: int, current: int) -> int:
@@ -61,6 +65,7 @@ class FetchSlot:
         "offset",
         "partition",
         "preferred",
+        "reader",
         "replica",
         "topic_key",
     )
@@ -86,6 +91,8 @@ class FetchSlot:
         self.max_bytes = 0
         self.replica = -1  # a follower's broker id for replication fetches
         self.data: bytes = b""
+        # The log that opened the slot and reads it (``PartitionLog.open_read``).
+        self.reader: PartitionLog | None = None
 
 
 class FetchBudget:

@@ -1,20 +1,19 @@
 """Fetch from classic partitions: consumers up to the high watermark, followers up to the
 log end (their fetch offset is their progress), KIP-392 preferred read replicas.
 
-Used by ``broker.apis.fetch``: a classic partition's slot carries its replica here, and
+Used by ``broker.logs.classic``: a classic partition's slot carries its replica here, and
 the long poll reads it again each time a watch wakes (an append, a high watermark move).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic
 
-from ..fetch import FetchBudget, FetchSlot
+from ..fetch import DENIED_REPLICA, FetchBudget, FetchSlot
 from ..logs.router import sealed_boundary
 from .partition import FOLLOWER, LEADER, ClassicPartition
 
@@ -24,9 +23,6 @@ if TYPE_CHECKING:
 
 # Consumers may fetch from a follower from Fetch v11 on (KIP-392), as Kafka allows.
 FOLLOWER_FETCH_VERSION = 11
-# A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client
-# can send: consumers use -1, debugging consumers -2).
-DENIED_REPLICA = -1000
 
 
 def classic_slot(
@@ -117,10 +113,6 @@ def read_classic(
             # Consumers and acks=all produces waiting on the high watermark.
             broker.watch.notify([(p.topic_id, p.index, p.high_watermark)])
     return len(data)
-
-
-def classic_interests(slots: list[FetchSlot]) -> list[tuple[UUID, int, int]]:
-    return [(s.classic.topic_id, s.partition, s.offset) for s in slots if s.classic]
 
 
 def classic_entry(slot: FetchSlot, read_committed: bool = False) -> dict[str, Any]:

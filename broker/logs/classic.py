@@ -13,11 +13,12 @@ from protocol.records import BatchHeader
 from storage.catalog import Topic
 
 from ..append import PartitionResult
-from ..classic.fetch import classic_slot
+from ..classic.fetch import classic_entry, classic_slot, read_classic
 from ..classic.offsets import delete_records, end_offset_for_epoch, list_offset
 from ..classic.produce import classic_append, needs_verification
 from ..classic.txn_markers import mark
-from ..fetch import FetchSlot
+from ..fetch import FetchBudget, FetchSlot
+from ..tiering.fetch import read_tiered
 from .partition_log import (
     AppendPlan,
     DeleteAnswer,
@@ -78,9 +79,42 @@ class ClassicLog:
         return -len(plan.waits)  # -1 - its index
 
     def open_read(self, key: Any, topic: Topic, part: Any, plan: ReadPlan) -> FetchSlot:
-        return classic_slot(
+        slot = classic_slot(
             self._manager, key, topic, part, plan.replica_id, plan.version, plan.rack
         )
+        slot.reader = self
+        return slot
+
+    async def read_below(
+        self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
+    ) -> int:
+        # Offsets below a tiered partition's local log: read once from the remote segments.
+        local = [s for s in slots if _reads_here(s)]
+        return await read_tiered(self._broker, local, budget, read_committed) if local else 0
+
+    async def start_round(
+        self, slots: list[FetchSlot], budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> None:
+        return None
+
+    def read_round(
+        self, slot: FetchSlot, budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> int:
+        # Read again from the local log each round (a replica's log grows as it waits).
+        return read_classic(self._broker, slot, budget, read_committed) if _reads_here(slot) else 0
+
+    def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
+        p = slot.classic
+        return [(p.topic_id, slot.partition, slot.offset)] if p and _reads_here(slot) else []
+
+    async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        return None
+
+    async def describe(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        return None
+
+    def entry(self, slot: FetchSlot, plan: ReadPlan, read_committed: bool) -> dict[str, Any]:
+        return classic_entry(slot, read_committed) if slot.classic is not None else {}
 
     async def list_offsets(
         self, asks: Sequence[OffsetAsk], read_committed: bool
@@ -125,3 +159,8 @@ class ClassicLog:
             commit,
             coordinator_epoch,
         )
+
+
+def _reads_here(slot: FetchSlot) -> bool:
+    """A replica on this broker serves the slot (not a KIP-392 redirect, not refused)."""
+    return slot.classic is not None and slot.preferred < 0

@@ -5,6 +5,7 @@ are one coordinator round trip; appends go to the appender, once per Produce req
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -15,10 +16,16 @@ from kio.schema.errors import ErrorCode
 from protocol.record_scan import first_at_or_after, max_timestamp_record
 from protocol.records import BatchHeader
 from storage.catalog import Topic
-from storage.coordinator import MAX_TIMESTAMP, FindRequest, ListOffsetsRequest, PartitionKey
+from storage.coordinator import (
+    MAX_TIMESTAMP,
+    CoordinatorUnavailable,
+    FindRequest,
+    ListOffsetsRequest,
+    PartitionKey,
+)
 
 from ..append import PartitionAppend, PartitionResult
-from ..fetch import FetchSlot
+from ..fetch import FetchBudget, FetchSlot
 from .partition_log import (
     AppendPlan,
     DeleteAnswer,
@@ -32,6 +39,8 @@ from .partition_log import (
 
 if TYPE_CHECKING:
     from ..node import Broker
+
+log = logging.getLogger(__name__)
 
 
 class DisklessLog:
@@ -65,12 +74,95 @@ class DisklessLog:
             # Like Kafka: no records, only the replica to switch to (librdkafka skips
             # records sent alongside a preferred replica anyway).
             log_key = PartitionKey(topic.topic_id, part.partition)
-            return FetchSlot(key, part.partition, 0, -1, preferred, log_key)
-        slot = FetchSlot(key, part.partition, 0, len(plan.finds))
-        plan.finds.append(
-            FindRequest(topic.topic_id, part.partition, part.fetch_offset, part.partition_max_bytes)
-        )
+            slot = FetchSlot(key, part.partition, 0, -1, preferred, log_key)
+        else:
+            slot = FetchSlot(key, part.partition, 0, len(plan.finds))
+            plan.finds.append(
+                FindRequest(
+                    topic.topic_id, part.partition, part.fetch_offset, part.partition_max_bytes
+                )
+            )
+        slot.reader = self
         return slot
+
+    async def read_below(
+        self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
+    ) -> int:
+        return 0
+
+    async def start_round(
+        self, slots: list[FetchSlot], budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> None:
+        # Every diskless partition of the request in one find, within what the answer has
+        # left; each slot then takes its share in the request's order (``read_round``).
+        finds = plan.finds
+        fetcher = self._broker.fetcher
+        plan.results = await fetcher.find(finds, budget.left, read_committed) if finds else []
+
+    def read_round(
+        self, slot: FetchSlot, budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> int:
+        # (The batch coordinator applies the same limits, but to the diskless partitions
+        # alone: the request's other logs share the budget.)
+        i = slot.find_index
+        if i < 0:
+            return 0
+        result = plan.results[i] = budget.keep(plan.results[i], plan.finds[i].max_bytes)
+        return sum(b.byte_size for b in result.batches)
+
+    def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
+        if slot.find_index < 0:
+            return []
+        f = plan.finds[slot.find_index]
+        return [(f.topic_id, f.partition, f.offset)]
+
+    async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        broker = self._broker
+        epochs = [broker.leader_epoch(f.topic_id, f.partition) for f in plan.finds]
+        plan.records = await broker.fetcher.read(plan.results, epochs)
+
+    async def describe(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        # Redirected partitions carry no records but, as in Kafka, their offsets: one lookup
+        # for all of them (a consumer is redirected once per partition, then fetches
+        # elsewhere).
+        redirected = [slot for slot in slots if slot.log is not None]
+        if not redirected:
+            return
+        try:
+            found = await self._broker.coordinator.log_info([s.log for s in redirected if s.log])
+        except CoordinatorUnavailable as exc:
+            log.warning("offsets of redirected partitions unavailable: %s", exc)
+            return
+        plan.infos.update({id(s): info for s, info in zip(redirected, found, strict=True)})
+
+    def entry(self, slot: FetchSlot, plan: ReadPlan, read_committed: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if (info := plan.infos.get(id(slot))) is not None and not info.error:
+            out.update(
+                high_watermark=info.high_watermark,
+                last_stable_offset=info.high_watermark,
+                log_start_offset=info.log_start_offset,
+            )
+        i = slot.find_index
+        if i < 0:
+            return out
+        result = plan.results[i]
+        data = plan.records[i]
+        f = plan.finds[i]
+        out.update(
+            error_code=result.error,
+            high_watermark=result.high_watermark,
+            last_stable_offset=result.last_stable_offset,
+            # A migrated partition's log starts in its sealed classic log, if any.
+            log_start_offset=plan.log_start(f.topic_id, f.partition, result.log_start_offset),
+            records=data if data is not None else b"",
+        )
+        if result.aborted is not None:
+            out["aborted_transactions"] = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in result.aborted
+            ]
+        return out
 
     async def list_offsets(
         self, asks: Sequence[OffsetAsk], read_committed: bool

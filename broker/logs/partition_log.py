@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
+from protocol.codec import RecordChunks
 from protocol.records import BatchHeader
 from storage.catalog import Topic
-from storage.coordinator import FindRequest
+from storage.coordinator import FindRequest, FindResult, LogInfo
 
 from ..append import PartitionAppend, PartitionResult
-from ..fetch import FetchSlot
+from ..fetch import FetchBudget, FetchSlot
 
 A = TypeVar("A")
 
@@ -93,13 +94,19 @@ class AppendPlan:
 class ReadPlan:
     """One Fetch request's reads: who asks (``replica_id`` >= 0: a follower replicating),
     its version and rack, the KIP-392 redirect finder of diskless partitions (None: no
-    redirect), and the diskless finds, made once per round for the whole request."""
+    redirect), where a diskless answer's log starts (``log_start``: the router's), and
+    the diskless finds, made once per round for the whole request, with their results,
+    record bytes and the offsets of redirected partitions."""
 
     replica_id: int
     version: int
     rack: str | None
     prefer: Callable[[Topic, int], int] | None
+    log_start: Callable[[UUID, int, int], int]
     finds: list[FindRequest] = field(default_factory=list)
+    results: list[FindResult] = field(default_factory=list)
+    records: list[RecordChunks | None] = field(default_factory=list)
+    infos: dict[int, LogInfo] = field(default_factory=dict)
 
 
 class PartitionLog(Protocol):
@@ -124,7 +131,47 @@ class PartitionLog(Protocol):
         ...
 
     def open_read(self, key: Any, topic: Topic, part: Any, plan: ReadPlan) -> FetchSlot:
-        """The slot of one Fetch partition (``part``: its fetch_offset, partition_max_bytes)."""
+        """The slot of one Fetch partition (``part``: its fetch_offset, partition_max_bytes);
+        the log reads it (``FetchSlot.reader``)."""
+        ...
+
+    # A Fetch's long poll, over its slots in request order (the client rotates it): the
+    # answer's size limits (``FetchBudget``) are shared by every log of the request.
+
+    async def read_below(
+        self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
+    ) -> int:
+        """Before the rounds, first in the budget: what no round reads again (offsets in a
+        classic log's tiered part: always there, never waited for). Bytes read."""
+        ...
+
+    async def start_round(
+        self, slots: list[FetchSlot], budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> None:
+        """A round begins (the diskless finds of the whole request, within ``budget``)."""
+        ...
+
+    def read_round(
+        self, slot: FetchSlot, budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> int:
+        """The slot's part of this round within what the answer has left; bytes available."""
+        ...
+
+    def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
+        """(topic id, partition, offset) whose advance wakes the long poll (none: nothing
+        to wait for)."""
+        ...
+
+    async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        """The rounds are over: fetch the record bytes found."""
+        ...
+
+    async def describe(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        """The offsets of slots answered without records (KIP-392 redirects)."""
+        ...
+
+    def entry(self, slot: FetchSlot, plan: ReadPlan, read_committed: bool) -> dict[str, Any]:
+        """The slot's fields of the Fetch answer (over the defaults: no records, -1s)."""
         ...
 
     async def list_offsets(
@@ -207,8 +254,37 @@ class Answered:
     ) -> PartitionResult | int:
         return PartitionResult(self.error)
 
-    def open_read(self, key: Any, topic: Topic, part: Any, plan: ReadPlan) -> FetchSlot:
-        return FetchSlot(key, part.partition, self.error, -1)
+    def open_read(self, key: Any, topic: Topic | None, part: Any, plan: ReadPlan) -> FetchSlot:
+        slot = FetchSlot(key, part.partition, self.error, -1)
+        slot.reader = self
+        return slot
+
+    async def read_below(
+        self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
+    ) -> int:
+        return 0
+
+    async def start_round(
+        self, slots: list[FetchSlot], budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> None:
+        return None
+
+    def read_round(
+        self, slot: FetchSlot, budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> int:
+        return 0
+
+    def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
+        return []
+
+    async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        return None
+
+    async def describe(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        return None
+
+    def entry(self, slot: FetchSlot, plan: ReadPlan, read_committed: bool) -> dict[str, Any]:
+        return {}
 
     async def list_offsets(
         self, asks: Sequence[OffsetAsk], read_committed: bool
