@@ -100,3 +100,19 @@ def test_no_request_handler_asks_which_engine_serves_a_partition() -> None:
             if isinstance(node, ast.Attribute) and node.attr == "is_classic":
                 asking.append(f"{path.name}: is_classic")
     assert asking == []
+
+
+def test_every_engine_implements_the_whole_partition_log() -> None:
+    """No type checker runs in CI: the engines' methods are checked against the Protocol."""
+    import inspect
+
+    from broker.logs.classic import ClassicLog
+    from broker.logs.diskless import DisklessLog
+    from broker.logs.partition_log import PartitionLog
+
+    methods = [n for n, v in vars(PartitionLog).items() if callable(v) and n[0] != "_"]
+    assert "append" in methods and "write_marker" in methods
+    for engine in (DisklessLog, ClassicLog, Answered):
+        for name in methods:
+            theirs = inspect.signature(getattr(engine, name)).parameters
+            assert list(theirs) == list(inspect.signature(getattr(PartitionLog, name)).parameters)
