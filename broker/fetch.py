@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -19,10 +20,18 @@ from protocol.codec import RecordChunks
 from protocol.records import PATCHED_PREFIX_SIZE, patched_prefix
 from storage.coordinator import BatchCoordinator, BatchLocation, FindRequest, FindResult
 from storage.objects.block_cache import BlockCache
+from storage.partition_key import PartitionKey
 
 from .metrics import METRICS
 
+if TYPE_CHECKING:
+    from .classic.partition import ClassicPartition
+    from .logs.partition_log import PartitionLog
+
 LEADER_EPOCH = 0  # the one epoch there is without a controller (see Broker.leader_epoch)
+# A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client
+# can send: consumers use -1, debugging consumers -2).
+DENIED_REPLICA = -1000
 
 
 def leader_epoch_error(requested: int, current: int) -> int:
@@ -34,6 +43,51 @@ def leader_epoch_error(requested: int, current: int) -> int:
     if requested < current:
         return int(ErrorCode.fenced_leader_epoch)
     return int(ErrorCode.unknown_leader_epoch)
+
+
+class FetchSlot:
+    """One requested partition of a Fetch: an immediate error, an index into the request's
+    diskless finds, or a classic replica read from this broker's log (its tiered part
+    too); the log that serves it fills it in (``broker.logs``)."""
+
+    __slots__ = (
+        "classic",
+        "data",
+        "error",
+        "find_index",
+        "log",
+        "max_bytes",
+        "offset",
+        "partition",
+        "preferred",
+        "reader",
+        "replica",
+        "topic_key",
+    )
+
+    def __init__(
+        self,
+        topic_key: Any,
+        partition: int,
+        error: int,
+        find_index: int,
+        preferred: int = -1,
+        log: PartitionKey | None = None,
+    ) -> None:
+        self.topic_key = topic_key
+        self.partition = partition
+        self.error = error
+        self.find_index = find_index
+        self.preferred = preferred  # KIP-392 preferred read replica, -1: none
+        self.log = log  # set on redirects: their offsets are answered from log_info
+        # A classic partition's replica on this broker (read from its local log).
+        self.classic: ClassicPartition | None = None
+        self.offset = 0
+        self.max_bytes = 0
+        self.replica = -1  # a follower's broker id for replication fetches
+        self.data: bytes = b""
+        # The log that opened the slot and reads it (``PartitionLog.open_read``).
+        self.reader: PartitionLog | None = None
 
 
 class FetchBudget:

@@ -34,6 +34,7 @@ from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
 from .groups.coordinator import GroupConfig
 from .groups.service import GroupService
 from .http_endpoint import HttpEndpoint
+from .logs.router import coordinator_retains
 from .membership import (
     BrokerEndpoint,
     ControllerMembership,
@@ -43,7 +44,6 @@ from .membership import (
 )
 from .metadata_follower import BrokerStorageListener
 from .metrics import METRICS
-from .migration.routing import has_diskless_part
 from .migration.sealer import MigrationSealer
 from .producer_ids import ProducerIdAllocator
 from .security.authorizer import Authorizer, parse_super_users
@@ -457,9 +457,7 @@ class Broker:
             for topic in self.topics.all()
             # Classic logs are local: broker/classic enforces their retention (the diskless
             # part of a topic migrated to classic is the coordinator's).
-            if self.classic is None
-            or not self.classic.is_classic(topic.topic_id)
-            or has_diskless_part(self.controller, topic.topic_id)
+            if coordinator_retains(self, topic.topic_id)
             for partition in range(topic.partitions)
         ]
         if policies:

@@ -7,36 +7,28 @@ import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from common.acl import AclOperation
-from protocol.codec import RecordChunks
-from storage.coordinator import CoordinatorUnavailable, FindRequest, FindResult, LogInfo
+from storage.coordinator import CoordinatorUnavailable, FindResult
 from storage.objects import ObjectStoreError
 from storage.outage import OutageLog
-from storage.partition_key import PartitionKey
 
-from ..classic.fetch import (
-    DENIED_REPLICA,
-    classic_entry,
-    classic_interests,
-    classic_slot,
-    read_classic,
-)
 from ..client_az import az_from_client_id, count_fetch
 from ..client_quotas import user_of
-from ..fetch import FetchBudget, leader_epoch_error
+from ..fetch import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
+from ..logs.engines import log_router
+from ..logs.partition_log import Answered, PartitionLog, ReadPlan
+from ..logs.router import Purpose
 from ..metrics import METRICS
-from ..migration.routing import reads_classic, whole_log_start
 from ..security import access
-from ..tiering.fetch import read_tiered
 from ..transformer import preferred_read_replica, route_without_replicas
 
 if TYPE_CHECKING:
     from storage.catalog import Topic
 
-    from ..classic.partition import ClassicPartition
     from ..node import Broker
     from ..server import RequestContext
 
@@ -47,46 +39,6 @@ _OUTAGE = OutageLog("diskless fetch", log)
 
 TOPIC_IDS_VERSION = 13
 READ_COMMITTED = 1
-
-
-class _Slot:
-    """One requested partition: an immediate error or an index into the find list."""
-
-    __slots__ = (
-        "classic",
-        "data",
-        "error",
-        "find_index",
-        "log",
-        "max_bytes",
-        "offset",
-        "partition",
-        "preferred",
-        "replica",
-        "topic_key",
-    )
-
-    def __init__(
-        self,
-        topic_key: Any,
-        partition: int,
-        error: int,
-        find_index: int,
-        preferred: int = -1,
-        log: PartitionKey | None = None,
-    ) -> None:
-        self.topic_key = topic_key
-        self.partition = partition
-        self.error = error
-        self.find_index = find_index
-        self.preferred = preferred  # KIP-392 preferred read replica, -1: none
-        self.log = log  # set on redirects: their offsets are answered from log_info
-        # A classic partition's replica on this broker (read from its local log).
-        self.classic: ClassicPartition | None = None
-        self.offset = 0
-        self.max_bytes = 0
-        self.replica = -1  # a follower's broker id for replication fetches
-        self.data: bytes = b""
 
 
 def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int], int] | None:
@@ -133,8 +85,7 @@ def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
-    slots: list[_Slot] = []
-    finds: list[FindRequest] = []
+    slots: list[FetchSlot] = []
     await broker.topics.ensure(
         (t.topic_id if by_id else t.topic, part.partition)
         for t in request.topics
@@ -143,7 +94,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
-    classic = broker.classic
+    logs = log_router(broker)
     replica_id = _replica_id(request)
     if (
         replica_id >= 0
@@ -152,6 +103,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     ):
         # Replication is a broker's privilege (Kafka: CLUSTER_ACTION on the cluster).
         replica_id = DENIED_REPLICA
+    plan = ReadPlan(replica_id, ctx.header.api_version, rack, prefer, logs.log_start)
     for fetch_topic in request.topics:
         if by_id:
             key = fetch_topic.topic_id
@@ -176,30 +128,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     broker.leader_epoch(topic.topic_id, part.partition),
                 )
             if error or topic is None:
-                slots.append(_Slot(key, part.partition, error, -1))
+                slots.append(Answered(error).open_read(key, topic, part, plan))
                 continue
-            if classic is not None and reads_classic(
-                broker, classic, topic.topic_id, part.partition, part.fetch_offset, replica_id
-            ):
-                slot = classic_slot(
-                    classic, key, topic, part, replica_id, ctx.header.api_version, rack
-                )
-                slots.append(slot)
-                redirected = redirected or slot.preferred >= 0
-                continue
-            if prefer is not None and (preferred := prefer(topic, part.partition)) >= 0:
-                # Like Kafka: no records, only the replica to switch to (librdkafka skips
-                # records sent alongside a preferred replica anyway).
-                log_key = PartitionKey(topic.topic_id, part.partition)
-                slots.append(_Slot(key, part.partition, 0, -1, preferred, log_key))
-                redirected = True
-                continue
-            slots.append(_Slot(key, part.partition, 0, len(finds)))
-            finds.append(
-                FindRequest(
-                    topic.topic_id, part.partition, part.fetch_offset, part.partition_max_bytes
-                )
+            log = logs.route(
+                topic.topic_id,
+                part.partition,
+                Purpose.READ,
+                part.fetch_offset,
+                replica_id=replica_id,
             )
+            slot = log.open_read(key, topic, part, plan)
+            slots.append(slot)
+            redirected = redirected or slot.preferred >= 0
     max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     max_wait = request.max_wait.total_seconds()
     # A redirect is answered at once: the consumer should not long-poll the wrong AZ.
@@ -207,7 +147,18 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     az = rack or az_from_client_id(ctx.header.client_id)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     return asyncio.ensure_future(
-        _fetch(broker, ctx, slots, finds, max_bytes, min_bytes, max_wait, by_id, az, read_committed)
+        _fetch(
+            broker,
+            ctx,
+            slots,
+            plan,
+            max_bytes,
+            min_bytes,
+            max_wait,
+            by_id,
+            az,
+            read_committed,
+        )
     )
 
 
@@ -220,57 +171,67 @@ def _replica_id(request: Any) -> int:
     return int(getattr(request, "replica_id", -1))
 
 
+def _by_reader(slots: list[FetchSlot]) -> list[tuple[PartitionLog, list[FetchSlot]]]:
+    """The slots grouped by the log reading them, in first-seen order."""
+    groups: dict[int, tuple[PartitionLog, list[FetchSlot]]] = {}
+    for slot in slots:
+        reader = slot.reader
+        assert reader is not None
+        groups.setdefault(id(reader), (reader, []))[1].append(slot)
+    return list(groups.values())
+
+
 async def _collect(
     broker: Broker,
-    slots: list[_Slot],
-    finds: list[FindRequest],
+    slots: list[FetchSlot],
+    plan: ReadPlan,
     max_bytes: int,
     min_bytes: int,
     max_wait: float,
     read_committed: bool,
-) -> tuple[list[FindResult], list[RecordChunks | None]]:
+) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
-    local = [s for s in slots if s.classic is not None and s.preferred < 0]
-    # Offsets below a tiered partition's local log: read once from the remote segments
-    # (there is always data there, so no waiting on them), first in the answer's budget.
-    after_tiered = FetchBudget(max_bytes)
-    tiered = await read_tiered(broker, local, after_tiered, read_committed) if local else 0
+    groups = _by_reader(slots)
+    # What no round reads again (a classic log's tiered part: always there, so no
+    # waiting on it), first in the answer's budget.
+    after_below = FetchBudget(max_bytes)
+    below = 0
+    for reader, group in groups:
+        below += await reader.read_below(group, after_below, read_committed)
     while True:
-        budget = after_tiered.copy()
-        results = await broker.fetcher.find(finds, budget.left, read_committed) if finds else []
-        # Then the other partitions in the request's order (the client rotates it), sharing
-        # what is left: diskless ones as found, classic ones read from the local log.
-        available = tiered
+        budget = after_below.copy()
+        for reader, group in groups:
+            await reader.start_round(group, budget, plan, read_committed)
+        # Then every partition in the request's order (the client rotates it), sharing
+        # what is left.
+        available = below
+        interests: list[tuple[UUID, int, int]] = []
         for slot in slots:
-            if slot.find_index >= 0:
-                result = budget.keep(results[slot.find_index], finds[slot.find_index].max_bytes)
-                results[slot.find_index] = result
-                available += sum(b.byte_size for b in result.batches)
-            elif slot.classic is not None and slot.preferred < 0:
-                available += read_classic(broker, slot, budget, read_committed)
+            reader = slot.reader
+            assert reader is not None
+            available += reader.read_round(slot, budget, plan, read_committed)
+            interests += reader.interests(slot, plan)
         remaining = deadline - loop.time()
         if (
             available >= max(min_bytes, 1)
             or remaining <= 0
-            or any(r.error for r in results)
+            or any(r.error for r in plan.results)
             or any(s.error for s in slots)
-            or not (finds or local)
+            or not interests
         ):
-            epochs = [broker.leader_epoch(f.topic_id, f.partition) for f in finds]
-            return results, await broker.fetcher.read(results, epochs)
-        poll = broker.remote_poll_seconds if finds else None
-        await broker.watch.wait(
-            [(f.topic_id, f.partition, f.offset) for f in finds] + classic_interests(local),
-            remaining if poll is None else min(remaining, poll),
-        )
+            for reader, group in groups:
+                await reader.end_reads(group, plan)
+            return
+        poll = broker.remote_poll_seconds if plan.finds else None
+        await broker.watch.wait(interests, remaining if poll is None else min(remaining, poll))
 
 
 async def _fetch(
     broker: Broker,
     ctx: RequestContext,
-    slots: list[_Slot],
-    finds: list[FindRequest],
+    slots: list[FetchSlot],
+    plan: ReadPlan,
     max_bytes: int,
     min_bytes: int,
     max_wait: float,
@@ -279,47 +240,41 @@ async def _fetch(
     read_committed: bool = False,
 ) -> Any:
     try:
-        results, records = await _collect(
-            broker, slots, finds, max_bytes, min_bytes, max_wait, read_committed
-        )
+        await _collect(broker, slots, plan, max_bytes, min_bytes, max_wait, read_committed)
     except (CoordinatorUnavailable, ObjectStoreError) as exc:
         # Retriable for consumers: they back off and fetch again.
         _OUTAGE.failed(exc)
-        results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(finds)
-        records = [None] * len(finds)
+        plan.results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(plan.finds)
+        plan.records = [None] * len(plan.finds)
     else:
-        if finds:
+        if plan.finds:
             _OUTAGE.succeeded()
-    classic_read = [s.data for s in slots if s.classic is not None and s.replica < 0 and s.data]
-    if classic_read:
-        METRICS.fetched_bytes.inc(sum(len(d) for d in classic_read))
-    count_fetch(broker, az, [*records, *classic_read] if classic_read else records)
+    # Bytes read into slots from logs on this broker (classic replicas) by consumers: the
+    # diskless ones are counted by the fetcher; a follower's replication fetch is not
+    # consumption.
+    local_read = [s.data for s in slots if s.replica < 0 and s.data]
+    if local_read:
+        METRICS.fetched_bytes.inc(sum(len(d) for d in local_read))
+    records = plan.records
+    count_fetch(broker, az, [*records, *local_read] if local_read else records)
     throttle_ms = 0
     quota = broker.quotas.fetch
     if quota.enabled():
         user, client_id = user_of(ctx.principal), ctx.header.client_id or ""
         # Classic partitions' bytes count too; a follower's replication fetch does not (as
         # in Kafka, client quotas do not apply to replication).
-        consumed = [s for s in slots if s.classic is not None and s.replica < 0]
+        consumed = [s for s in slots if s.replica < 0 and s.data]
         size = sum(len(r) for r in records if r is not None) + sum(len(s.data) for s in consumed)
         throttle_ms = quota.record(user, client_id, size)
         if throttle_ms:
             # As Kafka: a throttled fetch is answered without records, and they are not
             # counted; the consumer asks again once its throttle time has passed.
             quota.unrecord(user, client_id, size)
-            records = [None] * len(records)
+            plan.records = [None] * len(records)
             for s in consumed:
                 s.data = b""
-    # Redirected partitions carry no records but, as in Kafka, their offsets: one lookup for
-    # all of them (a consumer is redirected once per partition, then fetches elsewhere).
-    redirected = [slot for slot in slots if slot.log is not None]
-    infos: dict[int, LogInfo] = {}
-    if redirected:
-        try:
-            found = await broker.coordinator.log_info([s.log for s in redirected if s.log])
-            infos = {id(s): info for s, info in zip(redirected, found, strict=True)}
-        except CoordinatorUnavailable as exc:
-            log.warning("offsets of redirected partitions unavailable: %s", exc)
+    for reader, group in _by_reader(slots):
+        await reader.describe(group, plan)
     topics: dict[Any, list[dict[str, Any]]] = {}
     for slot in slots:
         entry: dict[str, Any] = {
@@ -332,34 +287,8 @@ async def _fetch(
             "preferred_read_replica": slot.preferred,
             "records": b"",
         }
-        if (info := infos.get(id(slot))) is not None and not info.error:
-            entry.update(
-                high_watermark=info.high_watermark,
-                last_stable_offset=info.high_watermark,
-                log_start_offset=info.log_start_offset,
-            )
-        if slot.classic is not None:
-            entry.update(classic_entry(slot, read_committed))
-        elif slot.find_index >= 0:
-            result = results[slot.find_index]
-            data = records[slot.find_index]
-            start = result.log_start_offset
-            if broker.classic is not None and start >= 0:
-                # A migrated partition's log starts in its sealed classic log, if any.
-                f = finds[slot.find_index]
-                start = whole_log_start(broker, broker.classic, f.topic_id, f.partition, start)
-            entry.update(
-                error_code=result.error,
-                high_watermark=result.high_watermark,
-                last_stable_offset=result.last_stable_offset,
-                log_start_offset=start,
-                records=data if data is not None else b"",
-            )
-            if result.aborted is not None:
-                entry["aborted_transactions"] = [
-                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                    for a in result.aborted
-                ]
+        assert slot.reader is not None
+        entry.update(slot.reader.entry(slot, plan, read_committed))
         topics.setdefault(slot.topic_key, []).append(entry)
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(

@@ -12,8 +12,8 @@ from storage.catalog import Topic, TopicExists
 from ..authorized_operations import NOT_REQUESTED
 from ..client_az import client_az
 from ..controller_client import ControllerRefused
+from ..logs.router import az_routed, serves_any_broker
 from ..metrics import METRICS
-from ..migration.routing import az_routed, serves_any_broker
 from ..security import access
 from ..topics import InvalidTopic
 from ..transformer import DECISIONS, Routing, route, route_without_replicas

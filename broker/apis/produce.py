@@ -19,16 +19,13 @@ from protocol.records import BatchHeader, InvalidRecords, parse_batches
 from storage.catalog import Topic
 
 from .. import recompress
-from ..append import PartitionAppend, PartitionResult
-from ..classic.produce import (
-    Verification,
-    classic_append,
-    needs_verification,
-    verify_transaction,
-)
+from ..append import PartitionResult
+from ..classic.produce import Verification, verify_transaction
 from ..client_az import az_from_client_id, count_bytes, count_produce
 from ..client_quotas import user_of
-from ..migration.routing import appends_classic, refuses_diskless_append
+from ..logs.engines import log_router
+from ..logs.partition_log import AppendPlan
+from ..logs.router import Purpose
 from ..refusals import REFUSALS
 from ..security import access
 from ..server import throttle_connection
@@ -39,15 +36,14 @@ if TYPE_CHECKING:
     from ..topics import TopicRegistry
 
 VALID_ACKS = (-1, 0, 1)
-# Per partition, in request order: topic, index, either an immediate result or the index of
-# its PartitionAppend, the error message, the record errors (ProduceResponse v8+).
+# Per partition, in request order: topic, index, its AppendPlan slot (an immediate result,
+# or where its result will be), the error message, the record errors (ProduceResponse v8+).
 _Slot = tuple[str, int, PartitionResult | int, str | None, tuple[tuple[int, str | None], ...]]
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     slots: list[_Slot] = []
-    appends: list[PartitionAppend] = []
     topics = broker.topics
     # ensure() re-reads the catalog for a topic or partition this broker does not know
     # yet; asking it only then spares every other request its coroutine and generator.
@@ -64,9 +60,8 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if precheck_error is None and access.enabled(broker):
         precheck_error, precheck_message = _transactional_check(broker, ctx, request)
     now_ms = int(time.time() * 1000)
-    classic = broker.classic
-    waits: list[asyncio.Future[PartitionResult]] = []
-    classic_bytes = 0
+    logs = log_router(broker)
+    plan = AppendPlan(acks, int(request.timeout.total_seconds() * 1000))
     # KIP-890 verification of this request's transactional producer, asked at most once.
     verified: tuple[tuple[int, int], Verification] | None = None
     for topic_data in request.topic_data:
@@ -120,58 +115,34 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     reason=name,
                 )
                 continue
-            if classic is not None and appends_classic(broker, classic, topic.topic_id, part.index):
-                # A classic partition: appended to this broker's log if it leads it.
-                if needs_verification(classic, topic, part.index, batches):
-                    first = batches[0]
-                    if verified is None or verified[0] != (first.producer_id, first.producer_epoch):
-                        # Awaited before this handler returns, so the connection's next
-                        # request waits for it: appends stay in request order.
-                        verification = await verify_transaction(
-                            broker.transactions, request.transactional_id, first
-                        )
-                        verified = ((first.producer_id, first.producer_epoch), verification)
-                    if refusal := verified[1].refusal(topic.topic_id, part.index):
-                        slots.append((name, part.index, PartitionResult(refusal), None, ()))
-                        continue
-                outcome = classic_append(
-                    classic,
-                    topics,
-                    topic,
-                    part.index,
-                    records,
-                    batches,
-                    log_append,
-                    acks,
-                    int(request.timeout.total_seconds() * 1000),
-                )
-                classic_bytes += len(records)
-                if isinstance(outcome, PartitionResult):
-                    slots.append((name, part.index, outcome, None, ()))
-                else:
-                    slots.append((name, part.index, -1 - len(waits), None, ()))
-                    waits.append(outcome)
-                continue
-            if refuses_diskless_append(broker, topic.topic_id, part.index):
-                # Being sealed for a migration to classic: retriable, nothing written.
-                result = PartitionResult(int(ErrorCode.not_leader_or_follower))
-                slots.append((name, part.index, result, None, ()))
-                continue
-            slots.append((name, part.index, len(appends), None, ()))
-            appends.append(
-                PartitionAppend(topic.topic_id, part.index, records, batches, log_append)
-            )
+            log = logs.route(topic.topic_id, part.index, Purpose.APPEND)
+            if log.needs_verification(topic, part.index, batches):
+                first = batches[0]
+                if verified is None or verified[0] != (first.producer_id, first.producer_epoch):
+                    # Awaited before this handler returns, so the connection's next
+                    # request waits for it: appends stay in request order.
+                    verification = await verify_transaction(
+                        broker.transactions, request.transactional_id, first
+                    )
+                    verified = ((first.producer_id, first.producer_epoch), verification)
+                if refusal := verified[1].refusal(topic.topic_id, part.index):
+                    slots.append((name, part.index, PartitionResult(refusal), None, ()))
+                    continue
+            slot = log.append(topic, part.index, records, batches, log_append, plan)
+            slots.append((name, part.index, slot, None, ()))
     throttle_ms = _produce_quota(broker, ctx, request)
-    if classic_bytes:
-        count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), classic_bytes)
+    if plan.local_bytes:
+        count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), plan.local_bytes)
     # Submitted now, before the handler returns, whatever else the request waits for: the
     # appender commits in submission order, and the connection's next request must not
     # overtake this one's batches.
-    committed = broker.appender.submit(appends)
-    count_produce(broker, ctx.header.client_id, appends)
-    if waits:
-        # acks=all on classic partitions: answered once their high watermarks pass.
-        return asyncio.ensure_future(_with_classic(ctx, acks, slots, committed, waits, throttle_ms))
+    committed = broker.appender.submit(plan.diskless)
+    count_produce(broker, ctx.header.client_id, plan.diskless)
+    if plan.waits:
+        # acks=all on logs of this broker: answered once their high watermarks pass.
+        return asyncio.ensure_future(
+            _with_waits(ctx, acks, slots, committed, plan.waits, throttle_ms)
+        )
     # The answer is completed by a callback on the commit, not by a task awaiting it:
     # one task per request was a measurable share of a small-batch producer's cost.
     answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -277,7 +248,7 @@ def _produce_quota(broker: Broker, ctx: RequestContext, request: Any) -> int:
     return throttle_ms
 
 
-async def _with_classic(
+async def _with_waits(
     ctx: RequestContext,
     acks: int,
     slots: list[_Slot],
@@ -285,12 +256,13 @@ async def _with_classic(
     waits: list[asyncio.Future[PartitionResult]],
     throttle_ms: int,
 ) -> Any:
-    """A request with classic partitions still waiting (acks=all): both kinds awaited."""
+    """A request with partitions waiting on their high watermarks (acks=all) and others on
+    the appender's commit: both awaited."""
     results = await committed
-    classic_results = list(await asyncio.gather(*waits))
+    waited = list(await asyncio.gather(*waits))
     if acks == 0:
         return None
-    return _encode(ctx.header.api_version, slots, results, throttle_ms, classic_results)
+    return _encode(ctx.header.api_version, slots, results, throttle_ms, waited)
 
 
 def _encode(
@@ -298,13 +270,13 @@ def _encode(
     slots: list[_Slot],
     results: list[PartitionResult],
     throttle_ms: int = 0,
-    classic_results: list[PartitionResult] | None = None,
+    waited: list[PartitionResult] | None = None,
 ) -> EncodedResponse:
     topics: dict[str, list[PartitionAnswer]] = {}
     for name, index, slot, message, record_errors in slots:
         if isinstance(slot, int):
-            # Negative: the index (-1 - i) of a classic partition's acks=all wait.
-            result = results[slot] if slot >= 0 else (classic_results or [])[-1 - slot]
+            # Negative: the index (-1 - i) of a partition's acks=all wait (AppendPlan).
+            result = results[slot] if slot >= 0 else (waited or [])[-1 - slot]
         else:
             result = slot
         topics.setdefault(name, []).append(

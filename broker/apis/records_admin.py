@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from common.acl import AclOperation
-from storage.partition_key import PartitionKey
 
-from ..classic.offsets import delete_records as classic_delete
-from ..node import now_ms
+from ..logs.engines import log_router
+from ..logs.partition_log import DeleteAnswer, DeleteAsk, PartitionLog, ask_each
+from ..logs.router import Purpose
 from ..security import access
 from ._common import group_by_topic, resolve_partition
 
@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 
 async def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
-    asks: list[tuple[PartitionKey, int]] = []
+    routed: list[tuple[PartitionLog, DeleteAsk]] = []
     waiting: list[dict[str, Any]] = []
     await broker.topics.ensure(
         (t.name, p.partition_index) for t in request.topics for p in t.partitions
     )
+    logs = log_router(broker)
     for topic_req in request.topics:
         for part in topic_req.partitions:
             entry: dict[str, Any] = {
@@ -38,17 +39,10 @@ async def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> A
             if topic is None:
                 entry["error_code"] = error
                 continue
-            classic = broker.classic
-            if classic is not None and classic.is_classic(topic.topic_id):
-                code, low = await classic_delete(
-                    classic, topic.topic_id, part.partition_index, part.offset
-                )
-                entry.update(error_code=code, low_watermark=low)
-                continue
-            asks.append((PartitionKey(topic.topic_id, part.partition_index), part.offset))
+            log = logs.route(topic.topic_id, part.partition_index, Purpose.DELETE)
+            routed.append((log, DeleteAsk(topic.topic_id, part.partition_index, part.offset)))
             waiting.append(entry)
-    if asks:
-        results = await broker.coordinator.delete_records(asks, now_ms())
-        for entry, result in zip(waiting, results, strict=True):
-            entry.update(error_code=result.error, low_watermark=result.low_watermark)
+    answers: list[DeleteAnswer] = await ask_each(routed, lambda log, asks: log.delete_records(asks))
+    for entry, answer in zip(waiting, answers, strict=True):
+        entry.update(error_code=answer.error, low_watermark=answer.low_watermark)
     return ctx.respond({"throttle_time": 0, "topics": group_by_topic(entries)})

@@ -17,8 +17,8 @@ from kio.schema.errors import ErrorCode
 
 from common.acl import AclOperation
 
-from ..classic.txn_markers import mark
-from ..migration.routing import appends_classic
+from ..logs.engines import log_router
+from ..logs.router import LogRouter, Purpose
 from ..security import access
 
 if TYPE_CHECKING:
@@ -28,13 +28,13 @@ if TYPE_CHECKING:
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     allowed = access.cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
-    manager = broker.classic
+    logs = log_router(broker)
     results = []
     for marker in request.markers:
         topics = []
         for t in marker.topics:
             calls = [
-                _one(broker, manager, allowed, t.name, int(index), marker)
+                _one(broker, logs, allowed, t.name, int(index), marker)
                 for index in t.partition_indexes
             ]
             codes = await asyncio.gather(*calls)
@@ -52,17 +52,15 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 
 
 async def _one(
-    broker: Broker, manager: Any, allowed: bool, name: str, index: int, marker: Any
+    broker: Broker, logs: LogRouter, allowed: bool, name: str, index: int, marker: Any
 ) -> int:
     if not allowed:
         return int(ErrorCode.cluster_authorization_failed)
     topic = broker.topics.get(name)
     if topic is None or not 0 <= index < topic.partitions:
         return int(ErrorCode.unknown_topic_or_partition)
-    if manager is None or not appends_classic(broker, manager, topic.topic_id, index):
-        return int(ErrorCode.invalid_request)
-    return await mark(
-        manager,
+    log = logs.route(topic.topic_id, index, Purpose.MARKER)
+    return await log.write_marker(
         topic.topic_id,
         index,
         int(marker.producer_id),

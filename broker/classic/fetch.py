@@ -1,32 +1,28 @@
 """Fetch from classic partitions: consumers up to the high watermark, followers up to the
 log end (their fetch offset is their progress), KIP-392 preferred read replicas.
 
-Used by ``broker.apis.fetch``: a classic partition's slot carries its replica here, and
+Used by ``broker.logs.classic``: a classic partition's slot carries its replica here, and
 the long poll reads it again each time a watch wakes (an append, a high watermark move).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic
 
+from ..fetch import DENIED_REPLICA, FetchBudget, FetchSlot
+from ..logs.router import sealed_boundary
 from .partition import FOLLOWER, LEADER, ClassicPartition
 
 if TYPE_CHECKING:
-    from ..apis.fetch import _Slot
-    from ..fetch import FetchBudget
     from ..node import Broker
     from .replica_manager import ReplicaManager
 
 # Consumers may fetch from a follower from Fetch v11 on (KIP-392), as Kafka allows.
 FOLLOWER_FETCH_VERSION = 11
-# A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client
-# can send: consumers use -1, debugging consumers -2).
-DENIED_REPLICA = -1000
 
 
 def classic_slot(
@@ -37,10 +33,9 @@ def classic_slot(
     replica_id: int,
     version: int,
     rack: str | None,
-) -> _Slot:
-    from ..apis.fetch import _Slot
+) -> FetchSlot:
 
-    slot = _Slot(key, part.partition, 0, -1)
+    slot = FetchSlot(key, part.partition, 0, -1)
     p = manager.get(topic.topic_id, part.partition)
     if replica_id == DENIED_REPLICA:
         slot.error = int(ErrorCode.cluster_authorization_failed)
@@ -72,8 +67,6 @@ def classic_slot(
 
 
 def _not_copied_yet(manager: ReplicaManager, p: ClassicPartition, offset: int) -> bool:
-    from ..migration.routing import sealed_boundary
-
     if offset < p.log.log_end_offset:
         return False
     boundary = sealed_boundary(manager.broker, p.topic_id, p.index)
@@ -93,7 +86,7 @@ def preferred_read_replica(broker: Broker, p: ClassicPartition, rack: str) -> in
 
 
 def read_classic(
-    broker: Broker, slot: _Slot, budget: FetchBudget, read_committed: bool = False
+    broker: Broker, slot: FetchSlot, budget: FetchBudget, read_committed: bool = False
 ) -> int:
     """Read a classic slot (again) within what the answer has left; returns the bytes
     found. A follower's fetch offset is recorded even when nothing fits any more (Kafka
@@ -122,11 +115,7 @@ def read_classic(
     return len(data)
 
 
-def classic_interests(slots: list[_Slot]) -> list[tuple[UUID, int, int]]:
-    return [(s.classic.topic_id, s.partition, s.offset) for s in slots if s.classic]
-
-
-def classic_entry(slot: _Slot, read_committed: bool = False) -> dict[str, Any]:
+def classic_entry(slot: FetchSlot, read_committed: bool = False) -> dict[str, Any]:
     p = slot.classic
     assert p is not None
     lso = p.last_stable_offset

@@ -31,7 +31,7 @@ from storage.catalog import Topic
 from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
-from ..migration.routing import hosted_classic
+from ..logs.router import hosted_classic
 from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from .partition import LEADER, ClassicPartition
 from .replica_fetcher import ReplicaFetcher
@@ -78,7 +78,9 @@ class ReplicaManager:
         replicas (its diskless logs are created first). A produce arriving then must not
         take the diskless path: it would be acknowledged into a log no reader of the
         classic partition looks at. Until the replica is open the classic path answers
-        NOT_LEADER_OR_FOLLOWER, which clients retry."""
+        NOT_LEADER_OR_FOLLOWER, which clients retry.
+
+        Asked by ``broker.logs.router`` only: which log serves a call is decided there."""
         controller = self.broker.controller
         if controller is None:
             return topic_id in self._classic

@@ -26,7 +26,7 @@ from kio.static.primitive import i16, i32
 from storage.partition_key import PartitionKey
 
 from ..append import PartitionResult
-from ..migration.routing import appends_classic
+from ..logs.router import markers_on_classic_leader
 from .kafka_client import ConnectionLost, KafkaConnection
 
 if TYPE_CHECKING:
@@ -81,11 +81,9 @@ class ClassicMarkerSender:
         self._background: set[asyncio.Task[None]] = set()
 
     def is_classic(self, key: PartitionKey) -> bool:
-        manager = self._broker.classic
-        # A partition sealed for diskless takes its markers in the diskless log.
-        return manager is not None and appends_classic(
-            self._broker, manager, key.topic_id, key.partition
-        )
+        """Whether the partition's marker is sent to its classic leader (else it goes into
+        the diskless log with the outcome): the router decides."""
+        return markers_on_classic_leader(self._broker, key.topic_id, key.partition)
 
     async def write(
         self,

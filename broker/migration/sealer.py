@@ -19,7 +19,7 @@ that this broker leads (``p.role == LEADER``), once:
    current leader at its current epoch.
 
 Once the image has ``PartitionSealed``, produce and fetch route by offset
-(``broker.migration.routing``). A leader killed anywhere in between loses nothing: a
+(``broker.logs.router``). A leader killed anywhere in between loses nothing: a
 report not recorded means the partition is still classic, and the new leader (every
 in-sync replica has the log up to the boundary) seals again — with a later boundary if
 it took appends meanwhile, which ``seed_log`` allows as long as the diskless log is empty,
@@ -27,7 +27,7 @@ and it stays empty until the controller records the seal.
 
 Diskless → classic (the partition's leader in the image; its replicas are real, seed 000):
 every broker stops appending to the partition once its image shows the migration
-(``routing.refuses_diskless_append``); the leader seals the diskless log in the batch
+(``broker.logs.router``); the leader seals the diskless log in the batch
 coordinator at its high watermark (``seal_log``: from then on the coordinator refuses any
 batch past it, from a broker that had not yet seen the migration too; refused while a
 transaction is open there), and reports the boundary and the diskless log's start. Each

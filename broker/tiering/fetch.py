@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from ..apis.fetch import _Slot
-    from ..fetch import FetchBudget
+    from ..fetch import FetchBudget, FetchSlot
     from ..node import Broker
 
 log = logging.getLogger(__name__)
 
 
-def remote_slots(slots: list[_Slot]) -> list[_Slot]:
+def remote_slots(slots: list[FetchSlot]) -> list[FetchSlot]:
     """The consumer slots whose offset lies in the tiered part only."""
     return [
         s
@@ -27,7 +26,7 @@ def remote_slots(slots: list[_Slot]) -> list[_Slot]:
 
 
 async def read_tiered(
-    broker: Broker, slots: list[_Slot], budget: FetchBudget, read_committed: bool = False
+    broker: Broker, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool = False
 ) -> int:
     """Read the remote slots among ``slots``, in turn, within what the answer has left
     (taken from ``budget``); returns the bytes found."""

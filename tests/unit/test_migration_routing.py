@@ -1,4 +1,4 @@
-"""Which log serves a migrating partition (broker/migration/routing.py): produce, fetch by
+"""Which log serves a migrating partition (broker/logs/router.py): produce, fetch by
 offset and ListOffsets, in both directions, decided from the metadata image alone."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
-from broker.migration import routing
+from broker.logs import router as routing
 from controller.logic_config import ControllerConfig
 from controller.migration import SealReport
 from controller.requests import AlterTopicConfigs, ConfigOp, OpType

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from broker.apis.fetch import _Slot
 from broker.classic.partition import ClassicPartition
-from broker.fetch import FetchBudget
+from broker.fetch import FetchBudget, FetchSlot
 from broker.tiering.fetch import read_tiered
 from broker.tiering.view import RemoteView
 from controller.image import PartitionState
@@ -61,10 +60,12 @@ async def tiered_partition(env: Env, tmp: Path, index: int) -> ClassicPartition:
     return p
 
 
-def slots(partitions: list[ClassicPartition], offsets: list[int], max_bytes: int) -> list[_Slot]:
+def slots(
+    partitions: list[ClassicPartition], offsets: list[int], max_bytes: int
+) -> list[FetchSlot]:
     out = []
     for p, offset in zip(partitions, offsets, strict=True):
-        slot = _Slot("t", p.index, 0, -1)
+        slot = FetchSlot("t", p.index, 0, -1)
         slot.classic, slot.offset, slot.max_bytes = p, offset, max_bytes
         out.append(slot)
     return out

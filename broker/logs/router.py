@@ -1,7 +1,17 @@
-"""Which log serves a partition of a topic migrating (or migrated) between classic and
-diskless.
+"""Which log serves a partition, for every API: the one place that decides it (issue 26).
 
-Until the partition's leader sealed its old log and the controller recorded it
+``LogRouter.route(topic_id, partition, purpose, offset)`` gives a handler the
+``PartitionLog`` that serves its call (``broker.logs.partition_log``): the diskless log,
+this broker's classic replica (its tiered part behind it), or an answer the router
+already has (a refusal, the sealed classic log below a boundary). Handlers call that log
+and never ask which engine serves a partition; the rules below (image lookups) are used
+by ``route`` and by the components that keep the engines (the replica manager's hosted
+logs, the coordinator's retention, markers, the AZ transformer's metadata).
+
+A partition is of its topic's kind (``ReplicaManager.is_classic``: from the image, so a
+new classic topic's produce never takes the diskless path while its replicas open)
+unless its topic is migrating or migrated between classic and diskless. Until the
+partition's leader sealed its old log and the controller recorded it
 (``PartitionSealed`` in the image), the partition is of its topic's current kind. Then:
 
 - classic → diskless at boundary B: offsets ≥ B in the diskless log (the batch
@@ -30,6 +40,7 @@ paths.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -48,6 +59,8 @@ from storage.coordinator import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
 )
+
+from .partition_log import Answered, EpochAnswer, OffsetAnswer, PartitionLog
 
 if TYPE_CHECKING:
     from ..classic.replica_manager import ReplicaManager
@@ -273,3 +286,110 @@ def has_diskless_part(controller: object, topic_id: UUID) -> bool:
     topic = None if image is None else image.topics.get(topic_id)
     m = None if topic is None else topic.migration
     return m is not None and m.direction == TO_CLASSIC
+
+
+def coordinator_retains(broker: Broker, topic_id: UUID) -> bool:
+    """Whether the batch coordinator enforces this topic's retention: diskless topics, and
+    the diskless part of a topic migrated (or migrating) to classic (classic logs are
+    local: broker/classic enforces theirs)."""
+    classic = broker.classic
+    return (
+        classic is None
+        or not classic.is_classic(topic_id)
+        or has_diskless_part(broker.controller, topic_id)
+    )
+
+
+def markers_on_classic_leader(broker: Broker, topic_id: UUID, partition: int) -> bool:
+    """A transaction's marker of this partition goes to its classic leader
+    (WriteTxnMarkers), else into its diskless log with the transaction's outcome: where
+    its produce goes (a partition sealed for diskless takes its markers in the diskless
+    log)."""
+    classic = broker.classic
+    return classic is not None and appends_classic(broker, classic, topic_id, partition)
+
+
+class Purpose(Enum):
+    APPEND = "append"  # Produce (offset: unused)
+    READ = "read"  # Fetch at an offset (replica_id >= 0: a follower's)
+    LIST_OFFSETS = "list_offsets"  # offset: the timestamp asked (or -1, -2, ...)
+    EPOCHS = "epochs"  # OffsetForLeaderEpoch (offset: the epoch asked; replica_id >= 0: a
+    # follower's, with CLUSTER_ACTION)
+    DELETE = "delete"  # DeleteRecords
+    MARKER = "marker"  # WriteTxnMarkers
+
+
+class LogRouter:
+    """Which log serves a call: ``route`` answers for every API, from the image (the
+    rules above) and this broker's replicas. The engines are given to it (built by
+    ``broker.logs.engines``), so the rules import neither."""
+
+    __slots__ = ("_broker", "classic", "diskless")
+
+    def __init__(self, broker: Broker, diskless: PartitionLog, classic: PartitionLog) -> None:
+        self._broker = broker
+        self.diskless = diskless
+        self.classic = classic
+
+    def route(
+        self,
+        topic_id: UUID,
+        partition: int,
+        purpose: Purpose,
+        offset: int = -1,
+        *,
+        replica_id: int = -1,
+        read_committed: bool = False,
+    ) -> PartitionLog:
+        broker = self._broker
+        manager = broker.classic
+        if manager is None:
+            # No classic engine on this broker (no controller): every log is diskless.
+            return self.diskless
+        if purpose is Purpose.APPEND:
+            if appends_classic(broker, manager, topic_id, partition):
+                # A classic partition: appended to this broker's log if it leads it.
+                return self.classic
+            if refuses_diskless_append(broker, topic_id, partition):
+                # Being sealed for a migration to classic: retriable, nothing written.
+                return Answered(int(ErrorCode.not_leader_or_follower))
+            return self.diskless
+        if purpose is Purpose.READ:
+            if reads_classic(broker, manager, topic_id, partition, offset, replica_id):
+                return self.classic
+            return self.diskless
+        if purpose is Purpose.LIST_OFFSETS:
+            route = list_offset_route(broker, manager, topic_id, partition, offset, read_committed)
+            if isinstance(route, tuple):
+                # A migrated partition: the old classic log (below a boundary) answered.
+                return Answered(route[0], offsets=OffsetAnswer(*route))
+            return self._kind(route, manager, topic_id)
+        if purpose is Purpose.EPOCHS:
+            current = broker.leader_epoch(topic_id, partition)
+            epochs = epochs_route(
+                broker, manager, topic_id, partition, replica_id >= 0, offset, current
+            )
+            if isinstance(epochs, tuple):
+                # A partition migrated to classic, asked by a consumer.
+                return Answered(epochs[0], epochs=EpochAnswer(*epochs))
+            return self._kind(epochs, manager, topic_id)
+        if purpose is Purpose.DELETE:
+            return self.classic if manager.is_classic(topic_id) else self.diskless
+        if purpose is Purpose.MARKER:
+            if markers_on_classic_leader(broker, topic_id, partition):
+                return self.classic
+            return self.diskless  # answers INVALID_REQUEST: its coordinator writes them
+        raise ValueError(purpose)
+
+    def _kind(self, route: str | None, manager: ReplicaManager, topic_id: UUID) -> PartitionLog:
+        """CLASSIC, DISKLESS, or None: the topic's kind."""
+        if route == CLASSIC or (route is None and manager.is_classic(topic_id)):
+            return self.classic
+        return self.diskless
+
+    def log_start(self, topic_id: UUID, partition: int, diskless_start: int) -> int:
+        """The log start a Fetch answer from the diskless log carries (``whole_log_start``)."""
+        manager = self._broker.classic
+        if manager is None or diskless_start < 0:
+            return diskless_start
+        return whole_log_start(self._broker, manager, topic_id, partition, diskless_start)

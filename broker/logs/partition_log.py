@@ -1,0 +1,309 @@
+"""What a request handler asks of a partition's log, whichever engine holds it.
+
+``broker.logs.router`` picks the log for a call (``LogRouter.route``); the handler calls
+it and never asks which engine that is. Implemented by ``DisklessLog`` (the batch
+coordinator and object store, shared by every broker), ``ClassicLog`` (this broker's
+replica, its tiered part behind it) and ``Answered`` (a call the router already answered:
+a refusal, or the sealed classic log below a migration boundary).
+
+Calls that a diskless log serves for many partitions at once (one coordinator round trip)
+take a list: a handler routes each partition, groups them by log (``by_log``) and calls
+each log once. A produce or fetch request's partitions go into a plan the request owns
+(``AppendPlan``, ``ReadPlan``): the diskless appends are submitted, and the diskless finds
+made, once for the whole request, in request order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol, TypeVar
+from uuid import UUID
+
+from protocol.codec import RecordChunks
+from protocol.records import BatchHeader
+from storage.catalog import Topic
+from storage.coordinator import FindRequest, FindResult, LogInfo
+
+from ..append import PartitionAppend, PartitionResult
+from ..fetch import FetchBudget, FetchSlot
+
+A = TypeVar("A")
+
+
+class OffsetAsk(NamedTuple):
+    """ListOffsets of one partition: a timestamp, or EARLIEST/LATEST/... (-2, -1, ...)."""
+
+    topic_id: UUID
+    partition: int
+    timestamp: int
+
+
+class OffsetAnswer(NamedTuple):
+    error: int
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+class EpochAsk(NamedTuple):
+    """OffsetForLeaderEpoch of one partition: the epoch asked about, and this broker's
+    current leader epoch of the partition."""
+
+    topic_id: UUID
+    partition: int
+    epoch: int
+    current: int
+
+
+class EpochAnswer(NamedTuple):
+    error: int
+    leader_epoch: int = -1
+    end_offset: int = -1
+
+
+class DeleteAsk(NamedTuple):
+    """DeleteRecords of one partition: up to ``offset`` (-1: the high watermark)."""
+
+    topic_id: UUID
+    partition: int
+    offset: int
+
+
+class DeleteAnswer(NamedTuple):
+    error: int
+    low_watermark: int = -1
+
+
+@dataclass(slots=True)
+class AppendPlan:
+    """One Produce request's appends. ``PartitionLog.append`` answers each partition with
+    a slot: a ``PartitionResult`` now, an index (>= 0) into ``diskless`` (answered when
+    the appender commits them, submitted once for the request), or -1 - i for the i-th
+    of ``waits`` (acks=all on a log whose high watermark completes it)."""
+
+    acks: int
+    timeout_ms: int
+    diskless: list[PartitionAppend] = field(default_factory=list)
+    waits: list[asyncio.Future[PartitionResult]] = field(default_factory=list)
+    local_bytes: int = 0  # appended to logs on this broker (counted per AZ by the handler)
+
+
+@dataclass(slots=True)
+class ReadPlan:
+    """One Fetch request's reads: who asks (``replica_id`` >= 0: a follower replicating),
+    its version and rack, the KIP-392 redirect finder of diskless partitions (None: no
+    redirect), where a diskless answer's log starts (``log_start``: the router's), and
+    the diskless finds, made once per round for the whole request, with their results,
+    record bytes and the offsets of redirected partitions."""
+
+    replica_id: int
+    version: int
+    rack: str | None
+    prefer: Callable[[Topic, int], int] | None
+    log_start: Callable[[UUID, int, int], int]
+    finds: list[FindRequest] = field(default_factory=list)
+    results: list[FindResult] = field(default_factory=list)
+    records: list[RecordChunks | None] = field(default_factory=list)
+    infos: dict[int, LogInfo] = field(default_factory=dict)
+
+
+class PartitionLog(Protocol):
+    """One engine's answers for the partitions the router sends it."""
+
+    def needs_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
+        """KIP-890: the batches open a transaction in this partition, so the producer's
+        transaction must be verified with its coordinator before they are appended."""
+        ...
+
+    def append(
+        self,
+        topic: Topic,
+        partition: int,
+        records: memoryview,
+        batches: list[BatchHeader],
+        log_append_time: bool,
+        plan: AppendPlan,
+    ) -> PartitionResult | int:
+        """Append validated batches (producer-state checks are the log's); the slot of
+        ``AppendPlan``."""
+        ...
+
+    def open_read(self, key: Any, topic: Topic, part: Any, plan: ReadPlan) -> FetchSlot:
+        """The slot of one Fetch partition (``part``: its fetch_offset, partition_max_bytes);
+        the log reads it (``FetchSlot.reader``)."""
+        ...
+
+    # A Fetch's long poll, over its slots in request order (the client rotates it): the
+    # answer's size limits (``FetchBudget``) are shared by every log of the request.
+
+    async def read_below(
+        self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
+    ) -> int:
+        """Before the rounds, first in the budget: what no round reads again (offsets in a
+        classic log's tiered part: always there, never waited for). Bytes read."""
+        ...
+
+    async def start_round(
+        self, slots: list[FetchSlot], budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> None:
+        """A round begins (the diskless finds of the whole request, within ``budget``)."""
+        ...
+
+    def read_round(
+        self, slot: FetchSlot, budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> int:
+        """The slot's part of this round within what the answer has left; bytes available."""
+        ...
+
+    def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
+        """(topic id, partition, offset) whose advance wakes the long poll (none: nothing
+        to wait for)."""
+        ...
+
+    async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        """The rounds are over: fetch the record bytes found."""
+        ...
+
+    async def describe(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        """The offsets of slots answered without records (KIP-392 redirects)."""
+        ...
+
+    def entry(self, slot: FetchSlot, plan: ReadPlan, read_committed: bool) -> dict[str, Any]:
+        """The slot's fields of the Fetch answer (over the defaults: no records, -1s)."""
+        ...
+
+    async def list_offsets(
+        self, asks: Sequence[OffsetAsk], read_committed: bool
+    ) -> list[OffsetAnswer]: ...
+
+    async def end_offsets(self, asks: Sequence[EpochAsk]) -> list[EpochAnswer]: ...
+
+    async def delete_records(self, asks: Sequence[DeleteAsk]) -> list[DeleteAnswer]: ...
+
+    async def write_marker(
+        self,
+        topic_id: UUID,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> int:
+        """A transaction's COMMIT/ABORT marker (WriteTxnMarkers); the Kafka error code."""
+        ...
+
+
+def by_log(
+    routed: Sequence[tuple[PartitionLog, A]],
+) -> list[tuple[PartitionLog, list[int], list[A]]]:
+    """The asks grouped by the log serving them, in first-seen order: (log, the asks'
+    positions in ``routed``, the asks)."""
+    groups: dict[int, tuple[PartitionLog, list[int], list[A]]] = {}
+    for i, (log, ask) in enumerate(routed):
+        group = groups.get(id(log))
+        if group is None:
+            group = groups[id(log)] = (log, [], [])
+        group[1].append(i)
+        group[2].append(ask)
+    return list(groups.values())
+
+
+async def ask_each(
+    routed: Sequence[tuple[PartitionLog, A]],
+    call: Callable[[PartitionLog, list[A]], Any],
+) -> list[Any]:
+    """Each log called once with its asks (``call(log, asks)``, awaited in turn); the
+    answers in ``routed``'s order."""
+    answers: list[Any] = [None] * len(routed)
+    for log, positions, asks in by_log(routed):
+        for i, answer in zip(positions, await call(log, asks), strict=True):
+            answers[i] = answer
+    return answers
+
+
+class Answered:
+    """A log whose answer the router already has: a refusal (``error`` for every call), or
+    what the sealed classic log below a migration boundary answered (``offsets``,
+    ``epochs``)."""
+
+    __slots__ = ("epochs", "error", "offsets")
+
+    def __init__(
+        self,
+        error: int,
+        offsets: OffsetAnswer | None = None,
+        epochs: EpochAnswer | None = None,
+    ) -> None:
+        self.error = error
+        self.offsets = offsets
+        self.epochs = epochs
+
+    def needs_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
+        return False
+
+    def append(
+        self,
+        topic: Topic,
+        partition: int,
+        records: memoryview,
+        batches: list[BatchHeader],
+        log_append_time: bool,
+        plan: AppendPlan,
+    ) -> PartitionResult | int:
+        return PartitionResult(self.error)
+
+    def open_read(self, key: Any, topic: Topic | None, part: Any, plan: ReadPlan) -> FetchSlot:
+        slot = FetchSlot(key, part.partition, self.error, -1)
+        slot.reader = self
+        return slot
+
+    async def read_below(
+        self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
+    ) -> int:
+        return 0
+
+    async def start_round(
+        self, slots: list[FetchSlot], budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> None:
+        return None
+
+    def read_round(
+        self, slot: FetchSlot, budget: FetchBudget, plan: ReadPlan, read_committed: bool
+    ) -> int:
+        return 0
+
+    def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
+        return []
+
+    async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        return None
+
+    async def describe(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
+        return None
+
+    def entry(self, slot: FetchSlot, plan: ReadPlan, read_committed: bool) -> dict[str, Any]:
+        return {}
+
+    async def list_offsets(
+        self, asks: Sequence[OffsetAsk], read_committed: bool
+    ) -> list[OffsetAnswer]:
+        return [self.offsets or OffsetAnswer(self.error)] * len(asks)
+
+    async def end_offsets(self, asks: Sequence[EpochAsk]) -> list[EpochAnswer]:
+        return [self.epochs or EpochAnswer(self.error)] * len(asks)
+
+    async def delete_records(self, asks: Sequence[DeleteAsk]) -> list[DeleteAnswer]:
+        return [DeleteAnswer(self.error)] * len(asks)
+
+    async def write_marker(
+        self,
+        topic_id: UUID,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> int:
+        return self.error
