@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from broker.config import BrokerConfig, load_config, parse_config_file
@@ -379,6 +380,21 @@ def _reserved(addresses: list[tuple[str, int]]) -> Iterator[None]:
             s.close()
 
 
+# Set by a SIGTERM/SIGINT that arrives after the data directory is locked but before _serve
+# installs its handlers (building the broker imports and opens much; on a loaded machine that
+# is seconds): the start is then stopped as soon as it begins, instead of the signal's
+# default action killing the process mid-way.
+_EARLY_STOP = threading.Event()
+
+
+def _catch_early_stop() -> None:
+    def early(_signum: int, _frame: object) -> None:
+        _EARLY_STOP.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, early)
+
+
 async def _serve(
     server: object,
     shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
@@ -392,7 +408,16 @@ async def _serve(
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
+    # The loop may still hand over a signal the early handler already saw (it was written to
+    # the loop's wakeup fd too): that one is not a second signal.
+    redelivered = _EARLY_STOP.is_set()
+
     def on_signal() -> None:
+        nonlocal redelivered
+        if redelivered:
+            redelivered = False
+            stop.set()
+            return
         if stop.is_set():
             log.warning("second signal: exiting without finishing the shutdown")
             logging.shutdown()
@@ -401,6 +426,8 @@ async def _serve(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    if _EARLY_STOP.is_set():
+        stop.set()  # a signal came while the process was still building the server
     # A start can wait a long time (storage unreachable, a node id held by a live broker):
     # a signal meanwhile must stop it, not wait for it to finish.
     starting = asyncio.ensure_future(server.start())  # type: ignore[attr-defined]
@@ -544,6 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (problem := _data_dir_error(config.data_dir)) is not None:
             print(f"sluice: {problem}", file=sys.stderr)
             return 2
+        _catch_early_stop()
         if (failed := _lock(config.data_dir)) is not None:
             return failed
         runner = uvloop.run if uvloop else asyncio.run
@@ -577,6 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (problem := _data_dir_error(str(settings.data_dir))) is not None:
             print(f"sluice: {problem}", file=sys.stderr)
             return 2
+        _catch_early_stop()
         if (failed := _lock(settings.data_dir)) is not None:
             return failed
         runner = uvloop.run if uvloop else asyncio.run

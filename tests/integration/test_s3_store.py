@@ -227,7 +227,7 @@ async def test_outage_fails_within_bound_then_recovers(
         await store.put("before", [b"written before the outage"])
         await asyncio.to_thread(local_s3.local.stop)
 
-        caplog.set_level(logging.WARNING, logger="storage.objects.s3")
+        caplog.set_level(logging.DEBUG, logger="storage.objects.s3")
         for operation in (
             store.put("during", [b"x" * 1000]),
             store.get_range("before", 0, 100),
@@ -243,12 +243,19 @@ async def test_outage_fails_within_bound_then_recovers(
             # bound the config promises holds with room to spare.
             assert elapsed < 1.5 < cfg.worst_case_s
         retries = [r for r in caplog.records if "retrying in" in r.getMessage()]
-        assert len(retries) == 6  # two per operation
-        assert all(r.levelno == logging.WARNING for r in retries)
+        assert len(retries) == 6  # two per operation, each a DEBUG line
+        assert all(r.levelno == logging.DEBUG for r in retries)
+        # An outage is one WARNING when it starts (issue 24: not a line per attempt).
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.getMessage().split(":")[0] for r in warnings] == ["object store requests"]
+        assert "a dependency is unavailable" in warnings[0].getMessage()
 
         await asyncio.to_thread(local_s3.local.start)
         # The same store object works again, over new connections.
         assert await store.get_range("before", 0, 100) == b"written before the outage"
+        # ... and one INFO says so.
+        back = [r for r in caplog.records if "works again" in r.getMessage()]
+        assert [r.levelno for r in back] == [logging.INFO]
         await store.put("after", [b"after"])
         assert await store.get_range("after", 0, 100) == b"after"
     finally:
