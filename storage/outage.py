@@ -50,6 +50,11 @@ class OutageLog:
         self._is_outage = outage
         self._since: float | None = None  # monotonic start of the outage, None: none
         self._failed_rounds = 0
+        # Start (monotonic) of the latest round that worked. Callers whose rounds overlap
+        # (requests in flight together) pass each round's start: a round that began before
+        # one that worked and fails now (a ten-second timeout) tells of an outage that is
+        # already over, and starts none (the log flapped "unavailable" / "works again").
+        self._last_ok_start = float("-inf")
 
     @property
     def ongoing(self) -> bool:
@@ -72,7 +77,9 @@ class OutageLog:
         self.failed(exc)
         return True
 
-    def succeeded(self) -> None:
+    def succeeded(self, started: float | None = None) -> None:
+        if started is not None:
+            self._last_ok_start = max(self._last_ok_start, started)
         if self._since is None:
             return
         self._log.info(
@@ -84,9 +91,12 @@ class OutageLog:
         self._since = None
         self._failed_rounds = 0
 
-    def failed(self, exc: Exception) -> None:
+    def failed(self, exc: Exception, started: float | None = None) -> None:
         if not self._is_outage(exc):
             self._log.error("%s failed", self.task, exc_info=exc)
+            return
+        if started is not None and started < self._last_ok_start and self._since is None:
+            self._log.debug("%s: a round from before it last worked failed: %s", self.task, exc)
             return
         self._failed_rounds += 1
         if self._since is None:

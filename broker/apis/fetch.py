@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -239,16 +240,17 @@ async def _fetch(
     az: str | None = None,
     read_committed: bool = False,
 ) -> Any:
+    started = time.monotonic()
     try:
         await _collect(broker, slots, plan, max_bytes, min_bytes, max_wait, read_committed)
     except (CoordinatorUnavailable, ObjectStoreError) as exc:
         # Retriable for consumers: they back off and fetch again.
-        _OUTAGE.failed(exc)
+        _OUTAGE.failed(exc, started)
         plan.results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(plan.finds)
         plan.records = [None] * len(plan.finds)
     else:
         if plan.finds:
-            _OUTAGE.succeeded()
+            _OUTAGE.succeeded(started)
     # Bytes read into slots from logs on this broker (classic replicas) by consumers: the
     # diskless ones are counted by the fetcher; a follower's replication fetch is not
     # consumption.

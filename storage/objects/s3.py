@@ -454,7 +454,7 @@ class S3ObjectStore(ObjectStore):
             try:
                 async with asyncio.timeout(c.op_timeout_s):
                     result = await attempt()
-                self._outage.succeeded()
+                self._outage.succeeded(started)
                 return result
             except boto.ClientError as exc:
                 code, status = _code(exc), _status(exc)
@@ -479,7 +479,7 @@ class S3ObjectStore(ObjectStore):
                 error = exc
             except boto.BotoCoreError as exc:  # bad parameters, no credentials: retrying won't help
                 raise ObjectStoreError(f"S3 {op} {what}: {exc}") from exc
-            self._outage.failed(ObjectStoreUnreachable(f"S3 {op} {what}: {reason}"))
+            self._outage.failed(ObjectStoreUnreachable(f"S3 {op} {what}: {reason}"), started)
             if number == c.max_attempts:
                 raise ObjectStoreUnreachable(
                     f"S3 {op} {what} failed after {number} attempts: {reason}"

@@ -27,7 +27,10 @@ from .workload import QUIET, Ledger, Topic, parse_value
 
 # The read gives up when nothing new arrived for this long (a long run reads hundreds of
 # thousands of records on a loaded machine: no fixed total would fit every run).
-READ_STALL_S = 60.0
+# A read-back that makes no progress this long fails. Generous: after a long run the logs
+# hold a million records, and on a loaded machine brokers fenced by missed heartbeats or an
+# object store slow to answer stall a reader for minutes before it can go on.
+READ_STALL_S = 300.0
 
 
 def read_all(

@@ -123,8 +123,15 @@ def run(
         ledger = workload.ledger()
         summary["client_crashes"] = workload.crashes()
         all_topics = list(wanted.values())
-        uncommitted = checker.read_all(cluster.bootstrap, all_topics, "read_uncommitted")
-        committed = checker.read_all(cluster.bootstrap, all_topics, "read_committed")
+        # The figures so far are kept should the read-back fail (then a violation).
+        summary["faults"] = dict(Counter(e.kind for e in nemesis.events))
+        summary["unavailability"] = unavailability(nemesis.events, ledger.acks_all, run_end)
+        try:
+            uncommitted = checker.read_all(cluster.bootstrap, all_topics, "read_uncommitted")
+            committed = checker.read_all(cluster.bootstrap, all_topics, "read_committed")
+        except TimeoutError as exc:
+            summary["violations"] = [f"read-back incomplete, nothing audited: {exc}"]
+            return summary
         summary.update(checker.check_acks(ledger, all_topics, uncommitted))
         summary["txns"] = checker.check_txns(ledger, committed)
         summary["producer_fatal"] = ledger.producer_fatal[:10]

@@ -50,3 +50,23 @@ def test_cancellation_passes_through() -> None:
     outage = OutageLog("t", LOG)
     with pytest.raises(asyncio.CancelledError), outage:
         raise asyncio.CancelledError
+
+
+def test_a_late_failure_of_a_round_begun_before_one_that_worked_starts_no_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Requests in flight together (S3 requests, fetches): one stuck in a ten-second timeout
+    fails after others, begun later, worked. That is the outage that just ended, not a new
+    one: the log must not flap "unavailable" / "works again" once per such request."""
+    caplog.set_level(logging.INFO, LOG.name)
+    outage = OutageLog("object store requests", LOG)
+    down = ObjectStoreError("S3 get: timed out after 10.0 s")
+    outage.failed(down, started=1.0)  # the outage starts: WARNING
+    outage.succeeded(started=5.0)  # over: INFO
+    for stuck in (2.0, 3.0, 4.5):  # begun during the outage, failing only now
+        outage.failed(down, started=stuck)
+    outage.succeeded(started=6.0)
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+    assert not outage.ongoing
+    outage.failed(down, started=7.0)  # begun after the last success: a new outage
+    assert [r.levelname for r in caplog.records] == ["WARNING", "INFO", "WARNING"]
