@@ -28,6 +28,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.metrics import METRICS
 from protocol.records import TRANSACTIONAL_BIT, BatchHeader, stamp_log_append_time
 from storage.coordinator import (
     BatchCoordinator,
@@ -38,8 +39,6 @@ from storage.coordinator import (
 from storage.objects import ObjectStore, ObjectStoreError, new_data_key
 from storage.objects.block_cache import BlockCache
 from storage.outage import OutageLog
-
-from .metrics import METRICS
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from .metrics import METRICS
+from broker.metrics import METRICS
 
 if TYPE_CHECKING:
-    from .node import Broker
+    from broker.node import Broker
 
 # Inkless' ClientAZExtractor pattern: the marker at the start or after a comma or space;
 # the AZ runs to the next '=', ',' or space. "my-app:diskless_az=x" (wrong separator) and

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .security.principal import USER_TYPE
+from broker.security.principal import USER_TYPE
 
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"

@@ -193,14 +193,14 @@ class BrokerConfig:
             raise ValueError(
                 f"ssl.client.auth must be required, requested or none, not {self.ssl_client_auth!r}"
             )
-        from .security.authorizer import AUTHORIZER_NAMES
+        from broker.security.authorizer import AUTHORIZER_NAMES
 
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_NAMES:
             raise ValueError(
                 f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
             )
-        from .connection_limits import parse_overrides
+        from broker.connection_limits import parse_overrides
 
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:

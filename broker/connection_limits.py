@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .config import BrokerConfig
-    from .server import KafkaConnection
+    from broker.config import BrokerConfig
+    from broker.server import KafkaConnection
 
 UNLIMITED = 2**31 - 1
 # File descriptors kept free below RLIMIT_NOFILE for everything that is not a client

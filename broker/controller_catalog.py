@@ -18,6 +18,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.config import BrokerConfig
+from broker.controller_client import ControllerClient, ControllerRefused, client_ssl_context
+from broker.metadata_follower import MetadataFollower
 from controller.image import MetadataImage, TopicImage
 from controller.requests import (
     AlterTopicConfigs,
@@ -33,10 +36,6 @@ from controller.requests import (
     ReassignmentResult,
 )
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
-
-from .config import BrokerConfig
-from .controller_client import ControllerClient, ControllerRefused, client_ssl_context
-from .metadata_follower import MetadataFollower
 
 log = logging.getLogger(__name__)
 

@@ -16,17 +16,16 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.metrics import METRICS
 from protocol.codec import RecordChunks
 from protocol.records import PATCHED_PREFIX_SIZE, patched_prefix
 from storage.coordinator import BatchCoordinator, BatchLocation, FindRequest, FindResult
 from storage.objects.block_cache import BlockCache
 from storage.partition_key import PartitionKey
 
-from .metrics import METRICS
-
 if TYPE_CHECKING:
-    from .classic.partition import ClassicPartition
-    from .logs.partition_log import PartitionLog
+    from broker.classic.partition import ClassicPartition
+    from broker.logs.partition_log import PartitionLog
 
 LEADER_EPOCH = 0  # the one epoch there is without a controller (see Broker.leader_epoch)
 # A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client

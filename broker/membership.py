@@ -21,13 +21,12 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from broker.controller_client import ControllerClient, ControllerRefused
+from broker.metadata_follower import MetadataFollower
 from common.background import cancel_and_wait
 from controller.requests import BrokerRegistrationRequest
 from storage.coordinator import BatchCoordinator, BrokerRegistration, CoordinatorUnavailable
 from storage.outage import OutageLog, is_outage
-
-from .controller_client import ControllerClient, ControllerRefused
-from .metadata_follower import MetadataFollower
 
 log = logging.getLogger(__name__)
 

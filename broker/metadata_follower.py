@@ -24,16 +24,15 @@ import time
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
+from broker.controller_client import ControllerClient, ControllerRefused, MetadataChunk
 from common.background import cancel_and_wait
 from controller.image import ImageError, MetadataImage
 from controller.records import DecodeError, decode_batch
 from storage.outage import OutageLog, is_outage
 from storage.partition_key import PartitionKey
 
-from .controller_client import ControllerClient, ControllerRefused, MetadataChunk
-
 if TYPE_CHECKING:
-    from .node import Broker
+    from broker.node import Broker
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,39 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from broker.append import Appender
+from broker.classic.replica_manager import ReplicaManager
+from broker.classic.txn_markers import ClassicMarkerSender
+from broker.client_quotas import ClientQuotas, user_of
+from broker.config import BrokerConfig
+from broker.connection_limits import ConnectionLimits, limit_settings
+from broker.controller_catalog import ControllerCatalog
+from broker.controller_client import ControllerRefused
+from broker.fetch import LEADER_EPOCH, CommitWatch, Fetcher
+from broker.groups.coordinator import GroupConfig
+from broker.groups.service import GroupService
+from broker.http_endpoint import HttpEndpoint
+from broker.logs.router import coordinator_retains
+from broker.membership import (
+    BrokerEndpoint,
+    ControllerMembership,
+    Membership,
+    RegistryMembership,
+    StaticMembership,
+)
+from broker.metadata_follower import BrokerStorageListener
+from broker.metrics import METRICS
+from broker.migration.sealer import MigrationSealer
+from broker.producer_ids import ProducerIdAllocator
+from broker.security.authorizer import Authorizer, parse_super_users
+from broker.security.listeners import ListenerPlan, listener_plan
+from broker.security.sasl import SaslAuthenticator
+from broker.security.scram import ScramCredential
+from broker.security.tls import server_context
+from broker.server import KafkaServer, ListenerSecurity
+from broker.topics import TopicRegistry
+from broker.transactions.coordinator import TransactionCoordinator
+from broker.transactions.markers import MarkerWriter
 from common.background import cancel_and_wait
 from controller.placement import managed_replication_factor
 from storage.catalog import Topic, TopicCatalog
@@ -22,42 +55,8 @@ from storage.objects.block_cache import BlockCache
 from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
 
-from .append import Appender
-from .classic.replica_manager import ReplicaManager
-from .classic.txn_markers import ClassicMarkerSender
-from .client_quotas import ClientQuotas, user_of
-from .config import BrokerConfig
-from .connection_limits import ConnectionLimits, limit_settings
-from .controller_catalog import ControllerCatalog
-from .controller_client import ControllerRefused
-from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
-from .groups.coordinator import GroupConfig
-from .groups.service import GroupService
-from .http_endpoint import HttpEndpoint
-from .logs.router import coordinator_retains
-from .membership import (
-    BrokerEndpoint,
-    ControllerMembership,
-    Membership,
-    RegistryMembership,
-    StaticMembership,
-)
-from .metadata_follower import BrokerStorageListener
-from .metrics import METRICS
-from .migration.sealer import MigrationSealer
-from .producer_ids import ProducerIdAllocator
-from .security.authorizer import Authorizer, parse_super_users
-from .security.listeners import ListenerPlan, listener_plan
-from .security.sasl import SaslAuthenticator
-from .security.scram import ScramCredential
-from .security.tls import server_context
-from .server import KafkaServer, ListenerSecurity
-from .topics import TopicRegistry
-from .transactions.coordinator import TransactionCoordinator
-from .transactions.markers import MarkerWriter
-
 if TYPE_CHECKING:
-    from .server import RequestContext
+    from broker.server import RequestContext
 
 log = logging.getLogger(__name__)
 _NO_QUOTAS: dict[object, dict[str, float]] = {}
@@ -241,7 +240,7 @@ class Broker:
         return min((b.node_id for b in self.endpoints()), default=self.config.node_id)
 
     async def start(self) -> None:
-        from .apis import build_api_table
+        from broker.apis import build_api_table
 
         os.makedirs(self.config.data_dir, exist_ok=True)
         await self.store.start()

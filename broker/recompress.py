@@ -39,9 +39,8 @@ from protocol.records import (
 )
 
 if TYPE_CHECKING:
+    from broker.topics import TopicRegistry
     from storage.catalog import Topic
-
-    from .topics import TopicRegistry
 
 CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 _LEVEL_KEYS = {

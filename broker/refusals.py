@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from .log_budget import LineBudget
+from broker.log_budget import LineBudget
 
 log = logging.getLogger("sluice.refused")
 

@@ -35,6 +35,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from broker.connection_limits import ConnectionLimits, LimitSettings
+from broker.log_budget import TRACEBACKS, LineBudget
+from broker.metrics import METRICS
+from broker.refusals import REFUSALS
+from broker.security import sasl as sasl_mod
+from broker.security.listeners import DEFAULT_LISTENER
+from broker.security.principal import ANONYMOUS
+from broker.security.tls import HANDSHAKE_TIMEOUT_S, certificate_principal
 from protocol.build import build, error_response
 from protocol.codec import (
     API_VERSIONS_KEY,
@@ -49,17 +57,8 @@ from protocol.codec import (
 )
 from protocol.framing import FrameReader, FrameTooLarge
 
-from .connection_limits import ConnectionLimits, LimitSettings
-from .log_budget import TRACEBACKS, LineBudget
-from .metrics import METRICS
-from .refusals import REFUSALS
-from .security import sasl as sasl_mod
-from .security.listeners import DEFAULT_LISTENER
-from .security.principal import ANONYMOUS
-from .security.tls import HANDSHAKE_TIMEOUT_S, certificate_principal
-
 if TYPE_CHECKING:
-    from .apis import Api, ApiTable
+    from broker.apis import Api, ApiTable
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,8 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
+from broker.config import BrokerConfig
 from common.topic_config_keys import KEYS
-
-from .config import BrokerConfig
 
 __all__ = ["Resolved", "Synonym", "effective", "int_config", "resolve", "timestamp_bounds"]
 

@@ -14,15 +14,14 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from uuid import UUID
 
+from broker import topic_config
+from broker.config import BrokerConfig
+from broker.controller_catalog import ControllerCatalog
+from broker.controller_client import ControllerRefused, ControllerUnavailable
 from common import topic_config_validation
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
 from storage.coordinator import BatchCoordinator
 from storage.partition_key import PartitionKey
-
-from . import topic_config
-from .config import BrokerConfig
-from .controller_catalog import ControllerCatalog
-from .controller_client import ControllerRefused, ControllerUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -93,7 +93,7 @@ async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: 
 
 
 def build_api_table(broker: Broker) -> ApiTable:
-    from . import (
+    from broker.apis import (
         acls,
         api_versions,
         client_quotas,

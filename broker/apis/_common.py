@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
-    from ..node import Broker
+    from broker.node import Broker
 
 
 def resolve_partition(broker: Broker, name: str, partition: int) -> tuple[Topic | None, int]:

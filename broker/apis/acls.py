@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.controller_client import ControllerRefused
+from broker.security import access
 from common.acl import AclBinding, AclFilter, AclOperation, InvalidAcl
 
-from ..controller_client import ControllerRefused
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 CATCH_UP_S = 10.0
 NO_AUTHORIZER = "No Authorizer is configured on the broker (authorizer.class.name)"

@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from broker.apis import VERSIONS
 from protocol.build import build
 
-from . import VERSIONS
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 
 def _api_keys() -> list[dict[str, int]]:

@@ -12,16 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.controller_client import ControllerRefused
+from broker.security import access
 from common.acl import AclOperation
 from controller.acl_admin import QuotaAlteration, QuotaOp
 from controller.image import QuotaEntity
 
-from ..controller_client import ControllerRefused
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 CATCH_UP_S = 10.0
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2

@@ -6,14 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authorized_operations import NOT_REQUESTED
+from broker.security import access
 from common.acl import CLUSTER_NAME, AclOperation
 
-from ..authorized_operations import NOT_REQUESTED
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 
 ENDPOINT_BROKERS = 1

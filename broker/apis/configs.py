@@ -10,6 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker import topic_config
+from broker.config import SENSITIVE_KEYS, BrokerConfig, is_sensitive
+from broker.controller_client import ControllerRefused
+from broker.security import access
 from common import topic_config_keys
 from common.acl import AclOperation
 from common.topic_config_validation import LIST_KEYS, InvalidConfig
@@ -17,14 +21,9 @@ from controller.image import DISKLESS_ENABLE, TopicImage
 from controller.migration import configured, describe_entries
 from storage.catalog import TopicNotFound
 
-from .. import topic_config
-from ..config import SENSITIVE_KEYS, BrokerConfig, is_sensitive
-from ..controller_client import ControllerRefused
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

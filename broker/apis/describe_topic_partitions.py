@@ -11,17 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.metadata import partition_entry, request_routing
+from broker.authorized_operations import NOT_REQUESTED, authorized
+from broker.security import access
 from common.acl import AclOperation
 
-from ..authorized_operations import NOT_REQUESTED, authorized
-from ..security import access
-from .metadata import partition_entry, request_routing
-
 if TYPE_CHECKING:
+    from broker.node import Broker
+    from broker.server import RequestContext
     from storage.catalog import Topic
-
-    from ..node import Broker
-    from ..server import RequestContext
 
 # Kafka's max.request.partition.size.limit default: the most partitions in one answer.
 MAX_PARTITIONS_PER_RESPONSE = 2000

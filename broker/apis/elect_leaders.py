@@ -7,16 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.apis.reassignments import NO_CONTROLLER
+from broker.controller_client import ControllerRefused
+from broker.security import access
 from common.acl import AclOperation
 from controller.requests import ElectionResult, LeaderElection
 
-from ..controller_client import ControllerRefused
-from ..security import access
-from .reassignments import NO_CONTROLLER
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 PREFERRED = 0
 

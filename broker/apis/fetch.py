@@ -11,26 +11,24 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.client_az import az_from_client_id, count_fetch
+from broker.client_quotas import user_of
+from broker.fetch import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
+from broker.logs.engines import log_router
+from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
+from broker.logs.router import Purpose
+from broker.metrics import METRICS
+from broker.security import access
+from broker.transformer import preferred_read_replica, route_without_replicas
 from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable, FindResult
 from storage.objects import ObjectStoreError
 from storage.outage import OutageLog
 
-from ..client_az import az_from_client_id, count_fetch
-from ..client_quotas import user_of
-from ..fetch import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
-from ..logs.engines import log_router
-from ..logs.partition_log import Answered, PartitionLog, ReadPlan
-from ..logs.router import Purpose
-from ..metrics import METRICS
-from ..security import access
-from ..transformer import preferred_read_replica, route_without_replicas
-
 if TYPE_CHECKING:
+    from broker.node import Broker
+    from broker.server import RequestContext
     from storage.catalog import Topic
-
-    from ..node import Broker
-    from ..server import RequestContext
 
 log = logging.getLogger(__name__)
 # Fetches fail while the object store or the coordinator is down: one WARNING when that

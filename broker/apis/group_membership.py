@@ -10,16 +10,15 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from broker.apis._deferred import answer_when_done
+from broker.groups.coordinator import LeavingMember
+from broker.groups.group import JoinResult, SyncResult
+from broker.security import access
 from common.acl import AclOperation
 
-from ..groups.coordinator import LeavingMember
-from ..groups.group import JoinResult, SyncResult
-from ..security import access
-from ._deferred import answer_when_done
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 _MS = datetime.timedelta(milliseconds=1)
 

@@ -10,17 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.offsets import FetchedGroup, OffsetToCommit, store_error
+from broker.security import access
 from common.acl import AclOperation
 from storage.catalog import Topic
 from storage.coordinator import CoordinatorUnavailable
 from storage.groups import CommittedOffset, OffsetKey
 
-from ..groups.offsets import FetchedGroup, OffsetToCommit, store_error
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 NO_OFFSET = -1
 NO_EPOCH = -1

@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.security import access
 from common.acl import AclOperation
 
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 
 async def describe_log_dirs(broker: Broker, ctx: RequestContext, request: Any) -> Any:

@@ -6,21 +6,20 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.authorized_operations import NOT_REQUESTED
+from broker.client_az import client_az
+from broker.controller_client import ControllerRefused
+from broker.logs.router import az_routed, serves_any_broker
+from broker.metrics import METRICS
+from broker.security import access
+from broker.topics import InvalidTopic
+from broker.transformer import DECISIONS, Routing, route, route_without_replicas
 from common.acl import CLUSTER_NAME, AclOperation
 from storage.catalog import Topic, TopicExists
 
-from ..authorized_operations import NOT_REQUESTED
-from ..client_az import client_az
-from ..controller_client import ControllerRefused
-from ..logs.router import az_routed, serves_any_broker
-from ..metrics import METRICS
-from ..security import access
-from ..topics import InvalidTopic
-from ..transformer import DECISIONS, Routing, route, route_without_replicas
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 
 def topic_entry(

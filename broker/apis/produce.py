@@ -10,6 +10,17 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker import recompress
+from broker.append import PartitionResult
+from broker.classic.produce import Verification, verify_transaction
+from broker.client_az import az_from_client_id, count_bytes, count_produce
+from broker.client_quotas import user_of
+from broker.logs.engines import log_router
+from broker.logs.partition_log import AppendPlan
+from broker.logs.router import Purpose
+from broker.refusals import REFUSALS
+from broker.security import access
+from broker.server import throttle_connection
 from common.acl import AclOperation
 from protocol.batch_validation import Rules, validate_records
 from protocol.codec import EncodedResponse
@@ -18,22 +29,10 @@ from protocol.produce_response import PartitionAnswer, encode_produce_response
 from protocol.records import BatchHeader, InvalidRecords, parse_batches
 from storage.catalog import Topic
 
-from .. import recompress
-from ..append import PartitionResult
-from ..classic.produce import Verification, verify_transaction
-from ..client_az import az_from_client_id, count_bytes, count_produce
-from ..client_quotas import user_of
-from ..logs.engines import log_router
-from ..logs.partition_log import AppendPlan
-from ..logs.router import Purpose
-from ..refusals import REFUSALS
-from ..security import access
-from ..server import throttle_connection
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
-    from ..topics import TopicRegistry
+    from broker.node import Broker
+    from broker.server import RequestContext
+    from broker.topics import TopicRegistry
 
 VALID_ACKS = (-1, 0, 1)
 # Per partition, in request order: topic, index, its AppendPlan slot (an immediate result,

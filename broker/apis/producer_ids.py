@@ -7,15 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.offsets import store_error
+from broker.security import access
 from common.acl import AclOperation
 from storage.transactions import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
-from ..groups.offsets import store_error
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 # KIP-588: PRODUCER_FENCED from InitProducerId v4 on.
 FENCED_SINCE = 4

@@ -7,15 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.controller_client import ControllerRefused
+from broker.security import access
 from common.acl import AclOperation
 from controller.requests import Reassignment, ReassignmentResult
 
-from ..controller_client import ControllerRefused
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 NO_CONTROLLER = (
     "Partition reassignment needs the Raft controller: this broker runs without one "

@@ -13,15 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.controller_client import ControllerRefused
+from broker.security import access, scram
 from common.acl import AclOperation
 from controller.requests import ScramDeletion, ScramUpsertion
 
-from ..controller_client import ControllerRefused
-from ..security import access, scram
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 log = logging.getLogger(__name__)
 

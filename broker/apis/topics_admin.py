@@ -6,18 +6,17 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.controller_client import ControllerRefused
+from broker.node import now_ms
+from broker.security import access
+from broker.topics import InvalidPartitions, InvalidTopic
 from common.acl import AclOperation
 from common.topic_config_validation import InvalidConfig
 from storage.catalog import TopicExists, TopicNotFound
 
-from ..controller_client import ControllerRefused
-from ..node import now_ms
-from ..security import access
-from ..topics import InvalidPartitions, InvalidTopic
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_DEFAULT = 5

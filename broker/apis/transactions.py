@@ -18,18 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.offsets import store_error
+from broker.security import access
 from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable
 from storage.groups import CommittedOffset
 from storage.partition_key import PartitionKey
 from storage.transactions import ONGOING, PRODUCER_FENCED, STATES
 
-from ..groups.offsets import store_error
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 log = logging.getLogger(__name__)
 

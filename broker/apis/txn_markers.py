@@ -15,15 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.logs.engines import log_router
+from broker.logs.router import LogRouter, Purpose
+from broker.security import access
 from common.acl import AclOperation
 
-from ..logs.engines import log_router
-from ..logs.router import LogRouter, Purpose
-from ..security import access
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server import RequestContext
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:

@@ -11,15 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.classic.partition import FOLLOWER, LEADER, ClassicPartition
+from broker.fetch import DENIED_REPLICA, FetchBudget, FetchSlot
+from broker.logs.router import sealed_boundary
 from storage.catalog import Topic
 
-from ..fetch import DENIED_REPLICA, FetchBudget, FetchSlot
-from ..logs.router import sealed_boundary
-from .partition import FOLLOWER, LEADER, ClassicPartition
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from .replica_manager import ReplicaManager
+    from broker.classic.replica_manager import ReplicaManager
+    from broker.node import Broker
 
 # Consumers may fetch from a follower from Fetch v11 on (KIP-392), as Kafka allows.
 FOLLOWER_FETCH_VERSION = 11

@@ -20,10 +20,9 @@ from kio.schema.sasl_authenticate.v2 import request as sasl_auth_req
 from kio.schema.sasl_handshake.v1 import request as sasl_handshake_req
 from kio.serial import entity_reader, entity_writer
 
+from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
+from broker.security.sasl_client import SaslClientFailure, client_exchange
 from protocol.codec import response_schema
-
-from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity
-from ..security.sasl_client import SaslClientFailure, client_exchange
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")

@@ -20,6 +20,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.append import PartitionResult
+from broker.classic.producer_state import ProducerState, producer_fields
+from broker.tiering.view import EMPTY, RemoteView
 from controller.image import PartitionState
 from protocol.control_batch import marker_batch
 from protocol.record_scan import first_at_or_after, max_timestamp_record
@@ -29,10 +32,6 @@ from storage.classic.batches import StoredBatch, walk
 from storage.classic.log import Log, OffsetOutOfRange
 from storage.classic.txn_index import TxnIndex, batch_txn_fields
 from storage.coordinator import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
-
-from ..append import PartitionResult
-from ..tiering.view import EMPTY, RemoteView
-from .producer_state import ProducerState, producer_fields
 
 log = logging.getLogger(__name__)
 

@@ -9,17 +9,16 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.append import PartitionResult
+from broker.metrics import METRICS
 from protocol.records import BatchHeader
 from storage.catalog import Topic
 from storage.partition_key import PartitionKey
 
-from ..append import PartitionResult
-from ..metrics import METRICS
-
 if TYPE_CHECKING:
-    from ..topics import TopicRegistry
-    from ..transactions.coordinator import TransactionCoordinator
-    from .replica_manager import ReplicaManager
+    from broker.classic.replica_manager import ReplicaManager
+    from broker.topics import TopicRegistry
+    from broker.transactions.coordinator import TransactionCoordinator
 
 
 def needs_verification(

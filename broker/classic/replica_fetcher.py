@@ -28,16 +28,15 @@ from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
+from broker.classic.kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
+from broker.classic.partition import EARLIEST_LOCAL_TIMESTAMP, FOLLOWER, ClassicPartition
+from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
+from broker.tiering.follower import start_after_tiered
 from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
 
-from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity
-from ..tiering.follower import start_after_tiered
-from .kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
-from .partition import EARLIEST_LOCAL_TIMESTAMP, FOLLOWER, ClassicPartition
-
 if TYPE_CHECKING:
-    from .replica_manager import ReplicaManager
+    from broker.classic.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 

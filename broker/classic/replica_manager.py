@@ -23,6 +23,10 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.classic.partition import LEADER, ClassicPartition
+from broker.classic.replica_fetcher import ReplicaFetcher
+from broker.logs.router import hosted_classic
+from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from common.background import cancel_and_wait
 from controller.election import stages_classic
 from controller.image import MetadataImage
@@ -31,13 +35,8 @@ from storage.catalog import Topic
 from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
-from ..logs.router import hosted_classic
-from ..security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
-from .partition import LEADER, ClassicPartition
-from .replica_fetcher import ReplicaFetcher
-
 if TYPE_CHECKING:
-    from ..node import Broker
+    from broker.node import Broker
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +58,8 @@ class ReplicaManager:
         self.security: InterBrokerSecurity = PLAINTEXT
         self.security_error: str | None = None
         # Tiered storage (KIP-405): copies, remote retention, remote reads.
+        from broker.tiering.manager import TieringManager
         from storage.backends import remote_log_metadata
-
-        from ..tiering.manager import TieringManager
 
         self.tiering = TieringManager(
             self,

@@ -23,15 +23,14 @@ from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1 import request as markers_req
 from kio.static.primitive import i16, i32
 
+from broker.append import PartitionResult
+from broker.classic.kafka_client import ConnectionLost, KafkaConnection
+from broker.logs.router import markers_on_classic_leader
 from storage.partition_key import PartitionKey
 
-from ..append import PartitionResult
-from ..logs.router import markers_on_classic_leader
-from .kafka_client import ConnectionLost, KafkaConnection
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from .replica_manager import ReplicaManager
+    from broker.classic.replica_manager import ReplicaManager
+    from broker.node import Broker
 
 log = logging.getLogger(__name__)
 

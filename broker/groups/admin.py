@@ -14,11 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.coordinator import GroupCoordinator
+from broker.groups.group import GroupState
+from broker.groups.offsets import store_error
 from storage.groups import GroupStore
-
-from .coordinator import GroupCoordinator
-from .group import GroupState
-from .offsets import store_error
 
 GROUP_TYPE = "classic"
 

@@ -43,9 +43,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from storage.groups import GroupSnapshot, GroupStore
-
-from .group import (
+from broker.groups.group import (
     Cancellable,
     Group,
     GroupState,
@@ -53,9 +51,10 @@ from .group import (
     Member,
     SyncResult,
 )
-from .persistence import GroupPersistence, group_from, snapshot_of
-from .placement import HasNodeId, coordinator_for
-from .store_errors import store_error
+from broker.groups.persistence import GroupPersistence, group_from, snapshot_of
+from broker.groups.placement import HasNodeId, coordinator_for
+from broker.groups.store_errors import store_error
+from storage.groups import GroupSnapshot, GroupStore
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from .consumer_protocol import subscribed_topics
+from broker.groups.consumer_protocol import subscribed_topics
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 

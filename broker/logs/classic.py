@@ -9,17 +9,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from protocol.records import BatchHeader
-from storage.catalog import Topic
-
-from ..append import PartitionResult
-from ..classic.fetch import classic_entry, classic_slot, read_classic
-from ..classic.offsets import delete_records, end_offset_for_epoch, list_offset
-from ..classic.produce import classic_append, needs_verification
-from ..classic.txn_markers import mark
-from ..fetch import FetchBudget, FetchSlot
-from ..tiering.fetch import read_tiered
-from .partition_log import (
+from broker.append import PartitionResult
+from broker.classic.fetch import classic_entry, classic_slot, read_classic
+from broker.classic.offsets import delete_records, end_offset_for_epoch, list_offset
+from broker.classic.produce import classic_append, needs_verification
+from broker.classic.txn_markers import mark
+from broker.fetch import FetchBudget, FetchSlot
+from broker.logs.partition_log import (
     AppendPlan,
     DeleteAnswer,
     DeleteAsk,
@@ -29,10 +25,13 @@ from .partition_log import (
     OffsetAsk,
     ReadPlan,
 )
+from broker.tiering.fetch import read_tiered
+from protocol.records import BatchHeader
+from storage.catalog import Topic
 
 if TYPE_CHECKING:
-    from ..classic.replica_manager import ReplicaManager
-    from ..node import Broker
+    from broker.classic.replica_manager import ReplicaManager
+    from broker.node import Broker
 
 
 class ClassicLog:

@@ -13,6 +13,18 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.append import PartitionAppend, PartitionResult
+from broker.fetch import FetchBudget, FetchSlot
+from broker.logs.partition_log import (
+    AppendPlan,
+    DeleteAnswer,
+    DeleteAsk,
+    EpochAnswer,
+    EpochAsk,
+    OffsetAnswer,
+    OffsetAsk,
+    ReadPlan,
+)
 from protocol.record_scan import first_at_or_after, max_timestamp_record
 from protocol.records import BatchHeader
 from storage.catalog import Topic
@@ -24,21 +36,8 @@ from storage.coordinator import (
     PartitionKey,
 )
 
-from ..append import PartitionAppend, PartitionResult
-from ..fetch import FetchBudget, FetchSlot
-from .partition_log import (
-    AppendPlan,
-    DeleteAnswer,
-    DeleteAsk,
-    EpochAnswer,
-    EpochAsk,
-    OffsetAnswer,
-    OffsetAsk,
-    ReadPlan,
-)
-
 if TYPE_CHECKING:
-    from ..node import Broker
+    from broker.node import Broker
 
 log = logging.getLogger(__name__)
 

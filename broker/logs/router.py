@@ -46,6 +46,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.logs.partition_log import Answered, EpochAnswer, OffsetAnswer, PartitionLog
 from controller.image import (
     MIGRATION_SEALING,
     TO_CLASSIC,
@@ -60,11 +61,9 @@ from storage.coordinator import (
     LATEST_TIMESTAMP,
 )
 
-from .partition_log import Answered, EpochAnswer, OffsetAnswer, PartitionLog
-
 if TYPE_CHECKING:
-    from ..classic.replica_manager import ReplicaManager
-    from ..node import Broker
+    from broker.classic.replica_manager import ReplicaManager
+    from broker.node import Broker
 
 CLASSIC = "classic"
 DISKLESS = "diskless"

@@ -47,16 +47,15 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.classic.partition import LEADER, ClassicPartition
 from common.background import cancel_and_wait
 from controller.image import MIGRATION_SEALING, TO_CLASSIC, TO_DISKLESS, TopicImage
 from controller.migration import SealReport
 from storage.coordinator import SeededProducerBatch
 from storage.partition_key import PartitionKey
 
-from ..classic.partition import LEADER, ClassicPartition
-
 if TYPE_CHECKING:
-    from ..node import Broker
+    from broker.node import Broker
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from ..fetch import FetchBudget, FetchSlot
-    from ..node import Broker
+    from broker.fetch import FetchBudget, FetchSlot
+    from broker.node import Broker
 
 log = logging.getLogger(__name__)
 

@@ -17,14 +17,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from broker.classic.partition import ClassicPartition
+from broker.classic.producer_state import ProducerState
+from broker.tiering.snapshot import parse
 from storage.tiered.follower import start_from_remote
 from storage.tiered.lineage import FollowerStart
 from storage.tiered.metadata import EpochVector, RemoteSegment, SegmentState
 from storage.tiered.reader import RemoteReader
-
-from ..classic.partition import ClassicPartition
-from ..classic.producer_state import ProducerState
-from .snapshot import parse
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.classic.partition import LEADER, ClassicPartition
+from broker.tiering.snapshot import parse, segment_state
+from broker.tiering.view import EMPTY, RemoteView
 from common.background import cancel_and_wait
 from controller.image import TIERING_DISABLING, TopicImage
 from controller.tiering import COPY_DISABLE, tiering_enabled
@@ -37,12 +40,8 @@ from storage.tiered.lineage import lineage
 from storage.tiered.metadata import RemoteLogMetadataStore, RemoteSegment
 from storage.tiered.reader import RemoteReader
 
-from ..classic.partition import LEADER, ClassicPartition
-from .snapshot import parse, segment_state
-from .view import EMPTY, RemoteView
-
 if TYPE_CHECKING:
-    from ..classic.replica_manager import ReplicaManager
+    from broker.classic.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 

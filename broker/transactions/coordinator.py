@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.placement import HasNodeId, coordinator_for
+from broker.transactions.markers import MarkerWriter
 from common.background import cancel_and_wait
 from storage.coordinator import BatchCoordinator
 from storage.groups import CommittedOffset
@@ -34,9 +36,6 @@ from storage.transactions import (
     PRODUCER_FENCED,
     TransactionState,
 )
-
-from ..groups.placement import HasNodeId, coordinator_for
-from .markers import MarkerWriter
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.append import CommitListener
 from common.background import cancel_and_wait
 from protocol.control_batch import marker_batch
 from storage.coordinator import BatchCoordinator, CoordinatorUnavailable
@@ -31,10 +32,8 @@ from storage.objects.block_cache import BlockCache
 from storage.partition_key import PartitionKey
 from storage.transactions import COMPLETE_COMMIT, CompleteRequest, Marker, TransactionState
 
-from ..append import CommitListener
-
 if TYPE_CHECKING:
-    from ..classic.txn_markers import ClassicMarkerSender
+    from broker.classic.txn_markers import ClassicMarkerSender
 
 log = logging.getLogger(__name__)
 
