@@ -28,7 +28,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.metrics import METRICS
+from broker.server.metrics import METRICS
 from protocol.records import TRANSACTIONAL_BIT, BatchHeader, stamp_log_append_time
 from storage.coordinator import (
     BatchCoordinator,

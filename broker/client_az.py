@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from broker.metrics import METRICS
+from broker.server.metrics import METRICS
 
 if TYPE_CHECKING:
     from broker.node import Broker

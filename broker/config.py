@@ -28,7 +28,7 @@ class BrokerConfig:
     # Requests read from one connection but not answered yet, in bytes: past this the broker
     # stops reading that socket (backpressure) until answers go out.
     connection_pending_max_bytes: int = 64 * MiB
-    # Kafka's connection limits (broker/connection_limits.py), Kafka's names and defaults;
+    # Kafka's connection limits (broker/server/connection_limits.py), Kafka's names and defaults;
     # max.connections is also capped below the process's open-file limit.
     max_connections_per_ip: int = 2**31 - 1
     max_connections_per_ip_overrides: str = ""  # host:count,...
@@ -200,7 +200,7 @@ class BrokerConfig:
                 f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
             )
-        from broker.connection_limits import parse_overrides
+        from broker.server.connection_limits import parse_overrides
 
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.metrics import METRICS
+from broker.server.metrics import METRICS
 from protocol.codec import RecordChunks
 from protocol.records import PATCHED_PREFIX_SIZE, patched_prefix
 from storage.coordinator import BatchCoordinator, BatchLocation, FindRequest, FindResult

@@ -15,15 +15,12 @@ from typing import TYPE_CHECKING
 from broker.append import Appender
 from broker.classic.replica_manager import ReplicaManager
 from broker.classic.txn_markers import ClassicMarkerSender
-from broker.client_quotas import ClientQuotas, user_of
 from broker.config import BrokerConfig
-from broker.connection_limits import ConnectionLimits, limit_settings
 from broker.controller_catalog import ControllerCatalog
 from broker.controller_client import ControllerRefused
 from broker.fetch import LEADER_EPOCH, CommitWatch, Fetcher
 from broker.groups.coordinator import GroupConfig
 from broker.groups.service import GroupService
-from broker.http_endpoint import HttpEndpoint
 from broker.logs.router import coordinator_retains
 from broker.membership import (
     BrokerEndpoint,
@@ -33,7 +30,6 @@ from broker.membership import (
     StaticMembership,
 )
 from broker.metadata_follower import BrokerStorageListener
-from broker.metrics import METRICS
 from broker.migration.sealer import MigrationSealer
 from broker.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
@@ -41,7 +37,12 @@ from broker.security.listeners import ListenerPlan, listener_plan
 from broker.security.sasl import SaslAuthenticator
 from broker.security.scram import ScramCredential
 from broker.security.tls import server_context
-from broker.server import KafkaServer, ListenerSecurity
+from broker.server.client_quotas import ClientQuotas, user_of
+from broker.server.connection import ListenerSecurity
+from broker.server.connection_limits import ConnectionLimits, limit_settings
+from broker.server.http_endpoint import HttpEndpoint
+from broker.server.listener import KafkaServer
+from broker.server.metrics import METRICS
 from broker.topics import TopicRegistry
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.markers import MarkerWriter
@@ -56,7 +57,7 @@ from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 log = logging.getLogger(__name__)
 _NO_QUOTAS: dict[object, dict[str, float]] = {}

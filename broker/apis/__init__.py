@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 Handler = Callable[["RequestContext", Any], Awaitable[Any]]
 
@@ -87,7 +87,7 @@ VERSIONS: list[tuple[int, str, int, int]] = [
 
 
 async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: Any) -> Any:
-    # SaslHandshake and SaslAuthenticate change the connection's state: broker/server.py
+    # SaslHandshake and SaslAuthenticate change the connection's state: broker/server/connection.py
     # answers them itself and never calls this.
     raise AssertionError("SASL requests are answered by the connection")
 
@@ -95,7 +95,6 @@ async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: 
 def build_api_table(broker: Broker) -> ApiTable:
     from broker.apis import (
         acls,
-        api_versions,
         client_quotas,
         cluster,
         configs,
@@ -119,6 +118,7 @@ def build_api_table(broker: Broker) -> ApiTable:
         transactions,
         txn_markers,
     )
+    from broker.server import api_versions
 
     handlers: dict[int, Callable[..., Awaitable[Any]]] = {
         0: produce.handle,

@@ -20,7 +20,7 @@ from common.acl import AclBinding, AclFilter, AclOperation, InvalidAcl
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 CATCH_UP_S = 10.0
 NO_AUTHORIZER = "No Authorizer is configured on the broker (authorizer.class.name)"

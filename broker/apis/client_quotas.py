@@ -20,7 +20,7 @@ from controller.image import QuotaEntity
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 CATCH_UP_S = 10.0
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2

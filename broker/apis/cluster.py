@@ -12,7 +12,7 @@ from common.acl import CLUSTER_NAME, AclOperation
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 
 ENDPOINT_BROKERS = 1

@@ -23,7 +23,7 @@ from storage.catalog import TopicNotFound
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4

@@ -18,7 +18,7 @@ from common.acl import AclOperation
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
     from storage.catalog import Topic
 
 # Kafka's max.request.partition.size.limit default: the most partitions in one answer.

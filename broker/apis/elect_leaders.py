@@ -15,7 +15,7 @@ from controller.requests import ElectionResult, LeaderElection
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 PREFERRED = 0
 

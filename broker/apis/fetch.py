@@ -12,13 +12,13 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from broker.client_az import az_from_client_id, count_fetch
-from broker.client_quotas import user_of
 from broker.fetch import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.engines import log_router
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
 from broker.logs.router import Purpose
-from broker.metrics import METRICS
 from broker.security import access
+from broker.server.client_quotas import user_of
+from broker.server.metrics import METRICS
 from broker.transformer import preferred_read_replica, route_without_replicas
 from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable, FindResult
@@ -27,7 +27,7 @@ from storage.outage import OutageLog
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
     from storage.catalog import Topic
 
 log = logging.getLogger(__name__)

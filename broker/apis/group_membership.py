@@ -10,15 +10,15 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from broker.apis._deferred import answer_when_done
 from broker.groups.coordinator import LeavingMember
 from broker.groups.group import JoinResult, SyncResult
 from broker.security import access
+from broker.server.deferred import answer_when_done
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 _MS = datetime.timedelta(milliseconds=1)
 

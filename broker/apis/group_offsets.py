@@ -19,7 +19,7 @@ from storage.groups import CommittedOffset, OffsetKey
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 NO_OFFSET = -1
 NO_EPOCH = -1

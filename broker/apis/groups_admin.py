@@ -12,7 +12,7 @@ from common.acl import AclOperation
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 
 async def list_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.apis._common import group_by_topic, resolve_partition
 from broker.fetch import leader_epoch_error
 from broker.logs.engines import log_router
 from broker.logs.partition_log import EpochAnswer, EpochAsk, PartitionLog, ask_each
 from broker.logs.router import Purpose
 from broker.security import access
+from broker.server.handler_helpers import group_by_topic, resolve_partition
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:

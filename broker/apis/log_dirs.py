@@ -18,7 +18,7 @@ from common.acl import AclOperation
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 
 async def describe_log_dirs(broker: Broker, ctx: RequestContext, request: Any) -> Any:

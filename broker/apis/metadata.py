@@ -10,8 +10,8 @@ from broker.authorized_operations import NOT_REQUESTED
 from broker.client_az import client_az
 from broker.controller_client import ControllerRefused
 from broker.logs.router import az_routed, serves_any_broker
-from broker.metrics import METRICS
 from broker.security import access
+from broker.server.metrics import METRICS
 from broker.topics import InvalidTopic
 from broker.transformer import DECISIONS, Routing, route, route_without_replicas
 from common.acl import CLUSTER_NAME, AclOperation
@@ -19,7 +19,7 @@ from storage.catalog import Topic, TopicExists
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 
 def topic_entry(

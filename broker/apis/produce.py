@@ -14,13 +14,13 @@ from broker import recompress
 from broker.append import PartitionResult
 from broker.classic.produce import Verification, verify_transaction
 from broker.client_az import az_from_client_id, count_bytes, count_produce
-from broker.client_quotas import user_of
 from broker.logs.engines import log_router
 from broker.logs.partition_log import AppendPlan
 from broker.logs.router import Purpose
-from broker.refusals import REFUSALS
 from broker.security import access
-from broker.server import throttle_connection
+from broker.server.client_quotas import user_of
+from broker.server.connection import throttle_connection
+from broker.server.refusals import REFUSALS
 from common.acl import AclOperation
 from protocol.batch_validation import Rules, validate_records
 from protocol.codec import EncodedResponse
@@ -31,7 +31,7 @@ from storage.catalog import Topic
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
     from broker.topics import TopicRegistry
 
 VALID_ACKS = (-1, 0, 1)

@@ -14,7 +14,7 @@ from storage.transactions import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 # KIP-588: PRODUCER_FENCED from InitProducerId v4 on.
 FENCED_SINCE = 4

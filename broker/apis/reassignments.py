@@ -14,7 +14,7 @@ from controller.requests import Reassignment, ReassignmentResult
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 NO_CONTROLLER = (
     "Partition reassignment needs the Raft controller: this broker runs without one "

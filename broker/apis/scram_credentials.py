@@ -20,7 +20,7 @@ from controller.requests import ScramDeletion, ScramUpsertion
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 log = logging.getLogger(__name__)
 

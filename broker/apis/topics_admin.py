@@ -16,7 +16,7 @@ from storage.catalog import TopicExists, TopicNotFound
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_DEFAULT = 5

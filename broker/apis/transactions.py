@@ -28,7 +28,7 @@ from storage.transactions import ONGOING, PRODUCER_FENCED, STATES
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 log = logging.getLogger(__name__)
 

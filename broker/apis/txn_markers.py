@@ -22,7 +22,7 @@ from common.acl import AclOperation
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:

@@ -10,7 +10,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from broker.append import PartitionResult
-from broker.metrics import METRICS
+from broker.server.metrics import METRICS
 from protocol.records import BatchHeader
 from storage.catalog import Topic
 from storage.partition_key import PartitionKey

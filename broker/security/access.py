@@ -17,7 +17,7 @@ from protocol.build import error_response
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 Op = AclOperation
 

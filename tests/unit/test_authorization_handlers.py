@@ -29,9 +29,9 @@ from broker.apis import (
     topics_admin,
     transactions,
 )
-from broker.client_quotas import ClientQuotas
 from broker.config import BrokerConfig
 from broker.security.authorizer import Authorizer
+from broker.server.client_quotas import ClientQuotas
 from common.acl import AclBinding
 from protocol.codec import encode_response
 from storage.catalog import Topic

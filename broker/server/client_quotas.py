@@ -12,7 +12,7 @@ Rates are Kafka's sampled rates: ``quota.window.num`` samples of
 ``num - 1`` full windows, so one burst after a quiet period is not judged over a few
 milliseconds). A client over its quota is answered with ``throttle_time_ms`` =
 (rate - quota) / quota x window, capped at the whole window, and its connection is not read
-from for that long after the answer (KIP-219, see broker/server.py).
+from for that long after the answer (KIP-219, see broker/server/connection.py).
 """
 
 from __future__ import annotations

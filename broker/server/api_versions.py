@@ -12,7 +12,7 @@ from protocol.build import build
 
 if TYPE_CHECKING:
     from broker.node import Broker
-    from broker.server import RequestContext
+    from broker.server.connection import RequestContext
 
 
 def _api_keys() -> list[dict[str, int]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.log_budget import LineBudget
+from broker.server.log_budget import LineBudget
 
 log = logging.getLogger("sluice.refused")
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
-    from broker.server import KafkaConnection
+    from broker.server.connection import KafkaConnection
 
 UNLIMITED = 2**31 - 1
 # File descriptors kept free below RLIMIT_NOFILE for everything that is not a client
