@@ -94,7 +94,6 @@ async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: 
 
 def build_api_table(broker: Broker) -> ApiTable:
     from broker.apis import (
-        acls,
         client_quotas,
         cluster,
         configs,
@@ -113,11 +112,11 @@ def build_api_table(broker: Broker) -> ApiTable:
         producer_ids,
         reassignments,
         records_admin,
-        scram_credentials,
         topics_admin,
         transactions,
         txn_markers,
     )
+    from broker.security import acls, scram_credentials
     from broker.server import api_versions
 
     handlers: dict[int, Callable[..., Awaitable[Any]]] = {

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.apis.metadata import partition_entry, request_routing
-from broker.authorized_operations import NOT_REQUESTED, authorized
 from broker.security import access
+from broker.security.authorized_operations import NOT_REQUESTED, authorized
 from common.acl import AclOperation
 
 if TYPE_CHECKING:

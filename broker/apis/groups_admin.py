@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authorized_operations import NOT_REQUESTED
 from broker.security import access
+from broker.security.authorized_operations import NOT_REQUESTED
 from common.acl import AclOperation
 
 if TYPE_CHECKING:

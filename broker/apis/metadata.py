@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authorized_operations import NOT_REQUESTED
 from broker.client_az import client_az
 from broker.controller_client import ControllerRefused
 from broker.logs.router import az_routed, serves_any_broker
 from broker.security import access
+from broker.security.authorized_operations import NOT_REQUESTED
 from broker.server.metrics import METRICS
 from broker.topics import InvalidTopic
 from broker.transformer import DECISIONS, Routing, route, route_without_replicas

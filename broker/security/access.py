@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.authorized_operations import NOT_REQUESTED, authorized
+from broker.security.authorized_operations import NOT_REQUESTED, authorized
 from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.build import error_response
 

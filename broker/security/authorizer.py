@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from broker.authorized_operations import SUPPORTED, bits
+from broker.security.authorized_operations import SUPPORTED, bits
 from common.acl import WILDCARD, AclOperation, PatternType, Permission, ResourceType
 
 # Kafka's names for its authorizer, and the short one Sluice also accepts.

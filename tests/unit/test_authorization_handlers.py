@@ -13,7 +13,6 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.apis import (
-    acls,
     client_quotas,
     cluster,
     configs,
@@ -30,6 +29,7 @@ from broker.apis import (
     transactions,
 )
 from broker.config import BrokerConfig
+from broker.security import acls
 from broker.security.authorizer import Authorizer
 from broker.server.client_quotas import ClientQuotas
 from common.acl import AclBinding
