@@ -40,9 +40,10 @@ class BrokerConfig:
     # Bytes of requests still being received, all connections together (-1: no limit in
     # Kafka; bounded here so half-sent large requests cannot exhaust memory).
     queued_max_request_bytes: int = 512 * MiB
-    # Group commit (broker/append.py). adaptive: an idle broker flushes a produce at once
-    # (after produce.commit.min.ms); while an upload is in flight new data gathers for the
-    # next flush, which starts when that upload ends. fixed: every flush waits the interval.
+    # Group commit (broker/logs/diskless/diskless_append.py). adaptive: an idle broker
+    # flushes a produce at once (after produce.commit.min.ms); while an upload is in flight
+    # new data gathers for the next flush, which starts when that upload ends. fixed: every
+    # flush waits the interval.
     # Either way no batch waits longer than produce.commit.interval.ms.
     produce_commit_mode: str = "adaptive"
     produce_commit_min_ms: int = 0
@@ -59,7 +60,7 @@ class BrokerConfig:
     # `sluice dev`), and the RF of a classic topic created with -1 (Kafka's names).
     log_diskless_enable: bool = True
     default_replication_factor: int = 1
-    # Classic topics (broker/classic): a follower out of the ISR after this long without
+    # Classic topics (broker/logs/classic): a follower out of the ISR after this long without
     # catching up; followers' Fetch to their leader (Kafka's names and defaults).
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_max_bytes: int = 1_048_576

@@ -24,7 +24,7 @@ from storage.objects.block_cache import BlockCache
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
-    from broker.classic.partition import ClassicPartition
+    from broker.logs.classic.partition import ClassicPartition
     from broker.logs.partition_log import PartitionLog
 
 LEADER_EPOCH = 0  # the one epoch there is without a controller (see Broker.leader_epoch)

@@ -12,15 +12,16 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from broker.append import Appender
-from broker.classic.replica_manager import ReplicaManager
-from broker.classic.txn_markers import ClassicMarkerSender
 from broker.config import BrokerConfig
 from broker.controller_catalog import ControllerCatalog
 from broker.controller_client import ControllerRefused
 from broker.fetch import LEADER_EPOCH, CommitWatch, Fetcher
 from broker.groups.coordinator import GroupConfig
 from broker.groups.service import GroupService
+from broker.logs.classic.classic_markers import ClassicMarkerSender
+from broker.logs.classic.replica_manager import ReplicaManager
+from broker.logs.diskless.diskless_append import Appender
+from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.router import coordinator_retains
 from broker.membership import (
     BrokerEndpoint,
@@ -30,7 +31,6 @@ from broker.membership import (
     StaticMembership,
 )
 from broker.metadata_follower import BrokerStorageListener
-from broker.migration.sealer import MigrationSealer
 from broker.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
@@ -136,7 +136,7 @@ class Broker:
         # Classic topics (local logs, leader-follower replication) need the controllers'
         # leaders and epochs: controller mode only.
         self.classic = ReplicaManager(self) if self.controller is not None else None
-        # Seals partitions of migrating topics this broker leads (broker/migration); the
+        # Seals partitions of migrating topics this broker leads (broker/logs/migration); the
         # replica manager asks it about every replica it opens.
         self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
         if self.classic is not None:
@@ -455,7 +455,7 @@ class Broker:
                 self.topics.int_config(topic, "retention.bytes"),
             )
             for topic in self.topics.all()
-            # Classic logs are local: broker/classic enforces their retention (the diskless
+            # Classic logs are local: broker/logs/classic enforces their retention (the diskless
             # part of a topic migrated to classic is the coordinator's).
             if coordinator_retains(self, topic.topic_id)
             for partition in range(topic.partitions)

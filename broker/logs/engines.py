@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.logs.classic import ClassicLog
-from broker.logs.diskless import DisklessLog
+from broker.logs.classic.classic_log import ClassicLog
+from broker.logs.diskless.diskless_log import DisklessLog
 from broker.logs.router import LogRouter
 
 if TYPE_CHECKING:

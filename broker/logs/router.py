@@ -62,7 +62,7 @@ from storage.coordinator import (
 )
 
 if TYPE_CHECKING:
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
     from broker.node import Broker
 
 CLASSIC = "classic"
@@ -290,7 +290,7 @@ def has_diskless_part(controller: object, topic_id: UUID) -> bool:
 def coordinator_retains(broker: Broker, topic_id: UUID) -> bool:
     """Whether the batch coordinator enforces this topic's retention: diskless topics, and
     the diskless part of a topic migrated (or migrating) to classic (classic logs are
-    local: broker/classic enforces theirs)."""
+    local: broker/logs/classic enforces theirs)."""
     classic = broker.classic
     return (
         classic is None

@@ -23,7 +23,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.append import CommitListener
+from broker.logs.diskless.diskless_append import CommitListener
 from common.background import cancel_and_wait
 from protocol.control_batch import marker_batch
 from storage.coordinator import BatchCoordinator, CoordinatorUnavailable
@@ -33,7 +33,7 @@ from storage.partition_key import PartitionKey
 from storage.transactions import COMPLETE_COMMIT, CompleteRequest, Marker, TransactionState
 
 if TYPE_CHECKING:
-    from broker.classic.txn_markers import ClassicMarkerSender
+    from broker.logs.classic.classic_markers import ClassicMarkerSender
 
 log = logging.getLogger(__name__)
 

@@ -106,8 +106,8 @@ def test_every_engine_implements_the_whole_partition_log() -> None:
     """No type checker runs in CI: the engines' methods are checked against the Protocol."""
     import inspect
 
-    from broker.logs.classic import ClassicLog
-    from broker.logs.diskless import DisklessLog
+    from broker.logs.classic.classic_log import ClassicLog
+    from broker.logs.diskless.diskless_log import DisklessLog
     from broker.logs.partition_log import PartitionLog
 
     methods = [n for n, v in vars(PartitionLog).items() if callable(v) and n[0] != "_"]

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from uuid import UUID
 
-from broker.classic.txn_markers import ClassicMarkerSender
+from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.transactions.markers import MarkerWriter
 from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
 from storage.objects.block_cache import BlockCache

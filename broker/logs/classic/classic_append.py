@@ -9,14 +9,14 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.append import PartitionResult
+from broker.logs.diskless.diskless_append import PartitionResult
 from broker.server.metrics import METRICS
 from protocol.records import BatchHeader
 from storage.catalog import Topic
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
     from broker.topics import TopicRegistry
     from broker.transactions.coordinator import TransactionCoordinator
 
@@ -96,7 +96,7 @@ def classic_append(
     if p is None:
         return PartitionResult(error)
     if p.sealed:
-        # Being migrated to diskless (broker/migration): retriable, nothing written; the
+        # Being migrated to diskless (broker/logs/migration): retriable, nothing written; the
         # producer's retry goes to the diskless log once the seal is recorded.
         return PartitionResult(int(ErrorCode.not_leader_or_follower))
     if not batches:

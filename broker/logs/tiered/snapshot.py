@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from storage.classic.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
-    from broker.classic.partition import ClassicPartition
+    from broker.logs.classic.partition import ClassicPartition
 
 
 def segment_state(p: ClassicPartition, start: int, upto: int) -> bytes:

@@ -28,15 +28,15 @@ from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
-from broker.classic.kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
-from broker.classic.partition import EARLIEST_LOCAL_TIMESTAMP, FOLLOWER, ClassicPartition
+from broker.logs.classic.kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
+from broker.logs.classic.partition import EARLIEST_LOCAL_TIMESTAMP, FOLLOWER, ClassicPartition
+from broker.logs.tiered.follower import start_after_tiered
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
-from broker.tiering.follower import start_after_tiered
 from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
 
 if TYPE_CHECKING:
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ class ReplicaFetcher:
 
     async def _start_after_tiered(self, parts: list[ClassicPartition]) -> None:
         """KIP-405: the leader tiered the offsets these followers would fetch; they start
-        at its local log start instead (``broker.tiering.follower``)."""
+        at its local log start instead (``broker.logs.tiered.follower``)."""
         request = offsets_req.ListOffsetsRequest(
             replica_id=BrokerId(self.manager.me),
             isolation_level=i8(0),

@@ -23,13 +23,13 @@ from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1 import request as markers_req
 from kio.static.primitive import i16, i32
 
-from broker.append import PartitionResult
-from broker.classic.kafka_client import ConnectionLost, KafkaConnection
+from broker.logs.classic.kafka_client import ConnectionLost, KafkaConnection
+from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.router import markers_on_classic_leader
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
     from broker.node import Broker
 
 log = logging.getLogger(__name__)

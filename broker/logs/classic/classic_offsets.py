@@ -12,8 +12,8 @@ from protocol.record_scan import first_at_or_after
 from storage.classic.batches import walk
 
 if TYPE_CHECKING:
-    from broker.classic.partition import ClassicPartition
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.partition import ClassicPartition
+    from broker.logs.classic.replica_manager import ReplicaManager
 
 
 async def list_offset(

@@ -1,7 +1,7 @@
 """The classic engine as a ``PartitionLog``: this broker's replica of a partition (leader
 for appends, ListOffsets, OffsetForLeaderEpoch, DeleteRecords and markers, as Kafka; any
 replica for consumer reads from Fetch v11), with its tiered part behind it. The work is
-done in ``broker.classic`` (and ``broker.tiering`` for the remote part)."""
+done in ``broker.logs.classic`` (and ``broker.logs.tiered`` for the remote part)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from broker.append import PartitionResult
-from broker.classic.fetch import classic_entry, classic_slot, read_classic
-from broker.classic.offsets import delete_records, end_offset_for_epoch, list_offset
-from broker.classic.produce import classic_append, needs_verification
-from broker.classic.txn_markers import mark
 from broker.fetch import FetchBudget, FetchSlot
+from broker.logs.classic.classic_append import classic_append, needs_verification
+from broker.logs.classic.classic_markers import mark
+from broker.logs.classic.classic_offsets import delete_records, end_offset_for_epoch, list_offset
+from broker.logs.classic.classic_read import classic_entry, classic_slot, read_classic
+from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.partition_log import (
     AppendPlan,
     DeleteAnswer,
@@ -25,12 +25,12 @@ from broker.logs.partition_log import (
     OffsetAsk,
     ReadPlan,
 )
-from broker.tiering.fetch import read_tiered
+from broker.logs.tiered.tiered_read import read_tiered
 from protocol.records import BatchHeader
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
     from broker.node import Broker
 
 

@@ -23,8 +23,8 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.classic.partition import LEADER, ClassicPartition
-from broker.classic.replica_fetcher import ReplicaFetcher
+from broker.logs.classic.partition import LEADER, ClassicPartition
+from broker.logs.classic.replica_fetcher import ReplicaFetcher
 from broker.logs.router import hosted_classic
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from common.background import cancel_and_wait
@@ -58,7 +58,7 @@ class ReplicaManager:
         self.security: InterBrokerSecurity = PLAINTEXT
         self.security_error: str | None = None
         # Tiered storage (KIP-405): copies, remote retention, remote reads.
-        from broker.tiering.manager import TieringManager
+        from broker.logs.tiered.manager import TieringManager
         from storage.backends import remote_log_metadata
 
         self.tiering = TieringManager(
@@ -196,7 +196,7 @@ class ReplicaManager:
         changed: list[ClassicPartition] = []
         # Topics migrated to diskless keep their sealed classic logs (offsets below the
         # boundary) on their replicas; partitions sealed for classic start theirs
-        # (broker/migration).
+        # (broker/logs/migration).
         hosted = hosted_classic(image, classic)
         sealer = self.broker.migration_sealer
         for tid in hosted:

@@ -47,7 +47,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.classic.partition import LEADER, ClassicPartition
+from broker.logs.classic.partition import LEADER, ClassicPartition
 from common.background import cancel_and_wait
 from controller.image import MIGRATION_SEALING, TO_CLASSIC, TO_DISKLESS, TopicImage
 from controller.migration import SealReport

@@ -1,8 +1,8 @@
 """Fetch from classic partitions: consumers up to the high watermark, followers up to the
 log end (their fetch offset is their progress), KIP-392 preferred read replicas.
 
-Used by ``broker.logs.classic``: a classic partition's slot carries its replica here, and
-the long poll reads it again each time a watch wakes (an append, a high watermark move).
+Used by ``broker.logs.classic.classic_log``: a classic partition's slot carries its replica
+here, and the long poll reads it again each time a watch wakes (an append, a high watermark move).
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.classic.partition import FOLLOWER, LEADER, ClassicPartition
 from broker.fetch import DENIED_REPLICA, FetchBudget, FetchSlot
+from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition
 from broker.logs.router import sealed_boundary
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
     from broker.node import Broker
 
 # Consumers may fetch from a follower from Fetch v11 on (KIP-392), as Kafka allows.
@@ -93,7 +93,7 @@ def read_classic(
     p = slot.classic
     assert p is not None
     if slot.replica < 0 and p.is_remote(slot.offset):
-        return 0  # read from the remote segment (broker.tiering.fetch)
+        return 0  # read from the remote segment (broker.logs.tiered.tiered_read)
     hw_before = p.high_watermark
     error, data = p.read(
         slot.offset,

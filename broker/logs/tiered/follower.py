@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from broker.classic.partition import ClassicPartition
-from broker.classic.producer_state import ProducerState
-from broker.tiering.snapshot import parse
+from broker.logs.classic.partition import ClassicPartition
+from broker.logs.classic.producer_state import ProducerState
+from broker.logs.tiered.snapshot import parse
 from storage.tiered.follower import start_from_remote
 from storage.tiered.lineage import FollowerStart
 from storage.tiered.metadata import EpochVector, RemoteSegment, SegmentState

@@ -28,9 +28,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.classic.partition import LEADER, ClassicPartition
-from broker.tiering.snapshot import parse, segment_state
-from broker.tiering.view import EMPTY, RemoteView
+from broker.logs.classic.partition import LEADER, ClassicPartition
+from broker.logs.tiered.snapshot import parse, segment_state
+from broker.logs.tiered.view import EMPTY, RemoteView
 from common.background import cancel_and_wait
 from controller.image import TIERING_DISABLING, TopicImage
 from controller.tiering import COPY_DISABLE, tiering_enabled
@@ -41,7 +41,7 @@ from storage.tiered.metadata import RemoteLogMetadataStore, RemoteSegment
 from storage.tiered.reader import RemoteReader
 
 if TYPE_CHECKING:
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 

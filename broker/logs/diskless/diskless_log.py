@@ -13,8 +13,8 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.append import PartitionAppend, PartitionResult
 from broker.fetch import FetchBudget, FetchSlot
+from broker.logs.diskless.diskless_append import PartitionAppend, PartitionResult
 from broker.logs.partition_log import (
     AppendPlan,
     DeleteAnswer,

@@ -20,9 +20,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.append import PartitionResult
-from broker.classic.producer_state import ProducerState, producer_fields
-from broker.tiering.view import EMPTY, RemoteView
+from broker.logs.classic.producer_state import ProducerState, producer_fields
+from broker.logs.diskless.diskless_append import PartitionResult
+from broker.logs.tiered.view import EMPTY, RemoteView
 from controller.image import PartitionState
 from protocol.control_batch import marker_batch
 from protocol.record_scan import first_at_or_after, max_timestamp_record
@@ -81,7 +81,7 @@ class ClassicPartition:
         # An ISR change asked of the controller and not answered yet (one at a time).
         self.isr_change_pending = False
         self.isr_retry_at = 0.0  # ms: a refused ISR change is not asked again before
-        # Sealed by a migration to diskless (broker/migration): no appends here any more.
+        # Sealed by a migration to diskless (broker/logs/migration): no appends here any more.
         self.sealed = False
         # min.insync.replicas of the last acks=all produce: checked again when the HW
         # completes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank meanwhile).
@@ -89,10 +89,10 @@ class ClassicPartition:
         self.producers = ProducerState()
         self.txns = TxnIndex()
         # Tiered storage: the remote segments of this replica's lineage (refreshed by
-        # broker.tiering.manager); EMPTY for a topic that never tiered.
+        # broker.logs.tiered.manager); EMPTY for a topic that never tiered.
         self.remote: RemoteView = EMPTY
         # Whether the aborted transactions of the tiered part were read from its segments
-        # (broker.tiering.manager.load_tiered_aborted), after the local log's.
+        # (broker.logs.tiered.manager.load_tiered_aborted), after the local log's.
         self.tiered_aborted_loaded = False
         self._load_producers()
 
@@ -407,7 +407,7 @@ class ClassicPartition:
             if offset > limit and offset <= self.log.log_end_offset:
                 return 0, b""  # not committed yet: nothing, no error (as Kafka)
             if self.is_remote(offset):
-                return 0, b""  # read from the remote segment (broker.tiering.fetch)
+                return 0, b""  # read from the remote segment (broker.logs.tiered.tiered_read)
         try:
             return 0, self.log.read(offset, max_bytes, limit, min_one)
         except OffsetOutOfRange:
