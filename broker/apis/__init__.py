@@ -99,13 +99,10 @@ def build_api_table(broker: Broker) -> ApiTable:
         configs,
         describe_topic_partitions,
         elect_leaders,
-        fetch,
         find_coordinator,
         group_membership,
         group_offsets,
         groups_admin,
-        leader_epoch,
-        list_offsets,
         log_dirs,
         metadata,
         produce,
@@ -116,6 +113,8 @@ def build_api_table(broker: Broker) -> ApiTable:
         transactions,
         txn_markers,
     )
+    from broker.fetch import fetch_handler as fetch
+    from broker.fetch import leader_epoch, list_offsets
     from broker.security import acls, scram_credentials
     from broker.server import api_versions
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
-from broker.fetch import FetchBudget, FetchSlot
+from broker.fetch.read_path import FetchBudget, FetchSlot
 from broker.logs.diskless.diskless_append import PartitionAppend, PartitionResult
 from protocol.codec import RecordChunks
 from protocol.records import BatchHeader

@@ -17,9 +17,6 @@ from broker.apis import (
     cluster,
     configs,
     elect_leaders,
-    fetch,
-    leader_epoch,
-    list_offsets,
     log_dirs,
     metadata,
     producer_ids,
@@ -29,6 +26,8 @@ from broker.apis import (
     transactions,
 )
 from broker.config import BrokerConfig
+from broker.fetch import fetch_handler as fetch
+from broker.fetch import leader_epoch, list_offsets
 from broker.security import acls
 from broker.security.authorizer import Authorizer
 from broker.server.client_quotas import ClientQuotas

@@ -3,7 +3,7 @@ minOneMessage, KIP-74), here on diskless find results."""
 
 from __future__ import annotations
 
-from broker.fetch import FetchBudget
+from broker.fetch.read_path import FetchBudget
 from storage.coordinator import BatchLocation, FindResult
 from storage.transactions import AbortedTransaction
 

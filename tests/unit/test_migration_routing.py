@@ -179,7 +179,7 @@ DISKLESS_START = 100  # the diskless log's start: the first boundary
 
 def earliest(broker: Any, classic: Manager, tid: UUID) -> int | str:
     """What ListOffsets EARLIEST answers on this broker once routing decided (as
-    broker/apis/list_offsets.py does): an offset, or the name of a retriable error."""
+    broker/fetch/list_offsets.py does): an offset, or the name of a retriable error."""
     route = routing.list_offset_route(broker, classic, tid, 0, -2, False)
     if isinstance(route, tuple):
         return route[1] if route[0] == 0 else "error"

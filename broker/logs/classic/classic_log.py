@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from broker.fetch import FetchBudget, FetchSlot
+from broker.fetch.read_path import FetchBudget, FetchSlot
 from broker.logs.classic.classic_append import classic_append, needs_verification
 from broker.logs.classic.classic_markers import mark
 from broker.logs.classic.classic_offsets import delete_records, end_offset_for_epoch, list_offset

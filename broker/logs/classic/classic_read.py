@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.fetch import DENIED_REPLICA, FetchBudget, FetchSlot
+from broker.fetch.read_path import DENIED_REPLICA, FetchBudget, FetchSlot
 from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition
 from broker.logs.router import sealed_boundary
 from storage.catalog import Topic

@@ -13,7 +13,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.fetch import FetchBudget, FetchSlot
+from broker.fetch.read_path import FetchBudget, FetchSlot
 from broker.logs.diskless.diskless_append import PartitionAppend, PartitionResult
 from broker.logs.partition_log import (
     AppendPlan,

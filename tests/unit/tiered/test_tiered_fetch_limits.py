@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from broker.fetch import FetchBudget, FetchSlot
+from broker.fetch.read_path import FetchBudget, FetchSlot
 from broker.logs.classic.partition import ClassicPartition
 from broker.logs.tiered.tiered_read import read_tiered
 from broker.logs.tiered.view import RemoteView

@@ -12,7 +12,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from broker.client_az import az_from_client_id, count_fetch
-from broker.fetch import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
+from broker.fetch.read_path import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.engines import log_router
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
 from broker.logs.router import Purpose
