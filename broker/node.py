@@ -32,7 +32,7 @@ from broker.membership import (
     StaticMembership,
 )
 from broker.metadata_follower import BrokerStorageListener
-from broker.producer_ids import ProducerIdAllocator
+from broker.produce.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
 from broker.security.sasl import SaslAuthenticator

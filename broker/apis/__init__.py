@@ -105,7 +105,6 @@ def build_api_table(broker: Broker) -> ApiTable:
         groups_admin,
         log_dirs,
         metadata,
-        produce,
         producer_ids,
         reassignments,
         records_admin,
@@ -115,6 +114,7 @@ def build_api_table(broker: Broker) -> ApiTable:
     )
     from broker.fetch import fetch_handler as fetch
     from broker.fetch import leader_epoch, list_offsets
+    from broker.produce import produce_handler as produce
     from broker.security import acls, scram_credentials
     from broker.server import api_versions
 

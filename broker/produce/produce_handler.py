@@ -10,13 +10,13 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker import recompress
 from broker.client_az import az_from_client_id, count_bytes, count_produce
 from broker.logs.classic.classic_append import Verification, verify_transaction
 from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.engines import log_router
 from broker.logs.partition_log import AppendPlan
 from broker.logs.router import Purpose
+from broker.produce import recompress
 from broker.security import access
 from broker.server.client_quotas import user_of
 from broker.server.connection import throttle_connection
