@@ -13,8 +13,6 @@ import uuid
 from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig
-from broker.controller_catalog import ControllerCatalog
-from broker.controller_client import ControllerRefused
 from broker.fetch.read_path import CommitWatch
 from broker.groups.coordinator import GroupConfig
 from broker.groups.service import GroupService
@@ -24,14 +22,17 @@ from broker.logs.diskless.diskless_append import Appender
 from broker.logs.diskless.diskless_read import LEADER_EPOCH, Fetcher
 from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.router import coordinator_retains
-from broker.membership import (
+from broker.metadata.controller_catalog import ControllerCatalog
+from broker.metadata.controller_client import ControllerRefused
+from broker.metadata.membership import (
     BrokerEndpoint,
     ControllerMembership,
     Membership,
     RegistryMembership,
     StaticMembership,
 )
-from broker.metadata_follower import BrokerStorageListener
+from broker.metadata.metadata_follower import BrokerStorageListener
+from broker.metadata.topics import TopicRegistry
 from broker.produce.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
@@ -44,7 +45,6 @@ from broker.server.connection_limits import ConnectionLimits, limit_settings
 from broker.server.http_endpoint import HttpEndpoint
 from broker.server.listener import KafkaServer
 from broker.server.metrics import METRICS
-from broker.topics import TopicRegistry
 from broker.transactions.coordinator import TransactionCoordinator
 from broker.transactions.markers import MarkerWriter
 from common.background import cancel_and_wait

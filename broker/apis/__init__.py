@@ -95,16 +95,13 @@ async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: 
 def build_api_table(broker: Broker) -> ApiTable:
     from broker.apis import (
         client_quotas,
-        cluster,
         configs,
-        describe_topic_partitions,
         elect_leaders,
         find_coordinator,
         group_membership,
         group_offsets,
         groups_admin,
         log_dirs,
-        metadata,
         producer_ids,
         reassignments,
         records_admin,
@@ -114,6 +111,9 @@ def build_api_table(broker: Broker) -> ApiTable:
     )
     from broker.fetch import fetch_handler as fetch
     from broker.fetch import leader_epoch, list_offsets
+    from broker.metadata import describe_cluster as cluster
+    from broker.metadata import describe_topic_partitions
+    from broker.metadata import metadata_handler as metadata
     from broker.produce import produce_handler as produce
     from broker.security import acls, scram_credentials
     from broker.server import api_versions

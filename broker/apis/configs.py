@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker import topic_config
 from broker.config import SENSITIVE_KEYS, BrokerConfig, is_sensitive
-from broker.controller_client import ControllerRefused
+from broker.metadata import topic_config
+from broker.metadata.controller_client import ControllerRefused
 from broker.security import access
 from common import topic_config_keys
 from common.acl import AclOperation

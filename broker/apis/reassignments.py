@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.controller_client import ControllerRefused
+from broker.metadata.controller_client import ControllerRefused
 from broker.security import access
 from common.acl import AclOperation
 from controller.requests import Reassignment, ReassignmentResult

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.controller_client import ControllerRefused
+from broker.metadata.controller_client import ControllerRefused
+from broker.metadata.topics import InvalidPartitions, InvalidTopic
 from broker.node import now_ms
 from broker.security import access
-from broker.topics import InvalidPartitions, InvalidTopic
 from common.acl import AclOperation
 from common.topic_config_validation import InvalidConfig
 from storage.catalog import TopicExists, TopicNotFound

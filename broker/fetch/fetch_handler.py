@@ -11,15 +11,15 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.client_az import az_from_client_id, count_fetch
 from broker.fetch.read_path import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.engines import log_router
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
 from broker.logs.router import Purpose
+from broker.metadata.client_az import az_from_client_id, count_fetch
+from broker.metadata.transformer import preferred_read_replica, route_without_replicas
 from broker.security import access
 from broker.server.client_quotas import user_of
 from broker.server.metrics import METRICS
-from broker.transformer import preferred_read_replica, route_without_replicas
 from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable, FindResult
 from storage.objects import ObjectStoreError

@@ -10,12 +10,12 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.client_az import az_from_client_id, count_bytes, count_produce
 from broker.logs.classic.classic_append import Verification, verify_transaction
 from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.engines import log_router
 from broker.logs.partition_log import AppendPlan
 from broker.logs.router import Purpose
+from broker.metadata.client_az import az_from_client_id, count_bytes, count_produce
 from broker.produce import recompress
 from broker.security import access
 from broker.server.client_quotas import user_of
@@ -30,9 +30,9 @@ from protocol.records import BatchHeader, InvalidRecords, parse_batches
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
+    from broker.metadata.topics import TopicRegistry
     from broker.node import Broker
     from broker.server.connection import RequestContext
-    from broker.topics import TopicRegistry
 
 VALID_ACKS = (-1, 0, 1)
 # Per partition, in request order: topic, index, its AppendPlan slot (an immediate result,

@@ -39,7 +39,7 @@ from protocol.records import (
 )
 
 if TYPE_CHECKING:
-    from broker.topics import TopicRegistry
+    from broker.metadata.topics import TopicRegistry
     from storage.catalog import Topic
 
 CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}

@@ -14,11 +14,9 @@ from kio.schema.errors import ErrorCode
 
 from broker.apis import (
     client_quotas,
-    cluster,
     configs,
     elect_leaders,
     log_dirs,
-    metadata,
     producer_ids,
     reassignments,
     records_admin,
@@ -28,6 +26,8 @@ from broker.apis import (
 from broker.config import BrokerConfig
 from broker.fetch import fetch_handler as fetch
 from broker.fetch import leader_epoch, list_offsets
+from broker.metadata import describe_cluster as cluster
+from broker.metadata import metadata_handler as metadata
 from broker.security import acls
 from broker.security.authorizer import Authorizer
 from broker.server.client_quotas import ClientQuotas
@@ -323,7 +323,7 @@ async def test_metadata_hides_and_refuses() -> None:
 @pytest.fixture(autouse=True)
 def _no_routing(monkeypatch: pytest.MonkeyPatch) -> None:
     # Metadata's AZ routing reads the broker's endpoints; none matter here.
-    from broker.apis import metadata as metadata_module
+    from broker.metadata import metadata_handler as metadata_module
 
     monkeypatch.setattr(metadata_module, "request_routing", lambda *_: None)
 

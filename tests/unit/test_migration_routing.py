@@ -256,8 +256,8 @@ def test_the_az_transformer_sends_readers_of_a_sealed_classic_log_to_its_replica
     """A client in an AZ without a replica of the partition (rack d) is not hashed to a
     broker of its AZ while the sealed classic log has records (that broker could not serve
     them): it gets the leader. Once retention emptied the classic log, its AZ again."""
-    from broker.apis.metadata import _controller_partition_entry
-    from broker.transformer import Routing
+    from broker.metadata.metadata_handler import _controller_partition_entry
+    from broker.metadata.transformer import Routing
 
     c, broker, tid = setup()
     migrate(c, "true")

@@ -28,7 +28,7 @@ BIG = 1 << 62
 COORDINATOR_NOT_AVAILABLE = 15
 
 DISKLESS = PartitionKey(UUID(int=0xD1), 0)
-# Every topic has logs in the batch coordinator, classic ones too (broker/topics.py).
+# Every topic has logs in the batch coordinator, classic ones too (broker/metadata/topics.py).
 CLASSIC = PartitionKey(UUID(int=0xC1), 0)
 
 

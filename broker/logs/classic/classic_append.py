@@ -17,7 +17,7 @@ from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
     from broker.logs.classic.replica_manager import ReplicaManager
-    from broker.topics import TopicRegistry
+    from broker.metadata.topics import TopicRegistry
     from broker.transactions.coordinator import TransactionCoordinator
 
 

@@ -24,7 +24,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
-from broker.controller_client import ControllerClient, ControllerRefused, MetadataChunk
+from broker.metadata.controller_client import ControllerClient, ControllerRefused, MetadataChunk
 from common.background import cancel_and_wait
 from controller.image import ImageError, MetadataImage
 from controller.records import DecodeError, decode_batch

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.controller_client import ControllerClient, ControllerRefused
-from broker.metadata_follower import MetadataFollower
+from broker.metadata.controller_client import ControllerClient, ControllerRefused
+from broker.metadata.metadata_follower import MetadataFollower
 from common.background import cancel_and_wait
 from controller.requests import BrokerRegistrationRequest
 from storage.coordinator import BatchCoordinator, BrokerRegistration, CoordinatorUnavailable

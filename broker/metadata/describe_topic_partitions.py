@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis.metadata import partition_entry, request_routing
+from broker.metadata.metadata_handler import partition_entry, request_routing
 from broker.security import access
 from broker.security.authorized_operations import NOT_REQUESTED, authorized
 from common.acl import AclOperation

@@ -19,8 +19,12 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from broker.config import BrokerConfig
-from broker.controller_client import ControllerClient, ControllerRefused, client_ssl_context
-from broker.metadata_follower import MetadataFollower
+from broker.metadata.controller_client import (
+    ControllerClient,
+    ControllerRefused,
+    client_ssl_context,
+)
+from broker.metadata.metadata_follower import MetadataFollower
 from controller.image import MetadataImage, TopicImage
 from controller.requests import (
     AlterTopicConfigs,

@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from uuid import UUID
 
-from broker import topic_config
 from broker.config import BrokerConfig
-from broker.controller_catalog import ControllerCatalog
-from broker.controller_client import ControllerRefused, ControllerUnavailable
+from broker.metadata import topic_config
+from broker.metadata.controller_catalog import ControllerCatalog
+from broker.metadata.controller_client import ControllerRefused, ControllerUnavailable
 from common import topic_config_validation
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
 from storage.coordinator import BatchCoordinator

@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.client_az import client_az
-from broker.controller_client import ControllerRefused
 from broker.logs.router import az_routed, serves_any_broker
+from broker.metadata.client_az import client_az
+from broker.metadata.controller_client import ControllerRefused
+from broker.metadata.topics import InvalidTopic
+from broker.metadata.transformer import DECISIONS, Routing, route, route_without_replicas
 from broker.security import access
 from broker.security.authorized_operations import NOT_REQUESTED
 from broker.server.metrics import METRICS
-from broker.topics import InvalidTopic
-from broker.transformer import DECISIONS, Routing, route, route_without_replicas
 from common.acl import CLUSTER_NAME, AclOperation
 from storage.catalog import Topic, TopicExists
 
@@ -61,7 +61,7 @@ def _controller_partition_entry(
     broker: Broker, topic: Topic, partition: int, routing: Routing | None = None
 ) -> dict[str, Any]:
     """The partition as the controller placed it: real replicas, leader, epoch and ISR;
-    for diskless topics, as the transformer routes this client (broker/transformer.py)."""
+    for diskless topics, as the transformer routes this client (broker/metadata/transformer.py)."""
     assert broker.controller is not None
     image = broker.controller.image
     state = image.partition(topic.topic_id, partition)
