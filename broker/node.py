@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig
 from broker.fetch.read_path import CommitWatch
-from broker.groups.coordinator import GroupConfig
+from broker.groups.group_coordinator import GroupConfig
 from broker.groups.service import GroupService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.logs.classic.replica_manager import ReplicaManager

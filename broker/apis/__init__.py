@@ -97,10 +97,6 @@ def build_api_table(broker: Broker) -> ApiTable:
         client_quotas,
         configs,
         elect_leaders,
-        find_coordinator,
-        group_membership,
-        group_offsets,
-        groups_admin,
         log_dirs,
         producer_ids,
         reassignments,
@@ -111,6 +107,9 @@ def build_api_table(broker: Broker) -> ApiTable:
     )
     from broker.fetch import fetch_handler as fetch
     from broker.fetch import leader_epoch, list_offsets
+    from broker.groups import find_coordinator, group_membership
+    from broker.groups import group_admin_handler as groups_admin
+    from broker.groups import group_offsets_handler as group_offsets
     from broker.metadata import describe_cluster as cluster
     from broker.metadata import describe_topic_partitions
     from broker.metadata import metadata_handler as metadata

@@ -6,8 +6,8 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from broker.groups.admin import GroupAdmin
-from broker.groups.coordinator import GroupConfig, GroupCoordinator, Scheduler, wall_clock_ms
+from broker.groups.group_admin import GroupAdmin
+from broker.groups.group_coordinator import GroupConfig, GroupCoordinator, Scheduler, wall_clock_ms
 from broker.groups.offsets import GroupOffsets
 from broker.groups.placement import HasNodeId
 from common.background import cancel_and_wait

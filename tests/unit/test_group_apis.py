@@ -16,8 +16,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.apis import VERSIONS, find_coordinator, group_membership, group_offsets, groups_admin
-from broker.groups.coordinator import GroupConfig
+from broker.apis import VERSIONS
+from broker.groups import find_coordinator, group_membership
+from broker.groups import group_admin_handler as groups_admin
+from broker.groups import group_offsets_handler as group_offsets
+from broker.groups.group_coordinator import GroupConfig
 from broker.groups.service import GroupService
 from storage.catalog import Topic
 from storage.groups.sqlite import SqliteGroupStore

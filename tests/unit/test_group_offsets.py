@@ -13,8 +13,8 @@ from uuid import UUID
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import GroupConfig, LeavingMember
 from broker.groups.group import JoinResult
+from broker.groups.group_coordinator import GroupConfig, LeavingMember
 from broker.groups.offsets import OffsetToCommit
 from broker.groups.service import GroupService
 from storage.coordinator import CoordinatorUnavailable

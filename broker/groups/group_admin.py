@@ -14,8 +14,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import GroupCoordinator
 from broker.groups.group import GroupState
+from broker.groups.group_coordinator import GroupCoordinator
 from broker.groups.offsets import store_error
 from storage.groups import GroupStore
 

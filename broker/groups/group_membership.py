@@ -1,6 +1,6 @@
 """JoinGroup, SyncGroup, Heartbeat, LeaveGroup: the classic group protocol.
 
-The state machine is :mod:`broker.groups.coordinator`; these handlers translate
+The state machine is :mod:`broker.groups.group_coordinator`; these handlers translate
 between its results and each API version's fields. JoinGroup and SyncGroup may answer
 with a future (the rebalance is still in progress).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from broker.groups.coordinator import LeavingMember
 from broker.groups.group import JoinResult, SyncResult
+from broker.groups.group_coordinator import LeavingMember
 from broker.security import access
 from broker.server.deferred import answer_when_done
 from common.acl import AclOperation
