@@ -45,8 +45,8 @@ from broker.server.connection_limits import ConnectionLimits, limit_settings
 from broker.server.http_endpoint import HttpEndpoint
 from broker.server.listener import KafkaServer
 from broker.server.metrics import METRICS
-from broker.transactions.coordinator import TransactionCoordinator
-from broker.transactions.markers import MarkerWriter
+from broker.transactions.txn_coordinator import TransactionCoordinator
+from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
 from controller.placement import managed_replication_factor
 from storage.catalog import Topic, TopicCatalog

@@ -98,12 +98,9 @@ def build_api_table(broker: Broker) -> ApiTable:
         configs,
         elect_leaders,
         log_dirs,
-        producer_ids,
         reassignments,
         records_admin,
         topics_admin,
-        transactions,
-        txn_markers,
     )
     from broker.fetch import fetch_handler as fetch
     from broker.fetch import leader_epoch, list_offsets
@@ -116,6 +113,9 @@ def build_api_table(broker: Broker) -> ApiTable:
     from broker.produce import produce_handler as produce
     from broker.security import acls, scram_credentials
     from broker.server import api_versions
+    from broker.transactions import init_producer_id as producer_ids
+    from broker.transactions import transactions_handler as transactions
+    from broker.transactions import write_txn_markers as txn_markers
 
     handlers: dict[int, Callable[..., Awaitable[Any]]] = {
         0: produce.handle,

@@ -17,11 +17,9 @@ from broker.apis import (
     configs,
     elect_leaders,
     log_dirs,
-    producer_ids,
     reassignments,
     records_admin,
     topics_admin,
-    transactions,
 )
 from broker.config import BrokerConfig
 from broker.fetch import fetch_handler as fetch
@@ -31,6 +29,8 @@ from broker.metadata import metadata_handler as metadata
 from broker.security import acls
 from broker.security.authorizer import Authorizer
 from broker.server.client_quotas import ClientQuotas
+from broker.transactions import init_producer_id as producer_ids
+from broker.transactions import transactions_handler as transactions
 from common.acl import AclBinding
 from protocol.codec import encode_response
 from storage.catalog import Topic

@@ -1,4 +1,4 @@
-"""MarkerWriter (broker/transactions/markers.py) on each batch coordinator backend: a
+"""MarkerWriter (broker/transactions/txn_marker_writer.py) on each batch coordinator backend: a
 transaction's diskless partitions get their markers in the diskless logs, its classic ones
 only from their leaders (recorded as pending until written)."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from uuid import UUID
 
 from broker.logs.classic.classic_markers import ClassicMarkerSender
-from broker.transactions.markers import MarkerWriter
+from broker.transactions.txn_marker_writer import MarkerWriter
 from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
 from storage.objects.block_cache import BlockCache
 from storage.objects.local import LocalObjectStore

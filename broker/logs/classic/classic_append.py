@@ -18,7 +18,7 @@ from storage.partition_key import PartitionKey
 if TYPE_CHECKING:
     from broker.logs.classic.replica_manager import ReplicaManager
     from broker.metadata.topics import TopicRegistry
-    from broker.transactions.coordinator import TransactionCoordinator
+    from broker.transactions.txn_coordinator import TransactionCoordinator
 
 
 def needs_verification(

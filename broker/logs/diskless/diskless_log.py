@@ -239,5 +239,5 @@ class DisklessLog:
         coordinator_epoch: int,
     ) -> int:
         # Written by the transaction's coordinator into the shared log directly (EndTxn):
-        # a leader is never asked (broker/apis/txn_markers.py).
+        # a leader is never asked (broker/transactions/write_txn_markers.py).
         return int(ErrorCode.invalid_request)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from kio.schema.errors import ErrorCode
 
 from broker.groups.placement import HasNodeId, coordinator_for
-from broker.transactions.markers import MarkerWriter
+from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
 from storage.coordinator import BatchCoordinator
 from storage.groups import CommittedOffset
