@@ -242,7 +242,7 @@ class Broker:
         return min((b.node_id for b in self.endpoints()), default=self.config.node_id)
 
     async def start(self) -> None:
-        from broker.apis import build_api_table
+        from broker.server.api_table import build_api_table
 
         os.makedirs(self.config.data_dir, exist_ok=True)
         await self.store.start()

@@ -55,7 +55,7 @@ class BrokerStorageListener:
         await self._broker.coordinator.create_logs(keys)
 
     async def topics_removed(self, topic_ids: list[UUID]) -> None:
-        # As DeleteTopics does without a controller (broker/apis/topics_admin.py).
+        # As DeleteTopics does without a controller (broker/admin/topics_admin.py).
         await self._broker.coordinator.delete_logs(topic_ids, int(time.time() * 1000))
         await self._broker.groups.offsets.topics_deleted(topic_ids)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from broker.apis import VERSIONS
+from broker.server.api_table import VERSIONS
 from protocol.build import build
 
 if TYPE_CHECKING:

@@ -55,7 +55,7 @@ from protocol.codec import (
 from protocol.framing import FrameReader, FrameTooLarge
 
 if TYPE_CHECKING:
-    from broker.apis import Api, ApiTable
+    from broker.server.api_table import Api, ApiTable
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.apis import VERSIONS
+from broker.server.api_table import VERSIONS
 
 from .fuzzer import (
     SYNC_BASE,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.apis import (
-    client_quotas,
+from broker.admin import client_quotas_handler as client_quotas
+from broker.admin import (
     configs,
     elect_leaders,
     log_dirs,

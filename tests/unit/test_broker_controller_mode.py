@@ -20,13 +20,13 @@ import pytest
 from aiohttp import web
 from kio.schema.errors import ErrorCode
 
-from broker.apis import VERSIONS, build_api_table
 from broker.config import BrokerConfig
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerClient
 from broker.metadata.membership import BrokerEndpoint, ControllerMembership
 from broker.metadata.metadata_follower import MetadataFollower
 from broker.node import Broker
+from broker.server.api_table import VERSIONS, build_api_table
 from common import topic_config_validation
 from controller.image import MetadataImage
 from controller.logic import ControllerLogic
@@ -781,7 +781,7 @@ async def test_reassignments_are_forwarded(broker: Broker, fake: FakeController)
 
 
 def test_controller_mode_config() -> None:
-    from broker.apis.configs import _broker_configs
+    from broker.admin.configs import _broker_configs
     from broker.config import load_config
 
     config = load_config(

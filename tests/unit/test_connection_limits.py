@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from broker.apis import Api
 from broker.config import BrokerConfig
 from broker.security.sasl import SaslAuthenticator
+from broker.server.api_table import Api
 from broker.server.connection import ListenerSecurity
 from broker.server.connection_limits import (
     ConnectionLimits,

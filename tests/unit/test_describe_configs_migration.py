@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.apis import configs
+from broker.admin import configs
 from broker.config import BrokerConfig
 from broker.metadata.controller_catalog import topic_of
 from controller.image import MetadataImage

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.apis import build_api_table
 from broker.config import BrokerConfig
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.node import Broker
+from broker.server.api_table import build_api_table
 from controller.service import ControllerService, ControllerSettings
 from protocol.records import TRANSACTIONAL_BIT
 from storage.backends import coordinator_and_catalog, object_store

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis.reassignments import NO_CONTROLLER
+from broker.admin.reassignments import NO_CONTROLLER
 from broker.metadata.controller_client import ControllerRefused
 from broker.security import access
 from common.acl import AclOperation

@@ -93,8 +93,8 @@ async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: 
 
 
 def build_api_table(broker: Broker) -> ApiTable:
-    from broker.apis import (
-        client_quotas,
+    from broker.admin import client_quotas_handler as client_quotas
+    from broker.admin import (
         configs,
         elect_leaders,
         log_dirs,

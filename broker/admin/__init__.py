@@ -1,0 +1,2 @@
+"""Administration APIs: topics, configs, client quotas, reassignments, leader election,
+record deletion and log dirs."""
