@@ -93,8 +93,8 @@ async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: 
 
 
 def build_api_table(broker: Broker) -> ApiTable:
-    from broker.admin import client_quotas_handler as client_quotas
     from broker.admin import (
+        client_quotas_handler,
         configs,
         elect_leaders,
         log_dirs,
@@ -102,47 +102,45 @@ def build_api_table(broker: Broker) -> ApiTable:
         records_admin,
         topics_admin,
     )
-    from broker.fetch import fetch_handler as fetch
-    from broker.fetch import leader_epoch, list_offsets
-    from broker.groups import find_coordinator, group_membership
-    from broker.groups import group_admin_handler as groups_admin
-    from broker.groups import group_offsets_handler as group_offsets
-    from broker.metadata import describe_cluster as cluster
-    from broker.metadata import describe_topic_partitions
-    from broker.metadata import metadata_handler as metadata
-    from broker.produce import produce_handler as produce
+    from broker.fetch import fetch_handler, leader_epoch, list_offsets
+    from broker.groups import (
+        find_coordinator,
+        group_admin_handler,
+        group_membership,
+        group_offsets_handler,
+    )
+    from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
+    from broker.produce import produce_handler
     from broker.security import acls, scram_credentials
     from broker.server import api_versions
-    from broker.transactions import init_producer_id as producer_ids
-    from broker.transactions import transactions_handler as transactions
-    from broker.transactions import write_txn_markers as txn_markers
+    from broker.transactions import init_producer_id, transactions_handler, write_txn_markers
 
     handlers: dict[int, Callable[..., Awaitable[Any]]] = {
-        0: produce.handle,
-        1: fetch.handle,
+        0: produce_handler.handle,
+        1: fetch_handler.handle,
         2: list_offsets.handle,
-        3: metadata.handle,
-        8: group_offsets.offset_commit,
-        9: group_offsets.offset_fetch,
+        3: metadata_handler.handle,
+        8: group_offsets_handler.offset_commit,
+        9: group_offsets_handler.offset_fetch,
         10: find_coordinator.handle,
         11: group_membership.join_group,
         12: group_membership.heartbeat,
         13: group_membership.leave_group,
         14: group_membership.sync_group,
-        15: groups_admin.describe_groups,
-        16: groups_admin.list_groups,
+        15: group_admin_handler.describe_groups,
+        16: group_admin_handler.list_groups,
         17: _answered_by_connection,
         18: api_versions.handle,
         19: topics_admin.create_topics,
         20: topics_admin.delete_topics,
         21: records_admin.delete_records,
-        22: producer_ids.handle,
+        22: init_producer_id.handle,
         23: leader_epoch.handle,
-        24: transactions.add_partitions_to_txn,
-        25: transactions.add_offsets_to_txn,
-        26: transactions.end_txn,
-        27: txn_markers.handle,
-        28: transactions.txn_offset_commit,
+        24: transactions_handler.add_partitions_to_txn,
+        25: transactions_handler.add_offsets_to_txn,
+        26: transactions_handler.end_txn,
+        27: write_txn_markers.handle,
+        28: transactions_handler.txn_offset_commit,
         29: acls.describe_acls,
         30: acls.create_acls,
         31: acls.delete_acls,
@@ -151,20 +149,20 @@ def build_api_table(broker: Broker) -> ApiTable:
         35: log_dirs.describe_log_dirs,
         36: _answered_by_connection,
         37: topics_admin.create_partitions,
-        42: groups_admin.delete_groups,
+        42: group_admin_handler.delete_groups,
         43: elect_leaders.elect_leaders,
         44: configs.incremental_alter_configs,
         45: reassignments.alter_partition_reassignments,
         46: reassignments.list_partition_reassignments,
-        47: group_offsets.offset_delete,
-        48: client_quotas.describe_client_quotas,
-        49: client_quotas.alter_client_quotas,
+        47: group_offsets_handler.offset_delete,
+        48: client_quotas_handler.describe_client_quotas,
+        49: client_quotas_handler.alter_client_quotas,
         50: scram_credentials.describe,
         51: scram_credentials.alter,
-        60: cluster.handle,
-        61: transactions.describe_producers,
-        65: transactions.describe_transactions,
-        66: transactions.list_transactions,
+        60: describe_cluster.handle,
+        61: transactions_handler.describe_producers,
+        65: transactions_handler.describe_transactions,
+        66: transactions_handler.list_transactions,
         75: describe_topic_partitions.handle,
     }
     table: ApiTable = {}
