@@ -13,13 +13,13 @@ import uuid
 from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig
-from broker.fetch.read_path import CommitWatch
 from broker.groups.group_coordinator import GroupConfig
 from broker.groups.service import GroupService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.logs.classic.replica_manager import ReplicaManager
 from broker.logs.diskless.diskless_append import Appender
 from broker.logs.diskless.diskless_read import LEADER_EPOCH, Fetcher
+from broker.logs.fetch_slots import CommitWatch
 from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.router import coordinator_retains
 from broker.metadata.controller_catalog import ControllerCatalog

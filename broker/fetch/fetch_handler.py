@@ -11,8 +11,8 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.fetch.read_path import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.engines import log_router
+from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
 from broker.logs.router import Purpose
 from broker.metadata.client_az import az_from_client_id, count_fetch

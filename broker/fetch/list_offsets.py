@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.fetch.read_path import leader_epoch_error
 from broker.logs.engines import log_router
+from broker.logs.fetch_slots import leader_epoch_error
 from broker.logs.partition_log import OffsetAnswer, OffsetAsk, PartitionLog, ask_each
 from broker.logs.router import Purpose
 from broker.security import access

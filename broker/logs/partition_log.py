@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
-from broker.fetch.read_path import FetchBudget, FetchSlot
 from broker.logs.diskless.diskless_append import PartitionAppend, PartitionResult
+from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from protocol.codec import RecordChunks
 from protocol.records import BatchHeader
 from storage.catalog import Topic

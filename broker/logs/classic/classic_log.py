@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from broker.fetch.read_path import FetchBudget, FetchSlot
 from broker.logs.classic.classic_append import classic_append, needs_verification
 from broker.logs.classic.classic_markers import mark
 from broker.logs.classic.classic_offsets import delete_records, end_offset_for_epoch, list_offset
 from broker.logs.classic.classic_read import classic_entry, classic_slot, read_classic
 from broker.logs.diskless.diskless_append import PartitionResult
+from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from broker.logs.partition_log import (
     AppendPlan,
     DeleteAnswer,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.fetch.read_path import DENIED_REPLICA, FetchBudget, FetchSlot
 from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition
+from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot
 from broker.logs.router import sealed_boundary
 from storage.catalog import Topic
 

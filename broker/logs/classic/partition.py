@@ -385,7 +385,7 @@ class ClassicPartition:
     ) -> tuple[int, bytes]:
         """(error, records) for a consumer (up to the HW) or a follower (up to the log end,
         recording its progress), within ``max_bytes`` unless ``min_one`` and the first
-        batch alone is larger (see ``broker.fetch.read_path.FetchBudget``)."""
+        batch alone is larger (see ``broker.logs.fetch_slots.FetchBudget``)."""
         if replica >= 0:
             if self.role != LEADER or self.leader_state is None:
                 return int(ErrorCode.not_leader_or_follower), b""

@@ -13,8 +13,8 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.fetch.read_path import FetchBudget, FetchSlot
 from broker.logs.diskless.diskless_append import PartitionAppend, PartitionResult
+from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from broker.logs.partition_log import (
     AppendPlan,
     DeleteAnswer,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.fetch.read_path import FetchBudget, FetchSlot
+    from broker.logs.fetch_slots import FetchBudget, FetchSlot
     from broker.node import Broker
 
 log = logging.getLogger(__name__)

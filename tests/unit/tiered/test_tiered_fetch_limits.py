@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from broker.fetch.read_path import FetchBudget, FetchSlot
 from broker.logs.classic.partition import ClassicPartition
+from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from broker.logs.tiered.tiered_read import read_tiered
 from broker.logs.tiered.view import RemoteView
 from controller.image import PartitionState
