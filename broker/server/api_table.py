@@ -94,12 +94,14 @@ async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: 
 
 def build_api_table(broker: Broker) -> ApiTable:
     from broker.admin import (
+        acls,
         client_quotas_handler,
         configs,
         elect_leaders,
         log_dirs,
         reassignments,
         records_admin,
+        scram_credentials,
         topics_admin,
     )
     from broker.fetch import fetch_handler, leader_epoch, list_offsets
@@ -111,7 +113,6 @@ def build_api_table(broker: Broker) -> ApiTable:
     )
     from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
     from broker.produce import produce_handler
-    from broker.security import acls, scram_credentials
     from broker.server import api_versions
     from broker.transactions import init_producer_id, transactions_handler, write_txn_markers
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.admin import client_quotas_handler as client_quotas
 from broker.admin import (
+    acls,
     configs,
     elect_leaders,
     log_dirs,
@@ -21,12 +21,12 @@ from broker.admin import (
     records_admin,
     topics_admin,
 )
+from broker.admin import client_quotas_handler as client_quotas
 from broker.config import BrokerConfig
 from broker.fetch import fetch_handler as fetch
 from broker.fetch import leader_epoch, list_offsets
 from broker.metadata import describe_cluster as cluster
 from broker.metadata import metadata_handler as metadata
-from broker.security import acls
 from broker.security.authorizer import Authorizer
 from broker.server.client_quotas import ClientQuotas
 from broker.transactions import init_producer_id as producer_ids
