@@ -13,7 +13,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig
-from broker.groups.group_coordinator import GroupConfig
+from broker.groups.held_groups import GroupConfig
 from broker.groups.service import GroupService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.logs.classic.replica_manager import ReplicaManager

@@ -4,6 +4,8 @@
   CompletingRebalance → Stable, and Dead), protocol selection;
 - ``group_coordinator.py``: the state machine driven by JoinGroup, SyncGroup, Heartbeat and
   LeaveGroup, with its session, rebalance and initial-delay timers;
+- ``held_groups.py``: the groups this broker coordinates, held in memory: ownership as the
+  live brokers change, loading and storing their membership snapshots;
 - ``offsets.py``: committed offsets (validation against the group, persistence in the
   :class:`storage.groups.GroupStore`, expiry) and the admin views;
 - ``placement.py``: which live broker coordinates a group;

@@ -7,7 +7,8 @@ import logging
 from collections.abc import Callable, Sequence
 
 from broker.groups.group_admin import GroupAdmin
-from broker.groups.group_coordinator import GroupConfig, GroupCoordinator, Scheduler, wall_clock_ms
+from broker.groups.group_coordinator import GroupCoordinator
+from broker.groups.held_groups import GroupConfig, Scheduler, wall_clock_ms
 from broker.groups.offsets import GroupOffsets
 from broker.groups.placement import HasNodeId
 from common.background import cancel_and_wait

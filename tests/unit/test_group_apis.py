@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 from broker.groups import find_coordinator, group_membership
 from broker.groups import group_admin_handler as groups_admin
 from broker.groups import group_offsets_handler as group_offsets
-from broker.groups.group_coordinator import GroupConfig
+from broker.groups.held_groups import GroupConfig
 from broker.groups.service import GroupService
 from broker.server.api_table import VERSIONS
 from storage.catalog import Topic
