@@ -6,6 +6,9 @@ foundations in ``storage.tiered``:
 - ``manager``: the per-broker task: a leader copies rolled segments and enforces remote
   retention (and orphans), acts on a KIP-950 disablement and reports it; every replica
   refreshes its view (a follower's local retention needs the tiered end too).
+- ``tiered_read``: a fetch below the local log start, read from the remote segment;
+- ``snapshot``: what a tiered segment carries besides its log (producer state, open and
+  aborted transactions), for replicas that never held those batches;
 - ``follower``: a follower told OFFSET_MOVED_TO_TIERED_STORAGE starts after the tiered
   part of the log instead of fetching it again.
 """
