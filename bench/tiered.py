@@ -43,7 +43,7 @@ from kio.schema.list_offsets.v8 import request as offsets_req
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
-from broker.classic.kafka_client import KafkaConnection
+from broker.logs.classic.kafka_client import KafkaConnection
 from sluice.cluster import LocalCluster
 
 from .produce_consume import PARTITIONS, RECORD_SIZE, consume

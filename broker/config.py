@@ -28,7 +28,7 @@ class BrokerConfig:
     # Requests read from one connection but not answered yet, in bytes: past this the broker
     # stops reading that socket (backpressure) until answers go out.
     connection_pending_max_bytes: int = 64 * MiB
-    # Kafka's connection limits (broker/connection_limits.py), Kafka's names and defaults;
+    # Kafka's connection limits (broker/server/connection_limits.py), Kafka's names and defaults;
     # max.connections is also capped below the process's open-file limit.
     max_connections_per_ip: int = 2**31 - 1
     max_connections_per_ip_overrides: str = ""  # host:count,...
@@ -40,9 +40,10 @@ class BrokerConfig:
     # Bytes of requests still being received, all connections together (-1: no limit in
     # Kafka; bounded here so half-sent large requests cannot exhaust memory).
     queued_max_request_bytes: int = 512 * MiB
-    # Group commit (broker/append.py). adaptive: an idle broker flushes a produce at once
-    # (after produce.commit.min.ms); while an upload is in flight new data gathers for the
-    # next flush, which starts when that upload ends. fixed: every flush waits the interval.
+    # Group commit (broker/logs/diskless/diskless_append.py). adaptive: an idle broker
+    # flushes a produce at once (after produce.commit.min.ms); while an upload is in flight
+    # new data gathers for the next flush, which starts when that upload ends. fixed: every
+    # flush waits the interval.
     # Either way no batch waits longer than produce.commit.interval.ms.
     produce_commit_mode: str = "adaptive"
     produce_commit_min_ms: int = 0
@@ -59,7 +60,7 @@ class BrokerConfig:
     # `sluice dev`), and the RF of a classic topic created with -1 (Kafka's names).
     log_diskless_enable: bool = True
     default_replication_factor: int = 1
-    # Classic topics (broker/classic): a follower out of the ISR after this long without
+    # Classic topics (broker/logs/classic): a follower out of the ISR after this long without
     # catching up; followers' Fetch to their leader (Kafka's names and defaults).
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_max_bytes: int = 1_048_576
@@ -193,14 +194,14 @@ class BrokerConfig:
             raise ValueError(
                 f"ssl.client.auth must be required, requested or none, not {self.ssl_client_auth!r}"
             )
-        from .security.authorizer import AUTHORIZER_NAMES
+        from broker.security.authorizer import AUTHORIZER_NAMES
 
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_NAMES:
             raise ValueError(
                 f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
             )
-        from .connection_limits import parse_overrides
+        from broker.server.connection_limits import parse_overrides
 
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:

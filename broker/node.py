@@ -12,6 +12,41 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from broker.config import BrokerConfig
+from broker.groups.held_groups import GroupConfig
+from broker.groups.service import GroupService
+from broker.logs.classic.classic_markers import ClassicMarkerSender
+from broker.logs.classic.replica_manager import ReplicaManager
+from broker.logs.diskless.diskless_append import Appender
+from broker.logs.diskless.diskless_read import LEADER_EPOCH, Fetcher
+from broker.logs.fetch_slots import CommitWatch
+from broker.logs.migration.sealer import MigrationSealer
+from broker.logs.router import coordinator_retains
+from broker.metadata.controller_catalog import ControllerCatalog
+from broker.metadata.controller_client import ControllerRefused
+from broker.metadata.membership import (
+    BrokerEndpoint,
+    ControllerMembership,
+    Membership,
+    RegistryMembership,
+    StaticMembership,
+)
+from broker.metadata.metadata_follower import BrokerStorageListener
+from broker.metadata.topics import TopicRegistry
+from broker.produce.producer_ids import ProducerIdAllocator
+from broker.security.authorizer import Authorizer, parse_super_users
+from broker.security.listeners import ListenerPlan, listener_plan
+from broker.security.sasl import SaslAuthenticator
+from broker.security.scram import ScramCredential
+from broker.security.tls import server_context
+from broker.server.client_quotas import ClientQuotas, user_of
+from broker.server.connection import ListenerSecurity
+from broker.server.connection_limits import ConnectionLimits, limit_settings
+from broker.server.http_endpoint import HttpEndpoint
+from broker.server.listener import KafkaServer
+from broker.server.metrics import METRICS
+from broker.transactions.txn_coordinator import TransactionCoordinator
+from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
 from controller.placement import managed_replication_factor
 from storage.catalog import Topic, TopicCatalog
@@ -22,42 +57,8 @@ from storage.objects.block_cache import BlockCache
 from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
 
-from .append import Appender
-from .classic.replica_manager import ReplicaManager
-from .classic.txn_markers import ClassicMarkerSender
-from .client_quotas import ClientQuotas, user_of
-from .config import BrokerConfig
-from .connection_limits import ConnectionLimits, limit_settings
-from .controller_catalog import ControllerCatalog
-from .controller_client import ControllerRefused
-from .fetch import LEADER_EPOCH, CommitWatch, Fetcher
-from .groups.coordinator import GroupConfig
-from .groups.service import GroupService
-from .http_endpoint import HttpEndpoint
-from .logs.router import coordinator_retains
-from .membership import (
-    BrokerEndpoint,
-    ControllerMembership,
-    Membership,
-    RegistryMembership,
-    StaticMembership,
-)
-from .metadata_follower import BrokerStorageListener
-from .metrics import METRICS
-from .migration.sealer import MigrationSealer
-from .producer_ids import ProducerIdAllocator
-from .security.authorizer import Authorizer, parse_super_users
-from .security.listeners import ListenerPlan, listener_plan
-from .security.sasl import SaslAuthenticator
-from .security.scram import ScramCredential
-from .security.tls import server_context
-from .server import KafkaServer, ListenerSecurity
-from .topics import TopicRegistry
-from .transactions.coordinator import TransactionCoordinator
-from .transactions.markers import MarkerWriter
-
 if TYPE_CHECKING:
-    from .server import RequestContext
+    from broker.server.connection import RequestContext
 
 log = logging.getLogger(__name__)
 _NO_QUOTAS: dict[object, dict[str, float]] = {}
@@ -136,7 +137,7 @@ class Broker:
         # Classic topics (local logs, leader-follower replication) need the controllers'
         # leaders and epochs: controller mode only.
         self.classic = ReplicaManager(self) if self.controller is not None else None
-        # Seals partitions of migrating topics this broker leads (broker/migration); the
+        # Seals partitions of migrating topics this broker leads (broker/logs/migration); the
         # replica manager asks it about every replica it opens.
         self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
         if self.classic is not None:
@@ -241,7 +242,7 @@ class Broker:
         return min((b.node_id for b in self.endpoints()), default=self.config.node_id)
 
     async def start(self) -> None:
-        from .apis import build_api_table
+        from broker.server.api_table import build_api_table
 
         os.makedirs(self.config.data_dir, exist_ok=True)
         await self.store.start()
@@ -455,7 +456,7 @@ class Broker:
                 self.topics.int_config(topic, "retention.bytes"),
             )
             for topic in self.topics.all()
-            # Classic logs are local: broker/classic enforces their retention (the diskless
+            # Classic logs are local: broker/logs/classic enforces their retention (the diskless
             # part of a topic migrated to classic is the coordinator's).
             if coordinator_retains(self, topic.topic_id)
             for partition in range(topic.partitions)

@@ -1,5 +1,5 @@
 """Serving an aiohttp application on a port: the controller's HTTP API and the broker's
-metrics and health endpoint (``broker.http_endpoint``) both start theirs here."""
+metrics and health endpoint (``broker.server.http_endpoint``) both start theirs here."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ of range, and the checks that relate two keys. The table of keys is ``topic_conf
 
 Both paths validate here: the broker before it writes or forwards a change, and the
 controller (``controller/service.py``) before it records one. What a topic's effective
-value is, and where it comes from, is the broker's (``broker.topic_config``).
+value is, and where it comes from, is the broker's (``broker.metadata.topic_config``).
 """
 
 from __future__ import annotations

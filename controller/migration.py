@@ -218,7 +218,7 @@ class MigrationAdmin:
     @staticmethod
     def _size_change(topic: TopicImage, r: SealReport) -> list[Record]:
         """A sealed partition's current leader reporting again with the size its sealed
-        classic log has now (``broker.migration.sealer``: what retention and tiering left):
+        classic log has now (``broker.logs.migration.sealer``: what retention and tiering left):
         recorded when it changed, so "bytes still classic" is live everywhere."""
         m, p = topic.migration, topic.partitions.get(r.partition)
         s = None if m is None else m.sealed_partition(r.partition)

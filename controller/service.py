@@ -187,7 +187,7 @@ class ControllerService:
             auto_leader_rebalance=settings.auto_leader_rebalance,
             leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
             leader_imbalance_per_broker_percentage=settings.leader_imbalance_per_broker_percentage,
-            # Brokers serve classic topics (broker/classic): diskless.enable=false is allowed.
+            # Brokers serve classic topics (broker/logs/classic): diskless.enable=false is allowed.
             classic_topics=True,
         )
         self.logic = ControllerLogic(config)

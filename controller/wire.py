@@ -1,6 +1,6 @@
 """JSON forms of the controller's requests and results (controller/requests.py), for its HTTP API.
 
-The HTTP API (controller/http_api.py) and the broker's client (broker/controller_client.py)
+The HTTP API (controller/http_api.py) and the broker's client (broker/metadata/controller_client.py)
 both use these two functions, so a field added to a request dataclass travels without further
 code. UUIDs travel as strings, error codes as ints, Raft entries as base64.
 

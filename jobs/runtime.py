@@ -15,7 +15,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from broker.config import BrokerConfig
-from broker.controller_catalog import ControllerCatalog, ImageCatalog
+from broker.metadata.controller_catalog import ControllerCatalog, ImageCatalog
 from storage.catalog import TopicCatalog
 from storage.coordinator import BatchCoordinator
 from storage.objects import ObjectStore

@@ -4,7 +4,7 @@ The produce path decompresses every batch once to validate its records
 (``decompress_bounded``: never more than ``MAX_DECOMPRESSED_BYTES``, mostly into one reused
 scratch mapping, with the C libraries where they measured faster: libzstd, liblz4); topics
 whose ``compression.type`` names a codec also get produced batches recompressed
-(broker/recompress.py). ListOffsets by timestamp (record_scan.py) and the compaction job
+(broker/produce/recompress.py). ListOffsets by timestamp (record_scan.py) and the compaction job
 (jobs/decode.py) use ``decompress``. The fetch path never decompresses.
 """
 

@@ -287,7 +287,7 @@ def broker_config(args: argparse.Namespace) -> BrokerConfig:
 async def run_broker(
     config: BrokerConfig, embedded_controller: bool = False, jobs_every_s: float | None = None
 ) -> None:
-    from broker.controller_catalog import ControllerCatalog
+    from broker.metadata.controller_catalog import ControllerCatalog
     from broker.node import Broker
     from storage.backends import coordinator_and_catalog, object_store
 

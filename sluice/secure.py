@@ -256,7 +256,7 @@ def controller_settings(files: SecureFiles) -> dict[str, str]:
 async def create_admin(files: SecureFiles, controllers: list[str], secret: str) -> None:
     """The admin's SCRAM credential, written to the metadata log through the controllers'
     API (salted keys only), before any broker starts."""
-    from broker.controller_client import ControllerClient, client_ssl_context
+    from broker.metadata.controller_client import ControllerClient, client_ssl_context
     from broker.security.scram import credential_from_password
     from controller.requests import ScramUpsertion
 

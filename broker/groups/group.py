@@ -1,6 +1,6 @@
 """One classic group: its members, state, generation and chosen protocol.
 
-Plain bookkeeping with no timers and no I/O; :mod:`broker.groups.coordinator` drives
+Plain bookkeeping with no timers and no I/O; :mod:`broker.groups.group_coordinator` drives
 it. The rules follow Kafka's classic group coordinator (the ``GroupMetadata`` of the
 Scala broker, ``ClassicGroup`` of the Java one), so stock clients see what they
 expect.
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from .consumer_protocol import subscribed_topics
+from broker.groups.consumer_protocol import subscribed_topics
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 

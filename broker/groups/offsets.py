@@ -17,13 +17,13 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.group import CONSUMER_PROTOCOL_TYPE, GroupState
+from broker.groups.group_coordinator import GroupCoordinator
+from broker.groups.held_groups import GroupConfig, wall_clock_ms
+from broker.groups.store_errors import store_error
 from common.background import cancel_and_wait
 from storage.groups import CommittedOffset, GroupStore, OffsetKey
 from storage.outage import OutageLog
-
-from .coordinator import GroupConfig, GroupCoordinator, wall_clock_ms
-from .group import CONSUMER_PROTOCOL_TYPE, GroupState
-from .store_errors import store_error
 
 log = logging.getLogger(__name__)
 

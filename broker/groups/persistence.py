@@ -23,9 +23,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from broker.groups.group import Group, GroupState, Member
 from storage.groups import GroupSnapshot, GroupStore, MemberSnapshot
-
-from .group import Group, GroupState, Member
 
 log = logging.getLogger(__name__)
 

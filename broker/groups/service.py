@@ -6,14 +6,14 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
+from broker.groups.group_admin import GroupAdmin
+from broker.groups.group_coordinator import GroupCoordinator
+from broker.groups.held_groups import GroupConfig, Scheduler, wall_clock_ms
+from broker.groups.offsets import GroupOffsets
+from broker.groups.placement import HasNodeId
 from common.background import cancel_and_wait
 from storage.groups import GroupStore
 from storage.outage import OutageLog
-
-from .admin import GroupAdmin
-from .coordinator import GroupConfig, GroupCoordinator, Scheduler, wall_clock_ms
-from .offsets import GroupOffsets
-from .placement import HasNodeId
 
 log = logging.getLogger(__name__)
 

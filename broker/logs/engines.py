@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .classic import ClassicLog
-from .diskless import DisklessLog
-from .router import LogRouter
+from broker.logs.classic.classic_log import ClassicLog
+from broker.logs.diskless.diskless_log import DisklessLog
+from broker.logs.router import LogRouter
 
 if TYPE_CHECKING:
-    from ..node import Broker
+    from broker.node import Broker
 
 
 def log_router(broker: Broker) -> LogRouter:

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
+from broker.logs.diskless.diskless_append import PartitionAppend, PartitionResult
+from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from protocol.codec import RecordChunks
 from protocol.records import BatchHeader
 from storage.catalog import Topic
 from storage.coordinator import FindRequest, FindResult, LogInfo
-
-from ..append import PartitionAppend, PartitionResult
-from ..fetch import FetchBudget, FetchSlot
 
 A = TypeVar("A")
 

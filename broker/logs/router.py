@@ -46,6 +46,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.logs.partition_log import Answered, EpochAnswer, OffsetAnswer, PartitionLog
 from controller.image import (
     MIGRATION_SEALING,
     TO_CLASSIC,
@@ -60,11 +61,9 @@ from storage.coordinator import (
     LATEST_TIMESTAMP,
 )
 
-from .partition_log import Answered, EpochAnswer, OffsetAnswer, PartitionLog
-
 if TYPE_CHECKING:
-    from ..classic.replica_manager import ReplicaManager
-    from ..node import Broker
+    from broker.logs.classic.replica_manager import ReplicaManager
+    from broker.node import Broker
 
 CLASSIC = "classic"
 DISKLESS = "diskless"
@@ -291,7 +290,7 @@ def has_diskless_part(controller: object, topic_id: UUID) -> bool:
 def coordinator_retains(broker: Broker, topic_id: UUID) -> bool:
     """Whether the batch coordinator enforces this topic's retention: diskless topics, and
     the diskless part of a topic migrated (or migrating) to classic (classic logs are
-    local: broker/classic enforces theirs)."""
+    local: broker/logs/classic enforces theirs)."""
     classic = broker.classic
     return (
         classic is None

@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.security.authorized_operations import NOT_REQUESTED, authorized
 from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.build import error_response
 
-from ..authorized_operations import NOT_REQUESTED, authorized
-
 if TYPE_CHECKING:
-    from ..node import Broker
-    from ..server import RequestContext
+    from broker.node import Broker
+    from broker.server.connection import RequestContext
 
 Op = AclOperation
 

@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from broker.security.authorized_operations import SUPPORTED, bits
 from common.acl import WILDCARD, AclOperation, PatternType, Permission, ResourceType
-
-from ..authorized_operations import SUPPORTED, bits
 
 # Kafka's names for its authorizer, and the short one Sluice also accepts.
 AUTHORIZER_NAMES = frozenset(

@@ -16,10 +16,10 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from ..config import BrokerConfig
-from .listeners import ListenerPlan, SecurityProtocol
-from .sasl import jaas_for, parse_jaas
-from .sasl_client import CLIENT_MECHANISMS, SaslCredentials
+from broker.config import BrokerConfig
+from broker.security.listeners import ListenerPlan, SecurityProtocol
+from broker.security.sasl import jaas_for, parse_jaas
+from broker.security.sasl_client import CLIENT_MECHANISMS, SaslCredentials
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..config import BrokerConfig
+from broker.config import BrokerConfig
 
 
 class SecurityProtocol(StrEnum):

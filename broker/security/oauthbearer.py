@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 import jwt
 
-from .principal import user
+from broker.security.principal import user
 
 # Asymmetric algorithms only: with a JWKS, an HMAC ("HS256") token would be checked with a
 # public key as the shared secret, the classic algorithm-confusion hole.

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from ..config import BrokerConfig
-from . import oauthbearer, scram
-from .principal import user
+from broker.config import BrokerConfig
+from broker.security import oauthbearer, scram
+from broker.security.principal import user
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import scramp
 
-from . import scram
+from broker.security import scram
 
 CLIENT_MECHANISMS = ("PLAIN", *scram.MECHANISMS)
 

@@ -12,8 +12,8 @@ import ssl
 
 from cryptography import x509
 
-from ..config import BrokerConfig
-from .principal import ANONYMOUS, user
+from broker.config import BrokerConfig
+from broker.security.principal import ANONYMOUS, user
 
 # A client that connects to a TLS port and sends nothing, or plaintext Kafka bytes that
 # happen not to fail the handshake at once, is dropped after this long instead of holding a

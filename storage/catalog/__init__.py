@@ -25,7 +25,7 @@ class Topic:
     name: str
     topic_id: UUID
     partitions: int
-    # Only explicitly set configs; defaults are the broker's (see broker.topic_config).
+    # Only explicitly set configs; defaults are the broker's (see broker.metadata.topic_config).
     configs: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -18,7 +18,7 @@ OFFSET_INDEX = "index"
 TIME_INDEX = "timeindex"
 EPOCHS = "leader-epoch-checkpoint"
 # The producers' state as of the segment's end and its aborted transactions (written by
-# the broker, which owns both: broker.tiering.snapshot).
+# the broker, which owns both: broker.logs.tiered.snapshot).
 PRODUCER_SNAPSHOT = "producer-snapshot"
 FILES = (LOG, OFFSET_INDEX, TIME_INDEX, EPOCHS, PRODUCER_SNAPSHOT)
 

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.apis import VERSIONS
+from broker.server.api_table import VERSIONS
 from sluice.launch.process import SluiceProcess, free_port
 
 CORPUS_DIR = Path(__file__).parent / "corpus"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.apis import VERSIONS
+from broker.server.api_table import VERSIONS
 
 from .fuzzer import (
     SYNC_BASE,
@@ -48,7 +48,8 @@ def test_corpus_covers_every_stock_client_and_the_hot_apis() -> None:
 def test_corpus_has_seeds_for_every_api_the_broker_serves() -> None:
     """A hostile client can send any API the broker answers; one with no seed frame is
     only reached by rewriting another API's key, whose body never parses far. An API added
-    to broker/apis needs a capture workload step (tests/fuzz/capture.py) and new seeds."""
+    to the API table (broker/server/api_table.py) needs a capture workload step
+    (tests/fuzz/capture.py) and new seeds."""
     keys = {
         int(p.name.split("-k")[1][:2]) for p in (Path(__file__).parent / "corpus").glob("*.bin")
     }

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from broker.authorized_operations import SUPPORTED, bits
+from broker.security.authorized_operations import SUPPORTED, bits
 from broker.security.authorizer import Authorizer, parse_super_users
 from common.acl import (
     AclBinding,

@@ -12,26 +12,25 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.apis import (
+from broker.admin import (
     acls,
-    client_quotas,
-    cluster,
     configs,
     elect_leaders,
-    fetch,
-    leader_epoch,
-    list_offsets,
     log_dirs,
-    metadata,
-    producer_ids,
     reassignments,
     records_admin,
     topics_admin,
-    transactions,
 )
-from broker.client_quotas import ClientQuotas
+from broker.admin import client_quotas_handler as client_quotas
 from broker.config import BrokerConfig
+from broker.fetch import fetch_handler as fetch
+from broker.fetch import leader_epoch, list_offsets
+from broker.metadata import describe_cluster as cluster
+from broker.metadata import metadata_handler as metadata
 from broker.security.authorizer import Authorizer
+from broker.server.client_quotas import ClientQuotas
+from broker.transactions import init_producer_id as producer_ids
+from broker.transactions import transactions_handler as transactions
 from common.acl import AclBinding
 from protocol.codec import encode_response
 from storage.catalog import Topic
@@ -324,7 +323,7 @@ async def test_metadata_hides_and_refuses() -> None:
 @pytest.fixture(autouse=True)
 def _no_routing(monkeypatch: pytest.MonkeyPatch) -> None:
     # Metadata's AZ routing reads the broker's endpoints; none matter here.
-    from broker.apis import metadata as metadata_module
+    from broker.metadata import metadata_handler as metadata_module
 
     monkeypatch.setattr(metadata_module, "request_routing", lambda *_: None)
 

@@ -20,13 +20,13 @@ import pytest
 from aiohttp import web
 from kio.schema.errors import ErrorCode
 
-from broker.apis import VERSIONS, build_api_table
 from broker.config import BrokerConfig
-from broker.controller_catalog import ControllerCatalog
-from broker.controller_client import ControllerClient
-from broker.membership import BrokerEndpoint, ControllerMembership
-from broker.metadata_follower import MetadataFollower
+from broker.metadata.controller_catalog import ControllerCatalog
+from broker.metadata.controller_client import ControllerClient
+from broker.metadata.membership import BrokerEndpoint, ControllerMembership
+from broker.metadata.metadata_follower import MetadataFollower
 from broker.node import Broker
+from broker.server.api_table import VERSIONS, build_api_table
 from common import topic_config_validation
 from controller.image import MetadataImage
 from controller.logic import ControllerLogic
@@ -315,7 +315,7 @@ async def test_client_follows_the_leader_hint(fake: FakeController) -> None:
 async def test_client_gives_up_with_a_retriable_error() -> None:
     client = ControllerClient(["127.0.0.1:1"], request_timeout=0.2, deadline=0.5)
     try:
-        from broker.controller_client import ControllerUnavailable
+        from broker.metadata.controller_client import ControllerUnavailable
 
         with pytest.raises(ControllerUnavailable) as info:
             await client.heartbeat(1, 1)
@@ -781,7 +781,7 @@ async def test_reassignments_are_forwarded(broker: Broker, fake: FakeController)
 
 
 def test_controller_mode_config() -> None:
-    from broker.apis.configs import _broker_configs
+    from broker.admin.configs import _broker_configs
     from broker.config import load_config
 
     config = load_config(

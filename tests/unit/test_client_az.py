@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.client_az import az_from_client_id, client_az
+from broker.metadata.client_az import az_from_client_id, client_az
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.client_quotas import PRODUCE, QuotaManager, SampledRate, user_of
+from broker.server.client_quotas import PRODUCE, QuotaManager, SampledRate, user_of
 from controller.image import quota_entity
 
 

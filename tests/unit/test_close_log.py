@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from broker.server import CloseLog
+from broker.server.connection import CloseLog
 
 
 def test_lines_past_the_rate_are_counted_and_reported_in_the_next(
@@ -15,7 +15,7 @@ def test_lines_past_the_rate_are_counted_and_reported_in_the_next(
 ) -> None:
     now = [100.0]
     close_log = CloseLog(per_second=2, clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="broker.server"):
+    with caplog.at_level(logging.WARNING, logger="broker.server.connection"):
         for port in range(5):
             close_log.closing(("10.0.0.1", port), "invalid MetadataRequest v13: too long")
         assert [r.getMessage() for r in caplog.records] == [

@@ -10,16 +10,17 @@ from typing import Any
 
 import pytest
 
-from broker.apis import Api
 from broker.config import BrokerConfig
-from broker.connection_limits import (
+from broker.security.sasl import SaslAuthenticator
+from broker.server.api_table import Api
+from broker.server.connection import ListenerSecurity
+from broker.server.connection_limits import (
     ConnectionLimits,
     LimitSettings,
     file_limited,
     parse_overrides,
 )
-from broker.security.sasl import SaslAuthenticator
-from broker.server import KafkaServer, ListenerSecurity
+from broker.server.listener import KafkaServer
 
 API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 1, 4) + b"unit"
 

@@ -101,7 +101,7 @@ async def test_metrics_show_the_managed_replication_factor(tmp_path: Path) -> No
 
 
 async def test_classic_topic_and_alter_partition_through_the_http_api(tmp_path: Path) -> None:
-    from broker.controller_client import ControllerClient
+    from broker.metadata.controller_client import ControllerClient
     from controller.requests import IsrChange
 
     service = await start(tmp_path, expand=False)

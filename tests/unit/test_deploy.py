@@ -226,7 +226,7 @@ def test_prometheus_scrapes_every_broker_and_controller(compose: dict) -> None:
 def _declared_metrics() -> dict[str, str]:
     """Metric name -> kind, from the broker's and the controller's registries."""
     out = {}
-    for path in [ROOT / "broker" / "metrics.py", ROOT / "controller" / "service.py"]:
+    for path in [ROOT / "broker" / "server" / "metrics.py", ROOT / "controller" / "service.py"]:
         for kind, name in re.findall(
             r"(Counter|Gauge|Histogram)\(\s*\"(sluice_\w+)\"", path.read_text()
         ):

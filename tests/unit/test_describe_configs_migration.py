@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.apis import configs
+from broker.admin import configs
 from broker.config import BrokerConfig
-from broker.controller_catalog import topic_of
+from broker.metadata.controller_catalog import topic_of
 from controller.image import MetadataImage
 from controller.logic_config import ControllerConfig
 from controller.requests import AlterTopicConfigs, ConfigOp, OpType

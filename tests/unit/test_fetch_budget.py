@@ -3,7 +3,7 @@ minOneMessage, KIP-74), here on diskless find results."""
 
 from __future__ import annotations
 
-from broker.fetch import FetchBudget
+from broker.logs.fetch_slots import FetchBudget
 from storage.coordinator import BatchLocation, FindResult
 from storage.transactions import AbortedTransaction
 

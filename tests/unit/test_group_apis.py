@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.apis import VERSIONS, find_coordinator, group_membership, group_offsets, groups_admin
-from broker.groups.coordinator import GroupConfig
+from broker.groups import find_coordinator, group_membership
+from broker.groups import group_admin_handler as groups_admin
+from broker.groups import group_offsets_handler as group_offsets
+from broker.groups.held_groups import GroupConfig
 from broker.groups.service import GroupService
+from broker.server.api_table import VERSIONS
 from storage.catalog import Topic
 from storage.groups.sqlite import SqliteGroupStore
 from tests.unit._handlers import decode_answer, request_and_context, settled

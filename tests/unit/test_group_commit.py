@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from broker.append import Appender, PartitionAppend
+from broker.logs.diskless.diskless_append import Appender, PartitionAppend
 from protocol.records import BatchHeader
 from storage.coordinator import CommitResult
 

@@ -17,8 +17,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.groups.consumer_protocol import subscribed_topics
-from broker.groups.coordinator import GroupConfig, GroupCoordinator, LeavingMember
 from broker.groups.group import GroupState, JoinResult, SyncResult
+from broker.groups.group_coordinator import GroupCoordinator, LeavingMember
+from broker.groups.held_groups import GroupConfig
 from broker.groups.placement import coordinator_for, group_hash
 
 E = ErrorCode

@@ -13,8 +13,9 @@ from uuid import UUID
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.groups.coordinator import GroupConfig, LeavingMember
 from broker.groups.group import JoinResult
+from broker.groups.group_coordinator import LeavingMember
+from broker.groups.held_groups import GroupConfig
 from broker.groups.offsets import OffsetToCommit
 from broker.groups.service import GroupService
 from storage.coordinator import CoordinatorUnavailable

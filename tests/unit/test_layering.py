@@ -46,71 +46,72 @@ RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
         # The read path's slot names the log it reads (type only) and the log's interface
-        # takes slots: one stage, two modules. For the re-layout of broker/ (item 3).
-        frozenset({"broker.fetch", "broker.logs.partition_log"}),
-        # The broker's circle through broker/apis/__init__ and the Broker (node): handlers
-        # and engines import the Broker, which imports them. For the re-layout of broker/
-        # (items 1-3).
+        # takes slots: one stage, two modules, both in logs/ now. For item 2.
+        frozenset({"broker.logs.fetch_slots", "broker.logs.partition_log"}),
+        # The broker's circle through the API table (server/api_table) and the Broker (node):
+        # handlers and engines import the Broker, which imports them. For item 2 (a handler
+        # receives what it uses, not the Broker).
         frozenset(
             {
-                "broker.apis",
-                "broker.apis._common",
-                "broker.apis.acls",
-                "broker.apis.api_versions",
-                "broker.apis.client_quotas",
-                "broker.apis.cluster",
-                "broker.apis.configs",
-                "broker.apis.describe_topic_partitions",
-                "broker.apis.elect_leaders",
-                "broker.apis.fetch",
-                "broker.apis.find_coordinator",
-                "broker.apis.group_membership",
-                "broker.apis.group_offsets",
-                "broker.apis.groups_admin",
-                "broker.apis.leader_epoch",
-                "broker.apis.list_offsets",
-                "broker.apis.log_dirs",
-                "broker.apis.metadata",
-                "broker.apis.produce",
-                "broker.apis.producer_ids",
-                "broker.apis.reassignments",
-                "broker.apis.records_admin",
-                "broker.apis.scram_credentials",
-                "broker.apis.topics_admin",
-                "broker.apis.transactions",
-                "broker.apis.txn_markers",
-                "broker.classic.fetch",
-                "broker.classic.kafka_client",
-                "broker.classic.offsets",
-                "broker.classic.produce",
-                "broker.classic.replica_fetcher",
-                "broker.classic.replica_manager",
-                "broker.classic.txn_markers",
-                "broker.client_az",
+                "broker.admin.acls",
+                "broker.admin.client_quotas_handler",
+                "broker.admin.configs",
+                "broker.admin.elect_leaders",
+                "broker.admin.log_dirs",
+                "broker.admin.reassignments",
+                "broker.admin.records_admin",
+                "broker.admin.scram_credentials",
+                "broker.admin.topics_admin",
                 "broker.config",
-                "broker.connection_limits",
-                "broker.controller_catalog",
-                "broker.membership",
-                "broker.metadata_follower",
-                "broker.logs.classic",
-                "broker.logs.diskless",
+                "broker.fetch.fetch_handler",
+                "broker.fetch.leader_epoch",
+                "broker.fetch.list_offsets",
+                "broker.groups.find_coordinator",
+                "broker.groups.group_admin_handler",
+                "broker.groups.group_membership",
+                "broker.groups.group_offsets_handler",
+                "broker.logs.classic.classic_append",
+                "broker.logs.classic.classic_log",
+                "broker.logs.classic.classic_markers",
+                "broker.logs.classic.classic_offsets",
+                "broker.logs.classic.classic_read",
+                "broker.logs.classic.kafka_client",
+                "broker.logs.classic.replica_fetcher",
+                "broker.logs.classic.replica_manager",
+                "broker.logs.diskless.diskless_log",
                 "broker.logs.engines",
+                "broker.logs.migration.sealer",
                 "broker.logs.router",
-                "broker.migration.sealer",
+                "broker.logs.tiered.manager",
+                "broker.logs.tiered.tiered_read",
+                "broker.metadata.client_az",
+                "broker.metadata.controller_catalog",
+                "broker.metadata.describe_cluster",
+                "broker.metadata.describe_topic_partitions",
+                "broker.metadata.membership",
+                "broker.metadata.metadata_follower",
+                "broker.metadata.metadata_handler",
+                "broker.metadata.topic_config",
+                "broker.metadata.topics",
                 "broker.node",
-                "broker.recompress",
+                "broker.produce.produce_handler",
+                "broker.produce.recompress",
                 "broker.security.access",
                 "broker.security.inter_broker",
                 "broker.security.listeners",
                 "broker.security.sasl",
                 "broker.security.tls",
-                "broker.server",
-                "broker.tiering.fetch",
-                "broker.tiering.manager",
-                "broker.topic_config",
-                "broker.topics",
-                "broker.transactions.coordinator",
-                "broker.transactions.markers",
+                "broker.server.api_table",
+                "broker.server.api_versions",
+                "broker.server.connection",
+                "broker.server.connection_limits",
+                "broker.server.handler_helpers",
+                "broker.server.listener",
+                "broker.transactions.init_producer_id",
+                "broker.transactions.transactions_handler",
+                "broker.transactions.txn_coordinator",
+                "broker.transactions.txn_marker_writer",
+                "broker.transactions.write_txn_markers",
             }
         ),
     }
@@ -120,115 +121,141 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
         # Handlers take the whole Broker and the request pipeline's RequestContext (both
         # under TYPE_CHECKING): item 2, a handler receives what it uses.
-        ("broker.apis", "broker.node"),
-        ("broker.apis", "broker.server"),
-        ("broker.apis._common", "broker.node"),
-        ("broker.apis.acls", "broker.node"),
-        ("broker.apis.acls", "broker.server"),
-        ("broker.apis.api_versions", "broker.node"),
-        ("broker.apis.api_versions", "broker.server"),
-        ("broker.apis.client_quotas", "broker.node"),
-        ("broker.apis.client_quotas", "broker.server"),
-        ("broker.apis.cluster", "broker.node"),
-        ("broker.apis.cluster", "broker.server"),
-        ("broker.apis.configs", "broker.node"),
-        ("broker.apis.configs", "broker.server"),
-        ("broker.apis.describe_topic_partitions", "broker.node"),
-        ("broker.apis.describe_topic_partitions", "broker.server"),
-        ("broker.apis.elect_leaders", "broker.node"),
-        ("broker.apis.elect_leaders", "broker.server"),
-        ("broker.apis.fetch", "broker.node"),
-        ("broker.apis.fetch", "broker.server"),
-        ("broker.apis.find_coordinator", "broker.node"),
-        ("broker.apis.find_coordinator", "broker.server"),
-        ("broker.apis.group_membership", "broker.node"),
-        ("broker.apis.group_membership", "broker.server"),
-        ("broker.apis.group_offsets", "broker.node"),
-        ("broker.apis.group_offsets", "broker.server"),
-        ("broker.apis.groups_admin", "broker.node"),
-        ("broker.apis.groups_admin", "broker.server"),
-        ("broker.apis.leader_epoch", "broker.node"),
-        ("broker.apis.leader_epoch", "broker.server"),
-        ("broker.apis.list_offsets", "broker.node"),
-        ("broker.apis.list_offsets", "broker.server"),
-        ("broker.apis.log_dirs", "broker.node"),
-        ("broker.apis.log_dirs", "broker.server"),
-        ("broker.apis.metadata", "broker.node"),
-        ("broker.apis.metadata", "broker.server"),
-        ("broker.apis.produce", "broker.node"),
-        ("broker.apis.produce", "broker.server"),
-        ("broker.apis.producer_ids", "broker.node"),
-        ("broker.apis.producer_ids", "broker.server"),
-        ("broker.apis.reassignments", "broker.node"),
-        ("broker.apis.reassignments", "broker.server"),
-        ("broker.apis.records_admin", "broker.node"),
-        ("broker.apis.records_admin", "broker.server"),
-        ("broker.apis.scram_credentials", "broker.node"),
-        ("broker.apis.scram_credentials", "broker.server"),
-        ("broker.apis.topics_admin", "broker.node"),
-        ("broker.apis.topics_admin", "broker.server"),
-        ("broker.apis.transactions", "broker.node"),
-        ("broker.apis.transactions", "broker.server"),
-        ("broker.apis.txn_markers", "broker.node"),
-        ("broker.apis.txn_markers", "broker.server"),
-        # Inside broker/: engines that ask the Broker, the migration router or the fetch
-        # handler, and shared modules that reach into security/ or the pipeline. For the
-        # partition-log router and the re-layout of broker/ (items 1 and 3).
-        # The partition-log router's rules, still called from the classic engine's own
-        # modules; the engines and the read path's budget name the Broker (type only) and
-        # the classic partition. For the re-layout of broker/ (items 2 and 3: engines
-        # under logs/, handlers given the router instead of the Broker).
-        ("broker.classic.fetch", "broker.logs.router"),
-        ("broker.classic.replica_manager", "broker.logs.router"),
-        ("broker.classic.txn_markers", "broker.logs.router"),
-        ("broker.fetch", "broker.classic.partition"),
-        ("broker.fetch", "broker.logs.partition_log"),
-        ("broker.logs.classic", "broker.node"),
-        ("broker.logs.diskless", "broker.node"),
-        ("broker.logs.engines", "broker.node"),
-        ("broker.logs.router", "broker.node"),
-        ("broker.classic.fetch", "broker.node"),
-        ("broker.classic.partition", "broker.tiering.view"),
-        ("broker.classic.replica_fetcher", "broker.tiering.follower"),
-        ("broker.classic.replica_manager", "broker.node"),
-        ("broker.classic.replica_manager", "broker.tiering.manager"),
-        ("broker.classic.txn_markers", "broker.node"),
-        ("broker.client_az", "broker.node"),
-        ("broker.client_quotas", "broker.security.principal"),
+        ("broker.admin.acls", "broker.node"),
+        ("broker.admin.acls", "broker.server.connection"),
+        ("broker.admin.client_quotas_handler", "broker.node"),
+        ("broker.admin.client_quotas_handler", "broker.server.connection"),
+        ("broker.admin.configs", "broker.node"),
+        ("broker.admin.configs", "broker.server.connection"),
+        ("broker.admin.elect_leaders", "broker.node"),
+        ("broker.admin.elect_leaders", "broker.server.connection"),
+        ("broker.admin.log_dirs", "broker.node"),
+        ("broker.admin.log_dirs", "broker.server.connection"),
+        ("broker.admin.reassignments", "broker.node"),
+        ("broker.admin.reassignments", "broker.server.connection"),
+        ("broker.admin.records_admin", "broker.node"),
+        ("broker.admin.records_admin", "broker.server.connection"),
+        ("broker.admin.scram_credentials", "broker.node"),
+        ("broker.admin.scram_credentials", "broker.server.connection"),
+        ("broker.admin.topics_admin", "broker.node"),
+        ("broker.admin.topics_admin", "broker.server.connection"),
+        ("broker.fetch.fetch_handler", "broker.node"),
+        ("broker.fetch.fetch_handler", "broker.server.connection"),
+        ("broker.fetch.leader_epoch", "broker.node"),
+        ("broker.fetch.leader_epoch", "broker.server.connection"),
+        ("broker.fetch.list_offsets", "broker.node"),
+        ("broker.fetch.list_offsets", "broker.server.connection"),
+        ("broker.groups.find_coordinator", "broker.node"),
+        ("broker.groups.find_coordinator", "broker.server.connection"),
+        ("broker.groups.group_admin_handler", "broker.node"),
+        ("broker.groups.group_admin_handler", "broker.server.connection"),
+        ("broker.groups.group_membership", "broker.node"),
+        ("broker.groups.group_membership", "broker.server.connection"),
+        ("broker.groups.group_offsets_handler", "broker.node"),
+        ("broker.groups.group_offsets_handler", "broker.server.connection"),
+        ("broker.metadata.describe_cluster", "broker.node"),
+        ("broker.metadata.describe_cluster", "broker.server.connection"),
+        ("broker.metadata.describe_topic_partitions", "broker.node"),
+        ("broker.metadata.describe_topic_partitions", "broker.server.connection"),
+        ("broker.metadata.metadata_handler", "broker.node"),
+        ("broker.metadata.metadata_handler", "broker.server.connection"),
+        ("broker.produce.produce_handler", "broker.node"),
+        ("broker.produce.produce_handler", "broker.server.connection"),
+        ("broker.server.api_table", "broker.node"),
+        ("broker.server.api_versions", "broker.node"),
+        ("broker.server.handler_helpers", "broker.node"),
+        ("broker.transactions.init_producer_id", "broker.node"),
+        ("broker.transactions.init_producer_id", "broker.server.connection"),
+        ("broker.transactions.transactions_handler", "broker.node"),
+        ("broker.transactions.transactions_handler", "broker.server.connection"),
+        ("broker.transactions.write_txn_markers", "broker.node"),
+        ("broker.transactions.write_txn_markers", "broker.server.connection"),
+        # Engines and shared modules that ask the Broker, the partition-log router or the
+        # pipeline; the classic engine's modules call the router's rules and its tiered part.
+        # For item 2 (engines and handlers given the router instead of the Broker).
         ("broker.config", "broker.security.authorizer"),
-        ("broker.connection_limits", "broker.server"),
-        ("broker.metadata_follower", "broker.node"),
-        ("broker.migration.sealer", "broker.node"),
+        ("broker.logs.classic.classic_log", "broker.node"),
+        ("broker.logs.classic.classic_markers", "broker.logs.router"),
+        ("broker.logs.classic.classic_markers", "broker.node"),
+        ("broker.logs.classic.classic_read", "broker.logs.router"),
+        ("broker.logs.classic.classic_read", "broker.node"),
+        ("broker.logs.classic.partition", "broker.logs.tiered.view"),
+        ("broker.logs.classic.replica_fetcher", "broker.logs.tiered.follower"),
+        ("broker.logs.classic.replica_manager", "broker.logs.router"),
+        ("broker.logs.classic.replica_manager", "broker.logs.tiered.manager"),
+        ("broker.logs.classic.replica_manager", "broker.node"),
+        ("broker.logs.diskless.diskless_log", "broker.node"),
+        ("broker.logs.engines", "broker.node"),
+        ("broker.logs.fetch_slots", "broker.logs.classic.partition"),
+        ("broker.logs.migration.sealer", "broker.node"),
+        ("broker.logs.router", "broker.node"),
+        ("broker.logs.tiered.tiered_read", "broker.node"),
+        ("broker.metadata.client_az", "broker.node"),
+        ("broker.metadata.metadata_follower", "broker.node"),
         ("broker.security.access", "broker.node"),
-        ("broker.security.access", "broker.server"),
-        ("broker.tiering.fetch", "broker.node"),
-        ("broker.transactions.markers", "broker.classic.txn_markers"),
+        ("broker.security.access", "broker.server.connection"),
+        ("broker.server.client_quotas", "broker.security.principal"),
+        ("broker.server.connection_limits", "broker.server.connection"),
+        # Made upward by the re-layout, not new dependencies (the two ends were one part or
+        # the importer sat higher before; item 2 removes them with the rest):
+        # - config validates connection-limit overrides with the parser that applies them
+        #   (both loose at broker/'s top before);
+        # - the classic appender names the transaction coordinator (type only); its marker
+        #   writer no longer imports the classic engine upward (that entry is gone);
+        # - ClassicLog (was logs/classic.py, above tiering) reads the tiered part;
+        # - the partition-log interface names the diskless appender's request and result
+        #   types (broker/append.py was at the bottom of broker/);
+        # - the Metadata handler (was in apis/, the top) asks the router which brokers serve
+        #   a partition (AZ routing), while the topic registry beside it sits below logs/.
+        ("broker.config", "broker.server.connection_limits"),
+        ("broker.logs.classic.classic_append", "broker.transactions.txn_coordinator"),
+        ("broker.logs.classic.classic_log", "broker.logs.tiered.tiered_read"),
+        ("broker.logs.partition_log", "broker.logs.diskless.diskless_append"),
+        ("broker.metadata.metadata_handler", "broker.logs.router"),
     }
 )
 # Private names imported across modules: (importer, module, name).
-KNOWN_PRIVATE: frozenset[tuple[str, str, str]] = frozenset(
-    {
-        # The fetch paths of classic and tiered logs share apis/fetch.py's slot: item 1.
-    }
-)
+KNOWN_PRIVATE: frozenset[tuple[str, str, str]] = frozenset()
 
-# Inside broker/, its parts from the bottom up: a sub-package is a part, the loose modules at
-# broker/'s top are the part "broker" (shared by the rest), except the two that wire all of
-# it together, the Broker (node) and the request pipeline (server), which sit on top.
+# Inside broker/, its parts from the bottom up, by data flow: a sub-package is a part (its
+# sub-packages belong to it, except logs/, whose engines are parts of their own: the
+# interface they implement below them, the router that picks one above them); the broker's
+# configuration (config, loose at broker/'s top) is the part "broker" at the bottom; the
+# modules that wire it all together sit on top: the request pipeline (server/'s connection,
+# listener, API table and ApiVersions, which reads the table) and the Broker (node). The
+# rest of server/ is what every stage shares (metrics, log budget, refusals, quota
+# enforcement, connection limits, HTTP endpoint, handler helpers).
 BROKER_LAYERS: tuple[tuple[str, ...], ...] = (
-    ("broker",),
-    ("security",),
-    ("groups",),
-    ("transactions",),
-    ("classic",),  # classic logs; tiering is the part of them in the object store
-    ("tiering", "migration"),
-    ("logs",),  # the partition-log interface, its router and the two engines behind it
-    ("apis",),  # the request handlers
-    ("server",),  # the request pipeline: connections, dispatch to the handlers
+    ("broker",),  # the broker's configuration
+    ("server",),  # shared by every stage
+    ("security",),  # principals, authentication, the authorizer
+    ("metadata",),  # topics and their configs, membership, the Metadata handlers
+    # The partition logs: the interface the engines implement and the fetch slots they fill
+    # (partition_log, fetch_slots), the engines (the classic appender shares the diskless
+    # one's types; classic with its tiered part behind it), the migration between them,
+    # then the router and the engines' table that handlers call.
+    ("logs.interface",),
+    ("logs.diskless",),
+    ("logs.classic",),
+    ("logs.tiered", "logs.migration"),
+    ("logs",),
+    ("groups",),  # consumer groups
+    ("transactions",),  # the transaction coordinator (its markers go through the logs)
+    ("produce", "fetch", "admin"),  # the data-path and administration handlers
+    ("pipeline",),  # the request pipeline: connections, dispatch to the handlers
     ("node",),  # the Broker
 )
 BROKER_RANK = {name: i for i, layer in enumerate(BROKER_LAYERS) for name in layer}
-BROKER_WIRING = frozenset({"broker.node", "broker.server"})
+# Modules whose part is not their package's (see above).
+BROKER_MODULE_PART = {
+    "broker.node": "node",
+    "broker.server.api_table": "pipeline",
+    "broker.server.api_versions": "pipeline",
+    "broker.server.connection": "pipeline",
+    "broker.server.listener": "pipeline",
+    "broker.logs.partition_log": "logs.interface",
+    "broker.logs.fetch_slots": "logs.interface",
+}
 
 
 @dataclass(frozen=True)
@@ -378,8 +405,14 @@ def cycles(edges: dict[str, list[Import]]) -> set[frozenset[str]]:
 
 
 def _broker_part(module: str, modules: dict[str, Path]) -> str:
+    if module in BROKER_MODULE_PART:
+        return BROKER_MODULE_PART[module]
     parts = module.split(".")
-    if len(parts) > 2 or _is_package(module, modules) or module in BROKER_WIRING:
+    if parts[1:2] == ["logs"] and (
+        len(parts) > 3 or (len(parts) == 3 and _is_package(module, modules))
+    ):
+        return f"logs.{parts[2]}"  # the engines are parts of logs/ in their own right
+    if len(parts) > 2 or _is_package(module, modules):
         return parts[1] if len(parts) > 1 else "broker"
     return "broker"
 

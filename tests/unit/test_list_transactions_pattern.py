@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from broker.apis.transactions import PATTERN_TIMEOUT_S, _fullmatching
+from broker.transactions.transactions_handler import PATTERN_TIMEOUT_S, _fullmatching
 
 
 async def test_a_backtracking_pattern_is_given_up_on_and_the_loop_keeps_running() -> None:

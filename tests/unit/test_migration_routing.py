@@ -114,8 +114,8 @@ def test_a_tiered_sealed_classic_log_starts_in_its_remote_part() -> None:
 
 
 def test_a_replica_still_copying_the_sealed_log_redirects_consumers_to_the_leader() -> None:
-    from broker.classic.fetch import classic_slot
-    from broker.classic.partition import FOLLOWER
+    from broker.logs.classic.classic_read import classic_slot
+    from broker.logs.classic.partition import FOLLOWER
 
     c, broker, tid = setup()
     migrate(c, "true")
@@ -179,7 +179,7 @@ DISKLESS_START = 100  # the diskless log's start: the first boundary
 
 def earliest(broker: Any, classic: Manager, tid: UUID) -> int | str:
     """What ListOffsets EARLIEST answers on this broker once routing decided (as
-    broker/apis/list_offsets.py does): an offset, or the name of a retriable error."""
+    broker/fetch/list_offsets.py does): an offset, or the name of a retriable error."""
     route = routing.list_offset_route(broker, classic, tid, 0, -2, False)
     if isinstance(route, tuple):
         return route[1] if route[0] == 0 else "error"
@@ -256,8 +256,8 @@ def test_the_az_transformer_sends_readers_of_a_sealed_classic_log_to_its_replica
     """A client in an AZ without a replica of the partition (rack d) is not hashed to a
     broker of its AZ while the sealed classic log has records (that broker could not serve
     them): it gets the leader. Once retention emptied the classic log, its AZ again."""
-    from broker.apis.metadata import _controller_partition_entry
-    from broker.transformer import Routing
+    from broker.metadata.metadata_handler import _controller_partition_entry
+    from broker.metadata.transformer import Routing
 
     c, broker, tid = setup()
     migrate(c, "true")
@@ -299,7 +299,7 @@ def test_a_snapshot_keeps_the_earlier_migrations_boundaries() -> None:
     )
 
 
-# --- a replica's log at the boundary (broker/migration/sealer.py on_replica) -------------
+# --- a replica's log at the boundary (broker/logs/migration/sealer.py on_replica) -------------
 
 
 def partition(tmp_path: Any, records: int) -> Any:
@@ -317,7 +317,7 @@ def partition(tmp_path: Any, records: int) -> Any:
 def test_a_log_sealed_for_diskless_retires_whole_and_one_for_classic_continues(
     tmp_path: Any,
 ) -> None:
-    from broker.migration.sealer import MigrationSealer
+    from broker.logs.migration.sealer import MigrationSealer
 
     c, _broker, _tid = setup()
     sealer = MigrationSealer(SimpleNamespace())  # type: ignore[arg-type]
@@ -346,8 +346,8 @@ def test_a_log_sealed_for_diskless_retires_whole_and_one_for_classic_continues(
 
 
 async def test_a_replica_continuing_at_the_boundary_takes_the_diskless_producer_states() -> None:
-    from broker.classic.producer_state import ProducerState
-    from broker.migration.sealer import MigrationSealer
+    from broker.logs.classic.producer_state import ProducerState
+    from broker.logs.migration.sealer import MigrationSealer
     from storage.coordinator import SealedLog, SeededProducerBatch
 
     batches = [SeededProducerBatch(7, 2, 0, 4, 10, 14), SeededProducerBatch(7, 2, 5, 9, 15, 19)]

@@ -6,7 +6,7 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 
-from broker.recompress import Target, recompress
+from broker.produce.recompress import Target, recompress
 from protocol.compression import GZIP, LZ4, NONE, ZSTD
 from protocol.records import InvalidRecords, parse_batches
 

@@ -8,7 +8,7 @@ import pytest
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from broker.refusals import RefusalLog
+from broker.server.refusals import RefusalLog
 from protocol.build import build
 
 
@@ -109,7 +109,7 @@ def test_lines_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
 def test_a_failing_request_repeated_logs_one_traceback_a_minute(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from broker.log_budget import TracebackLimiter
+    from broker.server.log_budget import TracebackLimiter
 
     limiter = TracebackLimiter(interval_s=60)
     logger = logging.getLogger("unit.tracebacks")

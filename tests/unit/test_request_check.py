@@ -22,7 +22,7 @@ from kio.index import load_request_schema
 from kio.serial import entity_reader
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_field_tag
 
-from broker.apis import VERSIONS
+from broker.server.api_table import VERSIONS
 from protocol.codec import MalformedRequest, decode_body, parse_request_header
 from protocol.request_check import InvalidRequestBytes, check_body, compiled
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker import topic_config
 from broker.config import BrokerConfig
+from broker.metadata import topic_config
 from common.topic_config_validation import InvalidConfig, validate
 
 

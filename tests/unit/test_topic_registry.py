@@ -11,7 +11,7 @@ import textwrap
 _SCENARIO = textwrap.dedent(
     """
     import asyncio, itertools
-    import broker.topics as topics
+    import broker.metadata.topics as topics
     from storage.catalog import Topic
 
     ticks = itertools.count(1)

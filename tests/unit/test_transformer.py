@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from broker.transformer import (
+from broker.metadata.transformer import (
     AZ_HASH,
     CROSS_AZ,
     HASH,

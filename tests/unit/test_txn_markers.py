@@ -1,4 +1,4 @@
-"""MarkerWriter (broker/transactions/markers.py) on each batch coordinator backend: a
+"""MarkerWriter (broker/transactions/txn_marker_writer.py) on each batch coordinator backend: a
 transaction's diskless partitions get their markers in the diskless logs, its classic ones
 only from their leaders (recorded as pending until written)."""
 
@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from uuid import UUID
 
-from broker.classic.txn_markers import ClassicMarkerSender
-from broker.transactions.markers import MarkerWriter
+from broker.logs.classic.classic_markers import ClassicMarkerSender
+from broker.transactions.txn_marker_writer import MarkerWriter
 from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
 from storage.objects.block_cache import BlockCache
 from storage.objects.local import LocalObjectStore
@@ -28,7 +28,7 @@ BIG = 1 << 62
 COORDINATOR_NOT_AVAILABLE = 15
 
 DISKLESS = PartitionKey(UUID(int=0xD1), 0)
-# Every topic has logs in the batch coordinator, classic ones too (broker/topics.py).
+# Every topic has logs in the batch coordinator, classic ones too (broker/metadata/topics.py).
 CLASSIC = PartitionKey(UUID(int=0xC1), 0)
 
 

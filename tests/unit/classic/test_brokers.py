@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.apis import build_api_table
 from broker.config import BrokerConfig
-from broker.controller_catalog import ControllerCatalog
+from broker.metadata.controller_catalog import ControllerCatalog
 from broker.node import Broker
+from broker.server.api_table import build_api_table
 from controller.service import ControllerService, ControllerSettings
 from protocol.records import TRANSACTIONAL_BIT
 from storage.backends import coordinator_and_catalog, object_store
@@ -335,7 +335,6 @@ async def test_a_producers_requests_are_appended_in_arrival_order_while_one_is_v
         request, ctx = txn_request(seq)
         answers.append(await handler(ctx, request))
     parts = [
-        decode_answer(await settled(a), 0, 9).responses[0].partition_responses[0]
-        for a in answers
+        decode_answer(await settled(a), 0, 9).responses[0].partition_responses[0] for a in answers
     ]
     assert [(p.error_code, p.base_offset) for p in parts] == [(E.none, 0), (E.none, 2)]

@@ -11,8 +11,12 @@ from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
-from broker.classic.partition import ClassicPartition
-from broker.classic.produce import classic_append, needs_verification, verify_transaction
+from broker.logs.classic.classic_append import (
+    classic_append,
+    needs_verification,
+    verify_transaction,
+)
+from broker.logs.classic.partition import ClassicPartition
 from protocol.control_batch import marker_batch
 from protocol.records import TRANSACTIONAL_BIT, parse_batches
 from storage.catalog import Topic

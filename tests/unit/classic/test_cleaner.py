@@ -9,7 +9,7 @@ import asyncio
 import os
 from pathlib import Path
 
-from broker.classic.partition import ClassicPartition
+from broker.logs.classic.partition import ClassicPartition
 from protocol.records import TRANSACTIONAL_BIT
 from storage.classic import cleaner
 from storage.classic.batches import walk

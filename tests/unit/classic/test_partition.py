@@ -8,9 +8,9 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from broker.append import PartitionResult
-from broker.classic.partition import FOLLOWER, LEADER, ClassicPartition
-from broker.classic.producer_state import ProducerState
+from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition
+from broker.logs.classic.producer_state import ProducerState
+from broker.logs.diskless.diskless_append import PartitionResult
 from controller.image import PartitionState
 from protocol.records import parse_batches
 from storage.classic.batches import walk
@@ -254,7 +254,7 @@ def test_list_offsets_by_time_and_latest_stop_at_the_high_watermark(tmp_path: Pa
 def test_flush_ms_is_honoured_without_new_appends(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
 
     async def run() -> None:
         plog = Log(str(tmp_path / "f"), LogConfig(flush_ms=100))
@@ -274,7 +274,7 @@ def test_flush_ms_is_honoured_without_new_appends(tmp_path: Path) -> None:
 def test_a_returning_leader_cuts_its_divergent_tail_kip_279(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from broker.classic.replica_fetcher import ReplicaFetcher
+    from broker.logs.classic.replica_fetcher import ReplicaFetcher
 
     async def run() -> None:
         old = partition(tmp_path, 1, "old")  # leader at epoch 1
@@ -313,7 +313,7 @@ def test_a_log_directory_is_kept_for_its_topic_and_cleared_for_a_namesake(tmp_pa
     import uuid
     from types import SimpleNamespace
 
-    from broker.classic.replica_manager import ReplicaManager
+    from broker.logs.classic.replica_manager import ReplicaManager
 
     async def run() -> None:
         manager = ReplicaManager.__new__(ReplicaManager)

@@ -8,8 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from broker.classic.replica_fetcher import ReplicaFetcher
 from broker.config import BrokerConfig
+from broker.logs.classic.replica_fetcher import ReplicaFetcher
 
 from .test_partition import partition
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import txn_markers
+from broker.transactions import write_txn_markers as txn_markers
 from tests.unit.test_authorization_handlers import TOPIC, FakeBroker, call
 
 E = ErrorCode

@@ -153,7 +153,7 @@ def test_secrets_never_appear_in_the_config_repr() -> None:
 
 
 def test_describe_configs_hides_secrets() -> None:
-    from broker.apis.configs import _broker_configs
+    from broker.admin.configs import _broker_configs
 
     config = load_config(
         {"ssl.key.password": "key-password-value", "sasl.jaas.config": "x required;"}

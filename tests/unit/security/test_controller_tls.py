@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from broker.controller_client import (
+from broker.metadata.controller_client import (
     ControllerClient,
     ControllerRefused,
     ControllerRequestError,

@@ -164,7 +164,7 @@ def test_tls_connection_to_a_server_with_an_unknown_ca_fails_as_authentication( 
 ) -> None:
     from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-    from broker.classic.kafka_client import AuthenticationFailed, KafkaConnection
+    from broker.logs.classic.kafka_client import AuthenticationFailed, KafkaConnection
     from broker.security.tls import server_context
     from sluice.secure import generate
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from broker.membership import BrokerEndpoint
+from broker.metadata.membership import BrokerEndpoint
 from controller.image import MetadataImage
 from controller.records import decode_batch, encode_batch
 from controller.requests import BrokerRegistrationRequest, ScramDeletion, ScramUpsertion

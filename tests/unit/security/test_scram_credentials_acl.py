@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker.apis import scram_credentials
+from broker.admin import scram_credentials
 from common.acl import (
     CLUSTER_NAME,
     AclBinding,

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.classic.partition import ClassicPartition
-from broker.tiering.follower import chain_to, start_after_tiered
-from broker.tiering.snapshot import parse, segment_state
-from broker.tiering.view import RemoteView
+from broker.logs.classic.partition import ClassicPartition
+from broker.logs.tiered.follower import chain_to, start_after_tiered
+from broker.logs.tiered.snapshot import parse, segment_state
+from broker.logs.tiered.view import RemoteView
 from controller.image import PartitionState
 from protocol.records import parse_batches
 from storage.classic.log import Log, LogConfig

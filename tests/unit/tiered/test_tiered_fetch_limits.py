@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from broker.classic.partition import ClassicPartition
-from broker.fetch import FetchBudget, FetchSlot
-from broker.tiering.fetch import read_tiered
-from broker.tiering.view import RemoteView
+from broker.logs.classic.partition import ClassicPartition
+from broker.logs.fetch_slots import FetchBudget, FetchSlot
+from broker.logs.tiered.tiered_read import read_tiered
+from broker.logs.tiered.view import RemoteView
 from controller.image import PartitionState
 from storage.classic.log import Log
 from storage.tiered.copier import history_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.config import BrokerConfig
-from broker.topics import TopicRegistry
+from broker.metadata.topics import TopicRegistry
 from common import topic_config_validation
 
 

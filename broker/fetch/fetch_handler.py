@@ -1,0 +1,301 @@
+"""Fetch: long poll until min_bytes are available or max_wait passes, then answer
+with patched record bytes straight from the cache."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from broker.logs.engines import log_router
+from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
+from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
+from broker.logs.router import Purpose
+from broker.metadata.client_az import az_from_client_id, count_fetch
+from broker.metadata.transformer import preferred_read_replica, route_without_replicas
+from broker.security import access
+from broker.server.client_quotas import user_of
+from broker.server.metrics import METRICS
+from common.acl import AclOperation
+from storage.coordinator import CoordinatorUnavailable, FindResult
+from storage.objects import ObjectStoreError
+from storage.outage import OutageLog
+
+if TYPE_CHECKING:
+    from broker.node import Broker
+    from broker.server.connection import RequestContext
+    from storage.catalog import Topic
+
+log = logging.getLogger(__name__)
+# Fetches fail while the object store or the coordinator is down: one WARNING when that
+# starts, one INFO when a fetch works again (storage.outage), not a line per fetch.
+_OUTAGE = OutageLog("diskless fetch", log)
+
+TOPIC_IDS_VERSION = 13
+READ_COMMITTED = 1
+
+
+def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int], int] | None:
+    """For a consumer that sent its rack (Fetch v11+ ``rack_id``, i.e. ``client.rack``):
+    a function giving each partition's preferred read replica in that rack, or None when
+    there is nothing to redirect (no rack, this broker is in it, or no broker there)."""
+    if not rack or rack == broker.config.rack:
+        return None
+    alive = {b.node_id: b.rack for b in broker.endpoints()}
+    if rack not in alive.values():
+        return None
+    me = broker.config.node_id
+    controller = broker.controller
+
+    def find(topic: Topic, partition: int) -> int:
+        if controller is None:
+            chosen = route_without_replicas(topic.topic_id, partition, alive, rack, -1)
+            return chosen if chosen != me else -1
+        image = controller.image
+        topic_image = image.topic_by_id(topic.topic_id)
+        state = image.partition(topic.topic_id, partition)
+        if topic_image is None or not topic_image.diskless or state is None:
+            return -1
+        return preferred_read_replica(
+            topic.topic_id,
+            partition,
+            state.replicas,
+            state.isr,
+            state.leader,
+            alive,
+            rack,
+            me,
+        )
+
+    return find
+
+
+def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None) -> bool:
+    """READ on the topic. A topic asked for by an id this broker does not know has no name
+    to check: it answers UNKNOWN_TOPIC_ID, as Kafka does."""
+    name = key if isinstance(key, str) else topic.name if topic is not None else None
+    return name is None or access.topic(broker, ctx, AclOperation.READ, name)
+
+
+async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
+    slots: list[FetchSlot] = []
+    await broker.topics.ensure(
+        (t.topic_id if by_id else t.topic, part.partition)
+        for t in request.topics
+        for part in t.partitions
+    )
+    rack = getattr(request, "rack_id", None) or None
+    prefer = _preferred_finder(broker, rack)
+    redirected = False
+    logs = log_router(broker)
+    replica_id = _replica_id(request)
+    if (
+        replica_id >= 0
+        and access.enabled(broker)
+        and not access.cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
+    ):
+        # Replication is a broker's privilege (Kafka: CLUSTER_ACTION on the cluster).
+        replica_id = DENIED_REPLICA
+    plan = ReadPlan(replica_id, ctx.header.api_version, rack, prefer, logs.log_start)
+    for fetch_topic in request.topics:
+        if by_id:
+            key = fetch_topic.topic_id
+            topic = broker.topics.get_by_id(key)
+            missing = ErrorCode.unknown_topic_id
+        else:
+            key = fetch_topic.topic
+            topic = broker.topics.get(key)
+            missing = ErrorCode.unknown_topic_or_partition
+        denied = access.enabled(broker) and not _may_read(broker, ctx, key, topic)
+        for part in fetch_topic.partitions:
+            error = 0
+            if denied:
+                error = int(ErrorCode.topic_authorization_failed)
+            elif topic is None:
+                error = int(missing)
+            elif not 0 <= part.partition < topic.partitions:
+                error = int(ErrorCode.unknown_topic_or_partition)
+            else:
+                error = leader_epoch_error(
+                    getattr(part, "current_leader_epoch", -1),
+                    broker.leader_epoch(topic.topic_id, part.partition),
+                )
+            if error or topic is None:
+                slots.append(Answered(error).open_read(key, topic, part, plan))
+                continue
+            log = logs.route(
+                topic.topic_id,
+                part.partition,
+                Purpose.READ,
+                part.fetch_offset,
+                replica_id=replica_id,
+            )
+            slot = log.open_read(key, topic, part, plan)
+            slots.append(slot)
+            redirected = redirected or slot.preferred >= 0
+    max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
+    max_wait = request.max_wait.total_seconds()
+    # A redirect is answered at once: the consumer should not long-poll the wrong AZ.
+    min_bytes = 0 if redirected else request.min_bytes
+    az = rack or az_from_client_id(ctx.header.client_id)
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    return asyncio.ensure_future(
+        _fetch(
+            broker,
+            ctx,
+            slots,
+            plan,
+            max_bytes,
+            min_bytes,
+            max_wait,
+            by_id,
+            az,
+            read_committed,
+        )
+    )
+
+
+def _replica_id(request: Any) -> int:
+    """The follower's broker id of a replication fetch (-1: a consumer): ``replica_id`` up
+    to v14, ``replica_state`` from v15 (KIP-903)."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
+
+
+def _by_reader(slots: list[FetchSlot]) -> list[tuple[PartitionLog, list[FetchSlot]]]:
+    """The slots grouped by the log reading them, in first-seen order."""
+    groups: dict[int, tuple[PartitionLog, list[FetchSlot]]] = {}
+    for slot in slots:
+        reader = slot.reader
+        assert reader is not None
+        groups.setdefault(id(reader), (reader, []))[1].append(slot)
+    return list(groups.values())
+
+
+async def _collect(
+    broker: Broker,
+    slots: list[FetchSlot],
+    plan: ReadPlan,
+    max_bytes: int,
+    min_bytes: int,
+    max_wait: float,
+    read_committed: bool,
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait
+    groups = _by_reader(slots)
+    # What no round reads again (a classic log's tiered part: always there, so no
+    # waiting on it), first in the answer's budget.
+    after_below = FetchBudget(max_bytes)
+    below = 0
+    for reader, group in groups:
+        below += await reader.read_below(group, after_below, read_committed)
+    while True:
+        budget = after_below.copy()
+        for reader, group in groups:
+            await reader.start_round(group, budget, plan, read_committed)
+        # Then every partition in the request's order (the client rotates it), sharing
+        # what is left.
+        available = below
+        interests: list[tuple[UUID, int, int]] = []
+        for slot in slots:
+            reader = slot.reader
+            assert reader is not None
+            available += reader.read_round(slot, budget, plan, read_committed)
+            interests += reader.interests(slot, plan)
+        remaining = deadline - loop.time()
+        if (
+            available >= max(min_bytes, 1)
+            or remaining <= 0
+            or any(r.error for r in plan.results)
+            or any(s.error for s in slots)
+            or not interests
+        ):
+            for reader, group in groups:
+                await reader.end_reads(group, plan)
+            return
+        poll = broker.remote_poll_seconds if plan.finds else None
+        await broker.watch.wait(interests, remaining if poll is None else min(remaining, poll))
+
+
+async def _fetch(
+    broker: Broker,
+    ctx: RequestContext,
+    slots: list[FetchSlot],
+    plan: ReadPlan,
+    max_bytes: int,
+    min_bytes: int,
+    max_wait: float,
+    by_id: bool,
+    az: str | None = None,
+    read_committed: bool = False,
+) -> Any:
+    started = time.monotonic()
+    try:
+        await _collect(broker, slots, plan, max_bytes, min_bytes, max_wait, read_committed)
+    except (CoordinatorUnavailable, ObjectStoreError) as exc:
+        # Retriable for consumers: they back off and fetch again.
+        _OUTAGE.failed(exc, started)
+        plan.results = [FindResult(int(ErrorCode.kafka_storage_error))] * len(plan.finds)
+        plan.records = [None] * len(plan.finds)
+    else:
+        if plan.finds:
+            _OUTAGE.succeeded(started)
+    # Bytes read into slots from logs on this broker (classic replicas) by consumers: the
+    # diskless ones are counted by the fetcher; a follower's replication fetch is not
+    # consumption.
+    local_read = [s.data for s in slots if s.replica < 0 and s.data]
+    if local_read:
+        METRICS.fetched_bytes.inc(sum(len(d) for d in local_read))
+    records = plan.records
+    count_fetch(broker, az, [*records, *local_read] if local_read else records)
+    throttle_ms = 0
+    quota = broker.quotas.fetch
+    if quota.enabled():
+        user, client_id = user_of(ctx.principal), ctx.header.client_id or ""
+        # Classic partitions' bytes count too; a follower's replication fetch does not (as
+        # in Kafka, client quotas do not apply to replication).
+        consumed = [s for s in slots if s.replica < 0 and s.data]
+        size = sum(len(r) for r in records if r is not None) + sum(len(s.data) for s in consumed)
+        throttle_ms = quota.record(user, client_id, size)
+        if throttle_ms:
+            # As Kafka: a throttled fetch is answered without records, and they are not
+            # counted; the consumer asks again once its throttle time has passed.
+            quota.unrecord(user, client_id, size)
+            plan.records = [None] * len(records)
+            for s in consumed:
+                s.data = b""
+    for reader, group in _by_reader(slots):
+        await reader.describe(group, plan)
+    topics: dict[Any, list[dict[str, Any]]] = {}
+    for slot in slots:
+        entry: dict[str, Any] = {
+            "partition_index": slot.partition,
+            "error_code": slot.error,
+            "high_watermark": -1,
+            "last_stable_offset": -1,
+            "log_start_offset": -1,
+            "aborted_transactions": None,
+            "preferred_read_replica": slot.preferred,
+            "records": b"",
+        }
+        assert slot.reader is not None
+        entry.update(slot.reader.entry(slot, plan, read_committed))
+        topics.setdefault(slot.topic_key, []).append(entry)
+    key_field = "topic_id" if by_id else "topic"
+    return ctx.respond(
+        {
+            "throttle_time": throttle_ms,
+            "error_code": 0,
+            "session_id": 0,  # no fetch sessions: clients keep sending full requests
+            "responses": [{key_field: key, "partitions": parts} for key, parts in topics.items()],
+        }
+    )

@@ -1,0 +1,167 @@
+"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup: the classic group protocol.
+
+The state machine is :mod:`broker.groups.group_coordinator`; these handlers translate
+between its results and each API version's fields. JoinGroup and SyncGroup may answer
+with a future (the rebalance is still in progress).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from broker.groups.group import JoinResult, SyncResult
+from broker.groups.group_coordinator import LeavingMember
+from broker.security import access
+from broker.server.deferred import answer_when_done
+from common.acl import AclOperation
+
+if TYPE_CHECKING:
+    from broker.node import Broker
+    from broker.server.connection import RequestContext
+
+_MS = datetime.timedelta(milliseconds=1)
+
+
+def millis(value: datetime.timedelta) -> int:
+    return value // _MS
+
+
+def client_host(ctx: RequestContext) -> str:
+    # Kafka shows the client's address the way Java prints an InetAddress.
+    return "/" + ctx.client_host
+
+
+async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
+        return refusal
+    version = ctx.header.api_version
+    session_ms = millis(request.session_timeout)
+    # v0 has no rebalance timeout: the session timeout served as both.
+    rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
+    coordinator = broker.groups.coordinator
+    loaded = await coordinator.load(request.group_id)
+    future = (
+        coordinator.join_group(
+            request.group_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            ctx.header.client_id or "",
+            client_host(ctx),
+            rebalance_ms,
+            session_ms,
+            request.protocol_type,
+            [(p.name, p.metadata) for p in request.protocols],
+            require_known_member_id=version >= 4,
+        )
+        if loaded is None
+        else coordinator.failed(JoinResult.failed(loaded, request.member_id))
+    )
+
+    def respond(result: JoinResult) -> Any:
+        name = result.protocol_name
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": result.error,
+                "generation_id": result.generation_id,
+                "protocol_type": result.protocol_type,
+                # Nullable from v7 on; before, "no protocol" is the empty string.
+                "protocol_name": name if name is not None or version >= 7 else "",
+                "leader": result.leader,
+                "skip_assignment": False,
+                "member_id": result.member_id,
+                "members": [
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "metadata": m.metadata,
+                    }
+                    for m in result.members
+                ],
+            }
+        )
+
+    return answer_when_done(future, respond)
+
+
+async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
+        return refusal
+    coordinator = broker.groups.coordinator
+    loaded = await coordinator.load(request.group_id)
+    future = (
+        coordinator.sync_group(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None),
+            getattr(request, "protocol_name", None),
+            {a.member_id: a.assignment for a in request.assignments},
+        )
+        if loaded is None
+        else coordinator.failed(SyncResult.failed(loaded))
+    )
+
+    def respond(result: SyncResult) -> Any:
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "error_code": result.error,
+                "protocol_type": result.protocol_type,
+                "protocol_name": result.protocol_name,
+                "assignment": result.assignment,
+            }
+        )
+
+    return answer_when_done(future, respond)
+
+
+async def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
+        return refusal
+    coordinator = broker.groups.coordinator
+    error = await coordinator.load(request.group_id) or coordinator.heartbeat(
+        request.group_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        request.generation_id,
+    )
+    return ctx.respond({"throttle_time": 0, "error_code": int(error)})
+
+
+async def leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+    if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
+        return refusal
+    version = ctx.header.api_version
+    if version >= 3:
+        leaving = [LeavingMember(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [LeavingMember(request.member_id, None)]
+    coordinator = broker.groups.coordinator
+    loaded = await coordinator.load(request.group_id)
+    if loaded is not None:
+        error, member_errors = loaded, []
+    else:
+        error, member_errors = coordinator.leave_group(request.group_id, leaving)
+    if version < 3:
+        # One member, and only the request's error code to say how it went.
+        if not error and member_errors:
+            error = member_errors[0]
+        return ctx.respond({"throttle_time": 0, "error_code": int(error)})
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": int(error),
+            "members": [
+                {
+                    "member_id": who.member_id,
+                    "group_instance_id": who.group_instance_id,
+                    "error_code": int(member_error),
+                }
+                # No member entries when the whole request failed (NOT_COORDINATOR...).
+                for who, member_error in zip(leaving, member_errors, strict=False)
+            ],
+        }
+    )

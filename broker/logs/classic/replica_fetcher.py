@@ -1,0 +1,293 @@
+"""A follower's replication from one leader broker, with Kafka's own requests.
+
+One task per leader broker, for every partition this broker follows there:
+
+1. a partition that just became a follower (new leader or epoch) first asks the leader
+   OffsetForLeaderEpoch for its latest epoch and cuts its log where the two histories part
+   (KIP-101/279, ``storage.classic.epoch_cache``); a divergent tail disappears;
+2. then Fetch with ``replica_id`` (v12) from its log end with ``current_leader_epoch``:
+   the leader records the progress (and moves the high watermark), the answer's batches are
+   appended as they are (``append_as_follower``), its high watermark kept.
+
+Errors back off ``replica.fetch.backoff.ms``; a fenced or unknown epoch waits for the
+metadata image, which brings the new leader (and a new fetcher if it is another broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_req
+from kio.schema.list_offsets.v8 import request as offsets_req
+from kio.schema.offset_for_leader_epoch.v4 import request as epoch_req
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i64
+
+from broker.logs.classic.kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
+from broker.logs.classic.partition import EARLIEST_LOCAL_TIMESTAMP, FOLLOWER, ClassicPartition
+from broker.logs.tiered.follower import start_after_tiered
+from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
+from storage.classic.epoch_cache import UNDEFINED_EPOCH
+from storage.classic.log import NotContiguous
+
+if TYPE_CHECKING:
+    from broker.logs.classic.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaFetcher:
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        leader_id: int,
+        host: str,
+        port: int,
+        security: InterBrokerSecurity = PLAINTEXT,
+    ) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.host, self.port = host, port
+        self.config = manager.broker.config
+        self._conn = KafkaConnection(host, port, f"sluice-replica-fetcher-{manager.me}", security)
+        self._partitions: list[ClassicPartition] = []
+        # Where the next Fetch starts in the partition list: the leader fills the answer
+        # in request order up to replica.fetch.response.max.bytes, so a fixed order would
+        # let the first partitions' backlog starve the others (Kafka rotates them too).
+        self._rotation = 0
+        self._changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def set_partitions(self, partitions: list[ClassicPartition]) -> None:
+        self._partitions = partitions
+        self._changed.set()
+
+    async def _run(self) -> None:
+        backoff = self.config.replica_fetch_backoff_ms / 1000
+        while True:
+            try:
+                parts = [
+                    p for p in self._partitions if p.leader == self.leader_id and p.role == FOLLOWER
+                ]
+                if not parts:
+                    self._changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), 1.0)
+                    continue
+                truncating = [p for p in parts if p.needs_truncation]
+                if truncating:
+                    await self._truncate(truncating)
+                ready = [p for p in parts if not p.needs_truncation]
+                if ready:
+                    if not await self._fetch(ready):
+                        await asyncio.sleep(backoff)
+                elif truncating:
+                    # The leader refused (its metadata or ours lags): not in a tight loop.
+                    await asyncio.sleep(backoff)
+            except asyncio.CancelledError:
+                raise
+            except AuthenticationFailed as exc:
+                # A credential or certificate problem: it will not fix itself quickly.
+                log.warning("replica fetcher to broker %d: %s", self.leader_id, exc)
+                await asyncio.sleep(max(backoff, 1.0))
+            except ConnectionLost as exc:
+                log.info("replica fetcher to broker %d: %s", self.leader_id, exc)
+                await asyncio.sleep(backoff)
+            except Exception:
+                log.exception("replica fetcher to broker %d failed", self.leader_id)
+                await asyncio.sleep(backoff)
+
+    # ---------------------------------------------------------------- truncation
+
+    async def _ask_epochs(
+        self, asks: list[tuple[ClassicPartition, int]]
+    ) -> dict[tuple[str, int], tuple[int, int, int]]:
+        """OffsetForLeaderEpoch for (partition, epoch) pairs: (error, epoch, end offset)."""
+        by_topic: dict[str, list[epoch_req.OffsetForLeaderPartition]] = {}
+        for p, epoch in asks:
+            by_topic.setdefault(p.topic, []).append(
+                epoch_req.OffsetForLeaderPartition(
+                    partition=i32(p.index),
+                    current_leader_epoch=i32(p.leader_epoch),
+                    leader_epoch=i32(epoch),
+                )
+            )
+        request = epoch_req.OffsetForLeaderEpochRequest(
+            replica_id=BrokerId(self.manager.me),
+            topics=tuple(
+                epoch_req.OffsetForLeaderTopic(topic=TopicName(t), partitions=tuple(ps))
+                for t, ps in by_topic.items()
+            ),
+        )
+        response = await self._conn.request(request, 30.0)
+        return {
+            (t.topic, int(r.partition)): (int(r.error_code), int(r.leader_epoch), int(r.end_offset))
+            for t in response.topics
+            for r in t.partitions
+        }
+
+    async def _truncate(self, parts: list[ClassicPartition]) -> None:
+        """KIP-279: walk back through the epochs until both logs agree; cut there."""
+        pending = {id(p): (p, p.log.epochs.latest_epoch) for p in parts}
+        for _round in range(64):
+            asks = [(p, e) for p, e in pending.values()]
+            for p, epoch in list(asks):
+                if epoch == UNDEFINED_EPOCH:
+                    # No epochs here: only the high watermark is known to be shared.
+                    p.truncate(min(p.high_watermark, p.log.log_end_offset))
+                    del pending[id(p)]
+            asks = [(p, e) for p, e in pending.values()]
+            if not asks:
+                return
+            answers = await self._ask_epochs(asks)
+            for p, epoch in asks:
+                if p.role != FOLLOWER or p.leader != self.leader_id:
+                    del pending[id(p)]  # the image moved on while the request was out
+                    continue
+                error, leader_epoch, leader_end = answers.get(
+                    (p.topic, p.index), (int(ErrorCode.unknown_server_error), -1, -1)
+                )
+                if error:
+                    # Stale metadata on one side: retried once the image moves on.
+                    del pending[id(p)]
+                    continue
+                end = p.log.log_end_offset
+                if leader_epoch == UNDEFINED_EPOCH:
+                    p.truncate(min(p.high_watermark, end))
+                    del pending[id(p)]
+                    continue
+                mine, my_end = p.log.epochs.end_offset_for(leader_epoch, end)
+                if mine == leader_epoch:
+                    p.truncate(min(leader_end, my_end, end))
+                    del pending[id(p)]
+                elif mine == UNDEFINED_EPOCH or mine >= epoch:
+                    p.truncate(min(leader_end, end))
+                    del pending[id(p)]
+                else:
+                    pending[id(p)] = (p, mine)
+            if not pending:
+                return
+
+    # ---------------------------------------------------------------- fetch
+
+    async def _fetch(self, parts: list[ClassicPartition]) -> bool:
+        """One Fetch round; False when it should back off."""
+        by_topic: dict[str, list[fetch_req.FetchPartition]] = {}
+        index = {}
+        if parts:
+            start = self._rotation % len(parts)
+            self._rotation += 1
+            parts = parts[start:] + parts[:start]
+        for p in parts:
+            index[(p.topic, p.index)] = p
+            by_topic.setdefault(p.topic, []).append(
+                fetch_req.FetchPartition(
+                    partition=i32(p.index),
+                    current_leader_epoch=i32(p.leader_epoch),
+                    fetch_offset=i64(p.log.log_end_offset),
+                    log_start_offset=i64(p.log.log_start_offset),
+                    partition_max_bytes=i32(self.config.replica_fetch_max_bytes),
+                )
+            )
+        wait_ms = self.config.replica_fetch_wait_max_ms
+        request = fetch_req.FetchRequest(
+            replica_id=BrokerId(self.manager.me),
+            max_wait=datetime.timedelta(milliseconds=wait_ms),
+            min_bytes=i32(1),
+            max_bytes=i32(self.config.replica_fetch_response_max_bytes),
+            isolation_level=i8(0),
+            topics=tuple(
+                fetch_req.FetchTopic(topic=TopicName(t), partitions=tuple(ps))
+                for t, ps in by_topic.items()
+            ),
+            forgotten_topics_data=(),
+        )
+        response = await self._conn.request(request, wait_ms / 1000 + 30.0)
+        ok = True
+        moved: list[ClassicPartition] = []
+        for t in response.responses:
+            for r in t.partitions:
+                p = index.get((t.topic, int(r.partition_index)))
+                if (
+                    p is None
+                    or p.leader != self.leader_id
+                    or p.role != FOLLOWER
+                    or p.needs_truncation
+                ):
+                    continue  # the image moved on while the fetch was in flight
+                error = int(r.error_code)
+                if error == 0:
+                    try:
+                        p.append_fetched(
+                            r.records or b"", int(r.high_watermark), int(r.log_start_offset)
+                        )
+                    except NotContiguous as exc:
+                        log.warning("%s-%d: %s; truncating again", p.topic, p.index, exc)
+                        p.needs_truncation = True
+                    self.manager.broker.watch.notify([(p.topic_id, p.index, p.high_watermark)])
+                elif error == ErrorCode.offset_out_of_range:
+                    start = int(r.log_start_offset)
+                    if start > p.log.log_end_offset:
+                        # Behind the leader's log start (retention, DeleteRecords).
+                        p.log.truncate_fully_and_start_at(start)
+                        p.producers.truncate_from(start)
+                    else:
+                        p.needs_truncation = True
+                elif error == ErrorCode.offset_moved_to_tiered_storage:
+                    moved.append(p)
+                else:
+                    ok = False
+        if moved:
+            await self._start_after_tiered(moved)
+        return ok
+
+    async def _start_after_tiered(self, parts: list[ClassicPartition]) -> None:
+        """KIP-405: the leader tiered the offsets these followers would fetch; they start
+        at its local log start instead (``broker.logs.tiered.follower``)."""
+        request = offsets_req.ListOffsetsRequest(
+            replica_id=BrokerId(self.manager.me),
+            isolation_level=i8(0),
+            topics=tuple(
+                offsets_req.ListOffsetsTopic(
+                    name=TopicName(p.topic),
+                    partitions=(
+                        offsets_req.ListOffsetsPartition(
+                            partition_index=i32(p.index),
+                            current_leader_epoch=i32(p.leader_epoch),
+                            timestamp=i64(EARLIEST_LOCAL_TIMESTAMP),
+                        ),
+                    ),
+                )
+                for p in parts
+            ),
+        )
+        response = await self._conn.request(request, 30.0)
+        starts = {
+            (t.name, int(r.partition_index)): int(r.offset)
+            for t in response.topics
+            for r in t.partitions
+            if int(r.error_code) == 0
+        }
+        for p in parts:
+            start = starts.get((p.topic, p.index))
+            if start is None or p.role != FOLLOWER or p.leader != self.leader_id:
+                continue
+            tiering = self.manager.tiering
+            segments = await tiering.metadata.list_segments(p.topic_id, p.index)
+            await start_after_tiered(p, segments, start, tiering.reader)

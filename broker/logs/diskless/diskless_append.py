@@ -1,0 +1,336 @@
+"""The append path: buffer → one object for many partitions → one commit → answers.
+
+Validated batches from every connection go into one buffer, and a flush uploads the whole
+buffer as one object and then makes one coordinator call that assigns offsets to all its
+batches. When to flush is the group-commit policy (``produce.commit.mode``):
+
+- adaptive (default): an idle broker flushes at once (``produce.commit.min.ms`` after the
+  first batch, 0 by default), so a lone producer waits about one PUT plus one commit. While
+  an upload is in flight, new batches gather in the buffer and are flushed the moment it
+  ends: objects grow with the load, and there is one upload at a time at moderate load.
+- fixed: every buffer waits ``produce.commit.interval.ms`` from its first batch.
+
+In both modes no batch waits longer than ``produce.commit.interval.ms``, a buffer holding
+``produce.buffer.max.bytes`` is flushed at once (uploads may then overlap), and
+``produce.objects.per.second.max`` spaces flushes out to cap the PUT rate. Commits happen
+strictly in flush order, so a producer's pipelined requests keep their sequence order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from broker.server.metrics import METRICS
+from protocol.records import TRANSACTIONAL_BIT, BatchHeader, stamp_log_append_time
+from storage.coordinator import (
+    BatchCoordinator,
+    BatchToCommit,
+    CommitResult,
+    CoordinatorUnavailable,
+)
+from storage.objects import ObjectStore, ObjectStoreError, new_data_key
+from storage.objects.block_cache import BlockCache
+from storage.outage import OutageLog
+
+log = logging.getLogger(__name__)
+
+ADAPTIVE = "adaptive"
+FIXED = "fixed"
+COMMIT_MODES = (ADAPTIVE, FIXED)
+
+
+@dataclass(slots=True)
+class PartitionAppend:
+    """One partition's records from one produce request, already validated."""
+
+    topic_id: UUID
+    partition: int
+    records: memoryview
+    batches: list[BatchHeader]
+    log_append_time: bool
+
+
+class FlushFailed(Exception):
+    # The object store or the batch coordinator did not take the flush (after their own
+    # retries): an outage, logged as one (storage.outage).
+    dependency_outage = True
+
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class PartitionResult(NamedTuple):
+    # A NamedTuple: one per partition of every produce request (frozen dataclasses are
+    # several times slower to make).
+    error: int
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+
+
+class _Buffer:
+    __slots__ = ("appends", "size", "waiters")
+
+    def __init__(self) -> None:
+        self.appends: list[PartitionAppend] = []
+        self.size = 0
+        # (future, number of appends it covers) in submission order
+        self.waiters: list[tuple[asyncio.Future[list[PartitionResult]], int]] = []
+
+
+CommitListener = Callable[[Sequence[tuple[UUID, int, int]]], None]
+
+
+class Appender:
+    def __init__(
+        self,
+        store: ObjectStore,
+        coordinator: BatchCoordinator,
+        cache: BlockCache,
+        node_id: int,
+        commit_interval_ms: int,
+        buffer_max_bytes: int,
+        on_commit: CommitListener,
+        commit_mode: str = ADAPTIVE,
+        commit_min_ms: int = 0,
+        objects_per_second_max: int = 0,
+    ) -> None:
+        if commit_mode not in COMMIT_MODES:
+            raise ValueError(
+                f"produce.commit.mode must be one of {', '.join(COMMIT_MODES)}, not {commit_mode!r}"
+            )
+        self._store = store
+        self._outage = OutageLog("diskless produce (uploads and batch commits)", log)
+        self._coordinator = coordinator
+        self._cache = cache
+        self._node_id = node_id
+        self._adaptive = commit_mode == ADAPTIVE
+        self._interval = commit_interval_ms / 1000
+        self._min_wait = min(commit_min_ms, commit_interval_ms) / 1000
+        self._min_gap = 1 / objects_per_second_max if objects_per_second_max > 0 else 0.0
+        self._max_bytes = buffer_max_bytes
+        self._on_commit = on_commit
+        self._buffer = _Buffer()
+        self._buffer_started = 0.0  # loop time of the first batch in the buffer
+        self._timer: asyncio.Handle | None = None
+        self._timer_when = 0.0
+        self._uploading = 0  # flushes whose upload has not ended
+        self._last_flush_at = float("-inf")
+        self._previous_commit: asyncio.Future[None] | None = None
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    def submit(self, appends: list[PartitionAppend]) -> asyncio.Future[list[PartitionResult]]:
+        """Queue a request's partitions; the future resolves after their commit."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[PartitionResult]] = loop.create_future()
+        if not appends:
+            future.set_result([])
+            return future
+        buffer = self._buffer
+        if not buffer.appends:
+            self._buffer_started = loop.time()
+        buffer.appends.extend(appends)
+        for append in appends:
+            buffer.size += len(append.records)
+        buffer.waiters.append((future, len(appends)))
+        if buffer.size >= self._max_bytes:
+            self._flush_at(loop.time())
+        elif self._adaptive and not self._uploading:
+            self._flush_at(self._buffer_started + self._min_wait)
+        else:
+            self._flush_at(self._buffer_started + self._interval)
+        return future
+
+    def _flush_at(self, when: float) -> None:
+        """Flush at loop time ``when`` (or at the earlier time already planned), no sooner
+        than the PUT rate cap allows. A time already past still waits for the next loop
+        iteration, so batches that arrived in the same one share the object."""
+        when = max(when, self._last_flush_at + self._min_gap)
+        if self._timer is not None:
+            if self._timer_when <= when:
+                return
+            self._timer.cancel()
+        # (uvloop answers call_at for a time already past with a plain Handle, which has
+        # no when(): the planned time is kept here.)
+        self._timer = asyncio.get_running_loop().call_at(when, self._flush)
+        self._timer_when = when
+
+    def _upload_ended(self) -> None:
+        self._uploading -= 1
+        if self._adaptive and not self._uploading and self._buffer.appends:
+            # What gathered during the upload goes now: it has waited one upload already.
+            self._flush_at(self._buffer_started)
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        buffer, self._buffer = self._buffer, _Buffer()
+        if not buffer.appends:
+            return
+        self._last_flush_at = asyncio.get_running_loop().time()
+        self._uploading += 1
+        previous = self._previous_commit
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._previous_commit = done
+        task = asyncio.create_task(self._upload_and_commit(buffer, previous, done))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _upload_and_commit(
+        self,
+        buffer: _Buffer,
+        previous: asyncio.Future[None] | None,
+        done: asyncio.Future[None],
+    ) -> None:
+        ended = False
+
+        def upload_ended() -> None:  # exactly once per flush, however _write ends
+            nonlocal ended
+            if not ended:
+                ended = True
+                self._upload_ended()
+
+        try:
+            results = await self._write(buffer, previous, upload_ended)
+            self._outage.succeeded()
+        except FlushFailed as exc:
+            self._outage.failed(exc)
+            log.debug("flush of %d bytes failed: %s", buffer.size, exc)
+            results = [PartitionResult(int(exc.error))] * len(buffer.appends)
+        except Exception:
+            log.exception("flush of %d bytes failed", buffer.size)
+            results = [PartitionResult(int(ErrorCode.kafka_storage_error))] * len(buffer.appends)
+        finally:
+            upload_ended()
+            done.set_result(None)
+        pos = 0
+        for future, count in buffer.waiters:
+            if not future.done():
+                future.set_result(results[pos : pos + count])
+            pos += count
+
+    async def _write(
+        self,
+        buffer: _Buffer,
+        previous: asyncio.Future[None] | None,
+        upload_ended: Callable[[], None],
+    ) -> list[PartitionResult]:
+        now_ms = int(time.time() * 1000)
+        chunks: list[bytes | memoryview | bytearray] = []
+        to_commit: list[BatchToCommit] = []
+        position = 0
+        for append in buffer.appends:
+            for batch in append.batches:
+                data: bytes | memoryview | bytearray = append.records[
+                    batch.offset : batch.offset + batch.size
+                ]
+                if append.log_append_time:
+                    data = stamp_log_append_time(data, now_ms)
+                chunks.append(data)
+                to_commit.append(
+                    BatchToCommit(
+                        topic_id=append.topic_id,
+                        partition=append.partition,
+                        byte_offset=position,
+                        byte_size=batch.size,
+                        record_count=batch.record_count,
+                        max_timestamp=batch.max_timestamp,
+                        timestamp_type=1 if append.log_append_time else 0,
+                        producer_id=batch.producer_id,
+                        producer_epoch=batch.producer_epoch,
+                        base_sequence=batch.base_sequence,
+                        transactional=bool(batch.attributes & TRANSACTIONAL_BIT),
+                    )
+                )
+                position += batch.size
+        key = new_data_key()
+        started = time.perf_counter()
+        try:
+            try:
+                await self._store.put(key, chunks)
+            finally:
+                upload_ended()
+            # The PUT alone: waiting for the previous flush's commit is not upload time.
+            METRICS.upload_seconds.observe(time.perf_counter() - started)
+        except ObjectStoreError as exc:
+            # Nothing was acknowledged; producers retry (the error is retriable).
+            raise FlushFailed(ErrorCode.kafka_storage_error, f"upload failed: {exc}") from exc
+        finally:
+            if previous is not None:
+                await previous  # commits stay in flush order, failed or not
+        self._cache.put_object(key, chunks)
+        started = time.perf_counter()
+        try:
+            committed = await self._coordinator.commit_file(
+                key, position, self._node_id, to_commit, now_ms
+            )
+        except CoordinatorUnavailable as exc:
+            await self._discard_uncommitted(key, exc)
+            error = (
+                ErrorCode.request_timed_out
+                if exc.outcome_unknown
+                else ErrorCode.kafka_storage_error
+            )
+            raise FlushFailed(error, f"commit failed: {exc}") from exc
+        METRICS.commit_seconds.observe(time.perf_counter() - started)
+        METRICS.produced_bytes.inc(position)
+        return self._per_partition(buffer.appends, committed)
+
+    async def _discard_uncommitted(self, key: str, exc: CoordinatorUnavailable) -> None:
+        """Delete an object whose commit certainly did not happen. When the outcome is
+        unknown the object may be referenced, so it stays (an orphan at worst)."""
+        self._cache.invalidate(key)
+        if exc.outcome_unknown:
+            log.warning("commit outcome of %s unknown; keeping the object", key)
+            return
+        try:
+            await self._store.delete_many([key])
+        except ObjectStoreError:
+            log.warning("could not delete uncommitted object %s; it is left orphaned", key)
+
+    def _per_partition(
+        self, appends: list[PartitionAppend], committed: list[CommitResult]
+    ) -> list[PartitionResult]:
+        """Fold batch results into one result per partition append (Kafka answers per
+        partition: the first batch's base offset, the first error)."""
+        out: list[PartitionResult] = []
+        advanced: list[tuple[UUID, int, int]] = []
+        pos = 0
+        for append in appends:
+            results = committed[pos : pos + len(append.batches)]
+            pos += len(append.batches)
+            first = results[0]
+            error = next((r.error for r in results if r.error), 0)
+            if error:
+                out.append(PartitionResult(error, log_start_offset=first.log_start_offset))
+                continue
+            last = results[-1]
+            advanced.append(
+                (
+                    append.topic_id,
+                    append.partition,
+                    last.base_offset + append.batches[-1].record_count,
+                )
+            )
+            out.append(
+                PartitionResult(0, first.base_offset, first.log_append_time, first.log_start_offset)
+            )
+        if advanced:
+            self._on_commit(advanced)
+        return out
+
+    async def close(self) -> None:
+        """Flush what is buffered and wait for in-flight flushes."""
+        self._flush()
+        if self._flushes:
+            await asyncio.gather(*self._flushes, return_exceptions=True)

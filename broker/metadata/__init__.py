@@ -1,0 +1,3 @@
+"""What a broker knows of the cluster: topics and their configs (from the controller),
+broker membership, client AZs, and the Metadata, DescribeTopicPartitions and
+DescribeCluster handlers."""

@@ -1,0 +1,28 @@
+"""Small helpers shared by handlers that address partitions by topic name."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from storage.catalog import Topic
+
+if TYPE_CHECKING:
+    from broker.node import Broker
+
+
+def resolve_partition(broker: Broker, name: str, partition: int) -> tuple[Topic | None, int]:
+    """The topic if ``name``/``partition`` exists, else None and the Kafka error."""
+    topic = broker.topics.get(name)
+    if topic is None or not 0 <= partition < topic.partitions:
+        return None, int(ErrorCode.unknown_topic_or_partition)
+    return topic, 0
+
+
+def group_by_topic(entries: list[tuple[str, dict]], key: str = "name") -> list[dict]:
+    """[(topic, partition entry)] -> [{key: topic, "partitions": [...]}] in first-seen order."""
+    grouped: dict[str, list[dict]] = {}
+    for name, entry in entries:
+        grouped.setdefault(name, []).append(entry)
+    return [{key: name, "partitions": parts} for name, parts in grouped.items()]
