@@ -473,11 +473,14 @@ def stream_through(
     disrupt: Callable[[], None],
     after_fraction: float = 1 / 3,
     timeout_s: float = 120.0,
+    until_disrupted: bool = False,
     **conf: object,
 ) -> Stream:
     """Produce ``total`` numbered records (idempotent, acks=all), paced over ~2 s, and call
     ``disrupt`` (in another thread) once ``after_fraction`` of them were acknowledged, so the
-    disruption cuts a live stream. Values are the sequence numbers."""
+    disruption cuts a live stream. Values are the sequence numbers. ``until_disrupted``: go on
+    past ``total`` (at the same pace) until ``disrupt`` returned, so a slow disruption (a
+    machine under load) still lands in the stream; ``Stream.total`` is then what was sent."""
     import threading
 
     from confluent_kafka import Producer
@@ -526,7 +529,8 @@ def stream_through(
 
     thread = threading.Thread(target=disrupt_midway, daemon=True)
     thread.start()
-    for seq in range(total):
+    seq = 0
+    while seq < total or (until_disrupted and not done.is_set() and seq < 100 * total):
         kwargs: dict[str, object] = {
             "key": f"k{seq % 17}".encode(),
             "value": str(seq).encode(),
@@ -535,6 +539,8 @@ def stream_through(
         _produce_with_backpressure(producer, topic, kwargs)
         if seq % 50 == 0:
             time.sleep(0.03)
+        seq += 1
+    stream.total = seq
     stream.undelivered = producer.flush(timeout_s)
     thread.join(60)
     if failure:
