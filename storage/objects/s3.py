@@ -269,13 +269,14 @@ class S3ObjectStore(ObjectStore):
             raise
 
     async def _check_until_reachable(self, check: Callable[[], Awaitable[None]]) -> None:
-        delay = self.config.backoff_base_s
+        rounds = 0
         while True:
+            rounds += 1
+            delay = self.config.backoff_cap(rounds)
             await asyncio.sleep(random.uniform(delay / 2, delay))
             try:
                 await check()
             except ObjectStoreUnreachable:
-                delay = min(delay * 2, self.config.backoff_max_s)
                 continue
             except ObjectStoreError as exc:
                 # Reachable now, and the answer is a refusal: say so loudly, every time the

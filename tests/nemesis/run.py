@@ -157,8 +157,6 @@ def run(
             high,
             {wanted["tiered"].name} if with_tiered else set(),
         )
-        summary["faults"] = dict(Counter(e.kind for e in nemesis.events))
-        summary["unavailability"] = unavailability(nemesis.events, ledger.acks_all, run_end)
         summary["replica_lag_time_max_ms"] = REPLICA_LAG_MS
         summary["delivery_failed"] = dict(ledger.failed)
         summary["nemesis_log"] = nemesis.log
