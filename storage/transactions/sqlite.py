@@ -291,7 +291,6 @@ def txn_init(
             (transactional_id, producer_id, EMPTY, timeout_ms, now_ms),
         )
         return InitResult(NONE, producer_id, 0)
-    (last_epoch,) = cur.execute(_LAST_EPOCH, (transactional_id,)).fetchone()
     retry = False
     if expected_producer_id >= 0:
         if expected_producer_id != state.producer_id:
@@ -299,8 +298,10 @@ def txn_init(
         # KIP-360: the epoch it has, or the one before our last bump of it (a retry of a
         # call whose answer the producer never got: answered again, not bumped again).
         retry = expected_epoch != state.producer_epoch
-        if retry and (last_epoch < 0 or expected_epoch != last_epoch):
-            return InitResult(PRODUCER_FENCED)
+        if retry:
+            (last_epoch,) = cur.execute(_LAST_EPOCH, (transactional_id,)).fetchone()
+            if last_epoch < 0 or expected_epoch != last_epoch:
+                return InitResult(PRODUCER_FENCED)
     if _markers_pending(cur, transactional_id):
         return InitResult(CONCURRENT_TRANSACTIONS)
     if retry and state.state != ONGOING:
