@@ -122,7 +122,12 @@ class MarkerWriter:
             # partitions' leaders append theirs. EndTxn answers once they are replicated
             # (or after a deadline, the rest following in the background).
             await self.send_classic(
-                state.transactional_id, classic, state.producer_id, epoch, commit
+                state.transactional_id,
+                classic,
+                state.producer_id,
+                epoch,
+                commit,
+                result.completions,
             )
         if not result.registered:
             if markers:
@@ -139,6 +144,7 @@ class MarkerWriter:
         producer_id: int,
         producer_epoch: int,
         commit: bool,
+        number: int,
         deadline_s: float | None = None,
         listed: TransactionState | None = None,
     ) -> None:
@@ -180,7 +186,13 @@ class MarkerWriter:
 
         try:
             await self.classic.write(
-                partitions, producer_id, producer_epoch, commit, deadline_s, on_written=written
+                partitions,
+                producer_id,
+                producer_epoch,
+                commit,
+                number,
+                deadline_s,
+                on_written=written,
             )
         except BaseException:
             self._sending.discard(transactional_id)
@@ -206,6 +218,7 @@ class MarkerWriter:
                 state.producer_id,
                 state.producer_epoch,
                 state.state == COMPLETE_COMMIT,
+                state.completions,
                 deadline_s=0,
                 listed=state,
             )

@@ -44,6 +44,10 @@ def producer_fields(batch: bytes | memoryview) -> tuple[int, int, int]:
 class ProducerState:
     def __init__(self) -> None:
         self._producers: dict[int, _Entry] = {}
+        # Per producer id, its last marker's transaction number (the coordinator epoch
+        # field: the transactional id's completion count, see storage.transactions) and
+        # offset. Kept apart from the epoch entry: an epoch bump keeps counting.
+        self._markers: dict[int, tuple[int, int]] = {}
 
     def check(
         self, pid: int, epoch: int, first_seq: int, last_seq: int
@@ -91,6 +95,17 @@ class ProducerState:
         if pid != NO_PRODUCER_ID and (entry is None or epoch > entry.epoch):
             self._producers[pid] = _Entry(epoch)
 
+    def marker(self, pid: int, number: int, offset: int) -> None:
+        """A marker of ``pid`` with transaction ``number`` is at ``offset``. Numbers < 1
+        (markers written before they were numbered, or by a sender that does not number
+        them) are not remembered."""
+        if pid != NO_PRODUCER_ID and number >= 1:
+            self._markers[pid] = (number, offset)
+
+    def last_marker(self, pid: int) -> tuple[int, int] | None:
+        """(transaction number, offset) of ``pid``'s last numbered marker, if known."""
+        return self._markers.get(pid)
+
     def last_batch_offsets(self) -> frozenset[int]:
         """The last offset of every known producer's last batch (what the log cleaner must
         keep for this state to be rebuilt from the log)."""
@@ -108,6 +123,7 @@ class ProducerState:
     def forget(self, pid: int) -> None:
         """Drop a producer's state (a migration replaces it with a newer one)."""
         self._producers.pop(pid, None)
+        self._markers.pop(pid, None)
 
     def load(self, batches: Iterable[tuple[int, int, int, int, int]]) -> None:
         """(pid, epoch, first seq, count, base offset) of the log's batches, in order."""
@@ -122,6 +138,10 @@ class ProducerState:
                 entry.batches.pop()
             if not entry.batches:
                 del self._producers[pid]
+        # A marker cut off is forgotten with it (the number of the one before is not kept:
+        # until the next marker this producer's numbers are unchecked).
+        for pid in [p for p, (_n, at) in self._markers.items() if at >= offset]:
+            del self._markers[pid]
 
     def snapshot(self, upto: int) -> dict[str, list]:  # type: ignore[type-arg]
         """The state as of offset ``upto`` (batches ending before it), JSON-ready: what a
