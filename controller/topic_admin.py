@@ -10,12 +10,13 @@ INVALID_REPLICATION_FACTOR for RF other than -1/1), partitions (INVALID_PARTITIO
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
+
+from common.topic_names import topic_name_error
 
 from .classic_placement import ClassicPlacementError, manual_assignment_error, place_classic
 from .election import UNCLEAN_LEADER_ELECTION, desired_state, unclean_allowed
@@ -46,22 +47,6 @@ from .tiering import config_error as tiering_config_error
 from .tiering import tiering_records
 
 OK = ErrorCode.none
-MAX_NAME_LENGTH = 249
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-def check_topic_name(name: str) -> str | None:
-    """Why ``name`` is not a legal topic name, or None (Kafka's rules)."""
-    if not name or name in (".", ".."):
-        return f"Topic name {name!r} is illegal"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"Topic name is longer than {MAX_NAME_LENGTH} characters"
-    if not _LEGAL_NAME.match(name):
-        return (
-            f"Topic name {name!r} is illegal, it contains a character other than "
-            "ASCII alphanumerics, '.', '_' and '-'"
-        )
-    return None
 
 
 def _collision_key(name: str) -> str:
@@ -113,7 +98,7 @@ class TopicAdmin:
             if counts[t.name] > 1:
                 fail(t, ErrorCode.invalid_request, "Duplicate topic name in the request.")
                 continue
-            if (reason := check_topic_name(t.name)) is not None:
+            if (reason := topic_name_error(t.name)) is not None:
                 fail(t, ErrorCode.invalid_topic_exception, reason)
                 continue
             if image.topic(t.name) is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -40,7 +41,25 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
     results = []
     # CREATE on the cluster allows every topic; otherwise CREATE on each (Kafka's rule).
     create_any = access.cluster(broker, ctx, AclOperation.CREATE)
+    # A name given twice creates nothing: one answer for it, INVALID_REQUEST (Kafka's).
+    counts = Counter(item.name for item in request.topics)
+    duplicates_answered: set[str] = set()
     for item in request.topics:
+        if counts[item.name] > 1:
+            if item.name not in duplicates_answered:
+                duplicates_answered.add(item.name)
+                results.append(
+                    {
+                        "name": item.name,
+                        "topic_id": None,
+                        "error_code": int(ErrorCode.invalid_request),
+                        "error_message": "Duplicate topic name.",
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "configs": [],
+                    }
+                )
+            continue
         entry: dict[str, Any] = {
             "name": item.name,
             "topic_id": None,
@@ -101,14 +120,14 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
         if not access.topic(broker, ctx, AclOperation.DESCRIBE_CONFIGS, item.name):
             # Created, but its configs are not the caller's to see (Kafka, KIP-525).
             entry.update(
-                topic_id=None if validate_only else topic.topic_id,
+                topic_id=topic.topic_id,
                 num_partitions=topic.partitions,
                 replication_factor=broker.replication_factor(topic),
                 topic_config_error_code=int(ErrorCode.topic_authorization_failed),
             )
             continue
         entry.update(
-            topic_id=None if validate_only else topic.topic_id,
+            topic_id=topic.topic_id,
             num_partitions=topic.partitions,
             replication_factor=broker.replication_factor(topic),
             configs=[

@@ -15,6 +15,7 @@ from broker.security import access
 from broker.security.authorized_operations import NOT_REQUESTED
 from broker.server.metrics import METRICS
 from common.acl import CLUSTER_NAME, AclOperation
+from common.topic_names import topic_name_error
 from storage.catalog import Topic, TopicExists
 
 if TYPE_CHECKING:
@@ -161,9 +162,15 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             (item.name if item.name is not None else getattr(item, "topic_id", None), None)
             for item in requested
         )
+        seen: set[str] = set()
         for item in requested:
             name = item.name
             topic_id = getattr(item, "topic_id", None)
+            if name is not None:
+                # A name asked twice is answered once (Kafka reads the names as a set).
+                if name in seen:
+                    continue
+                seen.add(name)
             if name is None:
                 topic = broker.topics.get_by_id(topic_id) if topic_id else None
                 if topic is None:
@@ -197,7 +204,19 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     entries.append(_error_entry(name, None, error))
                     continue
             if topic is None:
-                entries.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
+                # No such topic: one that cannot exist is told apart, as Kafka does; both
+                # still carry the caller's operations on that name when asked (Kafka
+                # computes them for every topic the caller may describe).
+                error = (
+                    ErrorCode.unknown_topic_or_partition
+                    if topic_name_error(name) is None
+                    else ErrorCode.invalid_topic_exception
+                )
+                entry = _error_entry(name, None, error)
+                entry["topic_authorized_operations"] = access.operations(
+                    broker, ctx, "topic", name, topic_ops
+                )
+                entries.append(entry)
             else:
                 entries.append(entry_of(topic))
     return ctx.respond(

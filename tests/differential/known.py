@@ -170,48 +170,7 @@ INTENDED: list[Known] = [
 
 BUGS: list[Known] = [
     # --- Metadata ---
-    Known(
-        "metadata",
-        "*topic name",
-        "*.error_code",
-        "an invalid (or empty) topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka "
-        "answers INVALID_TOPIC_EXCEPTION",
-    ),
-    Known(
-        "metadata",
-        "*",
-        "*.topic_authorized_operations",
-        "for a topic that does not exist (or has an invalid name) Kafka still computes the "
-        "authorized operations (3576 without an authorizer); Sluice answers INT_MIN",
-    ),
-    Known(
-        "hostile_values",
-        "metadata for a 250-character name",
-        "*.error_code",
-        "a topic name over 249 characters: UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
-        "INVALID_TOPIC_EXCEPTION",
-    ),
-    Known(
-        "metadata",
-        "duplicate name",
-        "*#2",
-        "a topic named twice in one request is answered twice; Kafka answers it once",
-    ),
     # --- CreateTopics ---
-    Known(
-        "create_topics",
-        "same name twice in one request",
-        "*",
-        "a name twice in one request: Sluice creates the first and answers "
-        "TOPIC_ALREADY_EXISTS to the second; Kafka refuses both with INVALID_REQUEST (one "
-        "entry) and creates nothing",
-    ),
-    Known(
-        "create_topics",
-        "validate_only, valid",
-        "*.topic_id",
-        "validate_only answers a null topic id; Kafka answers the id the topic would get",
-    ),
     Known(
         "create_topics",
         "validate_only, valid",
@@ -282,20 +241,6 @@ BUGS: list[Known] = [
         "*",
         "*configs[flush.ms].synonyms",
         "Sluice lists log.flush.scheduler.interval.ms as a synonym; Kafka lists none",
-    ),
-    Known(
-        "describe_configs",
-        "invalid topic name",
-        "*.error_code",
-        "an invalid topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
-        "INVALID_TOPIC_EXCEPTION",
-    ),
-    Known(
-        "hostile_values",
-        "describe configs of an empty topic name",
-        "*.error_code",
-        "an empty topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
-        "INVALID_TOPIC_EXCEPTION",
     ),
     Known(
         "describe_configs",
@@ -380,18 +325,4 @@ BUGS: list[Known] = [
         ("diskless",),
     ),
     # --- ListOffsets ---
-    Known(
-        "list_offsets",
-        "same partition twice",
-        "*",
-        "a partition named twice in one request is answered twice; Kafka answers it once "
-        "with INVALID_REQUEST",
-    ),
-    Known(
-        "list_offsets",
-        "unknown special timestamp -7",
-        "*",
-        "a negative timestamp Kafka does not define: Kafka answers UNSUPPORTED_VERSION; "
-        "diskless treats it as a timestamp (offset 0), classic answers INVALID_REQUEST",
-    ),
 ]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 import pytest
 from kio.schema.errors import ErrorCode
 
+from common.topic_names import topic_name_error as check_topic_name
 from controller.logic_config import ControllerConfig
 from controller.records import PartitionChange
 from controller.requests import (
@@ -18,7 +19,6 @@ from controller.requests import (
     OpType,
     Reassignment,
 )
-from controller.topic_admin import check_topic_name
 
 from .harness import SESSION_MS, Cluster, uuids
 
