@@ -271,25 +271,12 @@ BUGS: list[Known] = [
     ),
     # --- Produce ---
     Known(
-        "produce",
-        "truncated batch",
-        "*.error_code",
-        "a batch shorter than its length field: CORRUPT_MESSAGE; Kafka answers INVALID_RECORD",
-    ),
-    Known(
         "idempotent_produce",
         "retry of sequence * (*duplicate)",
         "*.log_append_time",
         "a duplicate is acknowledged with log_append_time -1; Kafka answers the original "
         "batch's timestamp (its BatchMetadata), which the Java client then reports as the "
         "record's timestamp",
-    ),
-    Known(
-        "idempotent_produce",
-        "*",
-        "*.log_start_offset",
-        "a batch refused for its sequence or epoch is answered with log_start_offset -1; "
-        "Kafka gives the partition's log start offset",
     ),
     # --- Fetch ---
     Known(

@@ -268,7 +268,8 @@ class ClassicPartition:
                 first.producer_id, first.producer_epoch, first.base_sequence, last_seq
             )
             if error is not None:
-                return PartitionResult(int(error))
+                # With the log start offset, as Kafka answers a sequence or epoch refusal.
+                return PartitionResult(int(error), log_start_offset=self.log_start_offset)
             if duplicate is not None:
                 # A retry of a batch already written: nothing appended, answered with its
                 # original offset, and under acks=all only once the high watermark has
