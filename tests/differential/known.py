@@ -279,37 +279,6 @@ BUGS: list[Known] = [
         "record's timestamp",
     ),
     # --- Fetch ---
-    Known(
-        "*",
-        "*",
-        "*partitions[0].high_watermark",
-        "with OFFSET_OUT_OF_RANGE (or a diverging epoch) Kafka answers -1 for the watermarks "
-        "and log start; Sluice fills in the partition's real ones",
-    ),
-    Known("*", "*", "*partitions[0].last_stable_offset", "as high_watermark"),
-    Known("*", "*", "*partitions[0].log_start_offset", "as high_watermark"),
-    Known(
-        "fetch",
-        "*",
-        "*.aborted_transactions",
-        "an errored partition (unknown topic id or partition) gets null aborted_transactions; "
-        "Kafka sends an empty list",
-    ),
-    Known(
-        "fetch",
-        "last_fetched_epoch ahead (divergence check)",
-        "*.error_code",
-        "a consumer's last_fetched_epoch newer than the leader's epoch is not validated; "
-        "Kafka answers OFFSET_OUT_OF_RANGE",
-    ),
     # --- OffsetForLeaderEpoch ---
-    Known(
-        "log_start_and_epochs",
-        "end offset of epoch -1",
-        "*.end_offset",
-        "diskless answers the log end offset for leader epoch -1; Kafka (and Sluice's classic "
-        "topics) answer UNDEFINED_EPOCH_OFFSET (-1)",
-        ("diskless",),
-    ),
     # --- ListOffsets ---
 ]
