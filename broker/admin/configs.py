@@ -47,6 +47,8 @@ def _topic_configs(
         if keys is not None and key not in keys:
             continue
         spec = topic_config_keys.KEYS[key]
+        if spec.extra and key not in explicit:
+            continue  # not a Kafka topic config: listed only where it is set
         resolved = topic_config.resolve(broker.config, explicit, key)
         out.append(
             {

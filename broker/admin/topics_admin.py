@@ -11,6 +11,7 @@ from broker.metadata.controller_client import ControllerRefused
 from broker.metadata.topics import InvalidPartitions, InvalidTopic
 from broker.node import now_ms
 from broker.security import access
+from common import topic_config_keys
 from common.acl import AclOperation
 from common.topic_config_validation import InvalidConfig
 from storage.catalog import TopicExists, TopicNotFound
@@ -34,6 +35,11 @@ def _replication_error(broker: Broker, factor: int, assignments: Any) -> str | N
             "the data; use -1 or 1"
         )
     return None
+
+
+def _extra(name: str) -> bool:
+    key = topic_config_keys.KEYS.get(name)
+    return key is not None and key.extra
 
 
 async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
@@ -141,6 +147,8 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
                     "is_sensitive": False,
                 }
                 for name, value in sorted(broker.topics.config(topic).items())
+                # Keys that are not Kafka's are answered only where set (as DescribeConfigs).
+                if name in topic.configs or not _extra(name)
             ],
         )
     return ctx.respond({"throttle_time": 0, "topics": results})

@@ -181,68 +181,6 @@ BUGS: list[Known] = [
     ),
     # --- topic config entries (CreateTopics v5+ and DescribeConfigs) ---
     Known(
-        "*",
-        "*",
-        "*configs[errors.deadletterqueue.group.enable]",
-        "Kafka 4.x topic config missing from Sluice's list",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[max.decompressed.message.bytes]",
-        "Kafka 4.x topic config missing from Sluice's list",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[message.timestamp.difference.max.ms]",
-        "removed in Kafka 4.0 (KIP-937) but still listed by Sluice",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[remote.log.disable.policy]",
-        "not a topic config of Kafka 4.4, still listed by Sluice",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[remote.copy.lag.bytes]*",
-        "default -1 on Kafka (0 on Sluice), and its broker synonym log.remote.copy.lag.bytes "
-        "is missing",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[remote.copy.lag.ms].synonyms",
-        "broker synonym log.remote.copy.lag.ms missing",
-    ),
-    Known(
-        "describe_configs",
-        "*",
-        "*configs[retention.ms].synonyms[log.retention.hours]",
-        "Sluice lists log.retention.hours as a synonym of retention.ms; Kafka lists only the "
-        "synonyms that are set (log.retention.ms is unset, so none but the topic's own)",
-    ),
-    Known(
-        "describe_configs",
-        "*",
-        "*configs[segment.ms].synonyms",
-        "Sluice lists log.roll.hours as a synonym; Kafka lists none (unset)",
-    ),
-    Known(
-        "describe_configs",
-        "*",
-        "*configs[segment.jitter.ms].synonyms",
-        "Sluice lists log.roll.jitter.hours as a synonym; Kafka lists none (unset)",
-    ),
-    Known(
-        "describe_configs",
-        "*",
-        "*configs[flush.ms].synonyms",
-        "Sluice lists log.flush.scheduler.interval.ms as a synonym; Kafka lists none",
-    ),
-    Known(
         "describe_configs",
         "this broker, named keys",
         "*.config_type",
