@@ -103,6 +103,11 @@ class BrokerConfig:
     # replica of a diskless partition is sent to one of those brokers (hashed) instead of
     # across AZs. false: always all alive replicas (cross-AZ), as Inkless' transformer does.
     diskless_transformer_az_local_fallback: bool = True
+    # Peers probed this often (ApiVersions over the inter-broker listener) so that diskless
+    # clients are routed around one that stops answering for diskless.peer.suspect.ms,
+    # long before its session times out (broker/metadata/peer_probe.py); 0: off.
+    diskless_peer_probe_interval_ms: int = 250
+    diskless_peer_suspect_ms: int = 1000
     # Controller mode: host:port of the controllers' HTTP APIs, comma separated. Set, the
     # broker registers with the Raft controller quorum, heartbeats there and follows its
     # metadata log (liveness, topics, leaders); empty, the modes above.
@@ -206,6 +211,14 @@ class BrokerConfig:
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")
+        if self.diskless_peer_probe_interval_ms < 0 or (
+            self.diskless_peer_probe_interval_ms > 0
+            and self.diskless_peer_suspect_ms < self.diskless_peer_probe_interval_ms
+        ):
+            raise ValueError(
+                "diskless.peer.probe.interval.ms must be >= 0 (0: off) and "
+                "diskless.peer.suspect.ms at least that"
+            )
 
     def __repr__(self) -> str:
         # A config may end up in a traceback or a debug line: never with its secrets.

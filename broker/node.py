@@ -12,10 +12,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
 from broker.config import BrokerConfig
 from broker.groups.held_groups import GroupConfig
 from broker.groups.service import GroupService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
+from broker.logs.classic.kafka_client import KafkaConnection
 from broker.logs.classic.replica_manager import ReplicaManager
 from broker.logs.diskless.diskless_append import Appender
 from broker.logs.diskless.diskless_read import LEADER_EPOCH, Fetcher
@@ -32,6 +35,7 @@ from broker.metadata.membership import (
     StaticMembership,
 )
 from broker.metadata.metadata_follower import BrokerStorageListener
+from broker.metadata.peer_probe import PeerProbe
 from broker.metadata.topics import TopicRegistry
 from broker.produce.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
@@ -155,6 +159,8 @@ class Broker:
             )
             for listener in self.listener_plan.bound
         }
+        # Diskless clients are routed around peers this broker suspects (controller mode).
+        self.peer_probe: PeerProbe | None = None
         self._servers: dict[str, KafkaServer] = {}
         self._server: KafkaServer | None = None  # the inter-broker listener's
         self._tasks: list[asyncio.Task[None]] = []
@@ -261,6 +267,7 @@ class Broker:
             # Leaders seal their classic partitions of topics migrating to diskless.
             assert self.migration_sealer is not None
             self.migration_sealer.start()
+            self.peer_probe = self._make_peer_probe()
         table = build_api_table(self)
         # One set of connection limits for all listeners (max.connections is per broker).
         limits = ConnectionLimits(limit_settings(self.config), self._ip_connection_rate)
@@ -318,6 +325,33 @@ class Broker:
                 self.config.data_dir,
             )
 
+    def _make_peer_probe(self) -> PeerProbe:
+        classic, controller = self.classic, self.controller
+        assert classic is not None and controller is not None
+        me = self.config.node_id
+
+        def connect(node: int, host: str, port: int) -> KafkaConnection:
+            return KafkaConnection(host, port, f"sluice-peer-probe-{me}", classic.security)
+
+        def peers() -> list[tuple[int, str, int]]:
+            return [
+                (b.node_id, b.host, b.port)
+                for b in controller.image.brokers.values()
+                if not b.fenced
+            ]
+
+        probe = PeerProbe(
+            me,
+            connect,
+            ApiVersionsRequest(
+                client_software_name="sluice-peer-probe", client_software_version="1"
+            ),
+            self.config.diskless_peer_probe_interval_ms,
+            self.config.diskless_peer_suspect_ms,
+        )
+        probe.start(peers)
+        return probe
+
     async def stop(self) -> None:
         # Order matters: stop admitting requests, flush what was admitted so every
         # producer waiting on it is answered, then disconnect and close storage.
@@ -331,6 +365,8 @@ class Broker:
         for server in self._servers.values():
             await server.close()
         await cancel_and_wait(self._tasks)
+        if self.peer_probe is not None:
+            self.peer_probe.close()
         if self.migration_sealer is not None:
             await self.migration_sealer.stop()
         if self.classic is not None:

@@ -117,8 +117,11 @@ def _controller_partition_entry(
 
 def request_routing(broker: Broker, ctx: RequestContext, request: Any) -> Routing:
     """The transformer's per-request view, and the client AZ hit/miss/unaware count."""
+    # A peer this broker suspects (its probes go unanswered) counts as offline for diskless
+    # routing at once, long before the controller's session timeout fences it.
+    suspects = broker.peer_probe.suspects() if broker.peer_probe is not None else frozenset()
     routing = Routing(
-        {b.node_id: b.rack for b in broker.endpoints()},
+        {b.node_id: b.rack for b in broker.endpoints() if b.node_id not in suspects},
         client_az(ctx.header.client_id, request),
         broker.config.diskless_transformer_az_local_fallback,
     )
