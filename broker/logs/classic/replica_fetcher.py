@@ -31,7 +31,6 @@ from kio.static.primitive import i8, i32, i64
 from broker.logs.classic.kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
 from broker.logs.classic.partition import FOLLOWER, LATEST_TIERED_TIMESTAMP, ClassicPartition
 from broker.logs.tiered.follower import leader_histories, start_after_tiered
-from broker.logs.tiered.manager import has_tiering
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
 from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
@@ -268,8 +267,8 @@ class ReplicaFetcher:
         leader answered OFFSET_MOVED_TO_TIERED_STORAGE; otherwise they just truncated, and
         only those whose log end the leader's last tiered offset reaches are looked at.
         False when a partition could not be started there."""
-        image = self.manager.image()
-        parts = [p for p in parts if (t := image.topic_by_id(p.topic_id)) and has_tiering(t)]
+        tiering = self.manager.tiering
+        parts = [p for p in parts if tiering.tiers(p)]
         if not parts:
             return True
         if not moved:
@@ -277,7 +276,6 @@ class ReplicaFetcher:
             parts = [p for p in parts if ends.get((p.topic, p.index), -1) >= p.log.log_end_offset]
             if not parts:
                 return True
-        tiering = self.manager.tiering
         wants = []
         for p in parts:
             log_start = await tiering.metadata.log_start(p.topic_id, p.index)
