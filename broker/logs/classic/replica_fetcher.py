@@ -289,7 +289,12 @@ class ReplicaFetcher:
             if history is None or p.role != FOLLOWER or p.leader != self.leader_id:
                 continue
             start = follower_start(history, segments, log_start)
-            if await start_after_tiered(p, start, tiering.reader) or not moved:
+            if await start_after_tiered(p, start, tiering.reader):
+                # Its view of the tiered part now, not at the next tiering run: the whole
+                # log's start, and what local retention may delete, come from it.
+                await tiering.refresh(p)
+                started += 1
+            elif not moved:
                 started += 1
         return started == len(parts)
 
