@@ -268,12 +268,21 @@ class TieringAdmin:
         """Every partition of a DISABLING topic not done yet, with its leader now: rebuilt
         from the image alone, so a new active controller resumes where the old one was."""
         out = []
-        for topic, index, p in image.iter_partitions():
+        # Asked on every heartbeat: only the DISABLING topics' partitions are looked at.
+        disabling = [
+            topic
+            for topic in image.topics.values()
+            if topic.tiering is not None and topic.tiering.state == TIERING_DISABLING
+        ]
+        for topic in sorted(disabling, key=lambda topic: topic.name):
             t = topic.tiering
-            if t is not None and t.state == TIERING_DISABLING and index not in t.done:
-                out.append(
-                    PendingDisable(
-                        topic.topic_id, index, p.leader, t.generation, t.policy, p.leader_epoch
+            assert t is not None
+            for index in sorted(topic.partitions):
+                if index not in t.done:
+                    p = topic.partitions[index]
+                    out.append(
+                        PendingDisable(
+                            topic.topic_id, index, p.leader, t.generation, t.policy, p.leader_epoch
+                        )
                     )
-                )
         return out
