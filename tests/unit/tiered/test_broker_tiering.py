@@ -4,6 +4,7 @@ follower restarts after the tiered part."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from functools import partial
@@ -357,3 +358,55 @@ def test_the_view_finds_the_segment_of_an_offset_as_the_lineage_does() -> None:
         view = RemoteView(lineage(history, segments), 0)
         for offset in range(0, history.log_end + 2):
             assert view.segment(offset) == segment_for(view.line, offset)
+
+
+async def test_a_leader_disables_at_the_controllers_request_only_at_its_epoch(
+    env: Env,
+) -> None:
+    """KIP-950 on the broker: DisableRemoteTopic is acted on at once (delete: the tiered
+    data goes) by the partition's leader at the request's leader epoch only; the answer
+    waits for a heartbeat, which is asked for at once."""
+    from types import SimpleNamespace
+
+    from broker.logs.tiered.manager import TieringManager
+    from controller.requests import DisableRemoteTopic
+
+    fill(env.log, 40, epoch=3)
+    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    leader.apply(PartitionState((1, 2), (1, 2), 1, 3, 1), lambda _p: None)
+    leader.read(env.log.log_end_offset, 1 << 20, 2)  # the follower has it all: HW at the end
+    assert await env.copier.copy_rolled(env.log, TOPIC, 0, 3, env.log.log_end_offset)
+    config = SimpleNamespace(
+        remote_log_manager_task_interval_ms=30_000, remote_log_storage_system_enable=True
+    )
+    replicas = SimpleNamespace(
+        broker=SimpleNamespace(store=env.store, cache=None, config=config),
+        me=1,
+        partitions={(TOPIC, 0): leader},
+    )
+    manager = TieringManager(replicas, env.meta)  # type: ignore[arg-type]
+    beats: list[int] = []
+    manager.heartbeat_soon = lambda: beats.append(1)
+    for epoch, error in (
+        (2, ErrorCode.fenced_leader_epoch),  # a deposed leader's request
+        (4, ErrorCode.unknown_leader_epoch),  # newer than this broker knows
+    ):
+        stale = DisableRemoteTopic(TOPIC, 0, epoch, 0, "delete")
+        assert await manager.disable_remote(stale) == error
+    assert await env.finished()  # nothing deleted
+    request = DisableRemoteTopic(TOPIC, 0, 3, 0, "delete")
+    manager.on_disable_remote([request])
+    manager.on_disable_remote([request])  # the same request again: not run twice
+    while not manager.answers():
+        await asyncio.sleep(0.01)
+    [answer] = manager.answers()
+    assert (answer.leader_epoch, answer.error_code) == (3, ErrorCode.none)
+    assert beats == [1]
+    assert await env.finished() == []
+    assert await env.meta.log_start(TOPIC, 0) == env.log.log_start_offset
+    manager.answered([answer])
+    assert manager.answers() == []
+    # Not a leader here: refused.
+    leader.apply(PartitionState((1, 2), (1, 2), 2, 4, 2), lambda _p: None)
+    again = DisableRemoteTopic(TOPIC, 0, 4, 0, "delete")
+    assert await manager.disable_remote(again) == ErrorCode.not_leader_or_follower
