@@ -288,6 +288,10 @@ class Broker:
             await server.start()
         self._server = self._servers[self.listener_plan.inter_broker]
         self._membership = self._make_membership()
+        if isinstance(self._membership, ControllerMembership) and self.classic is not None:
+            # KIP-950: the controller's DisableRemoteTopic requests ride the heartbeats.
+            self._membership.requests = self.classic.tiering
+            self.classic.tiering.heartbeat_soon = self._membership.beat_soon
         await self._membership.start()
         if self.config.http_port >= 0:
             self._http = HttpEndpoint(

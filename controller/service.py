@@ -41,6 +41,8 @@ from controller.records import encode_batch
 from controller.requests import (
     AlterTopicConfigs,
     BrokerRegistrationRequest,
+    DisableRemoteAck,
+    HeartbeatResult,
     IsrChange,
     LeaderElection,
     NewPartitions,
@@ -226,7 +228,6 @@ class ControllerService:
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
             web.post("/v1/partitions/isr", self._alter_partition),
-            web.post("/v1/tiering/disabled", self._tiering_disabled),
             web.post("/v1/migrations/sealed", self._partition_sealed),
             web.post("/v1/scram", self._alter_scram),
         ]
@@ -459,17 +460,22 @@ class ControllerService:
         )
 
     async def _heartbeat(self, request: web.Request) -> web.Response:
-        return await self._answer(
-            request,
-            lambda b: self.logic.broker_heartbeat(
-                self.state.image,
-                int(b["node_id"]),
+        def beat(b: dict[str, Any]) -> Outcome[HeartbeatResult]:
+            image, node_id = self.state.image, int(b["node_id"])
+            outcome = self.logic.broker_heartbeat(
+                image,
+                node_id,
                 int(b["broker_epoch"]),
                 _now_ms(),
                 want_fence=bool(b.get("want_fence", False)),
                 want_shutdown=bool(b.get("want_shutdown", False)),
-            ),
-        )
+            )
+            # KIP-950: the broker's answers to DisableRemoteTopic, and the requests it has
+            # still to act on (controller.tiering).
+            acks = [from_json(DisableRemoteAck, a) for a in b.get("disabled_remote", ())]
+            return self.logic.with_disables(image, node_id, outcome, acks)
+
+        return await self._answer(request, beat)
 
     async def _unregister(self, request: web.Request) -> web.Response:
         return await self._answer(
@@ -541,15 +547,6 @@ class ControllerService:
                 int(b["broker_id"]),
                 int(b["broker_epoch"]),
                 [from_json(IsrChange, c) for c in b["changes"]],
-            ),
-        )
-
-    async def _tiering_disabled(self, request: web.Request) -> web.Response:
-        # KIP-950: a partition's leader finished disabling tiered storage on it.
-        return await self._answer(
-            request,
-            lambda b: self.logic.complete_tiering_disable(
-                self.state.image, UUID(b["topic_id"]), int(b["partition"]), int(b["generation"])
             ),
         )
 
