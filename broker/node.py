@@ -33,6 +33,7 @@ from broker.metadata.membership import (
 )
 from broker.metadata.metadata_follower import BrokerStorageListener
 from broker.metadata.topics import TopicRegistry
+from broker.metadata.transformer import set_hash_mode
 from broker.produce.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
@@ -78,6 +79,7 @@ class Broker:
         group_store: GroupStore | None = None,
     ) -> None:
         self.config = config
+        set_hash_mode(config.diskless_transformer_hash)
         self.store = store
         self.coordinator = coordinator
         self.catalog = catalog
