@@ -57,7 +57,15 @@ def under_replicated(image: MetadataImage) -> list[tuple[str, int]]:
 
 
 def offline(image: MetadataImage) -> list[tuple[str, int]]:
-    return [(t.name, i) for t, i, p in image.iter_partitions() if p.leader == NO_LEADER]
+    """Partitions nobody serves: a classic one without an alive leader; a diskless one
+    only when no broker is alive (the transformer sends its clients to any alive broker,
+    also while its recorded leader is down)."""
+    alive = image.alive_brokers()
+    return [
+        (t.name, i)
+        for t, i, p in image.iter_partitions()
+        if (not alive if t.diskless else p.leader == NO_LEADER or p.leader not in alive)
+    ]
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from .classic_placement import ClassicPlacementError, manual_assignment_error, place_classic
-from .election import UNCLEAN_LEADER_ELECTION, desired_state, unclean_allowed
-from .image import DISKLESS_ENABLE, MetadataImage, PartitionState, TopicImage
+from .election import UNCLEAN_LEADER_ELECTION, change_to, desired_state, unclean_allowed
+from .image import DISKLESS_ENABLE, TO_CLASSIC, MetadataImage, PartitionState, TopicImage
 from .leader_election import unclean_leaders
 from .logic_config import ControllerConfig
 from .migration import migration_records
@@ -31,7 +31,7 @@ from .placement import (
     place_partitions,
     plan_rf_expansion,
 )
-from .records import Partition, Record, RemoveTopic, Topic, TopicConfig
+from .records import Partition, Record, RemoveTopic, Topic, TopicConfig, TopicMigration
 from .requests import (
     AlterTopicConfigs,
     CreateTopicResult,
@@ -442,6 +442,8 @@ class TopicAdmin:
                     records.append(TopicConfig(topic.topic_id, key, value))
             records += tiering
             records += migration
+            if any(isinstance(r, TopicMigration) and r.direction == TO_CLASSIC for r in migration):
+                records += _acting_leaders(topic, image.alive_brokers())
             # None removes the override (IncrementalAlterConfigs DELETE, or a key a legacy
             # AlterConfigs leaves out): back to the default, which elects nobody.
             if UNCLEAN_LEADER_ELECTION in changes and unclean_allowed(changes):
@@ -492,6 +494,19 @@ class TopicAdmin:
         for topic in todo[:max_topics]:
             records += plan_rf_expansion(image, topic.topic_id, load)
         return records
+
+
+def _acting_leaders(topic: TopicImage, alive: set[int]) -> list[Record]:
+    """A migration to classic starts: each partition's leader seals its diskless log, so
+    the partitions led by a lost broker (diskless leaders stay put when a broker is lost,
+    ``controller.election``) get an alive leader now."""
+    out: list[Record] = []
+    for index in sorted(topic.partitions):
+        p = topic.partitions[index]
+        change = change_to(topic.topic_id, index, p, desired_state(p, alive, move_dead_leader=True))
+        if change is not None:
+            out.append(change)
+    return out
 
 
 class _BadOp(ValueError):
