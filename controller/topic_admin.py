@@ -176,7 +176,8 @@ class TopicAdmin:
                 # Recorded explicitly: a topic's kind must not follow a default that another
                 # node, or a later configuration, may see differently.
                 configs[DISKLESS_ENABLE] = "false"
-            records.append(Topic(t.name, topic_id))
+            # Static placement: the RF it gets now is recorded, and it is not legacy.
+            records.append(Topic(t.name, topic_id, len(assignment[0]), legacy=False))
             records.extend(TopicConfig(topic_id, k, v) for k, v in configs.items())
             for index, replicas in enumerate(assignment):
                 state = desired_state(PartitionState(replicas, (), -1), alive)
@@ -327,7 +328,10 @@ class TopicAdmin:
             first = len(topic.partitions)
             try:
                 if topic.diskless:
-                    assignment = place_partitions(image.brokers, load, r.count - first)
+                    # The topic's RF, not the rack count now (static placement).
+                    assignment = place_partitions(
+                        image.brokers, load, r.count - first, _topic_rf(topic)
+                    )
                 else:
                     assignment = self._classic_new_partitions(image, load, topic, r)
             except PlacementError as exc:
@@ -494,6 +498,15 @@ class TopicAdmin:
         for topic in todo[:max_topics]:
             records += plan_rf_expansion(image, topic.topic_id, load)
         return records
+
+
+def _topic_rf(topic: TopicImage) -> int:
+    """An existing topic's RF, which its new partitions get: partition 0's (its target
+    replicas during a reassignment), as Kafka's CreatePartitions does; a topic without
+    partitions, the RF recorded at its creation."""
+    if 0 in topic.partitions:
+        return len(topic.partitions[0].target_replicas)
+    return topic.replication_factor or 1
 
 
 def _acting_leaders(topic: TopicImage, alive: set[int]) -> list[Record]:

@@ -99,7 +99,12 @@ class World:
                 # Placement only uses registered brokers, one per rack.
                 assert set(r.replicas) <= registered
                 racks = {self.image.brokers[b].rack for b in r.replicas}
-                assert len(racks) == len(r.replicas) == len(self.image.racks())
+                assert len(racks) == min(len(r.replicas), len(self.image.racks()))
+                topic = self.image.topics.get(r.topic_id)
+                if topic is None:  # a new topic: one replica per rack registered now
+                    assert len(r.replicas) == len(self.image.racks())
+                elif 0 in topic.partitions:  # new partitions keep the topic's RF
+                    assert len(r.replicas) == len(topic.partitions[0].target_replicas)
             elif isinstance(r, PartitionChange) and r.adding_replicas:
                 assert set(r.adding_replicas) <= registered
 
