@@ -64,6 +64,15 @@ def is_under_replicated(image: MetadataImage, topic: TopicImage, p: PartitionSta
     return len(p.isr) < len(p.target_replicas)
 
 
+def under_replicated_led_by(image: MetadataImage, node_id: int) -> int:
+    """The under-replicated partitions broker ``node_id`` leads (what it reports)."""
+    return sum(
+        1
+        for t, _i, p in image.iter_partitions()
+        if p.leader == node_id and is_under_replicated(image, t, p)
+    )
+
+
 def under_replicated(image: MetadataImage) -> list[tuple[str, int]]:
     return [(t.name, i) for t, i, p in image.iter_partitions() if is_under_replicated(image, t, p)]
 
