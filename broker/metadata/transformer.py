@@ -154,7 +154,10 @@ def _unaware(
     offline: tuple[int, ...],
 ) -> Route:
     if leader in alive:
-        return Route(leader, tuple(replicas), tuple(isr), offline, RECORDED)
+        # The controller keeps an offline replica in a diskless ISR (seed 000: the ISR is
+        # the replica set); clients are told the alive ones, as Inkless' transformer does.
+        in_sync = tuple(r for r in isr if r in alive)
+        return Route(leader, tuple(replicas), in_sync, offline, RECORDED)
     if alive_replicas:
         # The recorded leader is down and the controller has not moved it yet (it waits
         # for the session timeout): lead with an alive replica meanwhile.

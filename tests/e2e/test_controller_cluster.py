@@ -2,7 +2,7 @@
 
 Placement follows the design (RF = number of racks, one replica per rack, leaders balanced);
 a broker that dies is fenced after its session timeout while clients carry on through the
-others, and it is back in every ISR as soon as it returns.
+others (Metadata routes around it), and it is back in every ISR as soon as it returns.
 """
 
 from __future__ import annotations
@@ -87,8 +87,9 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
 
     def kill_wait_fenced() -> None:
         victim.kill()
-        # Fenced after the session timeout: gone from Metadata, out of every ISR, its
-        # leaderships moved to replicas that are alive.
+        # Fenced after the session timeout: gone from Metadata, which routes around it
+        # (leaders and the ISR clients see are alive replicas). The controller itself
+        # keeps diskless ISRs and leaders as they are (seed 000; controller unit tests).
         wait_until(
             lambda: all(
                 victim.node_id not in isr and leader != victim.node_id

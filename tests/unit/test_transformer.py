@@ -163,6 +163,13 @@ def test_unaware_client_gets_recorded_placement() -> None:
     assert (r.leader, r.replicas, r.isr, r.offline) == (3, REPLICAS, REPLICAS, ())
 
 
+def test_unaware_client_is_told_the_alive_part_of_a_diskless_isr() -> None:
+    # The controller keeps offline broker 5 in the ISR (seed 000); the answer lists it as
+    # offline and leaves it out of the ISR clients see.
+    r = route(TOPIC, 0, REPLICAS, REPLICAS, 3, alive(5), None)
+    assert (r.leader, r.replicas, r.isr, r.offline) == (3, REPLICAS, (1, 3), (5,))
+
+
 def test_unaware_client_is_routed_around_a_dead_leader() -> None:
     # The controller has not fenced broker 3 yet: the answer avoids it meanwhile.
     r = route(TOPIC, 0, REPLICAS, REPLICAS, 3, alive(3), None)
