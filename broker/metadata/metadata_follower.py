@@ -213,9 +213,9 @@ class MetadataFollower:
                 records = decode_batch(data)
                 # Counted from the first answer on only: replaying the log at start would
                 # count the cluster's history as new changes.
-                before = self.isr_changes.before(self.image, records) if self.synced else {}
+                isr_before = self.isr_changes.before(self.image, records) if self.synced else {}
                 self.image.apply_batch(records)
-                self.isr_changes.after(self.image, before)
+                self.isr_changes.after(self.image, isr_before)
             except ImageError as exc:
                 # The controllers skip such an entry too (controller/state.py): same image.
                 log.error("metadata entry %d skipped: %s", index, exc)
