@@ -84,6 +84,11 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
         p for p, (leader, _, _) in describe(admin, topic).items() if leader == victim.node_id
     ]
     assert led_by_victim, "placement gives every broker a leadership"
+    # Every topic's partitions with a replica on the victim, and those it leads.
+    everything = admin.list_topics(timeout=10).topics.values()
+    placed = [(p.leader, p.replicas) for t in everything for p in t.partitions.values()]
+    with_victim = sum(1 for _, replicas in placed if victim.node_id in replicas)
+    led = sum(1 for leader, _ in placed if leader == victim.node_id)
 
     def kill_wait_fenced() -> None:
         victim.kill()
@@ -103,6 +108,17 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
     got = confluent_consume(cluster.bootstrap, topic, partitions=range(6), expected=2000)
     assert_exactly_once(stream, got, 6)
 
+    # Each alive leader reports its partitions with the dead replica as under-replicated
+    # (informational for diskless); the dead broker's own leaderships stay with it
+    # (seed 000), so nobody reports those.
+    alive = [b for b in cluster.brokers if b is not victim]
+
+    def reported() -> float:
+        urp = "kafka_server_replicamanager_underreplicatedpartitions"
+        return sum(b.metrics()[urp] for b in alive)
+
+    assert reported() == with_victim - led >= 1
+
     victim.start()
     wait_until(
         lambda: all(
@@ -119,6 +135,7 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
         "preferred leadership restored",
         10,
     )
+    wait_until(lambda: reported() == 0, "no under-replicated partition left", 10)
 
 
 def test_kcat_and_confluent_through_every_broker(cluster: LocalCluster, topic: str) -> None:
