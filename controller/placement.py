@@ -20,15 +20,15 @@ Choices:
   partition, then lowest node id (deterministic). Load counts every partition in the image,
   so successive topics fill the brokers evenly. The sharing tie-break varies the replica
   sets ((1,3,5), (2,4,6), (1,4,5), ... rather than only two sets in a 2+2+2 cluster), so the
-  partitions of a failed leader fail over to several brokers, not all to one.
+  load of a broker that goes away spreads over several brokers, not all to one.
 - The leader (first replica) of each new partition is chosen first, over all brokers: the one
   with the fewest preferred leaderships (then fewest replicas, then lowest id); the other racks
   then get their least-loaded broker. The others follow ordered by how often each is
   already the second replica behind this leader (then rack order after the leader's rack):
-  the second replica leads while the first is down, so a failed broker's leaderships go to
-  several brokers. Load counts
-  *preferred* leaders (first replicas), which placement controls, not current leaders, which
-  move transiently while brokers are down.
+  the second replica leads when the first must be replaced (its broker unregistered, a
+  migration's lost leader, a classic partition's dead leader), so those leaderships go to
+  several brokers. Load counts *preferred* leaders (first replicas), which placement
+  controls, not current leaders, which move transiently.
 - Placement is static after creation: nothing here runs on broker failure (seed: "no
   auto-reassignment"), and a topic's RF does not follow the racks registered later. New
   partitions of an existing topic keep its RF (its partition 0's, as Kafka's
