@@ -108,6 +108,10 @@ class BrokerConfig:
     # long before its session times out (broker/metadata/peer_probe.py); 0: off.
     diskless_peer_probe_interval_ms: int = 250
     diskless_peer_suspect_ms: int = 1000
+    # How the transformer turns murmur2("<topicId>-<partition>") into one of n brokers:
+    # "abs", seed 001's abs(h) % n (Java's Math.abs), or "to_positive", Kafka's
+    # Utils.toPositive(h) % n as Inkless' transformer code has it. One value per cluster.
+    diskless_transformer_hash: str = "abs"
     # Controller mode: host:port of the controllers' HTTP APIs, comma separated. Set, the
     # broker registers with the Raft controller quorum, heartbeats there and follows its
     # metadata log (liveness, topics, leaders); empty, the modes above.
@@ -194,6 +198,11 @@ class BrokerConfig:
         if self.produce_commit_mode not in ("adaptive", "fixed"):
             raise ValueError(
                 f"produce.commit.mode must be adaptive or fixed, not {self.produce_commit_mode!r}"
+            )
+        if self.diskless_transformer_hash not in ("abs", "to_positive"):
+            raise ValueError(
+                "diskless.transformer.hash must be abs or to_positive, not "
+                f"{self.diskless_transformer_hash!r}"
             )
         if self.ssl_client_auth not in ("required", "requested", "none"):
             raise ValueError(

@@ -37,6 +37,7 @@ from broker.metadata.membership import (
 from broker.metadata.metadata_follower import BrokerStorageListener
 from broker.metadata.peer_probe import PeerProbe
 from broker.metadata.topics import TopicRegistry
+from broker.metadata.transformer import set_hash_mode
 from broker.produce.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
@@ -52,6 +53,7 @@ from broker.server.metrics import METRICS
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
+from controller.metrics import under_replicated_led_by
 from controller.placement import managed_replication_factor
 from storage.catalog import Topic, TopicCatalog
 from storage.coordinator import BatchCoordinator, RetentionPolicy
@@ -82,6 +84,7 @@ class Broker:
         group_store: GroupStore | None = None,
     ) -> None:
         self.config = config
+        set_hash_mode(config.diskless_transformer_hash)
         self.store = store
         self.coordinator = coordinator
         self.catalog = catalog
@@ -90,6 +93,14 @@ class Broker:
         self.controller = catalog if isinstance(catalog, ControllerCatalog) else None
         self.cache = BlockCache(store, config.fetch_cache_block_bytes, config.fetch_cache_max_bytes)
         METRICS.watch_cache(self.cache)
+        if self.controller is not None:
+            controller, me = self.controller, config.node_id
+            changes = controller.follower.isr_changes
+            METRICS.watch_replicas(
+                lambda: under_replicated_led_by(controller.image, me),
+                lambda: changes.shrinks[me],
+                lambda: changes.expands[me],
+            )
         self.topics = TopicRegistry(catalog, coordinator, config)
         self.watch = CommitWatch()
         self.appender = Appender(

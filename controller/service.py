@@ -620,28 +620,36 @@ class ControllerService:
         self._g_active = Gauge(
             "sluice_controller_active", "1 on the active controller, else 0", registry=r
         )
+        # Seed 000's metrics under their Prometheus spelling, diskless topics only.
         self._g_rf = Gauge(
-            "sluice_controller_diskless_effective_rf",
-            "Replication factor of a diskless topic",
+            "kafka_controller_diskless_effective_rf",
+            "Replication factor a diskless topic was assigned at creation (seed 000)",
             ["topic"],
             registry=r,
         )
         self._g_rack_aware = Gauge(
-            "sluice_controller_partition_rack_aware",
-            "1 if a partition's replicas span min(RF, racks) racks",
+            "kafka_controller_diskless_rack_aware",
+            "1 if a diskless partition has one replica per rack (no two in one rack), else 0",
             ["topic", "partition"],
             registry=r,
         )
         self._g_rf1 = Gauge(
-            "sluice_controller_diskless_rf1_topics", "Legacy RF=1 diskless topics", registry=r
+            "kafka_controller_diskless_rf1_topics_total",
+            "Legacy RF=1 diskless topics (created under the old rule) not modernized yet",
+            registry=r,
         )
         self._g_urp = Gauge(
             "sluice_controller_under_replicated_partitions",
-            "Partitions with a replica offline (informational for diskless)",
+            "Partitions under-replicated, cluster-wide: classic, ISR smaller than the replica "
+            "set; diskless, a replica offline (informational). Brokers report their own led "
+            "partitions as kafka_server_replicamanager_underreplicatedpartitions",
             registry=r,
         )
         self._g_offline = Gauge(
-            "sluice_controller_offline_partitions", "Partitions without a leader", registry=r
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions nobody serves (classic: no alive leader; diskless: no alive broker); "
+            "reported by the active controller, 0 on the others",
+            registry=r,
         )
         self._g_migration = Gauge(
             "sluice_controller_topic_migration_state",
@@ -677,7 +685,7 @@ class ControllerService:
             self._g_rack_aware.labels(topic, str(partition)).set(1 if aware else 0)
         self._g_rf1.set(m.rf1_topics_total)
         self._g_urp.set(m.under_replicated_partitions)
-        self._g_offline.set(m.offline_partitions)
+        self._g_offline.set(m.offline_partitions if self.node.is_leader else 0)
         mm = migration_metrics(self.state.image)
         for gauge in (self._g_migration, self._g_boundary, self._g_old_bytes):
             gauge.clear()
