@@ -23,6 +23,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.logs.classic.producer_state import marker_number
 from broker.logs.diskless.diskless_append import CommitListener
 from common.background import cancel_and_wait
 from protocol.control_batch import marker_batch
@@ -127,7 +128,7 @@ class MarkerWriter:
                 state.producer_id,
                 epoch,
                 commit,
-                result.completions,
+                marker_number(result.completions),
             )
         if not result.registered:
             if markers:
@@ -218,7 +219,7 @@ class MarkerWriter:
                 state.producer_id,
                 state.producer_epoch,
                 state.state == COMPLETE_COMMIT,
-                state.completions,
+                marker_number(state.completions),
                 deadline_s=0,
                 listed=state,
             )

@@ -20,7 +20,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.producer_state import ProducerState, producer_fields
+from broker.logs.classic.producer_state import ProducerState, marker_behind, producer_fields
 from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.tiered.view import EMPTY, RemoteView
 from controller.image import PartitionState
@@ -332,9 +332,10 @@ class ClassicPartition:
         last = self.producers.last_marker(producer_id)
         if last is not None and coordinator_epoch >= 1:
             number, at = last
-            if coordinator_epoch < number:
+            behind = marker_behind(coordinator_epoch, number)
+            if behind > 0:
                 return PartitionResult(int(ErrorCode.transaction_coordinator_fenced))
-            if coordinator_epoch == number:
+            if behind == 0:
                 done = PartitionResult(0, at, -1, self.log_start_offset)
                 if self.high_watermark > at:
                     return done

@@ -20,6 +20,23 @@ _PRODUCER = struct.Struct(">qhi")
 PRODUCER_OFFSET = 43
 NO_PRODUCER_ID = -1
 RETAINED_BATCHES = 5  # Kafka keeps the last five per producer (max.in.flight <= 5)
+# Transaction numbers in a marker's coordinator epoch (an int32): 1 .. 2**31 - 1, wrapping
+# (a transactional id completing 1000 transactions a second would pass 2**31 in 25 days),
+# compared as serial numbers: a number up to half the range behind the last one is older.
+MARKER_NUMBERS = 2**31 - 1
+
+
+def marker_number(completions: int) -> int:
+    """The number a transaction's markers carry: its id's completion count, wrapped into
+    1 .. MARKER_NUMBERS (0 and below mean "not numbered")."""
+    return (completions - 1) % MARKER_NUMBERS + 1
+
+
+def marker_behind(number: int, last: int) -> int:
+    """How many transactions ``number`` is behind ``last`` (0: the same one; negative:
+    newer), both in 1 .. MARKER_NUMBERS."""
+    behind = (last - number) % MARKER_NUMBERS
+    return behind if behind <= MARKER_NUMBERS // 2 else behind - MARKER_NUMBERS
 
 
 @dataclass(slots=True)

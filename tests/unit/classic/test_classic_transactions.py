@@ -261,3 +261,17 @@ def test_unnumbered_markers_are_written_as_before(tmp_path: Path) -> None:
         p.close()
 
     asyncio.run(run())
+
+
+def test_transaction_numbers_wrap_and_compare_as_serial_numbers() -> None:
+    """The coordinator epoch is an int32: a busy id's completion count passes 2**31 (25 days
+    at 1000 transactions a second); the numbers wrap and a wrapped one is still newer."""
+    from broker.logs.classic.producer_state import MARKER_NUMBERS, marker_behind, marker_number
+
+    assert marker_number(1) == 1 and marker_number(MARKER_NUMBERS) == MARKER_NUMBERS
+    assert marker_number(MARKER_NUMBERS + 1) == 1  # wrapped, never 0 (unnumbered)
+    assert marker_behind(5, 5) == 0
+    assert marker_behind(4, 5) == 1  # a late copy of the one before
+    assert marker_behind(6, 5) == -1  # the next transaction
+    assert marker_behind(1, MARKER_NUMBERS) == -1  # the next one, after the wrap
+    assert marker_behind(MARKER_NUMBERS, 1) == 1  # the one before, across the wrap
