@@ -157,6 +157,8 @@ class Broker:
         self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
         if self.classic is not None:
             marker_writer.classic = ClassicMarkerSender(self)
+            METRICS.watch_followers(self.classic.follower_lags)
+        METRICS.topics.names = self._topic_name
         self.cluster_id = ""
         # Checked here, before anything starts: a bad listener setting fails the start.
         self.listener_plan: ListenerPlan = listener_plan(config)
@@ -241,6 +243,11 @@ class Broker:
         image = self.controller.image
         state = image.partition(topic.topic_id, 0)
         return len(state.replicas) if state is not None else managed_replication_factor(image)
+
+    def _topic_name(self, key: uuid.UUID | str) -> str | None:
+        """A topic's current name by id or name, None when it does not exist (metrics)."""
+        topic = self.topics.get_by_id(key) if isinstance(key, uuid.UUID) else self.topics.get(key)
+        return topic.name if topic is not None else None
 
     def leader_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
         """The partition's leader epoch: the controller's in controller mode, else the one

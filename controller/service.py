@@ -620,6 +620,13 @@ class ControllerService:
         self._g_active = Gauge(
             "sluice_controller_active", "1 on the active controller, else 0", registry=r
         )
+        # Kafka's name for the same value, read by operators' alerts (sum over the
+        # controllers == 1).
+        self._g_active_count = Gauge(
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the active controller, else 0 (sum over controllers: 1 when healthy)",
+            registry=r,
+        )
         # Seed 000's metrics under their Prometheus spelling, diskless topics only.
         self._g_rf = Gauge(
             "kafka_controller_diskless_effective_rf",
@@ -676,6 +683,7 @@ class ControllerService:
         self._g_lag.set(max(0, self.node.commit_index - self.node.applied_index))
         self._g_leader_changes.set(self.node.leader_changes)
         self._g_active.set(1 if self.node.is_leader else 0)
+        self._g_active_count.set(1 if self.node.is_leader else 0)
         m = image_metrics.collect(self.state.image)
         self._g_rf.clear()
         for topic, rf in m.effective_rf.items():

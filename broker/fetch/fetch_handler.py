@@ -20,6 +20,7 @@ from broker.metadata.client_az import az_from_client_id, count_fetch
 from broker.metadata.transformer import preferred_read_replica, route_without_replicas
 from broker.security import access
 from broker.server.client_quotas import user_of
+from broker.server.handler_helpers import fetch_replica_id
 from broker.server.metrics import METRICS
 from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable, FindResult
@@ -94,7 +95,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     prefer = _preferred_finder(broker, rack)
     redirected = False
     logs = log_router(broker)
-    replica_id = _replica_id(request)
+    replica_id = fetch_replica_id(request)
     if (
         replica_id >= 0
         and access.enabled(broker)
@@ -173,15 +174,6 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             read_committed,
         )
     )
-
-
-def _replica_id(request: Any) -> int:
-    """The follower's broker id of a replication fetch (-1: a consumer): ``replica_id`` up
-    to v14, ``replica_state`` from v15 (KIP-903)."""
-    state = getattr(request, "replica_state", None)
-    if state is not None:
-        return int(state.replica_id)
-    return int(getattr(request, "replica_id", -1))
 
 
 def _by_reader(slots: list[FetchSlot]) -> list[tuple[PartitionLog, list[FetchSlot]]]:
@@ -310,6 +302,9 @@ async def _fetch(
             # for an exception). Followers still get the real ones: Sluice's replica
             # fetcher restarts from the leader's log start after OFFSET_OUT_OF_RANGE.
             entry.update(high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
+        elif slot.replica < 0 and entry["records"]:
+            # Bytes out as Kafka counts them: what consumers get (not followers' fetches).
+            METRICS.topics.fetched(slot.topic_key, len(entry["records"]))
         topics.setdefault(slot.topic_key, []).append(entry)
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(

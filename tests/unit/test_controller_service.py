@@ -100,6 +100,7 @@ async def test_metrics_show_the_managed_replication_factor(tmp_path: Path) -> No
         assert "kafka_controller_kafkacontroller_offlinepartitionscount 0.0" in text
         assert "sluice_controller_under_replicated_partitions 0.0" in text
         assert "sluice_controller_active 1.0" in text
+        assert "kafka_controller_kafkacontroller_activecontrollercount 1.0" in text
         # One meaning per name: the old spellings are gone.
         assert "sluice_controller_diskless_effective_rf" not in text
         assert "sluice_controller_partition_rack_aware" not in text

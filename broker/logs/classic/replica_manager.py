@@ -23,10 +23,11 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.partition import LEADER, ClassicPartition
+from broker.logs.classic.partition import LEADER, ClassicPartition, now_ms
 from broker.logs.classic.replica_fetcher import ReplicaFetcher
 from broker.logs.router import hosted_classic
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
+from broker.server.metrics import FollowerLag
 from common.background import cancel_and_wait
 from controller.election import stages_classic
 from controller.image import MetadataImage
@@ -96,6 +97,18 @@ class ReplicaManager:
         if p is None or p.role != LEADER or self.stopping:
             return None, int(ErrorCode.not_leader_or_follower)
         return p, 0
+
+    def follower_lags(self) -> list[FollowerLag]:
+        """The replication lag of each follower of the partitions this broker leads."""
+        now = now_ms()
+        out = []
+        for p in list(self.partitions.values()):
+            state = p.leader_state
+            if p.role != LEADER or state is None:
+                continue
+            for follower, (messages, seconds) in state.lag(p.log.log_end_offset, now).items():
+                out.append(FollowerLag(p.topic, p.index, follower, messages, seconds))
+        return out
 
     def image(self) -> MetadataImage:
         assert self.broker.controller is not None
