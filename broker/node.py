@@ -16,15 +16,18 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from broker.config import BrokerConfig
 from broker.groups.held_groups import GroupConfig
+from broker.groups.lag import LATEST_OFFSET, group_lags, lag_loop
 from broker.groups.service import GroupService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.logs.classic.kafka_client import KafkaConnection
 from broker.logs.classic.replica_manager import ReplicaManager
 from broker.logs.diskless.diskless_append import Appender
 from broker.logs.diskless.diskless_read import LEADER_EPOCH, Fetcher
+from broker.logs.engines import log_router
 from broker.logs.fetch_slots import CommitWatch
 from broker.logs.migration.sealer import MigrationSealer
-from broker.logs.router import coordinator_retains
+from broker.logs.partition_log import PartitionLog
+from broker.logs.router import Purpose, coordinator_retains
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerRefused
 from broker.metadata.membership import (
@@ -49,7 +52,7 @@ from broker.server.connection import ListenerSecurity
 from broker.server.connection_limits import ConnectionLimits, limit_settings
 from broker.server.http_endpoint import HttpEndpoint
 from broker.server.listener import KafkaServer
-from broker.server.metrics import METRICS
+from broker.server.metrics import METRICS, GroupLag
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
@@ -244,6 +247,20 @@ class Broker:
         state = image.partition(topic.topic_id, 0)
         return len(state.replicas) if state is not None else managed_replication_factor(image)
 
+    async def group_lags(self) -> list[GroupLag]:
+        """The consumer-group lag this broker exports (broker/groups/lag.py)."""
+        classic, logs = self.classic, log_router(self)
+
+        def classic_led_here(topic_id: uuid.UUID, partition: int) -> bool | None:
+            if classic is None or not classic.is_classic(topic_id):
+                return None
+            return classic.leader_partition(topic_id, partition)[0] is not None
+
+        def latest(topic_id: uuid.UUID, partition: int) -> PartitionLog:
+            return logs.route(topic_id, partition, Purpose.LIST_OFFSETS, LATEST_OFFSET)
+
+        return await group_lags(self.groups, self.topics.get_by_id, classic_led_here, latest)
+
     def _topic_name(self, key: uuid.UUID | str) -> str | None:
         """A topic's current name by id or name, None when it does not exist (metrics)."""
         topic = self.topics.get_by_id(key) if isinstance(key, uuid.UUID) else self.topics.get(key)
@@ -324,6 +341,10 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._cleaner_loop()))
         self._tasks.append(asyncio.create_task(self._orphan_loop()))
+        if self.config.http_port >= 0 and self.config.consumer_lag_metrics_interval_ms > 0:
+            # Only for a /metrics endpoint: a round reads every committed offset.
+            interval = self.config.consumer_lag_metrics_interval_ms / 1000
+            self._tasks.append(asyncio.create_task(lag_loop(self.group_lags, interval)))
         await self.transactions.start()
         if self.config.listeners:
             bound = ", ".join(

@@ -116,6 +116,9 @@ class _Metrics:
         r.register(self.request_times)
         self.followers = _FollowerLagCollector()
         r.register(self.followers)
+        # kafka_exporter's names (Kafka's brokers have no group lag metric).
+        self.group_lag = _GroupLagCollector()
+        r.register(self.group_lag)
 
     def watch_replicas(
         self,
@@ -363,6 +366,53 @@ class _FollowerLagCollector(Collector):
             seconds.add_metric(values, lag.seconds)
         yield messages
         yield seconds
+
+
+class GroupLag(NamedTuple):
+    group: str
+    topic: str
+    partition: int
+    offset: int  # the group's committed offset
+    lag: int  # the partition's high watermark minus the committed offset
+
+
+class _GroupLagCollector(Collector):
+    """Consumer-group lag by kafka_exporter's names (``broker.groups.lag`` says who reports
+    what): one series per committed offset of a (group, partition) this broker reports,
+    i.e. the cardinality of the committed offsets themselves, as with the exporter."""
+
+    def __init__(self) -> None:
+        self.lags: list[GroupLag] = []
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["consumergroup", "topic", "partition"]
+        lag = GaugeMetricFamily(
+            "kafka_consumergroup_lag",
+            "High watermark minus the group's committed offset, per partition",
+            labels=labels,
+        )
+        current = GaugeMetricFamily(
+            "kafka_consumergroup_current_offset",
+            "The group's committed offset, per partition",
+            labels=labels,
+        )
+        lag_sum = GaugeMetricFamily(
+            "kafka_consumergroup_lag_sum",
+            "Lag of a group on a topic, summed over the partitions this broker reports "
+            "(sum over brokers for the topic's)",
+            labels=["consumergroup", "topic"],
+        )
+        sums: dict[tuple[str, str], int] = {}
+        for g in self.lags:
+            values = [g.group, g.topic, str(g.partition)]
+            lag.add_metric(values, g.lag)
+            current.add_metric(values, g.offset)
+            sums[(g.group, g.topic)] = sums.get((g.group, g.topic), 0) + g.lag
+        for (group, topic), total in sorted(sums.items()):
+            lag_sum.add_metric([group, topic], total)
+        yield lag
+        yield current
+        yield lag_sum
 
 
 METRICS = _Metrics()

@@ -133,3 +133,75 @@ async def follower_lag(nodes: list[Broker], b1: Broker, b2: Broker) -> None:
         )
         is None
     )
+
+
+async def test_consumer_group_lag_by_kafka_exporter_names(brokers: list[Broker]) -> None:  # noqa: F811
+    b1, _b2 = brokers
+    classic = [{"partition_index": 0, "broker_ids": [1, 2]}]
+    for name, assignments, configs in (
+        ("c", classic, [{"name": "diskless.enable", "value": "false"}]),
+        ("d", [], []),  # diskless, one partition
+    ):
+        created = await call(
+            b1,
+            19,
+            7,
+            {
+                "topics": [
+                    {
+                        "name": name,
+                        "num_partitions": -1 if assignments else 1,
+                        "replication_factor": -1,
+                        "assignments": assignments,
+                        "configs": configs,
+                    }
+                ],
+                "timeout": 5000,
+                "validate_only": False,
+            },
+        )
+        assert created.topics[0].error_code == E.none, created.topics[0].error_message
+    assert b1.classic is not None
+    await eventually(lambda: len(b1.classic.partitions) == 1)
+    for name, n in (("c", 5), ("d", 7)):
+        answer = await call(b1, 0, 9, produce_body(name, batch(n)))
+        assert answer.responses[0].partition_responses[0].error_code == E.none
+    # A group broker 1 coordinates (c's leader too: it reports both partitions).
+    group = next(g for g in (f"g{i}" for i in range(100)) if b1.groups.coordinator.owns(g))
+    committed = await call(
+        b1,
+        8,
+        8,
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": offset,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": None,
+                        }
+                    ],
+                }
+                for name, offset in (("c", 2), ("d", 3))
+            ],
+        },
+    )
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [E.none, E.none]
+
+    lags = await b1.group_lags()
+    assert sorted(lags) == [(group, "c", 0, 2, 3), (group, "d", 0, 3, 4)]
+    METRICS.group_lag.lags = lags
+    try:
+        labels = {"consumergroup": group, "topic": "c", "partition": "0"}
+        assert value("kafka_consumergroup_lag", **labels) == 3
+        assert value("kafka_consumergroup_current_offset", **labels) == 2
+        assert value("kafka_consumergroup_lag_sum", consumergroup=group, topic="d") == 4
+    finally:
+        METRICS.group_lag.lags = []
