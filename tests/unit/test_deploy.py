@@ -307,6 +307,7 @@ def test_grafana_dashboard(compose: dict, tmp_path: Path) -> None:
         "kafka_network_requestmetrics_totaltimems",
         "sluice_replica_follower_lag_messages",
         "sluice_replica_follower_lag_seconds",
+        "kafka_consumergroup_lag",
     }
     assert required <= used, required - used
 
