@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from broker.config import BrokerConfig
+from broker.fetch.fetch_sessions import FetchSessionCache
 from broker.groups.held_groups import GroupConfig
 from broker.groups.lag import LATEST_OFFSET, group_lags, lag_loop
 from broker.groups.service import GroupService
@@ -175,6 +176,8 @@ class Broker:
             )
             for listener in self.listener_plan.bound
         }
+        # KIP-227 incremental fetch sessions, in this broker's memory.
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         # Diskless clients are routed around peers this broker suspects (controller mode).
         self.peer_probe: PeerProbe | None = None
         self._servers: dict[str, KafkaServer] = {}

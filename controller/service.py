@@ -29,7 +29,7 @@ from common.background import cancel_and_wait
 from common.http_server import serve
 from common.topic_config_keys import KEYS
 from common.topic_config_validation import LIST_KEYS, validate
-from controller import acl_admin
+from controller import acl_admin, broker_config_admin
 from controller import metrics as image_metrics
 from controller.access import secret_problem
 from controller.logic import ControllerLogic
@@ -227,6 +227,7 @@ class ControllerService:
             web.post("/v1/acls/create", self._create_acls),
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
+            web.post("/v1/broker-configs/alter", self._alter_broker_configs),
             web.post("/v1/partitions/isr", self._alter_partition),
             web.post("/v1/migrations/sealed", self._partition_sealed),
             web.post("/v1/scram", self._alter_scram),
@@ -599,6 +600,16 @@ class ControllerService:
             lambda b: acl_admin.alter_client_quotas(
                 self.state.image,
                 [from_json(acl_admin.QuotaAlteration, e) for e in b["entries"]],
+                bool(b.get("validate_only", False)),
+            ),
+        )
+
+    async def _alter_broker_configs(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: broker_config_admin.alter_broker_configs(
+                self.state.image,
+                [from_json(broker_config_admin.BrokerConfigAlteration, e) for e in b["entries"]],
                 bool(b.get("validate_only", False)),
             ),
         )

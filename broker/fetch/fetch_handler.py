@@ -12,6 +12,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.fetch.fetch_sessions import SessionView
 from broker.logs.engines import log_router
 from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
@@ -85,17 +86,23 @@ def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None
 
 async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
+    # KIP-227: the partitions to read are the request's, or its fetch session's.
+    replica_id = fetch_replica_id(request)
+    session = broker.fetch_sessions.open(request, by_id, replica=replica_id >= 0)
+    if session.error:
+        return ctx.respond(
+            {"throttle_time": 0, "error_code": session.error, "session_id": 0, "responses": []}
+        )
     slots: list[FetchSlot] = []
     await broker.topics.ensure(
         (t.topic_id if by_id else t.topic, part.partition)
-        for t in request.topics
+        for t in session.topics
         for part in t.partitions
     )
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
     logs = log_router(broker)
-    replica_id = fetch_replica_id(request)
     if (
         replica_id >= 0
         and access.enabled(broker)
@@ -104,7 +111,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
         # Replication is a broker's privilege (Kafka: CLUSTER_ACTION on the cluster).
         replica_id = DENIED_REPLICA
     plan = ReadPlan(replica_id, ctx.header.api_version, rack, prefer, logs.log_start)
-    for fetch_topic in request.topics:
+    for fetch_topic in session.topics:
         if by_id:
             key = fetch_topic.topic_id
             topic = broker.topics.get_by_id(key)
@@ -172,6 +179,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             by_id,
             az,
             read_committed,
+            session,
         )
     )
 
@@ -243,6 +251,7 @@ async def _fetch(
     by_id: bool,
     az: str | None = None,
     read_committed: bool = False,
+    session: SessionView | None = None,
 ) -> Any:
     started = time.monotonic()
     try:
@@ -305,13 +314,15 @@ async def _fetch(
         elif slot.replica < 0 and entry["records"]:
             # Bytes out as Kafka counts them: what consumers get (not followers' fetches).
             METRICS.topics.fetched(slot.topic_key, len(entry["records"]))
+        if session is not None and not session.include(slot.topic_key, entry):
+            continue  # an incremental fetch: nothing new about this partition
         topics.setdefault(slot.topic_key, []).append(entry)
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(
         {
             "throttle_time": throttle_ms,
             "error_code": 0,
-            "session_id": 0,  # no fetch sessions: clients keep sending full requests
+            "session_id": session.session_id if session is not None else 0,
             "responses": [{key_field: key, "partitions": parts} for key, parts in topics.items()],
         }
     )

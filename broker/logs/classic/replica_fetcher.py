@@ -198,6 +198,17 @@ class ReplicaFetcher:
             start = self._rotation % len(parts)
             self._rotation += 1
             parts = parts[start:] + parts[:start]
+        quota = self.manager.follower_quota
+        throttled_now = {
+            id(p) for p in parts if self.manager.throttles(p, self.manager.me, as_leader=False)
+        }
+        if throttled_now and quota.exceeded():
+            # Over follower.replication.throttled.rate: the throttled partitions sit out
+            # this round (Kafka's follower throttle); the others are fetched as usual.
+            parts = [p for p in parts if id(p) not in throttled_now]
+            if not parts:
+                await asyncio.sleep(0.1)
+                return True
         for p in parts:
             index[(p.topic, p.index)] = p
             by_topic.setdefault(p.topic, []).append(
@@ -238,9 +249,11 @@ class ReplicaFetcher:
                 error = int(r.error_code)
                 if error == 0:
                     try:
-                        p.append_fetched(
+                        appended = p.append_fetched(
                             r.records or b"", int(r.high_watermark), int(r.log_start_offset)
                         )
+                        if id(p) in throttled_now:
+                            quota.record(appended)
                     except NotContiguous as exc:
                         log.warning("%s-%d: %s; truncating again", p.topic, p.index, exc)
                         p.needs_truncation = True
