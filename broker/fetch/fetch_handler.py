@@ -311,9 +311,13 @@ async def _fetch(
             # for an exception). Followers still get the real ones: Sluice's replica
             # fetcher restarts from the leader's log start after OFFSET_OUT_OF_RANGE.
             entry.update(high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
-        elif slot.replica < 0 and entry["records"]:
-            # Bytes out as Kafka counts them: what consumers get (not followers' fetches).
-            METRICS.topics.fetched(slot.topic_key, len(entry["records"]))
+        elif entry["records"]:
+            # Bytes out as Kafka counts them: what consumers get, per topic; what followers
+            # get apart (replication bytes out, all topics).
+            if slot.replica < 0:
+                METRICS.topics.fetched(slot.topic_key, len(entry["records"]))
+            else:
+                METRICS.topics.replicated_out(len(entry["records"]))
         if session is not None and not session.include(slot.topic_key, entry):
             continue  # an incremental fetch: nothing new about this partition
         topics.setdefault(slot.topic_key, []).append(entry)

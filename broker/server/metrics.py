@@ -179,12 +179,15 @@ class _ReplicaManagerCollector(Collector):
 
 
 class _TopicCounts:
-    __slots__ = ("bytes_in", "bytes_out", "messages_in")
+    __slots__ = ("bytes_in", "bytes_out", "messages_in", "replication_in", "replication_out")
 
     def __init__(self) -> None:
         self.messages_in = 0
         self.bytes_in = 0
         self.bytes_out = 0
+        # All topics only (Kafka has no per-topic replication series).
+        self.replication_in = 0
+        self.replication_out = 0
 
 
 class BrokerTopicStats(Collector):
@@ -193,7 +196,8 @@ class BrokerTopicStats(Collector):
     topics (the same name without a topic label, as the JMX exporter turns Kafka's
     all-topics MBean). As Kafka: messages and bytes in are record batches appended for
     producers (diskless: once committed), bytes out the record bytes in Fetch answers to
-    consumers; replication (follower fetches and appends) is in none of them.
+    consumers; replication (follower fetches and appends) is in none of them, but in
+    ``replicationbytesin_total`` / ``replicationbytesout_total`` (all topics only, as Kafka).
 
     The produce and fetch paths add to plain ints in a dict keyed by what they hold (a
     topic's id, or its name): no lock, no label lookup per request. Names are resolved
@@ -224,6 +228,14 @@ class BrokerTopicStats(Collector):
         self._counts(topic).bytes_out += size
         self._all.bytes_out += size
 
+    def replicated_in(self, size: int) -> None:
+        """Record bytes a follower appended from its leader."""
+        self._all.replication_in += size
+
+    def replicated_out(self, size: int) -> None:
+        """Record bytes a leader sent its followers."""
+        self._all.replication_out += size
+
     def collect(self) -> Iterator[Metric]:
         by_name: dict[str, list[int]] = {}
         for key, counts in list(self._by_topic.items()):
@@ -246,6 +258,13 @@ class BrokerTopicStats(Collector):
             family.add_sample(family.name + "_total", {}, all_topics)
             for name, sums in sorted(by_name.items()):
                 family.add_sample(family.name + "_total", {"topic": name}, sums[i])
+            yield family
+        for short, doc, value in (
+            ("replicationbytesin", "Record bytes appended from leaders", total.replication_in),
+            ("replicationbytesout", "Record bytes sent to followers", total.replication_out),
+        ):
+            family = CounterMetricFamily(f"kafka_server_brokertopicmetrics_{short}", doc)
+            family.add_sample(family.name + "_total", {}, value)
             yield family
 
 

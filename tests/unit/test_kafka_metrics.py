@@ -36,6 +36,8 @@ def test_broker_topic_metrics_per_topic_and_for_all_topics() -> None:
     stats.fetched("audit", 50)
     stats.fetched(audit, 30)
     stats.fetched(orders, 100)
+    stats.replicated_out(700)  # to followers: not bytes out
+    stats.replicated_in(40)
 
     got = samples(registry)
     name = "kafka_server_brokertopicmetrics_"
@@ -46,6 +48,9 @@ def test_broker_topic_metrics_per_topic_and_for_all_topics() -> None:
     assert got[(name + "messagesin_total", frozenset())] == 6
     assert got[(name + "bytesin_total", frozenset())] == 580
     assert got[(name + "bytesout_total", frozenset())] == 180
+    # Replication: all topics only, as Kafka.
+    assert got[(name + "replicationbytesout_total", frozenset())] == 700
+    assert got[(name + "replicationbytesin_total", frozenset())] == 40
 
     # A deleted topic's series go away; the all-topics counts keep what was counted.
     del names[audit], names["audit"]

@@ -32,6 +32,7 @@ from broker.logs.classic.kafka_client import AuthenticationFailed, ConnectionLos
 from broker.logs.classic.partition import FOLLOWER, LATEST_TIERED_TIMESTAMP, ClassicPartition
 from broker.logs.tiered.follower import leader_histories, start_after_tiered
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
+from broker.server.metrics import METRICS
 from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
 from storage.tiered.lineage import follower_start, history_floor
@@ -252,6 +253,7 @@ class ReplicaFetcher:
                         appended = p.append_fetched(
                             r.records or b"", int(r.high_watermark), int(r.log_start_offset)
                         )
+                        METRICS.topics.replicated_in(appended)
                         if id(p) in throttled_now:
                             quota.record(appended)
                     except NotContiguous as exc:

@@ -66,6 +66,8 @@ async def test_kafka_metrics_of_a_classic_leader(brokers: list[Broker]) -> None:
         "bytes": value("kafka_server_brokertopicmetrics_bytesin_total", **topic),
         "out": value("kafka_server_brokertopicmetrics_bytesout_total", **topic),
         "all": value("kafka_server_brokertopicmetrics_bytesout_total"),
+        "repl_out": value("kafka_server_brokertopicmetrics_replicationbytesout_total"),
+        "repl_in": value("kafka_server_brokertopicmetrics_replicationbytesin_total"),
         "produce": requests("Produce"),
         "fetch": requests("Fetch"),
         "consumer": requests("FetchConsumer"),
@@ -93,6 +95,11 @@ async def test_kafka_metrics_of_a_classic_leader(brokers: list[Broker]) -> None:
         len(records)
     )
     assert value("kafka_server_brokertopicmetrics_bytesout_total") - before["all"] == len(records)
+    # The follower's copy: replication bytes out of the leader, in of the follower.
+    repl_out = value("kafka_server_brokertopicmetrics_replicationbytesout_total")
+    repl_in = value("kafka_server_brokertopicmetrics_replicationbytesin_total")
+    assert repl_out - before["repl_out"] >= len(records)
+    assert repl_in - before["repl_in"] >= len(records)
     assert requests("Produce") - before["produce"] == 1
     assert requests("FetchConsumer") - before["consumer"] == 1
     # The follower's fetches count as Fetch and FetchFollower (as Kafka's RequestMetrics).
