@@ -57,7 +57,7 @@ from broker.server.metrics import METRICS, GroupLag
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
-from controller.metrics import under_replicated_led_by
+from controller.metrics import replica_counts, under_replicated_led_by
 from controller.placement import managed_replication_factor
 from storage.catalog import Topic, TopicCatalog
 from storage.coordinator import BatchCoordinator, RetentionPolicy
@@ -161,7 +161,11 @@ class Broker:
         self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
         if self.classic is not None:
             marker_writer.classic = ClassicMarkerSender(self)
-            METRICS.watch_followers(self.classic.follower_lags)
+            classic, me = self.classic, config.node_id
+            METRICS.watch_followers(classic.follower_lags)
+            METRICS.watch_replica_counts(
+                lambda: replica_counts(classic.image(), me), classic.max_fetcher_lag
+            )
         METRICS.topics.names = self._topic_name
         self.cluster_id = ""
         # Checked here, before anything starts: a bad listener setting fails the start.

@@ -633,6 +633,16 @@ class ControllerService:
         )
         # Kafka's name for the same value, read by operators' alerts (sum over the
         # controllers == 1).
+        self._g_topic_count = Gauge(
+            "kafka_controller_kafkacontroller_globaltopiccount",
+            "Topics in the cluster; reported by the active controller, 0 on the others",
+            registry=r,
+        )
+        self._g_partition_count = Gauge(
+            "kafka_controller_kafkacontroller_globalpartitioncount",
+            "Partitions in the cluster; reported by the active controller, 0 on the others",
+            registry=r,
+        )
         self._g_active_count = Gauge(
             "kafka_controller_kafkacontroller_activecontrollercount",
             "1 on the active controller, else 0 (sum over controllers: 1 when healthy)",
@@ -705,6 +715,8 @@ class ControllerService:
         self._g_rf1.set(m.rf1_topics_total)
         self._g_urp.set(m.under_replicated_partitions)
         self._g_offline.set(m.offline_partitions if self.node.is_leader else 0)
+        self._g_topic_count.set(m.topics if self.node.is_leader else 0)
+        self._g_partition_count.set(m.partitions if self.node.is_leader else 0)
         mm = migration_metrics(self.state.image)
         for gauge in (self._g_migration, self._g_boundary, self._g_old_bytes):
             gauge.clear()

@@ -130,6 +130,13 @@ class _Metrics:
         mode: from its metadata image; without a controller there are no replicas)."""
         self._replicas.sources = (under_replicated, isr_shrinks, isr_expands)
 
+    def watch_replica_counts(
+        self, counts: Callable[[], tuple[int, int]], max_lag: Callable[[], int]
+    ) -> None:
+        """(partitions hosted, partitions led) and the replica fetchers' largest lag."""
+        self._replicas.counts = counts
+        self._replicas.max_lag = max_lag
+
     def watch_followers(self, source: Callable[[], Iterable[FollowerLag]]) -> None:
         """The followers of the classic partitions this broker leads, read when scraped."""
         self.followers.source = source
@@ -150,10 +157,16 @@ class _ReplicaManagerCollector(Collector):
       partition whose own leader is the offline broker is reported by no broker (the
       controller's ``sluice_controller_under_replicated_partitions`` counts it);
     - isrshrinks_total / isrexpands_total: ISR changes of the partitions it leads, as
-      committed in the metadata log since this broker started (rate() for per second)."""
+      committed in the metadata log since this broker started (rate() for per second);
+    - partitioncount / leadercount: partitions with a replica here, and led here (the
+      metadata log's placement; diskless partitions included);
+    - ``kafka_server_replicafetchermanager_maxlag{clientId="Replica"}``: Kafka's MaxLag
+      of the replica fetchers, the largest lag of a classic partition followed here."""
 
     def __init__(self) -> None:
         self.sources: tuple[Callable[[], int], ...] | None = None
+        self.counts: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        self.max_lag: Callable[[], int] = lambda: 0
 
     def collect(self) -> Iterator[Metric]:
         urp = GaugeMetricFamily(
@@ -176,6 +189,25 @@ class _ReplicaManagerCollector(Collector):
             for family, source in zip(families, self.sources, strict=True):
                 family.add_metric([], source())
         yield from (urp, shrinks, expands)
+        partitions = GaugeMetricFamily(
+            "kafka_server_replicamanager_partitioncount",
+            "Partitions with a replica on this broker",
+        )
+        leaders = GaugeMetricFamily(
+            "kafka_server_replicamanager_leadercount", "Partitions this broker leads"
+        )
+        hosted, led = self.counts()
+        partitions.add_metric([], hosted)
+        leaders.add_metric([], led)
+        yield from (partitions, leaders)
+        max_lag = GaugeMetricFamily(
+            "kafka_server_replicafetchermanager_maxlag",
+            "Largest lag, in messages, of the classic partitions this broker follows: the "
+            "leader's high watermark minus this replica's log end, after its last fetch",
+            labels=["clientId"],
+        )
+        max_lag.add_metric(["Replica"], self.max_lag())
+        yield max_lag
 
 
 class _TopicCounts:

@@ -9,7 +9,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.server.metrics import BrokerTopicStats, FollowerLag, RequestStats, _Metrics
+from controller.logic_config import ControllerConfig
+from controller.metrics import replica_counts
 from replication.leader import LeaderState
+
+from .controller.harness import Cluster, uuids
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -122,3 +126,23 @@ def test_follower_lag_of_a_leader() -> None:
     assert got[("sluice_replica_follower_lag_seconds", two)] == 4.5
     assert ("sluice_replica_follower_lag_messages", three) not in got  # unknown is not 0
     assert got[("sluice_replica_follower_lag_seconds", three)] == 5.5
+
+
+def test_partition_and_leader_count_of_each_broker() -> None:
+    c = Cluster(ControllerConfig(new_uuid=uuids(), classic_topics=True))
+    c.start({1: "a", 2: "b", 3: "c"})
+    c.create("c", 2, replication_factor=3, configs={"diskless.enable": "false"})
+    c.create("d", 3)  # diskless, one replica per rack
+    counts = {b: replica_counts(c.image, b) for b in (1, 2, 3)}
+    # Every broker hosts a replica of each of the 5 partitions; each partition has one leader.
+    assert [hosted for hosted, _led in counts.values()] == [5, 5, 5]
+    assert sum(led for _hosted, led in counts.values()) == 5
+    assert replica_counts(c.image, 9) == (0, 0)
+
+    metrics = _Metrics()
+    metrics.watch_replica_counts(lambda: counts[1], lambda: 7)
+    got = samples(metrics.registry)
+    assert got[("kafka_server_replicamanager_partitioncount", frozenset())] == 5
+    assert got[("kafka_server_replicamanager_leadercount", frozenset())] == counts[1][1]
+    maxlag = ("kafka_server_replicafetchermanager_maxlag", frozenset({("clientId", "Replica")}))
+    assert got[maxlag] == 7

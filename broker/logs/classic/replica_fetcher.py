@@ -254,6 +254,8 @@ class ReplicaFetcher:
                             r.records or b"", int(r.high_watermark), int(r.log_start_offset)
                         )
                         METRICS.topics.replicated_in(appended)
+                        # Kafka's FetcherLagMetrics: the leader's HW minus our log end.
+                        p.fetcher_lag = max(0, int(r.high_watermark) - p.log.log_end_offset)
                         if id(p) in throttled_now:
                             quota.record(appended)
                     except NotContiguous as exc:

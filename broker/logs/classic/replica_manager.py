@@ -23,7 +23,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.partition import LEADER, ClassicPartition, now_ms
+from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition, now_ms
 from broker.logs.classic.replica_fetcher import ReplicaFetcher
 from broker.logs.classic.replication_quota import UNTHROTTLED, ReplicationQuota, throttled
 from broker.logs.router import hosted_classic
@@ -126,6 +126,13 @@ class ReplicaManager:
         if p is None or p.role != LEADER or self.stopping:
             return None, int(ErrorCode.not_leader_or_follower)
         return p, 0
+
+    def max_fetcher_lag(self) -> int:
+        """The largest lag of a partition this broker follows (Kafka's MaxLag)."""
+        return max(
+            (p.fetcher_lag for p in list(self.partitions.values()) if p.role == FOLLOWER),
+            default=0,
+        )
 
     def follower_lags(self) -> list[FollowerLag]:
         """The replication lag of each follower of the partitions this broker leads."""

@@ -108,12 +108,22 @@ async def test_kafka_metrics_of_a_classic_leader(brokers: list[Broker]) -> None:
     assert requests("Fetch") - before["fetch"] >= 1 + follower_fetches
     assert value("kafka_network_requestmetrics_requests_total", request="Produce", version="9") >= 1
 
-    # One broker per process in production; here the last one made (b2) is watched.
+    # One broker per process in production; here the last one made (b2) is watched: it
+    # hosts the one partition, as a follower, caught up.
+    assert value("kafka_server_replicamanager_partitioncount") == 1
+    assert value("kafka_server_replicamanager_leadercount") == 0
+    assert (
+        METRICS.registry.get_sample_value(
+            "kafka_server_replicafetchermanager_maxlag", {"clientId": "Replica"}
+        )
+        == 0
+    )
     METRICS.watch_followers(b1.classic.follower_lags)
     try:
         await follower_lag(brokers, b1, b2)
     finally:
         METRICS.watch_followers(tuple)
+        METRICS.watch_replica_counts(lambda: (0, 0), lambda: 0)
 
 
 async def follower_lag(nodes: list[Broker], b1: Broker, b2: Broker) -> None:
