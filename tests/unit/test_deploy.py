@@ -308,6 +308,10 @@ def test_grafana_dashboard(compose: dict, tmp_path: Path) -> None:
         "sluice_replica_follower_lag_messages",
         "sluice_replica_follower_lag_seconds",
         "kafka_consumergroup_lag",
+        "kafka_server_replicamanager_partitioncount",
+        "kafka_server_replicamanager_leadercount",
+        "kafka_server_replicafetchermanager_maxlag",
+        "kafka_controller_kafkacontroller_globalpartitioncount",
     }
     assert required <= used, required - used
 
