@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,8 +96,10 @@ def test_kafka_names_on_a_running_cluster_and_the_dashboard_queries(
     )
     consumer.subscribe(["metrics-classic", "metrics-diskless"])
     seen = {"metrics-classic": 0, "metrics-diskless": 0}
+    deadline = time.monotonic() + 60
     try:
         while min(seen.values()) < RECORDS // 2:
+            assert time.monotonic() < deadline, f"consumed only {seen}"
             message = consumer.poll(1.0)
             if message is None or message.error():
                 continue
