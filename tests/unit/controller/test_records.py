@@ -11,6 +11,7 @@ from common.acl import AclBinding
 from controller.records import (
     RECORD_TYPES,
     AccessControlEntry,
+    BrokerDynamicConfig,
     BrokerEpochCounter,
     ClientQuota,
     DecodeError,
@@ -66,6 +67,8 @@ SAMPLES += [
     RemoveAccessControlEntry(uuid.UUID(int=9)),
     ClientQuota(("client-id", "user"), (None, "alice"), "producer_byte_rate", "1024.0"),
     ClientQuota(("user",), ("alice",), "producer_byte_rate", None),
+    BrokerDynamicConfig("", "leader.replication.throttled.rate", "1000"),
+    BrokerDynamicConfig("2", "follower.replication.throttled.rate", None),
 ]
 # Tiered storage (KIP-950 disablement).
 SAMPLES += [
