@@ -19,9 +19,11 @@ from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.logs.classic.replica_manager import ReplicaManager
 from broker.logs.diskless.diskless_append import Appender
 from broker.logs.diskless.diskless_read import LEADER_EPOCH, Fetcher
+from broker.logs.engines import log_router
 from broker.logs.fetch_slots import CommitWatch
 from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.router import coordinator_retains
+from broker.logs.tiered.manager import TieringManager
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerRefused
 from broker.metadata.membership import (
@@ -31,20 +33,20 @@ from broker.metadata.membership import (
     RegistryMembership,
     StaticMembership,
 )
-from broker.metadata.metadata_follower import BrokerStorageListener
 from broker.metadata.topics import TopicRegistry
-from broker.produce.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
 from broker.security.sasl import SaslAuthenticator
 from broker.security.scram import ScramCredential
 from broker.security.tls import server_context
+from broker.server.api_table import build_api_table
 from broker.server.client_quotas import ClientQuotas, user_of
 from broker.server.connection import ListenerSecurity
 from broker.server.connection_limits import ConnectionLimits, limit_settings
 from broker.server.http_endpoint import HttpEndpoint
 from broker.server.listener import KafkaServer
 from broker.server.metrics import METRICS
+from broker.transactions.producer_ids import ProducerIdAllocator
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
@@ -58,7 +60,7 @@ from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
-    from broker.server.connection import RequestContext
+    from broker.security.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 _NO_QUOTAS: dict[object, dict[str, float]] = {}
@@ -136,12 +138,14 @@ class Broker:
         )
         # Classic topics (local logs, leader-follower replication) need the controllers'
         # leaders and epochs: controller mode only.
-        self.classic = ReplicaManager(self) if self.controller is not None else None
+        self.classic = ReplicaManager(self, self._tiering) if self.controller is not None else None
         # Seals partitions of migrating topics this broker leads (broker/logs/migration); the
         # replica manager asks it about every replica it opens.
         self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
         if self.classic is not None:
             marker_writer.classic = ClassicMarkerSender(self)
+        # Which log serves a partition, for every handler (broker/logs/router.py).
+        self.router = log_router(self)
         self.cluster_id = ""
         # Checked here, before anything starts: a bad listener setting fails the start.
         self.listener_plan: ListenerPlan = listener_plan(config)
@@ -163,6 +167,14 @@ class Broker:
         self._stopping = False
         # True while the coordinator delivers other brokers' commits as notifications.
         self._notified = False
+
+    def _tiering(self, replicas: ReplicaManager) -> TieringManager:
+        """The tiered part (KIP-405) of the classic replicas: copies, remote retention,
+        remote reads; its segments' metadata in the coordinator's database."""
+        from storage.backends import remote_log_metadata
+
+        metadata = remote_log_metadata(self.config, self.coordinator)
+        return TieringManager(replicas, metadata)  # type: ignore[arg-type]
 
     @property
     def port(self) -> int:
@@ -204,6 +216,13 @@ class Broker:
         )
 
     @property
+    def broker_epoch(self) -> int:
+        """The epoch the controllers registered this broker with (-1: none yet), which its
+        AlterPartition requests carry."""
+        membership = self._membership
+        return membership.broker_epoch if isinstance(membership, ControllerMembership) else -1
+
+    @property
     def multi_broker(self) -> bool:
         return len(self.endpoints()) > 1
 
@@ -242,8 +261,6 @@ class Broker:
         return min((b.node_id for b in self.endpoints()), default=self.config.node_id)
 
     async def start(self) -> None:
-        from broker.server.api_table import build_api_table
-
         os.makedirs(self.config.data_dir, exist_ok=True)
         await self.store.start()
         await self.coordinator.start()
@@ -514,6 +531,27 @@ class Broker:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
             with outage:
                 await self.delete_orphans()
+
+
+class BrokerStorageListener:
+    """A broker's reactions: logs in its batch coordinator, group offsets, its topic index."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def logs_needed(self, keys: list[PartitionKey]) -> None:
+        await self._broker.coordinator.create_logs(keys)
+
+    async def topics_removed(self, topic_ids: list[uuid.UUID]) -> None:
+        # As DeleteTopics does without a controller (broker/admin/topics_admin.py).
+        await self._broker.coordinator.delete_logs(topic_ids, int(time.time() * 1000))
+        await self._broker.groups.offsets.topics_deleted(topic_ids)
+
+    async def image_changed(self) -> None:
+        await self._broker.topics.load()
+        if self._broker.classic is not None:
+            # Leaders, followers, ISRs and epochs of the classic replicas hosted here.
+            self._broker.classic.reconcile()
 
 
 def _make_authorizer(

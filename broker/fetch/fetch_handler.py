@@ -7,15 +7,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.engines import log_router
 from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
-from broker.logs.router import Purpose
+from broker.logs.router import Purpose, RoutedView
 from broker.metadata.client_az import az_from_client_id, count_fetch
 from broker.metadata.transformer import preferred_read_replica, route_without_replicas
 from broker.security import access
@@ -27,9 +26,22 @@ from storage.objects import ObjectStoreError
 from storage.outage import OutageLog
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.logs.fetch_slots import CommitWatch
+    from broker.security.request_context import RequestContext
+    from broker.server.client_quotas import ClientQuotas
     from storage.catalog import Topic
+
+
+class FetchView(RoutedView, Protocol):
+    @property
+    def quotas(self) -> ClientQuotas: ...
+
+    @property
+    def watch(self) -> CommitWatch: ...  # long polls wait on it
+
+    @property
+    def remote_poll_seconds(self) -> float | None: ...
+
 
 log = logging.getLogger(__name__)
 # Fetches fail while the object store or the coordinator is down: one WARNING when that
@@ -40,7 +52,7 @@ TOPIC_IDS_VERSION = 13
 READ_COMMITTED = 1
 
 
-def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int], int] | None:
+def _preferred_finder(broker: FetchView, rack: str | None) -> Callable[[Topic, int], int] | None:
     """For a consumer that sent its rack (Fetch v11+ ``rack_id``, i.e. ``client.rack``):
     a function giving each partition's preferred read replica in that rack, or None when
     there is nothing to redirect (no rack, this broker is in it, or no broker there)."""
@@ -75,16 +87,17 @@ def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int]
     return find
 
 
-def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None) -> bool:
+def _may_read(broker: FetchView, ctx: RequestContext, key: Any, topic: Topic | None) -> bool:
     """READ on the topic. A topic asked for by an id this broker does not know has no name
     to check: it answers UNKNOWN_TOPIC_ID, as Kafka does."""
     name = key if isinstance(key, str) else topic.name if topic is not None else None
     return name is None or access.topic(broker, ctx, AclOperation.READ, name)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
     slots: list[FetchSlot] = []
+    readers: list[PartitionLog] = []  # the log that opened each slot, and reads it
     await broker.topics.ensure(
         (t.topic_id if by_id else t.topic, part.partition)
         for t in request.topics
@@ -93,7 +106,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
-    logs = log_router(broker)
+    logs = broker.router
     replica_id = _replica_id(request)
     if (
         replica_id >= 0
@@ -127,7 +140,9 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                     broker.leader_epoch(topic.topic_id, part.partition),
                 )
             if error or topic is None:
-                slots.append(Answered(error).open_read(key, topic, part, plan))
+                answered = Answered(error)
+                slots.append(answered.open_read(key, topic, part, plan))
+                readers.append(answered)
                 continue
             log = logs.route(
                 topic.topic_id,
@@ -138,6 +153,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             )
             slot = log.open_read(key, topic, part, plan)
             slots.append(slot)
+            readers.append(log)
             redirected = redirected or slot.preferred >= 0
     max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     max_wait = request.max_wait.total_seconds()
@@ -150,6 +166,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             broker,
             ctx,
             slots,
+            readers,
             plan,
             max_bytes,
             min_bytes,
@@ -170,19 +187,20 @@ def _replica_id(request: Any) -> int:
     return int(getattr(request, "replica_id", -1))
 
 
-def _by_reader(slots: list[FetchSlot]) -> list[tuple[PartitionLog, list[FetchSlot]]]:
+def _by_reader(
+    slots: list[FetchSlot], readers: list[PartitionLog]
+) -> list[tuple[PartitionLog, list[FetchSlot]]]:
     """The slots grouped by the log reading them, in first-seen order."""
     groups: dict[int, tuple[PartitionLog, list[FetchSlot]]] = {}
-    for slot in slots:
-        reader = slot.reader
-        assert reader is not None
+    for slot, reader in zip(slots, readers, strict=True):
         groups.setdefault(id(reader), (reader, []))[1].append(slot)
     return list(groups.values())
 
 
 async def _collect(
-    broker: Broker,
+    broker: FetchView,
     slots: list[FetchSlot],
+    readers: list[PartitionLog],
     plan: ReadPlan,
     max_bytes: int,
     min_bytes: int,
@@ -191,7 +209,7 @@ async def _collect(
 ) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
-    groups = _by_reader(slots)
+    groups = _by_reader(slots, readers)
     # What no round reads again (a classic log's tiered part: always there, so no
     # waiting on it), first in the answer's budget.
     after_below = FetchBudget(max_bytes)
@@ -206,9 +224,7 @@ async def _collect(
         # what is left.
         available = below
         interests: list[tuple[UUID, int, int]] = []
-        for slot in slots:
-            reader = slot.reader
-            assert reader is not None
+        for slot, reader in zip(slots, readers, strict=True):
             available += reader.read_round(slot, budget, plan, read_committed)
             interests += reader.interests(slot, plan)
         remaining = deadline - loop.time()
@@ -227,9 +243,10 @@ async def _collect(
 
 
 async def _fetch(
-    broker: Broker,
+    broker: FetchView,
     ctx: RequestContext,
     slots: list[FetchSlot],
+    readers: list[PartitionLog],
     plan: ReadPlan,
     max_bytes: int,
     min_bytes: int,
@@ -240,7 +257,7 @@ async def _fetch(
 ) -> Any:
     started = time.monotonic()
     try:
-        await _collect(broker, slots, plan, max_bytes, min_bytes, max_wait, read_committed)
+        await _collect(broker, slots, readers, plan, max_bytes, min_bytes, max_wait, read_committed)
     except (CoordinatorUnavailable, ObjectStoreError) as exc:
         # Retriable for consumers: they back off and fetch again.
         _OUTAGE.failed(exc, started)
@@ -273,10 +290,10 @@ async def _fetch(
             plan.records = [None] * len(records)
             for s in consumed:
                 s.data = b""
-    for reader, group in _by_reader(slots):
+    for reader, group in _by_reader(slots, readers):
         await reader.describe(group, plan)
     topics: dict[Any, list[dict[str, Any]]] = {}
-    for slot in slots:
+    for slot, reader in zip(slots, readers, strict=True):
         entry: dict[str, Any] = {
             "partition_index": slot.partition,
             "error_code": slot.error,
@@ -287,8 +304,7 @@ async def _fetch(
             "preferred_read_replica": slot.preferred,
             "records": b"",
         }
-        assert slot.reader is not None
-        entry.update(slot.reader.entry(slot, plan, read_committed))
+        entry.update(reader.entry(slot, plan, read_committed))
         topics.setdefault(slot.topic_key, []).append(entry)
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(

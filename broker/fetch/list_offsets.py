@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.logs.engines import log_router
 from broker.logs.fetch_slots import leader_epoch_error
 from broker.logs.partition_log import OffsetAnswer, OffsetAsk, PartitionLog, ask_each
 from broker.logs.router import Purpose
@@ -15,11 +14,11 @@ from common.acl import AclOperation
 READ_COMMITTED = 1
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.logs.router import RoutedView
+    from broker.security.request_context import RequestContext
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: RoutedView, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
     routed: list[tuple[PartitionLog, OffsetAsk]] = []
     waiting: list[dict[str, Any]] = []
@@ -27,7 +26,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     await broker.topics.ensure(
         (t.name, p.partition_index) for t in request.topics for p in t.partitions
     )
-    logs = log_router(broker)
+    logs = broker.router
     for topic_req in request.topics:
         for part in topic_req.partitions:
             entry: dict[str, Any] = {

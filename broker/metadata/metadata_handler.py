@@ -18,12 +18,15 @@ from common.acl import CLUSTER_NAME, AclOperation
 from storage.catalog import Topic, TopicExists
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.view import HandlerView
+    from broker.security.request_context import RequestContext
 
 
 def topic_entry(
-    broker: Broker, topic: Topic, routing: Routing | None = None, operations: int = NOT_REQUESTED
+    broker: HandlerView,
+    topic: Topic,
+    routing: Routing | None = None,
+    operations: int = NOT_REQUESTED,
 ) -> dict[str, Any]:
     return {
         "error_code": 0,
@@ -36,7 +39,7 @@ def topic_entry(
 
 
 def partition_entry(
-    broker: Broker, topic: Topic, partition: int, routing: Routing | None = None
+    broker: HandlerView, topic: Topic, partition: int, routing: Routing | None = None
 ) -> dict[str, Any]:
     if broker.controller is not None:
         return _controller_partition_entry(broker, topic, partition, routing)
@@ -58,7 +61,7 @@ def partition_entry(
 
 
 def _controller_partition_entry(
-    broker: Broker, topic: Topic, partition: int, routing: Routing | None = None
+    broker: HandlerView, topic: Topic, partition: int, routing: Routing | None = None
 ) -> dict[str, Any]:
     """The partition as the controller placed it: real replicas, leader, epoch and ISR;
     for diskless topics, as the transformer routes this client (broker/metadata/transformer.py)."""
@@ -114,7 +117,7 @@ def _controller_partition_entry(
     }
 
 
-def request_routing(broker: Broker, ctx: RequestContext, request: Any) -> Routing:
+def request_routing(broker: HandlerView, ctx: RequestContext, request: Any) -> Routing:
     """The transformer's per-request view, and the client AZ hit/miss/unaware count."""
     routing = Routing(
         {b.node_id: b.rack for b in broker.endpoints()},
@@ -136,7 +139,7 @@ def _error_entry(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str,
     }
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     requested = request.topics
     routing = request_routing(broker, ctx, request)
@@ -222,7 +225,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def auto_create(broker: Broker, name: str) -> tuple[Topic | None, ErrorCode]:
+async def auto_create(broker: HandlerView, name: str) -> tuple[Topic | None, ErrorCode]:
     try:
         return await broker.topics.create(name, -1, {}), ErrorCode.none
     except InvalidTopic:

@@ -25,6 +25,7 @@ from broker.admin import client_quotas_handler as client_quotas
 from broker.config import BrokerConfig
 from broker.fetch import fetch_handler as fetch
 from broker.fetch import leader_epoch, list_offsets
+from broker.logs.engines import log_router
 from broker.metadata import describe_cluster as cluster
 from broker.metadata import metadata_handler as metadata
 from broker.security.authorizer import Authorizer
@@ -75,6 +76,7 @@ class FakeBroker:
         self.fetcher = NoFetches()
         self.cluster_id = "unit-cluster"
         self.controller_id = 1
+        self.router = log_router(self)  # type: ignore[arg-type]
 
     def endpoints(self) -> list[Any]:
         return []

@@ -30,8 +30,7 @@ from protocol.records import BatchHeader
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
-    from broker.logs.classic.replica_manager import ReplicaManager
-    from broker.node import Broker
+    from broker.logs.classic.replica_manager import ClassicHost, ReplicaManager
 
 
 class ClassicLog:
@@ -39,7 +38,7 @@ class ClassicLog:
 
     __slots__ = ("_broker",)
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ClassicHost) -> None:
         self._broker = broker
 
     @property
@@ -78,11 +77,9 @@ class ClassicLog:
         return -len(plan.waits)  # -1 - its index
 
     def open_read(self, key: Any, topic: Topic, part: Any, plan: ReadPlan) -> FetchSlot:
-        slot = classic_slot(
+        return classic_slot(
             self._manager, key, topic, part, plan.replica_id, plan.version, plan.rack
         )
-        slot.reader = self
-        return slot
 
     async def read_below(
         self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool

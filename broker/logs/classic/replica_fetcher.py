@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_req
@@ -36,15 +36,38 @@ from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
 
 if TYPE_CHECKING:
-    from broker.logs.classic.replica_manager import ReplicaManager
+    from broker.config import BrokerConfig
+    from broker.logs.classic.tiered_part import Tiering
+    from broker.logs.fetch_slots import CommitWatch
 
 log = logging.getLogger(__name__)
+
+
+class _Broker(Protocol):
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def watch(self) -> CommitWatch: ...  # woken as a follower's high watermark moves
+
+
+class FetcherOwner(Protocol):
+    """The replica manager (``ReplicaManager``), as its fetchers use it."""
+
+    @property
+    def me(self) -> int: ...  # this broker's id, the fetches' replica id
+
+    @property
+    def broker(self) -> _Broker: ...
+
+    @property
+    def tiering(self) -> Tiering: ...  # a follower starting above the tiered part
 
 
 class ReplicaFetcher:
     def __init__(
         self,
-        manager: ReplicaManager,
+        manager: FetcherOwner,
         leader_id: int,
         host: str,
         port: int,
