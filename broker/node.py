@@ -36,11 +36,12 @@ from broker.metadata.membership import (
 from broker.metadata.topics import TopicRegistry
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
+from broker.security.principal import user_of
 from broker.security.sasl import SaslAuthenticator
 from broker.security.scram import ScramCredential
 from broker.security.tls import server_context
 from broker.server.api_table import build_api_table
-from broker.server.client_quotas import ClientQuotas, user_of
+from broker.server.client_quotas import ClientQuotas
 from broker.server.connection import ListenerSecurity
 from broker.server.connection_limits import ConnectionLimits, limit_settings
 from broker.server.http_endpoint import HttpEndpoint

@@ -18,7 +18,7 @@ from broker.logs.router import Purpose, RoutedView
 from broker.metadata.client_az import az_from_client_id, count_fetch
 from broker.metadata.transformer import preferred_read_replica, route_without_replicas
 from broker.security import access
-from broker.server.client_quotas import user_of
+from broker.security.principal import user_of
 from broker.server.metrics import METRICS
 from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable, FindResult

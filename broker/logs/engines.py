@@ -8,6 +8,7 @@ from broker.logs.classic.classic_log import ClassicLog
 from broker.logs.classic.replica_manager import ClassicHost
 from broker.logs.diskless.diskless_log import DisklessHost, DisklessLog
 from broker.logs.router import LogRouter
+from broker.logs.tiered.tiered_read import read_tiered
 
 
 class EngineHost(ClassicHost, DisklessHost, Protocol):
@@ -17,4 +18,4 @@ class EngineHost(ClassicHost, DisklessHost, Protocol):
 def log_router(broker: EngineHost) -> LogRouter:
     """Built once by the Broker (``Broker.router``), which handlers are given: the engines
     read the broker's components on each call (its replica manager, the image)."""
-    return LogRouter(broker, DisklessLog(broker), ClassicLog(broker))
+    return LogRouter(broker, DisklessLog(broker), ClassicLog(broker, read_tiered))

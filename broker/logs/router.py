@@ -412,6 +412,24 @@ class LogRouter:
             return self.classic
         return self.diskless
 
+    def sealed_boundary(self, topic_id: UUID, partition: int) -> int | None:
+        """The end of a sealed classic log below the partition's diskless part (None:
+        none): the classic engine's reads stop there (``sealed_boundary``)."""
+        return sealed_boundary(self._broker, topic_id, partition)
+
+    @staticmethod
+    def hosted_classic(image: MetadataImage, classic: set[UUID]) -> set[UUID]:
+        """The topics whose classic logs the replica manager hosts (``hosted_classic``)."""
+        return hosted_classic(image, classic)
+
+    def az_routed(self, topic: TopicImage) -> bool:
+        """Metadata applies the AZ transformer to the topic (``az_routed``)."""
+        return az_routed(topic)
+
+    def serves_any_broker(self, topic: TopicImage, partition: int) -> bool:
+        """Any broker can serve the partition's consumers (``serves_any_broker``)."""
+        return serves_any_broker(topic, partition)
+
     def log_start(self, topic_id: UUID, partition: int, diskless_start: int) -> int:
         """The log start a Fetch answer from the diskless log carries (``whole_log_start``)."""
         manager = self._broker.classic

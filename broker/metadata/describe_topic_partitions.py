@@ -17,7 +17,7 @@ from broker.security.authorized_operations import NOT_REQUESTED, authorized
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.metadata.view import HandlerView
+    from broker.metadata.metadata_handler import MetadataView
     from broker.security.request_context import RequestContext
     from storage.catalog import Topic
 
@@ -36,7 +36,7 @@ def _error_topic(name: str, error: ErrorCode, operations: int | None = None) -> 
     }
 
 
-async def handle(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: MetadataView, ctx: RequestContext, request: Any) -> Any:
     wanted = [t.name for t in request.topics]
     cursor = request.cursor
     if cursor is not None and wanted and cursor.topic_name not in wanted:

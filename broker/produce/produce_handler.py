@@ -17,7 +17,8 @@ from broker.logs.router import Purpose, RoutedView
 from broker.metadata.client_az import az_from_client_id, count_bytes, count_produce
 from broker.produce import recompress
 from broker.security import access
-from broker.server.client_quotas import throttle_connection, user_of
+from broker.security.principal import user_of
+from broker.server.client_quotas import throttle_connection
 from broker.server.refusals import REFUSALS
 from common.acl import AclOperation
 from protocol.batch_validation import Rules, validate_records

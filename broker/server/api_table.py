@@ -36,6 +36,7 @@ from broker.groups import (
 )
 from broker.groups.group_offsets_handler import OffsetsView
 from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
+from broker.metadata.metadata_handler import MetadataView
 from broker.produce import produce_handler
 from broker.produce.produce_handler import ProduceView
 from broker.server import api_versions
@@ -57,6 +58,7 @@ class Services(
     InitProducerIdView,
     TopicsAdminView,
     LogDirsView,
+    MetadataView,
     Protocol,
 ):
     """Everything the handlers use: the union of their Protocols."""

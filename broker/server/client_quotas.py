@@ -22,8 +22,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from broker.security.principal import USER_TYPE
-
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
 REQUEST = "request_percentage"
@@ -44,12 +42,6 @@ _ORDER: list[tuple[tuple[str, str], tuple[str, str]]] = [
 _ABSENT = "\0absent"  # an entity without this part (no user name can contain NUL)
 # Bounds the per-client state a client cycling through random client ids can create.
 MAX_SENSORS = 50_000
-
-
-def user_of(principal: str) -> str:
-    """The user name quotas are keyed by: the principal's name (User:alice -> alice)."""
-    kind, _, name = principal.partition(":")
-    return name if kind == USER_TYPE else principal
 
 
 class SampledRate:

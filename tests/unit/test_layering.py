@@ -67,35 +67,26 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
 # Upward imports: (importer, imported module).
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
-        # Handlers take the whole Broker and the request pipeline's RequestContext (both
-        # under TYPE_CHECKING): item 2, a handler receives what it uses.
-        ("broker.transactions.write_txn_markers", "broker.node"),
-        ("broker.transactions.write_txn_markers", "broker.server.connection"),
-        # Engines and shared modules that ask the Broker, the partition-log router or the
-        # pipeline; the classic engine's modules call the router's rules and its tiered part.
-        # For item 2 (engines and handlers given the router instead of the Broker).
+        # The transaction markers' modules still take the Broker and the request pipeline's
+        # RequestContext from connection (type only), and the classic marker sender asks
+        # the router's rule (markers_on_classic_leader) directly: narrowed with the markers'
+        # rework (see KNOWN_CYCLES).
         ("broker.logs.classic.classic_markers", "broker.logs.router"),
         ("broker.logs.classic.classic_markers", "broker.node"),
-        ("broker.logs.classic.classic_read", "broker.logs.router"),
+        ("broker.transactions.write_txn_markers", "broker.node"),
+        ("broker.transactions.write_txn_markers", "broker.server.connection"),
+        # The classic engine and its tiered part know each other: a classic partition holds
+        # the view of its remote segments and a follower starts above the tiered part
+        # (tiered/ sits above classic/), and a fetch slot carries the classic replica it
+        # reads (type only). The rest of the tiered part is given to the classic engine by
+        # the Broker (classic/tiered_part.Tiering).
         ("broker.logs.classic.partition", "broker.logs.tiered.view"),
         ("broker.logs.classic.replica_fetcher", "broker.logs.tiered.follower"),
-        ("broker.logs.classic.replica_manager", "broker.logs.router"),
         ("broker.logs.fetch_slots", "broker.logs.classic.partition"),
-        ("broker.server.client_quotas", "broker.security.principal"),
-        # Made upward by the re-layout, not new dependencies (the two ends were one part or
-        # the importer sat higher before; item 2 removes them with the rest):
-        # - config validates connection-limit overrides with the parser that applies them
-        #   (both loose at broker/'s top before);
-        # - the classic appender names the transaction coordinator (type only); its marker
-        #   writer no longer imports the classic engine upward (that entry is gone);
-        # - ClassicLog (was logs/classic.py, above tiering) reads the tiered part;
-        # - the partition-log interface names the diskless appender's request and result
-        #   types (broker/append.py was at the bottom of broker/);
-        # - the Metadata handler (was in apis/, the top) asks the router which brokers serve
-        #   a partition (AZ routing), while the topic registry beside it sits below logs/.
-        ("broker.logs.classic.classic_log", "broker.logs.tiered.tiered_read"),
+        # The partition-log interface names the diskless appender's request and result
+        # types (broker/append.py was at the bottom of broker/). Moving them into the
+        # interface closes a cycle through the fetch slot's classic replica (above).
         ("broker.logs.partition_log", "broker.logs.diskless.diskless_append"),
-        ("broker.metadata.metadata_handler", "broker.logs.router"),
     }
 )
 # Private names imported across modules: (importer, module, name).
@@ -106,9 +97,9 @@ KNOWN_PRIVATE: frozenset[tuple[str, str, str]] = frozenset()
 # interface they implement below them, the router that picks one above them); the broker's
 # configuration (config, loose at broker/'s top) is the part "broker" at the bottom; the
 # modules that wire it all together sit on top: the request pipeline (server/'s connection,
-# listener, API table and ApiVersions, which reads the table) and the Broker (node). The
-# rest of server/ is what every stage shares (metrics, log budget, refusals, quota
-# enforcement, connection limits, HTTP endpoint, handler helpers).
+# listener, API table and ApiVersions, whose version ranges the table serves) and the
+# Broker (node). The rest of server/ is what every stage shares (metrics, log budget,
+# refusals, quota enforcement, connection limits, HTTP endpoint, handler helpers).
 BROKER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("broker",),  # the broker's configuration
     ("server",),  # shared by every stage

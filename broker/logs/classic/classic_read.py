@@ -13,7 +13,6 @@ from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition
 from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot
-from broker.logs.router import sealed_boundary
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
@@ -67,7 +66,7 @@ def classic_slot(
 def _not_copied_yet(manager: ReplicaManager, p: ClassicPartition, offset: int) -> bool:
     if offset < p.log.log_end_offset:
         return False
-    boundary = sealed_boundary(manager.broker, p.topic_id, p.index)
+    boundary = manager.broker.router.sealed_boundary(p.topic_id, p.index)
     return boundary is not None and offset < boundary
 
 

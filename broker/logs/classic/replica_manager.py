@@ -26,7 +26,6 @@ from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import LEADER, ClassicPartition
 from broker.logs.classic.replica_fetcher import ReplicaFetcher
-from broker.logs.router import hosted_classic
 from broker.metadata.view import ClusterView
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from common.background import cancel_and_wait
@@ -59,12 +58,21 @@ class Sealing(Protocol):
     def on_replica(self, p: ClassicPartition, topic: TopicImage) -> None: ...
 
 
+class MigrationRules(Protocol):
+    """What the log router (broker/logs/router.py) says of migrating topics' classic logs."""
+
+    def sealed_boundary(self, topic_id: UUID, partition: int) -> int | None: ...
+
+    def hosted_classic(self, image: MetadataImage, classic: set[UUID]) -> set[UUID]: ...
+
+
 class ClassicHost(ClusterView, Protocol):
     """What the classic engine (its tiered part too) reads of its broker: the metadata
     view, the batch coordinator (tiered metadata, seals), the object store and its block
     cache (remote segments), the commit watch long polls wait on, the inter-broker
     listener, the broker epoch it is registered with, its own replica manager (the
-    router's rules read it) and the migration sealer."""
+    router's rules read it), the router's rules for migrating topics and the migration
+    sealer."""
 
     @property
     def coordinator(self) -> BatchCoordinator: ...
@@ -86,6 +94,9 @@ class ClassicHost(ClusterView, Protocol):
 
     @property
     def classic(self) -> ReplicaManager | None: ...
+
+    @property
+    def router(self) -> MigrationRules: ...
 
     @property
     def migration_sealer(self) -> Sealing | None: ...
@@ -237,7 +248,7 @@ class ReplicaManager:
         # Topics migrated to diskless keep their sealed classic logs (offsets below the
         # boundary) on their replicas; partitions sealed for classic start theirs
         # (broker/logs/migration).
-        hosted = hosted_classic(image, classic)
+        hosted = self.broker.router.hosted_classic(image, classic)
         sealer = self.broker.migration_sealer
         for tid in hosted:
             t = image.topics[tid]
