@@ -127,6 +127,15 @@ class BrokerConfig:
     # replica of a diskless partition is sent to one of those brokers (hashed) instead of
     # across AZs. false: always all alive replicas (cross-AZ), as Inkless' transformer does.
     diskless_transformer_az_local_fallback: bool = True
+    # Peers probed this often (ApiVersions over the inter-broker listener) so that diskless
+    # clients are routed around one that stops answering for diskless.peer.suspect.ms,
+    # long before its session times out (broker/metadata/peer_probe.py); 0: off.
+    diskless_peer_probe_interval_ms: int = 250
+    diskless_peer_suspect_ms: int = 1000
+    # How the transformer turns murmur2("<topicId>-<partition>") into one of n brokers:
+    # "abs", seed 001's abs(h) % n (Java's Math.abs), or "to_positive", Kafka's
+    # Utils.toPositive(h) % n as Inkless' transformer code has it. One value per cluster.
+    diskless_transformer_hash: str = "abs"
     # Controller mode: host:port of the controllers' HTTP APIs, comma separated. Set, the
     # broker registers with the Raft controller quorum, heartbeats there and follows its
     # metadata log (liveness, topics, leaders); empty, the modes above.
@@ -214,6 +223,11 @@ class BrokerConfig:
             raise ValueError(
                 f"produce.commit.mode must be adaptive or fixed, not {self.produce_commit_mode!r}"
             )
+        if self.diskless_transformer_hash not in ("abs", "to_positive"):
+            raise ValueError(
+                "diskless.transformer.hash must be abs or to_positive, not "
+                f"{self.diskless_transformer_hash!r}"
+            )
         if self.ssl_client_auth not in ("required", "requested", "none"):
             raise ValueError(
                 f"ssl.client.auth must be required, requested or none, not {self.ssl_client_auth!r}"
@@ -226,6 +240,14 @@ class BrokerConfig:
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")
+        if self.diskless_peer_probe_interval_ms < 0 or (
+            self.diskless_peer_probe_interval_ms > 0
+            and self.diskless_peer_suspect_ms < self.diskless_peer_probe_interval_ms
+        ):
+            raise ValueError(
+                "diskless.peer.probe.interval.ms must be >= 0 (0: off) and "
+                "diskless.peer.suspect.ms at least that"
+            )
 
     def __repr__(self) -> str:
         # A config may end up in a traceback or a debug line: never with its secrets.

@@ -12,10 +12,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
 from broker.config import BrokerConfig
 from broker.groups.held_groups import GroupConfig
 from broker.groups.service import GroupService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
+from broker.logs.classic.kafka_client import KafkaConnection
 from broker.logs.classic.replica_manager import ReplicaManager
 from broker.logs.diskless.diskless_append import Appender
 from broker.logs.diskless.diskless_read import LEADER_EPOCH, Fetcher
@@ -33,7 +36,9 @@ from broker.metadata.membership import (
     RegistryMembership,
     StaticMembership,
 )
+from broker.metadata.peer_probe import PeerProbe
 from broker.metadata.topics import TopicRegistry
+from broker.metadata.transformer import set_hash_mode
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
 from broker.security.principal import user_of
@@ -51,6 +56,7 @@ from broker.transactions.producer_ids import ProducerIdAllocator
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
+from controller.metrics import under_replicated_led_by
 from controller.placement import managed_replication_factor
 from storage.catalog import Topic, TopicCatalog
 from storage.coordinator import BatchCoordinator, RetentionPolicy
@@ -81,6 +87,7 @@ class Broker:
         group_store: GroupStore | None = None,
     ) -> None:
         self.config = config
+        set_hash_mode(config.diskless_transformer_hash)
         self.store = store
         self.coordinator = coordinator
         self.catalog = catalog
@@ -89,6 +96,14 @@ class Broker:
         self.controller = catalog if isinstance(catalog, ControllerCatalog) else None
         self.cache = BlockCache(store, config.fetch_cache_block_bytes, config.fetch_cache_max_bytes)
         METRICS.watch_cache(self.cache)
+        if self.controller is not None:
+            controller, me = self.controller, config.node_id
+            changes = controller.follower.isr_changes
+            METRICS.watch_replicas(
+                lambda: under_replicated_led_by(controller.image, me),
+                lambda: changes.shrinks[me],
+                lambda: changes.expands[me],
+            )
         self.topics = TopicRegistry(catalog, coordinator, config)
         self.watch = CommitWatch()
         self.appender = Appender(
@@ -138,7 +153,8 @@ class Broker:
             config.quota_window_size_seconds,
         )
         # Classic topics (local logs, leader-follower replication) need the controllers'
-        # leaders and epochs: controller mode only.
+        # leaders and epochs: controller mode only. Their tiered part is built with them.
+        self._tiered: TieringManager | None = None
         self.classic = ReplicaManager(self, self._tiering) if self.controller is not None else None
         # Seals partitions of migrating topics this broker leads (broker/logs/migration); the
         # replica manager asks it about every replica it opens.
@@ -160,6 +176,8 @@ class Broker:
             )
             for listener in self.listener_plan.bound
         }
+        # Diskless clients are routed around peers this broker suspects (controller mode).
+        self.peer_probe: PeerProbe | None = None
         self._servers: dict[str, KafkaServer] = {}
         self._server: KafkaServer | None = None  # the inter-broker listener's
         self._tasks: list[asyncio.Task[None]] = []
@@ -175,7 +193,8 @@ class Broker:
         from storage.backends import remote_log_metadata
 
         metadata = remote_log_metadata(self.config, self.coordinator)
-        return TieringManager(replicas, metadata)  # type: ignore[arg-type]
+        self._tiered = TieringManager(replicas, metadata)  # type: ignore[arg-type]
+        return self._tiered
 
     @property
     def port(self) -> int:
@@ -279,6 +298,7 @@ class Broker:
             # Leaders seal their classic partitions of topics migrating to diskless.
             assert self.migration_sealer is not None
             self.migration_sealer.start()
+            self.peer_probe = self._make_peer_probe()
         table = build_api_table(self)
         # One set of connection limits for all listeners (max.connections is per broker).
         limits = ConnectionLimits(limit_settings(self.config), self._ip_connection_rate)
@@ -299,6 +319,10 @@ class Broker:
             await server.start()
         self._server = self._servers[self.listener_plan.inter_broker]
         self._membership = self._make_membership()
+        if isinstance(self._membership, ControllerMembership) and self._tiered is not None:
+            # KIP-950: the controller's DisableRemoteTopic requests ride the heartbeats.
+            self._membership.requests = self._tiered
+            self._tiered.heartbeat_soon = self._membership.beat_soon
         await self._membership.start()
         if self.config.http_port >= 0:
             self._http = HttpEndpoint(
@@ -336,6 +360,33 @@ class Broker:
                 self.config.data_dir,
             )
 
+    def _make_peer_probe(self) -> PeerProbe:
+        classic, controller = self.classic, self.controller
+        assert classic is not None and controller is not None
+        me = self.config.node_id
+
+        def connect(node: int, host: str, port: int) -> KafkaConnection:
+            return KafkaConnection(host, port, f"sluice-peer-probe-{me}", classic.security)
+
+        def peers() -> list[tuple[int, str, int]]:
+            return [
+                (b.node_id, b.host, b.port)
+                for b in controller.image.brokers.values()
+                if not b.fenced
+            ]
+
+        probe = PeerProbe(
+            me,
+            connect,
+            ApiVersionsRequest(
+                client_software_name="sluice-peer-probe", client_software_version="1"
+            ),
+            self.config.diskless_peer_probe_interval_ms,
+            self.config.diskless_peer_suspect_ms,
+        )
+        probe.start(peers)
+        return probe
+
     async def stop(self) -> None:
         # Order matters: stop admitting requests, flush what was admitted so every
         # producer waiting on it is answered, then disconnect and close storage.
@@ -349,6 +400,8 @@ class Broker:
         for server in self._servers.values():
             await server.close()
         await cancel_and_wait(self._tasks)
+        if self.peer_probe is not None:
+            self.peer_probe.close()
         if self.migration_sealer is not None:
             await self.migration_sealer.stop()
         if self.classic is not None:

@@ -40,6 +40,9 @@ class Key:
     # Kafka's built-in default named after the broker config that carries it
     # (log.retention.hours=168), shown as the DEFAULT_CONFIG synonym.
     broker_default: tuple[str, str] | None = None
+    # Not one of Kafka 4.4's topic configs (accepted for a reason its description gives):
+    # DescribeConfigs lists it only on a topic that sets it, as Kafka lists only its own.
+    extra: bool = False
 
 
 def _key(name: str, type_: int, default: str, doc: str, **kw: object) -> Key:
@@ -221,6 +224,28 @@ KEYS: dict[str, Key] = {
             broker_default=("log.cleaner.max.compaction.lag.ms", str(LONG_MAX)),
         ),
         _key(
+            # Kafka 4.x (share groups' dead-letter queue): accepted and stored.
+            "errors.deadletterqueue.group.enable",
+            BOOLEAN,
+            "false",
+            "Whether share groups may use this topic as a dead-letter queue. Not acted on: "
+            "Sluice has no share groups yet.",
+            applies=False,
+        ),
+        _key(
+            # Kafka 4.x: the bound on a batch's size once decompressed.
+            "max.decompressed.message.bytes",
+            INT,
+            "2147483639",
+            "Largest size a record batch may have once decompressed. Not enforced yet: "
+            "Sluice bounds what it decompresses by max.message.bytes times the codec's "
+            "ratio limit.",
+            applies=False,
+            minimum=0,
+            synonyms=(("max.decompressed.message.bytes", 1),),
+            broker_default=("max.decompressed.message.bytes", "2147483639"),
+        ),
+        _key(
             "max.message.bytes",
             INT,
             "1048588",
@@ -260,6 +285,7 @@ KEYS: dict[str, Key] = {
             minimum=0,
             synonyms=(("log.message.timestamp.difference.max.ms", 1),),
             broker_default=("log.message.timestamp.difference.max.ms", str(LONG_MAX)),
+            extra=True,
         ),
         _key(
             "message.timestamp.type",
@@ -321,24 +347,31 @@ KEYS: dict[str, Key] = {
             # remote.copy.lag.*: the newest 4.x tiered-storage keys (copy delay after roll).
             "remote.copy.lag.bytes",
             LONG,
-            "0",
+            "-1",
             _inert(
-                "Bytes a segment waits before it is copied to tiered storage.",
+                "Bytes a segment waits before it is copied to tiered storage (-1: the "
+                "broker's log.remote.copy.lag.bytes). Not acted on: Sluice copies a classic "
+                "topic's segments once they are rolled.",
                 "there is no tiered storage.",
             ),
             applies=False,
             minimum=-1,
+            synonyms=(("log.remote.copy.lag.bytes", 1),),
+            broker_default=("log.remote.copy.lag.bytes", "-1"),
         ),
         _key(
             "remote.copy.lag.ms",
             LONG,
             "0",
             _inert(
-                "Time a segment waits before it is copied to tiered storage.",
+                "Time a segment waits before it is copied to tiered storage. Not acted on: "
+                "Sluice copies a classic topic's segments once they are rolled.",
                 "there is no tiered storage.",
             ),
             applies=False,
             minimum=-1,
+            synonyms=(("log.remote.copy.lag.ms", 1),),
+            broker_default=("log.remote.copy.lag.ms", "0"),
         ),
         _key(
             "remote.log.copy.disable",
@@ -369,6 +402,8 @@ KEYS: dict[str, Key] = {
             ),
             applies=False,
             choices=("retain", "delete"),
+            # Seed 004 (KIP-950) names it; Kafka 4.4 shipped remote.log.delete.on.disable.
+            extra=True,
         ),
         _key(
             "remote.storage.enable",

@@ -1,19 +1,22 @@
 """Leader and ISR of diskless partitions, from which brokers are alive (classic partitions:
 ``controller.classic_election``; ``desired_for`` picks the rule of a partition's topic).
 
-A diskless partition has no local data to fall behind on, so its ISR is simply its alive
-(registered, unfenced) replicas, in replica order, and any of them can lead:
+A diskless partition has no local data to fall behind on. Seed 000: "for diskless topics,
+all replicas are always in the ISR", and availability on a broker failure is the
+transformer's job (it routes around offline replicas at once), not the controller's:
 
-- the leader stays where it is while it is alive (a move bumps the leader epoch and makes
-  clients refresh metadata, so leadership moves only when it must, or for the rule below);
-- a leader that is no longer alive is replaced by the first alive replica in replica order
-  (the preferred replica first), as Kafka elects from the ISR;
-- no alive replica: leader -1 and an empty ISR (the transformer still routes clients to alive
-  brokers; the metadata just says so honestly);
-- a broker that comes back (``returning``) rejoins every ISR at once and takes back the
-  leadership of the partitions whose preferred (first) replica it is. Without that, each
-  broker restart would pile leadership onto the survivors for good, since placement is static
-  and nothing else rebalances leaders.
+- the ISR is the replica set, always: losing a broker shrinks no ISR (``kafka-topics
+  --describe`` may show an offline broker in it, which the seed accepts; the
+  under-replicated count, ``controller.metrics``, says which replicas are offline);
+- the leader stays where it is when its broker is lost: no leader epoch bump, no
+  metadata change for clients to chase; the transformer sends clients to an alive broker
+  meanwhile. The only exception is a topic migrating to classic (SEALING), whose leaders
+  must act (seal the diskless log): there a lost leader is replaced by the first alive
+  replica, as Kafka's election from the ISR would;
+- a partition without a leader (its replicas were all fenced when it was created, or a
+  reassignment removed its leader) gets the first alive replica in replica order;
+- a broker that comes back (``returning``) takes back the leadership of the partitions
+  whose preferred (first) replica it is, if another broker leads them.
 
 A reassignment (see ``controller.logic``) completes as soon as every added replica is alive:
 there is no data to copy, so "caught up" means "up".
@@ -25,7 +28,14 @@ from collections.abc import Iterable, Mapping, Set
 from uuid import UUID
 
 from .classic_election import classic_desired_state
-from .image import TO_DISKLESS, MetadataImage, PartitionState, TopicImage
+from .image import (
+    MIGRATION_SEALING,
+    TO_CLASSIC,
+    TO_DISKLESS,
+    MetadataImage,
+    PartitionState,
+    TopicImage,
+)
 from .records import NO_LEADER, PartitionChange
 
 UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
@@ -38,32 +48,53 @@ def unclean_allowed(configs: Mapping[str, str | None]) -> bool:
 
 
 def desired_state(
-    p: PartitionState, alive: Set[int], returning: Set[int] = frozenset()
+    p: PartitionState,
+    alive: Set[int],
+    returning: Set[int] = frozenset(),
+    move_dead_leader: bool = False,
+    departed: Set[int] = frozenset(),
 ) -> PartitionState:
     """The state ``p`` should have with brokers ``alive``. Epochs are left as they are (the
-    image bumps them when the change is applied)."""
+    image bumps them when the change is applied). ``move_dead_leader``: replace a leader
+    that is not alive (a migration's leaders must act); ``departed``: brokers being
+    unregistered, which never come back, so they lose their leaderships."""
     replicas, adding, removing = p.replicas, p.adding_replicas, p.removing_replicas
     if (adding or removing) and all(r in alive for r in adding):
         replicas = p.target_replicas
         adding = removing = ()
-    isr = tuple(r for r in replicas if r in alive)
-    leader = p.leader if p.leader in isr else (isr[0] if isr else NO_LEADER)
+    alive_replicas = [r for r in replicas if r in alive]
+    leader = p.leader if p.leader in replicas else NO_LEADER
+    if leader in departed:
+        leader = alive_replicas[0] if alive_replicas else NO_LEADER
+    elif alive_replicas and (leader == NO_LEADER or (move_dead_leader and leader not in alive)):
+        leader = alive_replicas[0]
     preferred = replicas[0]
-    if preferred in returning and preferred in isr:
+    if preferred in returning and preferred in alive:
         leader = preferred
     return PartitionState(
-        replicas, isr, leader, p.leader_epoch, p.partition_epoch, adding, removing
+        replicas, replicas, leader, p.leader_epoch, p.partition_epoch, adding, removing
     )
 
 
 def desired_for(
-    topic: TopicImage, p: PartitionState, alive: Set[int], returning: Set[int] = frozenset()
+    topic: TopicImage,
+    p: PartitionState,
+    alive: Set[int],
+    returning: Set[int] = frozenset(),
+    departed: Set[int] = frozenset(),
 ) -> PartitionState:
     """The state ``p`` of ``topic`` should have: diskless and classic partitions differ in
     who may be in the ISR."""
     if topic.diskless and not stages_classic(topic, p):
-        return desired_state(p, alive, returning)
+        return desired_state(p, alive, returning, leaders_must_act(topic), departed)
     return classic_desired_state(p, alive, unclean_allowed(topic.configs))
+
+
+def leaders_must_act(topic: TopicImage) -> bool:
+    """A diskless topic migrating to classic: its partitions' leaders seal the diskless
+    logs, so a lost leader is replaced (``desired_state``'s one exception)."""
+    m = topic.migration
+    return m is not None and m.direction == TO_CLASSIC and m.state == MIGRATION_SEALING
 
 
 def stages_classic(topic: TopicImage, p: PartitionState) -> bool:
@@ -100,14 +131,17 @@ def change_to(
 
 
 def reelect(
-    image: MetadataImage, alive: Set[int], returning: Set[int] = frozenset()
+    image: MetadataImage,
+    alive: Set[int],
+    returning: Set[int] = frozenset(),
+    departed: Set[int] = frozenset(),
 ) -> list[PartitionChange]:
     """PartitionChange records bringing every partition of ``image`` in line with ``alive``
     (the brokers that will be alive once the caller's other records apply)."""
     out: list[PartitionChange] = []
     for topic, index, state in image.iter_partitions():
         change = change_to(
-            topic.topic_id, index, state, desired_for(topic, state, alive, returning)
+            topic.topic_id, index, state, desired_for(topic, state, alive, returning, departed)
         )
         if change is not None:
             out.append(change)

@@ -90,7 +90,8 @@ class EmbeddedController:
         node = self._node_id
         records: list[Record] = []
         for t in topics:
-            records.append(Topic(t.name, t.topic_id))
+            # Created by a binary that faked RF=1: legacy (seed 000), expandable.
+            records.append(Topic(t.name, t.topic_id, 1, legacy=True))
             records.extend(TopicConfig(t.topic_id, k, v) for k, v in t.configs.items())
             records.extend(
                 Partition(t.topic_id, p, (node,), (node,), node) for p in range(t.partitions)

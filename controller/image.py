@@ -106,6 +106,10 @@ class TopicImage:
     tiering: TieringState | None = None
     # Migration between classic and diskless (see the block at the end): None until one.
     migration: MigrationState | None = None
+    # Recorded at creation (records.Topic; None until known for a topic from an older log,
+    # see _partition): the RF assigned then, and whether the old RF=1 rule created it.
+    replication_factor: int | None = None
+    legacy: bool | None = None
 
     @property
     def diskless(self) -> bool:
@@ -121,6 +125,8 @@ class TopicImage:
             dict(self.partitions),
             self.tiering,
             self.migration,
+            self.replication_factor,
+            self.legacy,
         )
 
 
@@ -294,7 +300,9 @@ class MetadataImage:
             raise ImageError(f"Topic: name {r.name!r} already exists")
         if r.topic_id in self.topics:
             raise ImageError(f"Topic: id {r.topic_id} already exists")
-        self.topics[r.topic_id] = TopicImage(r.name, r.topic_id)
+        self.topics[r.topic_id] = TopicImage(
+            r.name, r.topic_id, replication_factor=r.replication_factor, legacy=r.legacy
+        )
         self._names[r.name] = r.topic_id
 
     def _existing_topic(self, topic_id: UUID, what: str) -> TopicImage:
@@ -325,6 +333,18 @@ class MetadataImage:
         )
         _check_partition(f"Partition {topic.name}-{r.partition}", state)
         topic.partitions[r.partition] = state
+        if topic.replication_factor is None or topic.legacy is None:
+            self._infer_creation(topic, state)
+
+    def _infer_creation(self, topic: TopicImage, first: PartitionState) -> None:
+        """A Topic record from before its creation fields (records.Topic): they come from
+        its first partition, as the log has it right after the creation. Deterministic in
+        the log, so every node infers alike; snapshots then carry the values."""
+        rf = len(first.original_replicas)
+        if topic.replication_factor is None:
+            topic.replication_factor = rf
+        if topic.legacy is None:
+            topic.legacy = topic.diskless and rf == 1 and len(self.racks()) > 1
 
     def _partition_change(self, r: PartitionChange) -> None:
         topic = self._existing_topic(r.topic_id, "PartitionChange")
@@ -400,7 +420,7 @@ class MetadataImage:
                 )
             )
         for topic in sorted(self.topics.values(), key=lambda t: t.name):
-            out.append(Topic(topic.name, topic.topic_id))
+            out.append(Topic(topic.name, topic.topic_id, topic.replication_factor, topic.legacy))
             out.extend(
                 TopicConfig(topic.topic_id, key, value)
                 for key, value in sorted(topic.configs.items())

@@ -235,8 +235,10 @@ class ControllerLogic(
                 ),
             )
         self._last_heartbeat.pop(node_id, None)
-        records: list[Record] = []
-        if not broker.fenced:
-            records += reelect(image, alive_after(image, fenced=[node_id]))
+        # Also when fenced: a diskless leader stays on a lost broker, but not on one that is
+        # gone for good.
+        records: list[Record] = [
+            *reelect(image, alive_after(image, fenced=[node_id]), departed={node_id})
+        ]
         records.append(UnregisterBroker(node_id, broker.broker_epoch))
         return Outcome(records, ErrorResult(OK))

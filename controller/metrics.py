@@ -1,50 +1,56 @@
-"""Controller metrics (effective RF, rack awareness, under-replication), derived from
-the metadata image (pure functions; the process exports them, e.g. to Prometheus as
-``sluice_controller_diskless_effective_rf{topic}``).
+"""Controller metrics derived from the metadata image (pure functions; the controller
+process exports them to Prometheus, ``controller.service``).
 
-- effective RF of a topic: the replica count of its partition 0 outside a reassignment (as
-  ``kafka-topics --describe`` shows it). Partitions added after the rack count changed may
-  have another RF; ``rack_aware`` tells about each partition.
-- rack-aware: a partition's replicas span min(RF, racks) distinct racks, racks counted over
-  the registered brokers now. A replica on an unregistered broker has no known rack.
-- RF=1 topics: legacy diskless topics not yet expanded (``placement.needs_expansion``): a
-  single-replica partition while there are several racks. In a one-rack cluster RF=1 is the
-  managed value, not a legacy one, and is not counted.
-- under-replicated: a partition with a replica not alive (fenced or unregistered), i.e. the
-  ISR is smaller than the replicas. Informational for diskless topics.
-- offline: no leader (no replica alive).
+Seed 000's metrics, diskless topics only, with the seed's meanings:
+
+- ``effective_rf`` (``kafka_controller_diskless_effective_rf{topic}``): the RF assigned at
+  the topic's creation (``records.Topic.replication_factor``). Placement is static, so it
+  does not follow the racks registered since, nor a reassignment of some partitions.
+- ``rack_aware`` (``kafka_controller_diskless_rack_aware{topic,partition}``): 1 iff the
+  partition has one replica per rack, i.e. no two replicas share a rack (a replica on an
+  unregistered broker has no known rack: 0). Racks added after creation do not make a
+  partition with one replica in each of its racks "not rack-aware".
+- ``rf1_topics`` (``kafka_controller_diskless_rf1_topics_total``): legacy topics (created
+  under the old binary's RF=1 rule, recorded at creation) not modernized yet
+  (``placement.needs_expansion``: a single-replica partition while there are several racks).
+
+Kafka's (``kafka_controller_kafkacontroller_offlinepartitionscount`` and the cluster-wide
+under-replicated count; each broker reports its own led partitions, ``broker.server``):
+
+- under-replicated: classic, the ISR is smaller than the replica set (its target during a
+  reassignment), as Kafka's ``Partition.isUnderReplicated``, also with every broker alive
+  (a lagging follower left the ISR); diskless, a replica is offline (fenced or
+  unregistered): informational, as the seed says (the ISR stays the replica set and the
+  transformer routes around it).
+- offline: classic, no alive leader; diskless, no broker alive at all (the transformer
+  serves a diskless partition from any alive broker).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .image import MetadataImage, PartitionState
-from .placement import managed_replication_factor, needs_expansion
+from .image import MetadataImage, PartitionState, TopicImage
+from .placement import needs_expansion
 from .records import NO_LEADER
-
-
-def _rf(p: PartitionState) -> int:
-    return len(p.original_replicas)
 
 
 def effective_rf(image: MetadataImage) -> dict[str, int]:
     return {
-        t.name: _rf(t.partitions[min(t.partitions)]) for t in image.topics.values() if t.partitions
+        t.name: t.replication_factor
+        for t in image.topics.values()
+        if t.diskless and t.replication_factor is not None
     }
 
 
 def rack_aware(image: MetadataImage) -> dict[tuple[str, int], bool]:
-    racks = managed_replication_factor(image)
     out = {}
     for topic, index, p in image.iter_partitions():
+        if not topic.diskless:
+            continue
         replicas = p.original_replicas
-        spanned = {image.brokers[r].rack for r in replicas if r in image.brokers}
-        # Replicas on unregistered brokers span no known rack; two in one rack count once.
-        known = sum(1 for r in replicas if r in image.brokers)
-        out[(topic.name, index)] = known == len(replicas) and len(spanned) == min(
-            len(replicas), racks
-        )
+        racks = [image.brokers[r].rack for r in replicas if r in image.brokers]
+        out[(topic.name, index)] = len(racks) == len(replicas) == len(set(racks))
     return out
 
 
@@ -52,12 +58,35 @@ def rf1_topics(image: MetadataImage) -> list[str]:
     return sorted(t.name for t in image.topics.values() if needs_expansion(image, t.topic_id))
 
 
+def is_under_replicated(image: MetadataImage, topic: TopicImage, p: PartitionState) -> bool:
+    if topic.diskless:
+        return bool(image.offline_replicas(p))
+    return len(p.isr) < len(p.target_replicas)
+
+
+def under_replicated_led_by(image: MetadataImage, node_id: int) -> int:
+    """The under-replicated partitions broker ``node_id`` leads (what it reports)."""
+    return sum(
+        1
+        for t, _i, p in image.iter_partitions()
+        if p.leader == node_id and is_under_replicated(image, t, p)
+    )
+
+
 def under_replicated(image: MetadataImage) -> list[tuple[str, int]]:
-    return [(t.name, i) for t, i, p in image.iter_partitions() if image.offline_replicas(p)]
+    return [(t.name, i) for t, i, p in image.iter_partitions() if is_under_replicated(image, t, p)]
 
 
 def offline(image: MetadataImage) -> list[tuple[str, int]]:
-    return [(t.name, i) for t, i, p in image.iter_partitions() if p.leader == NO_LEADER]
+    """Partitions nobody serves: a classic one without an alive leader; a diskless one
+    only when no broker is alive (the transformer sends its clients to any alive broker,
+    also while its recorded leader is down)."""
+    alive = image.alive_brokers()
+    return [
+        (t.name, i)
+        for t, i, p in image.iter_partitions()
+        if (not alive if t.diskless else p.leader == NO_LEADER or p.leader not in alive)
+    ]
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,23 @@ Choices:
   partition, then lowest node id (deterministic). Load counts every partition in the image,
   so successive topics fill the brokers evenly. The sharing tie-break varies the replica
   sets ((1,3,5), (2,4,6), (1,4,5), ... rather than only two sets in a 2+2+2 cluster), so the
-  partitions of a failed leader fail over to several brokers, not all to one.
+  load of a broker that goes away spreads over several brokers, not all to one.
 - The leader (first replica) of each new partition is chosen first, over all brokers: the one
   with the fewest preferred leaderships (then fewest replicas, then lowest id); the other racks
   then get their least-loaded broker. The others follow ordered by how often each is
   already the second replica behind this leader (then rack order after the leader's rack):
-  the second replica leads while the first is down, so a failed broker's leaderships go to
-  several brokers. Load counts
-  *preferred* leaders (first replicas), which placement controls, not current leaders, which
-  move transiently while brokers are down.
+  the second replica leads when the first must be replaced (its broker unregistered, a
+  migration's lost leader, a classic partition's dead leader), so those leaderships go to
+  several brokers. Load counts *preferred* leaders (first replicas), which placement
+  controls, not current leaders, which move transiently.
 - Placement is static after creation: nothing here runs on broker failure (seed: "no
-  auto-reassignment"). Adding partitions places the new ones with the racks as they are now,
-  so their RF follows the current rack count.
+  auto-reassignment"), and a topic's RF does not follow the racks registered later. New
+  partitions of an existing topic keep its RF (its partition 0's, as Kafka's
+  CreatePartitions does), one replica per rack over that many racks: with more racks than
+  the RF, the racks whose least-loaded broker is least loaded; with fewer (racks went
+  away), every rack once and the rest on the least-loaded brokers left.
+- Legacy topics (created under the old binary's RF=1 rule, recorded at creation:
+  ``records.Topic.legacy``) are the only ones the background expansion touches.
 """
 
 from __future__ import annotations
@@ -136,10 +141,11 @@ def order_after(racks: Sequence[Rack], first: Rack) -> list[Rack]:
 
 
 def place_partitions(
-    brokers: Mapping[int, BrokerRegistration], load: Load, count: int
+    brokers: Mapping[int, BrokerRegistration], load: Load, count: int, rf: int | None = None
 ) -> list[tuple[int, ...]]:
     """Replica lists (preferred leader first) for ``count`` new partitions, one replica per
-    rack. ``load`` is updated with the new replicas, so a caller placing several topics in one
+    rack; ``rf``: that many replicas (an existing topic's RF) instead of one per rack now.
+    ``load`` is updated with the new replicas, so a caller placing several topics in one
     request passes the same Load to each call."""
     groups = racks_of(brokers.values())
     if not groups:
@@ -147,6 +153,12 @@ def place_partitions(
     if all(b.fenced for b in brokers.values()):
         raise PlacementError("no broker is unfenced")
     racks = list(groups)
+    rf = len(racks) if rf is None else rf
+    if not 0 < rf <= len(brokers):
+        raise PlacementError(
+            f"the topic's replication factor {rf} cannot be reached with "
+            f"{len(brokers)} registered broker(s)"
+        )
     out: list[tuple[int, ...]] = []
     for _ in range(count):
         # The leader first, over all brokers: choosing replicas first (fewest replicas) and
@@ -156,11 +168,32 @@ def place_partitions(
             key=lambda b: (b.fenced, load.leaders[b.node_id], load.replicas[b.node_id], b.node_id),
         )
         chosen: dict[Rack, BrokerRegistration] = {leader.rack: leader}
-        for rack in racks:
-            if rack not in chosen:
-                picked = [b.node_id for b in chosen.values()]
-                chosen[rack] = least_loaded(groups[rack], load, picked)
-        followers = [chosen[rack].node_id for rack in order_after(racks, leader.rack)[1:]]
+        other_racks = order_after(racks, leader.rack)[1:]
+        if rf < len(racks):
+            # Racks registered since the topic was created: its RF stays, so only rf - 1
+            # of the other racks get a replica, those with the least-loaded candidates.
+            candidate = {r: least_loaded(groups[r], load, [leader.node_id]) for r in other_racks}
+            kept = set(
+                sorted(
+                    other_racks,
+                    key=lambda r: (
+                        candidate[r].fenced,
+                        load.replicas[candidate[r].node_id],
+                        load.leaders[candidate[r].node_id],
+                        candidate[r].node_id,
+                    ),
+                )[: rf - 1]
+            )
+            other_racks = [rack for rack in other_racks if rack in kept]
+        for rack in other_racks:
+            picked = [b.node_id for b in chosen.values()]
+            chosen[rack] = least_loaded(groups[rack], load, picked)
+        followers = [chosen[rack].node_id for rack in other_racks]
+        while len(followers) + 1 < rf:
+            # Fewer racks than the topic's RF (racks went away): the least-loaded others.
+            taken = {leader.node_id, *followers}
+            spare = [b for b in brokers.values() if b.node_id not in taken]
+            followers.append(least_loaded(spare, load, [leader.node_id, *followers]).node_id)
         # A stable sort: rack order among equals.
         followers.sort(key=lambda node_id: load.failover[(leader.node_id, node_id)])
         replicas = (leader.node_id, *followers)
@@ -170,10 +203,16 @@ def place_partitions(
 
 
 def needs_expansion(image: MetadataImage, topic_id: UUID) -> bool:
-    """A legacy diskless topic: a partition with a single replica while there are several
-    racks (created by a binary that faked RF=1)."""
+    """A legacy diskless topic (created under the old binary's RF=1 rule, as recorded at
+    its creation) with a single-replica partition while there are several racks. A topic
+    created with RF=1 in a one-rack cluster is not legacy: placement is static."""
     topic = image.topics.get(topic_id)
-    if topic is None or not topic.diskless or managed_replication_factor(image) <= 1:
+    if (
+        topic is None
+        or not topic.diskless
+        or not topic.legacy
+        or managed_replication_factor(image) <= 1
+    ):
         return False
     return any(len(p.replicas) == 1 for p in topic.partitions.values())
 

@@ -94,10 +94,26 @@ class BrokerEpochCounter:
 
 @dataclass(frozen=True, slots=True)
 class Topic:
+    """A new topic. Seed 000's placement is static, so what it was created with is
+    recorded here, never recomputed from the racks registered later:
+
+    - ``replication_factor``: the RF assigned at creation (diskless: the rack count then);
+    - ``legacy``: a diskless topic created under the old binary's RF=1 rule (faked
+      metadata; Sluice's import of a pre-controller catalog), which the controller may
+      expand (``controller.legacy.rf.expansion.enable``). A topic created with RF=1
+      because the cluster had one rack is not legacy when a second rack registers.
+
+    Both None: a record written before these fields (an older log or snapshot). The image
+    then takes them from the topic's first partition as it is applied (``controller.image``):
+    its replica count, and legacy iff a diskless single replica while several racks were
+    registered, which the managed rule never creates. Older readers ignore the fields."""
+
     TYPE: ClassVar[str] = "Topic"
     VERSION: ClassVar[int] = 1
     name: str
     topic_id: UUID
+    replication_factor: int | None = None
+    legacy: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,35 @@ class HeartbeatResult:
     error_message: str | None = None
     is_fenced: bool = True
     should_shut_down: bool = False
+    # KIP-950's DisableRemoteTopic for the partitions this broker leads, sent with every
+    # answer until the broker acknowledges it (controller.tiering).
+    disable_remote: tuple[DisableRemoteTopic, ...] = ()
+
+
+@dataclass(frozen=True)
+class DisableRemoteTopic:
+    """KIP-950's controller-to-broker request, for one partition: its leader at
+    ``leader_epoch`` stops tiering it (``policy`` retain) or deletes its tiered data
+    (delete), then acknowledges (``DisableRemoteAck``)."""
+
+    topic_id: UUID
+    partition: int
+    leader_epoch: int
+    generation: int
+    policy: str
+
+
+@dataclass(frozen=True)
+class DisableRemoteAck:
+    """A leader's answer to ``DisableRemoteTopic``, carried by its next heartbeat; the
+    controller records the partition done only from its current leader at its current
+    leader epoch, with no error."""
+
+    topic_id: UUID
+    partition: int
+    leader_epoch: int
+    generation: int
+    error_code: ErrorCode = ErrorCode.none
 
 
 @dataclass(frozen=True)

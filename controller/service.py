@@ -41,6 +41,8 @@ from controller.records import encode_batch
 from controller.requests import (
     AlterTopicConfigs,
     BrokerRegistrationRequest,
+    DisableRemoteAck,
+    HeartbeatResult,
     IsrChange,
     LeaderElection,
     NewPartitions,
@@ -226,7 +228,6 @@ class ControllerService:
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
             web.post("/v1/partitions/isr", self._alter_partition),
-            web.post("/v1/tiering/disabled", self._tiering_disabled),
             web.post("/v1/migrations/sealed", self._partition_sealed),
             web.post("/v1/scram", self._alter_scram),
         ]
@@ -459,17 +460,22 @@ class ControllerService:
         )
 
     async def _heartbeat(self, request: web.Request) -> web.Response:
-        return await self._answer(
-            request,
-            lambda b: self.logic.broker_heartbeat(
-                self.state.image,
-                int(b["node_id"]),
+        def beat(b: dict[str, Any]) -> Outcome[HeartbeatResult]:
+            image, node_id = self.state.image, int(b["node_id"])
+            outcome = self.logic.broker_heartbeat(
+                image,
+                node_id,
                 int(b["broker_epoch"]),
                 _now_ms(),
                 want_fence=bool(b.get("want_fence", False)),
                 want_shutdown=bool(b.get("want_shutdown", False)),
-            ),
-        )
+            )
+            # KIP-950: the broker's answers to DisableRemoteTopic, and the requests it has
+            # still to act on (controller.tiering).
+            acks = [from_json(DisableRemoteAck, a) for a in b.get("disabled_remote", ())]
+            return self.logic.with_disables(image, node_id, outcome, acks)
+
+        return await self._answer(request, beat)
 
     async def _unregister(self, request: web.Request) -> web.Response:
         return await self._answer(
@@ -544,15 +550,6 @@ class ControllerService:
             ),
         )
 
-    async def _tiering_disabled(self, request: web.Request) -> web.Response:
-        # KIP-950: a partition's leader finished disabling tiered storage on it.
-        return await self._answer(
-            request,
-            lambda b: self.logic.complete_tiering_disable(
-                self.state.image, UUID(b["topic_id"]), int(b["partition"]), int(b["generation"])
-            ),
-        )
-
     async def _partition_sealed(self, request: web.Request) -> web.Response:
         # A classic partition's leader sealed its log for a migration (controller.migration).
         return await self._answer(
@@ -623,28 +620,36 @@ class ControllerService:
         self._g_active = Gauge(
             "sluice_controller_active", "1 on the active controller, else 0", registry=r
         )
+        # Seed 000's metrics under their Prometheus spelling, diskless topics only.
         self._g_rf = Gauge(
-            "sluice_controller_diskless_effective_rf",
-            "Replication factor of a diskless topic",
+            "kafka_controller_diskless_effective_rf",
+            "Replication factor a diskless topic was assigned at creation (seed 000)",
             ["topic"],
             registry=r,
         )
         self._g_rack_aware = Gauge(
-            "sluice_controller_partition_rack_aware",
-            "1 if a partition's replicas span min(RF, racks) racks",
+            "kafka_controller_diskless_rack_aware",
+            "1 if a diskless partition has one replica per rack (no two in one rack), else 0",
             ["topic", "partition"],
             registry=r,
         )
         self._g_rf1 = Gauge(
-            "sluice_controller_diskless_rf1_topics", "Legacy RF=1 diskless topics", registry=r
+            "kafka_controller_diskless_rf1_topics_total",
+            "Legacy RF=1 diskless topics (created under the old rule) not modernized yet",
+            registry=r,
         )
         self._g_urp = Gauge(
             "sluice_controller_under_replicated_partitions",
-            "Partitions with a replica offline (informational for diskless)",
+            "Partitions under-replicated, cluster-wide: classic, ISR smaller than the replica "
+            "set; diskless, a replica offline (informational). Brokers report their own led "
+            "partitions as kafka_server_replicamanager_underreplicatedpartitions",
             registry=r,
         )
         self._g_offline = Gauge(
-            "sluice_controller_offline_partitions", "Partitions without a leader", registry=r
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions nobody serves (classic: no alive leader; diskless: no alive broker); "
+            "reported by the active controller, 0 on the others",
+            registry=r,
         )
         self._g_migration = Gauge(
             "sluice_controller_topic_migration_state",
@@ -680,7 +685,7 @@ class ControllerService:
             self._g_rack_aware.labels(topic, str(partition)).set(1 if aware else 0)
         self._g_rf1.set(m.rf1_topics_total)
         self._g_urp.set(m.under_replicated_partitions)
-        self._g_offline.set(m.offline_partitions)
+        self._g_offline.set(m.offline_partitions if self.node.is_leader else 0)
         mm = migration_metrics(self.state.image)
         for gauge in (self._g_migration, self._g_boundary, self._g_old_bytes):
             gauge.clear()

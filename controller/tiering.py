@@ -14,15 +14,22 @@ Kafka 3.9's ``remote.log.copy.disable=true`` (tiering on, copying off, remote da
 readable) is a plain config: no state change. Re-enabling is refused while DISABLING (the
 remote data would be both deleted and copied to), as KIP-950 says.
 
-The state lives in the metadata log, so a new active controller knows every DISABLING
-topic and the partitions not done (``tiering_pending``) and asks their leaders again, as
-Kafka's controller does for topic deletion. Brokers do not act on it yet.
+The controller drives the disablement, as KIP-950 chose (its rejected alternative #1 is a
+broker reporting completion on its own): it sends DisableRemoteTopic (partition, leader
+epoch, generation, policy) to each DISABLING partition's leader in every heartbeat answer
+(KRaft's controller-to-broker channel) until that leader acknowledges it in a heartbeat
+(``tiering_heartbeat``); only an acknowledgement from the partition's current leader at its
+current leader epoch, for the current generation, records the partition done. What to send
+is rebuilt from the image on every heartbeat (``tiering_pending``), so a new active
+controller (after a failover) or a new leader (after the old one died mid-way) is sent the
+request again from the metadata log, as Kafka's controller does for topic deletion.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -36,7 +43,9 @@ from .image import (
     TopicImage,
 )
 from .records import Record, TieringPartitionDisabled, TopicTiering
-from .requests import ErrorResult, Outcome
+from .requests import DisableRemoteAck, DisableRemoteTopic, HeartbeatResult, Outcome
+
+log = logging.getLogger(__name__)
 
 REMOTE_STORAGE_ENABLE = "remote.storage.enable"
 DISABLE_POLICY = "remote.log.disable.policy"
@@ -161,47 +170,119 @@ def tiering_records(topic: TopicImage, changes: Mapping[str, str | None]) -> lis
 @dataclass(frozen=True, slots=True)
 class PendingDisable:
     """A partition whose leader has yet to finish a disablement: what the active controller
-    sends (and resends after a failover or a leader change) until it reports done."""
+    sends (and resends after a failover or a leader change) until it is acknowledged."""
 
     topic_id: UUID
     partition: int
     leader: int
     generation: int
     policy: str
+    leader_epoch: int = -1
 
 
 class TieringAdmin:
     """The controller's tiering methods (a mixin of ControllerLogic)."""
 
-    def complete_tiering_disable(
-        self, image: MetadataImage, topic_id: UUID, partition: int, generation: int
-    ) -> Outcome[ErrorResult]:
-        """A leader reports ``partition`` done disabling ``generation``. The last partition
-        done also moves the topic to DISABLED, in the same entry. Repeats are answered
-        OK without records (a broker retries until it hears back)."""
-        topic = image.topic_by_id(topic_id)
-        if topic is None or partition not in topic.partitions:
-            return Outcome([], ErrorResult(ErrorCode.unknown_topic_or_partition))
+    def with_disables(
+        self,
+        image: MetadataImage,
+        node_id: int,
+        heartbeat: Outcome[HeartbeatResult],
+        acks: Sequence[DisableRemoteAck],
+    ) -> Outcome[HeartbeatResult]:
+        """A broker heartbeat's outcome (``broker_heartbeat``) with KIP-950's exchange added:
+        the records its acknowledgements make and the requests its answer carries. Nothing
+        for a refused heartbeat (unknown broker or stale broker epoch)."""
+        if heartbeat.response.error_code != ErrorCode.none:
+            return heartbeat
+        tiering = self.tiering_heartbeat(image, node_id, acks)
+        return Outcome(
+            [*heartbeat.records, *tiering.records],
+            replace(heartbeat.response, disable_remote=tiering.response),
+        )
+
+    def tiering_heartbeat(
+        self, image: MetadataImage, node_id: int, acks: Sequence[DisableRemoteAck]
+    ) -> Outcome[tuple[DisableRemoteTopic, ...]]:
+        """A heartbeat of broker ``node_id`` (registered, at its broker epoch): the
+        partitions its acknowledgements complete (a topic whose last partition is done
+        becomes DISABLED in the same entry), and the DisableRemoteTopic requests for the
+        partitions it leads that are still to do."""
+        records: list[Record] = []
+        done: dict[UUID, set[int]] = {}
+        for ack in acks:
+            problem = self.disable_ack_problem(image, node_id, ack)
+            if problem is None and ack.partition not in done.get(ack.topic_id, set()):
+                done.setdefault(ack.topic_id, set()).add(ack.partition)
+                records.append(
+                    TieringPartitionDisabled(ack.topic_id, ack.partition, ack.generation)
+                )
+            elif problem:
+                log.info(
+                    "DisableRemoteTopic answer of broker %d for %s-%d ignored: %s",
+                    node_id,
+                    ack.topic_id,
+                    ack.partition,
+                    problem,
+                )
+        for topic_id, partitions in done.items():
+            topic = image.topic_by_id(topic_id)
+            assert topic is not None and topic.tiering is not None
+            t = topic.tiering
+            if set(topic.partitions) <= t.done | partitions:
+                records.append(TopicTiering(topic_id, TIERING_DISABLED, t.generation, t.policy))
+        requests = tuple(
+            DisableRemoteTopic(d.topic_id, d.partition, d.leader_epoch, d.generation, d.policy)
+            for d in self.tiering_pending(image)
+            if d.leader == node_id and d.partition not in done.get(d.topic_id, set())
+        )
+        return Outcome(records, requests)
+
+    def disable_ack_problem(
+        self, image: MetadataImage, node_id: int, ack: DisableRemoteAck
+    ) -> str | None:
+        """Why ``ack`` does not complete its partition ("" for a repeat of one that did,
+        which needs no record); None when it does."""
+        topic = image.topic_by_id(ack.topic_id)
+        p = None if topic is None else topic.partitions.get(ack.partition)
+        if topic is None or p is None:
+            return "unknown topic or partition"
         t = topic.tiering
-        if t is None or t.generation != generation:
-            return Outcome(
-                [], ErrorResult(ErrorCode.invalid_request, "not disabling that generation")
-            )
-        if t.state == TIERING_DISABLED or (t.state == TIERING_DISABLING and partition in t.done):
-            return Outcome([], ErrorResult(ErrorCode.none))
+        if t is None or t.generation != ack.generation:
+            return f"not disabling generation {ack.generation}"
+        if t.state == TIERING_DISABLED or (
+            t.state == TIERING_DISABLING and ack.partition in t.done
+        ):
+            return ""
         if t.state != TIERING_DISABLING:
-            return Outcome([], ErrorResult(ErrorCode.invalid_request, "tiering is not disabling"))
-        records: list[Record] = [TieringPartitionDisabled(topic_id, partition, generation)]
-        if set(topic.partitions) <= t.done | {partition}:
-            records.append(TopicTiering(topic_id, TIERING_DISABLED, generation, t.policy))
-        return Outcome(records, ErrorResult(ErrorCode.none))
+            return "tiering is not disabling"
+        if ack.error_code != ErrorCode.none:
+            return f"the broker answered {ErrorCode(ack.error_code).name}"
+        if p.leader != node_id:
+            return f"broker {node_id} does not lead it (broker {p.leader} does)"
+        if p.leader_epoch != ack.leader_epoch:
+            return f"leader epoch {ack.leader_epoch} is not the current {p.leader_epoch}"
+        return None
 
     def tiering_pending(self, image: MetadataImage) -> list[PendingDisable]:
         """Every partition of a DISABLING topic not done yet, with its leader now: rebuilt
         from the image alone, so a new active controller resumes where the old one was."""
         out = []
-        for topic, index, p in image.iter_partitions():
+        # Asked on every heartbeat: only the DISABLING topics' partitions are looked at.
+        disabling = [
+            topic
+            for topic in image.topics.values()
+            if topic.tiering is not None and topic.tiering.state == TIERING_DISABLING
+        ]
+        for topic in sorted(disabling, key=lambda topic: topic.name):
             t = topic.tiering
-            if t is not None and t.state == TIERING_DISABLING and index not in t.done:
-                out.append(PendingDisable(topic.topic_id, index, p.leader, t.generation, t.policy))
+            assert t is not None
+            for index in sorted(topic.partitions):
+                if index not in t.done:
+                    p = topic.partitions[index]
+                    out.append(
+                        PendingDisable(
+                            topic.topic_id, index, p.leader, t.generation, t.policy, p.leader_epoch
+                        )
+                    )
         return out

@@ -10,16 +10,17 @@ INVALID_REPLICATION_FACTOR for RF other than -1/1), partitions (INVALID_PARTITIO
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from common.topic_names import topic_name_error
+
 from .classic_placement import ClassicPlacementError, manual_assignment_error, place_classic
-from .election import UNCLEAN_LEADER_ELECTION, desired_state, unclean_allowed
-from .image import DISKLESS_ENABLE, MetadataImage, PartitionState, TopicImage
+from .election import UNCLEAN_LEADER_ELECTION, change_to, desired_state, unclean_allowed
+from .image import DISKLESS_ENABLE, TO_CLASSIC, MetadataImage, PartitionState, TopicImage
 from .leader_election import unclean_leaders
 from .logic_config import ControllerConfig
 from .migration import migration_records
@@ -31,7 +32,7 @@ from .placement import (
     place_partitions,
     plan_rf_expansion,
 )
-from .records import Partition, Record, RemoveTopic, Topic, TopicConfig
+from .records import Partition, Record, RemoveTopic, Topic, TopicConfig, TopicMigration
 from .requests import (
     AlterTopicConfigs,
     CreateTopicResult,
@@ -46,22 +47,6 @@ from .tiering import config_error as tiering_config_error
 from .tiering import tiering_records
 
 OK = ErrorCode.none
-MAX_NAME_LENGTH = 249
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-
-def check_topic_name(name: str) -> str | None:
-    """Why ``name`` is not a legal topic name, or None (Kafka's rules)."""
-    if not name or name in (".", ".."):
-        return f"Topic name {name!r} is illegal"
-    if len(name) > MAX_NAME_LENGTH:
-        return f"Topic name is longer than {MAX_NAME_LENGTH} characters"
-    if not _LEGAL_NAME.match(name):
-        return (
-            f"Topic name {name!r} is illegal, it contains a character other than "
-            "ASCII alphanumerics, '.', '_' and '-'"
-        )
-    return None
 
 
 def _collision_key(name: str) -> str:
@@ -113,7 +98,7 @@ class TopicAdmin:
             if counts[t.name] > 1:
                 fail(t, ErrorCode.invalid_request, "Duplicate topic name in the request.")
                 continue
-            if (reason := check_topic_name(t.name)) is not None:
+            if (reason := topic_name_error(t.name)) is not None:
                 fail(t, ErrorCode.invalid_topic_exception, reason)
                 continue
             if image.topic(t.name) is not None:
@@ -176,7 +161,8 @@ class TopicAdmin:
                 # Recorded explicitly: a topic's kind must not follow a default that another
                 # node, or a later configuration, may see differently.
                 configs[DISKLESS_ENABLE] = "false"
-            records.append(Topic(t.name, topic_id))
+            # Static placement: the RF it gets now is recorded, and it is not legacy.
+            records.append(Topic(t.name, topic_id, len(assignment[0]), legacy=False))
             records.extend(TopicConfig(topic_id, k, v) for k, v in configs.items())
             for index, replicas in enumerate(assignment):
                 state = desired_state(PartitionState(replicas, (), -1), alive)
@@ -327,7 +313,10 @@ class TopicAdmin:
             first = len(topic.partitions)
             try:
                 if topic.diskless:
-                    assignment = place_partitions(image.brokers, load, r.count - first)
+                    # The topic's RF, not the rack count now (static placement).
+                    assignment = place_partitions(
+                        image.brokers, load, r.count - first, _topic_rf(topic)
+                    )
                 else:
                     assignment = self._classic_new_partitions(image, load, topic, r)
             except PlacementError as exc:
@@ -442,6 +431,8 @@ class TopicAdmin:
                     records.append(TopicConfig(topic.topic_id, key, value))
             records += tiering
             records += migration
+            if any(isinstance(r, TopicMigration) and r.direction == TO_CLASSIC for r in migration):
+                records += _acting_leaders(topic, image.alive_brokers())
             # None removes the override (IncrementalAlterConfigs DELETE, or a key a legacy
             # AlterConfigs leaves out): back to the default, which elects nobody.
             if UNCLEAN_LEADER_ELECTION in changes and unclean_allowed(changes):
@@ -492,6 +483,28 @@ class TopicAdmin:
         for topic in todo[:max_topics]:
             records += plan_rf_expansion(image, topic.topic_id, load)
         return records
+
+
+def _topic_rf(topic: TopicImage) -> int:
+    """An existing topic's RF, which its new partitions get: partition 0's (its target
+    replicas during a reassignment), as Kafka's CreatePartitions does; a topic without
+    partitions, the RF recorded at its creation."""
+    if 0 in topic.partitions:
+        return len(topic.partitions[0].target_replicas)
+    return topic.replication_factor or 1
+
+
+def _acting_leaders(topic: TopicImage, alive: set[int]) -> list[Record]:
+    """A migration to classic starts: each partition's leader seals its diskless log, so
+    the partitions led by a lost broker (diskless leaders stay put when a broker is lost,
+    ``controller.election``) get an alive leader now."""
+    out: list[Record] = []
+    for index in sorted(topic.partitions):
+        p = topic.partitions[index]
+        change = change_to(topic.topic_id, index, p, desired_state(p, alive, move_dead_leader=True))
+        if change is not None:
+            out.append(change)
+    return out
 
 
 class _BadOp(ValueError):

@@ -12,8 +12,8 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   what the controller retains; its records rebuild the image as of ``snapshot_index``.
 * the active controller (others answer 421 ``{"leader", "leader_url"}``):
   ``POST /v1/brokers/register`` BrokerRegistrationRequest → RegistrationResult,
-  ``POST /v1/brokers/heartbeat`` {node_id, broker_epoch, want_fence, want_shutdown} →
-  HeartbeatResult, ``POST /v1/brokers/unregister`` {node_id} → ErrorResult,
+  ``POST /v1/brokers/heartbeat`` {node_id, broker_epoch, want_fence, want_shutdown,
+  disabled_remote} → HeartbeatResult, ``POST /v1/brokers/unregister`` {node_id} → ErrorResult,
   ``POST /v1/topics/create`` {topics: [NewTopic], validate_only} → {results: [CreateTopicResult]},
   ``POST /v1/topics/delete`` {topics: [name], ids: [id]} → {results: [DeleteTopicResult]},
   ``POST /v1/topics/partitions`` {topics: [NewPartitions], validate_only} → {results},
@@ -30,8 +30,10 @@ Endpoints (all JSON; ``X-Sluice-Secret`` header when the controller has a secret
   Classic partitions (controller/alter_partition.py): ``POST /v1/partitions/isr`` {broker_id,
   broker_epoch, changes: [IsrChange]} → AlterPartitionResult (AlterPartition: a leader's ISR
   shrink or expand).
-  Tiered storage (controller/tiering.py): ``POST /v1/tiering/disabled`` {topic_id, partition,
-  generation} → ErrorResult (KIP-950: a leader finished disabling tiering on a partition).
+  Tiered storage (controller/tiering.py): the heartbeat carries KIP-950's DisableRemoteTopic
+  both ways: its body's ``disabled_remote`` [DisableRemoteAck] answers earlier requests, its
+  answer's ``disable_remote`` [DisableRemoteTopic] lists the partitions the broker leads that
+  it has yet to disable.
   Every write answer carries ``applied``: the metadata index that includes it, so a broker can
   wait until its own copy of the image has caught up before answering its client.
 """

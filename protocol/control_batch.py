@@ -96,3 +96,42 @@ def parse_marker(batch: bytes) -> tuple[int, int, bool]:
     key = batch[key_len_pos + 5 : key_len_pos + 5 + _KEY.size]
     _version, kind = _KEY.unpack(key)
     return header[9], header[10], kind == COMMIT
+
+
+def _read_varint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """(zigzag-decoded value, next position) of the varint at ``pos``; ValueError past
+    ``end`` or beyond 5 bytes (every varint of a control record is an int32)."""
+    shift = 0
+    raw = 0
+    for i in range(5):
+        if pos + i >= end:
+            raise ValueError("truncated varint")
+        byte = data[pos + i]
+        raw |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos + i + 1
+        shift += 7
+    raise ValueError("varint too long")
+
+
+def marker_coordinator_epoch(batch: bytes | memoryview) -> int:
+    """The coordinator epoch in the value of the marker batch starting at ``batch[0]``;
+    -1 when the record cannot be read as a version-0 marker (a log's bytes are trusted
+    but not assumed: a malformed marker then just carries no number)."""
+    if len(batch) < _HEADER.size:
+        return -1
+    end = min(len(batch), LOG_OVERHEAD + struct.unpack_from(">i", batch, 8)[0])
+    try:
+        _length, pos = _read_varint(batch, _HEADER.size, end)
+        pos += 1  # record attributes
+        _ts, pos = _read_varint(batch, pos, end)
+        _delta, pos = _read_varint(batch, pos, end)
+        key_len, pos = _read_varint(batch, pos, end)
+        pos += max(key_len, 0)
+        value_len, pos = _read_varint(batch, pos, end)
+        if value_len < _VALUE.size or pos + _VALUE.size > end:
+            return -1
+        _version, epoch = _VALUE.unpack_from(batch, pos)
+    except ValueError:
+        return -1
+    return int(epoch)

@@ -42,3 +42,17 @@ def to_positive(h: int) -> int:
     """Kafka's ``Utils.toPositive``: clears the sign bit (not ``abs``, which differs for
     negative values and overflows for MIN_VALUE in Java)."""
     return h & 0x7FFFFFFF
+
+
+INT_MIN = -(1 << 31)
+
+
+def java_abs(h: int) -> int:
+    """Java's ``Math.abs`` of an ``int``: ``Integer.MIN_VALUE`` overflows and stays negative."""
+    return h if h == INT_MIN else abs(h)
+
+
+def java_rem(a: int, n: int) -> int:
+    """Java's ``a % n`` on ints: the remainder takes the sign of ``a`` (Python's takes n's)."""
+    r = abs(a) % abs(n)
+    return -r if a < 0 else r

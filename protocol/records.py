@@ -103,7 +103,9 @@ def parse_batches(data: bytes | memoryview, max_batch_bytes: int) -> list[BatchH
                     f"message format magic {view[pos + MAGIC_OFFSET]} is not supported; "
                     "use magic 2",
                 )
-            raise InvalidRecords(ErrorCode.corrupt_message, "truncated record batch header")
+            # Kafka's batch iterator stops at a batch cut short: with nothing before it the
+            # request has no batch (INVALID_RECORD), as a truncated batch does below.
+            raise InvalidRecords(ErrorCode.invalid_record, "truncated record batch header")
         (
             _base_offset,
             batch_length,
@@ -127,8 +129,13 @@ def parse_batches(data: bytes | memoryview, max_batch_bytes: int) -> list[BatchH
                 )
             raise InvalidRecords(ErrorCode.corrupt_message, f"unknown record batch magic {magic}")
         size = batch_length + LOG_OVERHEAD
-        if batch_length < MIN_BATCH_LENGTH or pos + size > total:
+        if batch_length < MIN_BATCH_LENGTH:
             raise InvalidRecords(ErrorCode.corrupt_message, "record batch length out of bounds")
+        if pos + size > total:
+            # Kafka: INVALID_RECORD ("at least one record batch"), its iterator not seeing a
+            # batch longer than the bytes left. (After complete batches Kafka would append
+            # those and drop the cut tail silently; no client sends that: refused whole.)
+            raise InvalidRecords(ErrorCode.invalid_record, "record batch cut short of its length")
         if size > max_batch_bytes:
             raise InvalidRecords(
                 ErrorCode.message_too_large,

@@ -17,6 +17,7 @@ from broker.security import access
 from common import topic_config_keys
 from common.acl import AclOperation
 from common.topic_config_validation import LIST_KEYS, InvalidConfig
+from common.topic_names import topic_name_error
 from controller.image import DISKLESS_ENABLE, TopicImage
 from controller.migration import configured, describe_entries
 from storage.catalog import TopicNotFound
@@ -46,6 +47,8 @@ def _topic_configs(
         if keys is not None and key not in keys:
             continue
         spec = topic_config_keys.KEYS[key]
+        if spec.extra and key not in explicit:
+            continue  # not a Kafka topic config: listed only where it is set
         resolved = topic_config.resolve(broker.config, explicit, key)
         out.append(
             {
@@ -138,7 +141,11 @@ async def describe_configs(broker: HandlerView, ctx: RequestContext, request: An
             entry.update(error_code=denied)
             continue
         if res.resource_type == RESOURCE_TOPIC:
-            if broker.topics.get(res.resource_name) is None:
+            if (reason := topic_name_error(res.resource_name)) is not None:
+                entry.update(
+                    error_code=int(ErrorCode.invalid_topic_exception), error_message=reason
+                )
+            elif broker.topics.get(res.resource_name) is None:
                 entry.update(
                     error_code=int(ErrorCode.unknown_topic_or_partition),
                     error_message=f"Topic '{res.resource_name}' does not exist.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -11,6 +12,7 @@ from broker.metadata.controller_client import ControllerRefused
 from broker.metadata.topics import InvalidPartitions, InvalidTopic
 from broker.metadata.view import HandlerView
 from broker.security import access
+from common import topic_config_keys
 from common.acl import AclOperation
 from common.topic_config_validation import InvalidConfig
 from storage.catalog import TopicExists, TopicNotFound
@@ -42,12 +44,35 @@ def _replication_error(broker: TopicsAdminView, factor: int, assignments: Any) -
     return None
 
 
+def _extra(name: str) -> bool:
+    key = topic_config_keys.KEYS.get(name)
+    return key is not None and key.extra
+
+
 async def create_topics(broker: TopicsAdminView, ctx: RequestContext, request: Any) -> Any:
     validate_only = getattr(request, "validate_only", False)
     results = []
     # CREATE on the cluster allows every topic; otherwise CREATE on each (Kafka's rule).
     create_any = access.cluster(broker, ctx, AclOperation.CREATE)
+    # A name given twice creates nothing: one answer for it, INVALID_REQUEST (Kafka's).
+    counts = Counter(item.name for item in request.topics)
+    duplicates_answered: set[str] = set()
     for item in request.topics:
+        if counts[item.name] > 1:
+            if item.name not in duplicates_answered:
+                duplicates_answered.add(item.name)
+                results.append(
+                    {
+                        "name": item.name,
+                        "topic_id": None,
+                        "error_code": int(ErrorCode.invalid_request),
+                        "error_message": "Duplicate topic name.",
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "configs": [],
+                    }
+                )
+            continue
         entry: dict[str, Any] = {
             "name": item.name,
             "topic_id": None,
@@ -108,14 +133,14 @@ async def create_topics(broker: TopicsAdminView, ctx: RequestContext, request: A
         if not access.topic(broker, ctx, AclOperation.DESCRIBE_CONFIGS, item.name):
             # Created, but its configs are not the caller's to see (Kafka, KIP-525).
             entry.update(
-                topic_id=None if validate_only else topic.topic_id,
+                topic_id=topic.topic_id,
                 num_partitions=topic.partitions,
                 replication_factor=broker.replication_factor(topic),
                 topic_config_error_code=int(ErrorCode.topic_authorization_failed),
             )
             continue
         entry.update(
-            topic_id=None if validate_only else topic.topic_id,
+            topic_id=topic.topic_id,
             num_partitions=topic.partitions,
             replication_factor=broker.replication_factor(topic),
             configs=[
@@ -129,6 +154,8 @@ async def create_topics(broker: TopicsAdminView, ctx: RequestContext, request: A
                     "is_sensitive": False,
                 }
                 for name, value in sorted(broker.topics.config(topic).items())
+                # Keys that are not Kafka's are answered only where set (as DescribeConfigs).
+                if name in topic.configs or not _extra(name)
             ],
         )
     return ctx.respond({"throttle_time": 0, "topics": results})

@@ -128,6 +128,7 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
         denied = access.enabled(broker) and not _may_read(broker, ctx, key, topic)
         for part in fetch_topic.partitions:
             error = 0
+            in_handler = True  # where Kafka refuses it (see Answered)
             if denied:
                 error = int(ErrorCode.topic_authorization_failed)
             elif topic is None:
@@ -139,10 +140,23 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
                     getattr(part, "current_leader_epoch", -1),
                     broker.leader_epoch(topic.topic_id, part.partition),
                 )
+                in_handler = False  # Kafka's partition checks the leader epoch
             if error or topic is None:
-                answered = Answered(error)
-                slots.append(answered.open_read(key, topic, part, plan))
-                readers.append(answered)
+                refused = Answered(error, by_request_handler=in_handler)
+                slots.append(refused.open_read(key, topic, part, plan))
+                readers.append(refused)
+                continue
+            last_fetched = int(getattr(part, "last_fetched_epoch", -1))
+            if replica_id < 0 and last_fetched > broker.leader_epoch(
+                topic.topic_id, part.partition
+            ):
+                # A consumer's last fetched epoch newer than any this partition has had:
+                # Kafka's log finds no end offset for it and answers OFFSET_OUT_OF_RANGE.
+                # (An older epoch cannot have diverged here: consumers read only up to the
+                # high watermark and no unclean leader election truncates below it.)
+                refused = Answered(int(ErrorCode.offset_out_of_range), by_request_handler=False)
+                slots.append(refused.open_read(key, topic, part, plan))
+                readers.append(refused)
                 continue
             log = logs.route(
                 topic.topic_id,
@@ -305,6 +319,13 @@ async def _fetch(
             "records": b"",
         }
         entry.update(reader.entry(slot, plan, read_committed))
+        if isinstance(reader, Answered) and reader.by_request_handler:
+            entry["aborted_transactions"] = []  # Kafka's FetchResponse.partitionResponse
+        elif entry["error_code"] and slot.replica < 0:
+            # Kafka's log layer answers an error with unknown offsets (its LogReadResult
+            # for an exception). Followers still get the real ones: Sluice's replica
+            # fetcher restarts from the leader's log start after OFFSET_OUT_OF_RANGE.
+            entry.update(high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
         topics.setdefault(slot.topic_key, []).append(entry)
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(

@@ -227,17 +227,22 @@ class Answered:
     what the sealed classic log below a migration boundary answered (``offsets``,
     ``epochs``)."""
 
-    __slots__ = ("epochs", "error", "offsets")
+    __slots__ = ("by_request_handler", "epochs", "error", "offsets")
 
     def __init__(
         self,
         error: int,
         offsets: OffsetAnswer | None = None,
         epochs: EpochAnswer | None = None,
+        by_request_handler: bool = True,
     ) -> None:
         self.error = error
         self.offsets = offsets
         self.epochs = epochs
+        # Where Kafka gives this refusal: in its request handler (unknown topic or
+        # partition, authorization: a fetch answers an empty aborted-transactions list)
+        # or in its log layer (null), which a fetch answer shows.
+        self.by_request_handler = by_request_handler
 
     def needs_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
         return False

@@ -41,6 +41,7 @@ from controller.requests import (
     BrokerRegistrationRequest,
     CreateTopicResult,
     DeleteTopicResult,
+    DisableRemoteAck,
     ElectionResult,
     ErrorResult,
     HeartbeatResult,
@@ -275,12 +276,16 @@ class ControllerClient:
         want_fence: bool = False,
         want_shutdown: bool = False,
         deadline: float | None = None,
+        disabled_remote: Sequence[DisableRemoteAck] = (),
     ) -> tuple[HeartbeatResult, int]:
+        """``disabled_remote``: this broker's answers to the controller's DisableRemoteTopic
+        requests (KIP-950), which come back in the answer's ``disable_remote``."""
         body = {
             "node_id": node_id,
             "broker_epoch": broker_epoch,
             "want_fence": want_fence,
             "want_shutdown": want_shutdown,
+            "disabled_remote": to_json(list(disabled_remote)),
         }
         data = await self.request("POST", "/v1/brokers/heartbeat", body, deadline=deadline)
         return from_json(HeartbeatResult, data), int(data.get("applied", 0) or 0)
@@ -378,14 +383,6 @@ class ControllerClient:
         body = {"broker_id": broker_id, "broker_epoch": broker_epoch, "changes": to_json(changes)}
         data, applied = await self._write("/v1/partitions/isr", body)
         return from_json(AlterPartitionResult, data), applied
-
-    async def complete_tiering_disable(
-        self, topic_id: UUID, partition: int, generation: int
-    ) -> tuple[ErrorResult, int]:
-        """KIP-950: this leader finished disabling tiered storage on the partition."""
-        body = {"topic_id": str(topic_id), "partition": partition, "generation": generation}
-        data, applied = await self._write("/v1/tiering/disabled", body)
-        return from_json(ErrorResult, data), applied
 
     async def partition_sealed(self, report: SealReport) -> tuple[ErrorResult, int]:
         """A leader sealed its partition for a migration (controller.migration)."""

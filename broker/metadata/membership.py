@@ -17,14 +17,16 @@ import contextlib
 import logging
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.metadata.controller_client import ControllerClient, ControllerRefused
 from broker.metadata.metadata_follower import MetadataFollower
 from common.background import cancel_and_wait
-from controller.requests import BrokerRegistrationRequest
+from controller.requests import BrokerRegistrationRequest, DisableRemoteAck, DisableRemoteTopic
 from storage.coordinator import BatchCoordinator, BrokerRegistration, CoordinatorUnavailable
 from storage.outage import OutageLog, is_outage
 
@@ -176,6 +178,18 @@ class RegistryMembership(Membership):
                 await self._beat(starting=False)
 
 
+class ControllerRequests(Protocol):
+    """What acts on the controller's requests that heartbeat answers carry (KIP-950's
+    DisableRemoteTopic: ``broker.logs.tiered.manager``), and holds its answers until a
+    heartbeat that carried them is answered."""
+
+    def answers(self) -> list[DisableRemoteAck]: ...
+
+    def answered(self, acks: Sequence[DisableRemoteAck]) -> None: ...
+
+    def on_disable_remote(self, requests: Sequence[DisableRemoteTopic]) -> None: ...
+
+
 class ControllerMembership(Membership):
     """Kafka's broker lifecycle against the Raft controller (KRaft semantics).
 
@@ -211,6 +225,13 @@ class ControllerMembership(Membership):
         self._last_ok = 0.0  # loop time of the last heartbeat the controller accepted
         self._live: tuple[int, list[BrokerEndpoint]] = (-1, [me])
         self._task: asyncio.Task[None] | None = None
+        # Set by the broker when it has classic partitions (KIP-950's DisableRemoteTopic).
+        self.requests: ControllerRequests | None = None
+        self._beat_now = asyncio.Event()
+
+    def beat_soon(self) -> None:
+        """Heartbeat now, not at the next interval: answers to the controller wait."""
+        self._beat_now.set()
 
     async def start(self) -> None:
         await self._register(starting=True)
@@ -306,9 +327,16 @@ class ControllerMembership(Membership):
 
     async def _beat(self) -> None:
         want_fence = self._follower.applied < self._registered_at
+        answers = self.requests.answers() if self.requests is not None else []
         result, _ = await self._client.heartbeat(
-            self._me.node_id, self.broker_epoch, want_fence=want_fence
+            self._me.node_id, self.broker_epoch, want_fence=want_fence, disabled_remote=answers
         )
+        if self.requests is not None and result.error_code == ErrorCode.none:
+            # Recorded by the controller (or refused for good): not sent again; and what
+            # is still to do, acted on at once.
+            self.requests.answered(answers)
+            if result.disable_remote:
+                self.requests.on_disable_remote(result.disable_remote)
         if result.error_code in (
             ErrorCode.stale_broker_epoch,
             ErrorCode.broker_id_not_registered,
@@ -328,7 +356,9 @@ class ControllerMembership(Membership):
     async def _loop(self) -> None:
         outage = OutageLog("broker heartbeat", log)
         while True:
-            await asyncio.sleep(self._interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._beat_now.wait(), self._interval)
+            self._beat_now.clear()
             with outage:
                 try:
                     await self._beat()

@@ -20,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from typing import Protocol
 from uuid import UUID
 
 from broker.metadata.controller_client import ControllerClient, ControllerRefused, MetadataChunk
 from common.background import cancel_and_wait
 from controller.image import ImageError, MetadataImage
-from controller.records import DecodeError, decode_batch
+from controller.records import DecodeError, PartitionChange, Record, decode_batch
 from storage.outage import OutageLog, is_outage
 from storage.partition_key import PartitionKey
 
@@ -46,6 +47,40 @@ def _shape(image: MetadataImage) -> dict[UUID, int]:
     return {tid: len(t.partitions) for tid, t in image.topics.items()}
 
 
+class IsrChanges:
+    """ISR shrinks and expands seen in the metadata log, by the partition's leader: each
+    broker reports its own (Kafka's ``ReplicaManager`` IsrShrinks/IsrExpands, which count
+    the ISR changes of the partitions it leads). A change moving the leadership is not
+    counted (an election, not an ISR change by a leader)."""
+
+    def __init__(self) -> None:
+        self.shrinks: Counter[int] = Counter()
+        self.expands: Counter[int] = Counter()
+
+    @staticmethod
+    def before(
+        image: MetadataImage, records: list[Record]
+    ) -> dict[tuple[UUID, int], tuple[int, int]]:
+        """(leader, ISR size) of the partitions whose ISR the records set."""
+        out = {}
+        for r in records:
+            if isinstance(r, PartitionChange) and r.isr is not None:
+                p = image.partition(r.topic_id, r.partition)
+                if p is not None:
+                    out.setdefault((r.topic_id, r.partition), (p.leader, len(p.isr)))
+        return out
+
+    def after(self, image: MetadataImage, before: dict[tuple[UUID, int], tuple[int, int]]) -> None:
+        for (topic_id, partition), (leader, size) in before.items():
+            p = image.partition(topic_id, partition)
+            if p is None or p.leader != leader or leader < 0:
+                continue
+            if len(p.isr) < size:
+                self.shrinks[leader] += 1
+            elif len(p.isr) > size:
+                self.expands[leader] += 1
+
+
 class MetadataFollower:
     def __init__(self, client: ControllerClient, wait_ms: int = 5000) -> None:
         self._client = client
@@ -61,6 +96,7 @@ class MetadataFollower:
         self._pending_removals: set[UUID] = set()
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()
+        self.isr_changes = IsrChanges()
         # Storage work the image asks for, retried while the coordinator is unreachable.
         self._logs_outage = OutageLog("creating the logs of new partitions", log)
         self._removals_outage = OutageLog("deleting the data of removed topics", log)
@@ -149,7 +185,12 @@ class MetadataFollower:
             if index <= self.applied:
                 continue  # a duplicate from another controller, or older than the snapshot
             try:
-                self.image.apply_batch(decode_batch(data))
+                records = decode_batch(data)
+                # Counted from the first answer on only: replaying the log at start would
+                # count the cluster's history as new changes.
+                isr_before = self.isr_changes.before(self.image, records) if self.synced else {}
+                self.image.apply_batch(records)
+                self.isr_changes.after(self.image, isr_before)
             except ImageError as exc:
                 # The controllers skip such an entry too (controller/state.py): same image.
                 log.error("metadata entry %d skipped: %s", index, exc)

@@ -15,9 +15,11 @@ from broker.security import access
 from broker.security.authorized_operations import NOT_REQUESTED
 from broker.server.metrics import METRICS
 from common.acl import CLUSTER_NAME, AclOperation
+from common.topic_names import topic_name_error
 from storage.catalog import Topic, TopicExists
 
 if TYPE_CHECKING:
+    from broker.metadata.peer_probe import PeerProbe
     from broker.security.request_context import RequestContext
     from controller.image import TopicImage
 
@@ -33,6 +35,9 @@ class ClientRouting(Protocol):
 class MetadataView(HandlerView, Protocol):
     @property
     def router(self) -> ClientRouting: ...
+
+    @property
+    def peer_probe(self) -> PeerProbe | None: ...  # brokers not answering their peers
 
 
 def topic_entry(
@@ -132,8 +137,11 @@ def _controller_partition_entry(
 
 def request_routing(broker: MetadataView, ctx: RequestContext, request: Any) -> Routing:
     """The transformer's per-request view, and the client AZ hit/miss/unaware count."""
+    # A peer this broker suspects (its probes go unanswered) counts as offline for diskless
+    # routing at once, long before the controller's session timeout fences it.
+    suspects = broker.peer_probe.suspects() if broker.peer_probe is not None else frozenset()
     routing = Routing(
-        {b.node_id: b.rack for b in broker.endpoints()},
+        {b.node_id: b.rack for b in broker.endpoints() if b.node_id not in suspects},
         client_az(ctx.header.client_id, request),
         broker.config.diskless_transformer_az_local_fallback,
     )
@@ -177,9 +185,15 @@ async def handle(broker: MetadataView, ctx: RequestContext, request: Any) -> Any
             (item.name if item.name is not None else getattr(item, "topic_id", None), None)
             for item in requested
         )
+        seen: set[str] = set()
         for item in requested:
             name = item.name
             topic_id = getattr(item, "topic_id", None)
+            if name is not None:
+                # A name asked twice is answered once (Kafka reads the names as a set).
+                if name in seen:
+                    continue
+                seen.add(name)
             if name is None:
                 topic = broker.topics.get_by_id(topic_id) if topic_id else None
                 if topic is None:
@@ -213,7 +227,19 @@ async def handle(broker: MetadataView, ctx: RequestContext, request: Any) -> Any
                     entries.append(_error_entry(name, None, error))
                     continue
             if topic is None:
-                entries.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
+                # No such topic: one that cannot exist is told apart, as Kafka does; both
+                # still carry the caller's operations on that name when asked (Kafka
+                # computes them for every topic the caller may describe).
+                error = (
+                    ErrorCode.unknown_topic_or_partition
+                    if topic_name_error(name) is None
+                    else ErrorCode.invalid_topic_exception
+                )
+                entry = _error_entry(name, None, error)
+                entry["topic_authorized_operations"] = access.operations(
+                    broker, ctx, "topic", name, topic_ops
+                )
+                entries.append(entry)
             else:
                 entries.append(entry_of(topic))
     return ctx.respond(

@@ -57,12 +57,20 @@ def resolve(broker: BrokerConfig, explicit: Mapping[str, str], name: str) -> Res
     synonyms: list[Synonym] = []
     if name in explicit:
         synonyms.append(Synonym(name, explicit[name], SOURCE_DYNAMIC_TOPIC))
+    # The broker's synonyms as Kafka lists them: the set ones, then the default, from the
+    # first one named after the key's primary broker config on (Kafka drops those before
+    # it; so with log.retention.ms unset, log.retention.hours is not listed either).
+    from_broker: list[Synonym] = []
     for synonym, _ in key.synonyms:
         value = _broker_value(broker, synonym)
         if value is not None:
-            synonyms.append(Synonym(synonym, value, SOURCE_STATIC_BROKER))
+            from_broker.append(Synonym(synonym, value, SOURCE_STATIC_BROKER))
     if key.broker_default is not None:
-        synonyms.append(Synonym(*key.broker_default, SOURCE_DEFAULT))
+        from_broker.append(Synonym(*key.broker_default, SOURCE_DEFAULT))
+    primary = key.synonyms[0][0] if key.synonyms else None
+    while from_broker and from_broker[0].name != primary:
+        from_broker.pop(0)
+    synonyms += from_broker
     if name in explicit:
         return Resolved(explicit[name], SOURCE_DYNAMIC_TOPIC, tuple(synonyms))
     for synonym, factor in key.synonyms:

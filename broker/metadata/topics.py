@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,14 +18,13 @@ from broker.metadata import topic_config
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerRefused, ControllerUnavailable
 from common import topic_config_validation
+from common.topic_names import topic_name_error
 from storage.catalog import Topic, TopicCatalog, TopicExists, TopicNotFound
 from storage.coordinator import BatchCoordinator
 from storage.partition_key import PartitionKey
 
 log = logging.getLogger(__name__)
 
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_NAME_LENGTH = 249
 MAX_PARTITIONS = 10_000
 
 
@@ -39,15 +37,8 @@ class InvalidPartitions(ValueError):
 
 
 def check_name(name: str) -> None:
-    if not name or name in (".", ".."):
-        raise InvalidTopic(f"Topic name {name!r} is illegal")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidTopic(f"Topic name is longer than {MAX_NAME_LENGTH} characters")
-    if not _LEGAL_NAME.match(name):
-        raise InvalidTopic(
-            f"Topic name {name!r} is illegal, it contains a character other than "
-            "ASCII alphanumerics, '.', '_' and '-'"
-        )
+    if (reason := topic_name_error(name)) is not None:
+        raise InvalidTopic(reason)
 
 
 class TopicRegistry:

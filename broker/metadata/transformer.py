@@ -10,9 +10,12 @@ Pure logic (no broker state) so every case of the routing rules is unit-tested:
   else among all alive brokers.
 
 Clients without an AZ get the recorded placement with offline brokers routed around.
-Whenever one broker must be picked from several, it is ``candidates[toPositive(murmur2(
-"<topicId>-<partition>")) % len(candidates)]`` over candidates sorted by node id,
-so every broker answers every request alike and each partition keeps one warm cache per AZ.
+Whenever one broker must be picked from several, it is seed 001's
+``candidates[abs(murmur2("<topicId>-<partition>")) % len(candidates)]`` over candidates
+sorted by node id, with Java's ``Math.abs`` and ``%`` (``hash_index``), so every broker
+answers every request alike and each partition keeps one warm cache per AZ.
+``diskless.transformer.hash=to_positive`` uses Kafka's ``Utils.toPositive`` instead of
+``abs`` (what Inkless' transformer code does): a third of the partitions land elsewhere.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from uuid import UUID
 
-from protocol.murmur2 import murmur2, to_positive
+from protocol.murmur2 import java_abs, java_rem, murmur2, to_positive
 
 log = logging.getLogger("sluice.transformer")
 
@@ -45,11 +48,17 @@ class Route:
     offline: tuple[int, ...]  # offline replicas listed in ``replicas``
     reason: str
     routed_around: tuple[int, ...] = ()  # offline replicas the answer avoided
-    hash_fallback: bool = False  # every replica offline: hashed to an alive broker
+    all_offline: bool = False  # every replica offline: hashed to an alive broker
 
     @property
     def single(self) -> bool:
         return len(self.replicas) == 1
+
+    @property
+    def hash_fallback(self) -> bool:
+        """Answered by a hash over brokers that are not (alive) replicas: seed 000's
+        "hash fallback", counted by ``kafka_server_diskless_transformer_fallback_total``."""
+        return self.reason in (AZ_HASH, HASH)
 
 
 def kafka_uuid(topic_id: UUID) -> str:
@@ -59,13 +68,43 @@ def kafka_uuid(topic_id: UUID) -> str:
 
 @lru_cache(maxsize=65536)
 def partition_hash(topic_id: UUID, partition: int) -> int:
-    """toPositive(murmur2("<topicId>-<partition>")): cached, Metadata asks per partition."""
-    return to_positive(murmur2(f"{kafka_uuid(topic_id)}-{partition}".encode()))
+    """murmur2("<topicId>-<partition>") as Java's signed int: cached, Metadata asks per
+    partition."""
+    return murmur2(f"{kafka_uuid(topic_id)}-{partition}".encode())
+
+
+# How a hash becomes an index (``diskless.transformer.hash``): seed 001's formula, or
+# Kafka's toPositive as Inkless' code has it. Set once at broker start (``set_hash_mode``):
+# every broker of a cluster must use the same, or clients get told different brokers.
+HASH_ABS = "abs"
+HASH_TO_POSITIVE = "to_positive"
+HASH_MODES = (HASH_ABS, HASH_TO_POSITIVE)
+_hash_mode = HASH_ABS
+
+
+def set_hash_mode(mode: str) -> None:
+    global _hash_mode
+    if mode not in HASH_MODES:
+        raise ValueError(f"diskless.transformer.hash must be one of {HASH_MODES}, not {mode!r}")
+    _hash_mode = mode
+
+
+def hash_index(h: int, n: int, mode: str | None = None) -> int:
+    """The index among ``n`` candidates for the signed 32-bit hash ``h``.
+
+    ``abs``: Java's ``Math.abs(h) % n``. For ``Integer.MIN_VALUE`` that is negative
+    (``Math.abs`` overflows and Java's ``%`` keeps the dividend's sign): Java would then
+    index its list with a negative number and throw. Here that one value is counted from
+    the end (``Math.floorMod``) rather than failing the request."""
+    if (mode or _hash_mode) == HASH_TO_POSITIVE:
+        return to_positive(h) % n
+    r = java_rem(java_abs(h), n)
+    return r + n if r < 0 else r
 
 
 def pick(candidates: Sequence[int], topic_id: UUID, partition: int) -> int:
     ordered = sorted(candidates)
-    return ordered[partition_hash(topic_id, partition) % len(ordered)]
+    return ordered[hash_index(partition_hash(topic_id, partition), len(ordered))]
 
 
 def route(
@@ -115,7 +154,10 @@ def _unaware(
     offline: tuple[int, ...],
 ) -> Route:
     if leader in alive:
-        return Route(leader, tuple(replicas), tuple(isr), offline, RECORDED)
+        # The controller keeps an offline replica in a diskless ISR (seed 000: the ISR is
+        # the replica set); clients are told the alive ones, as Inkless' transformer does.
+        in_sync = tuple(r for r in isr if r in alive)
+        return Route(leader, tuple(replicas), in_sync, offline, RECORDED)
     if alive_replicas:
         # The recorded leader is down and the controller has not moved it yet (it waits
         # for the session timeout): lead with an alive replica meanwhile.
@@ -136,7 +178,7 @@ def _hash_any(
         return Route(-1, (), (), offline, NONE)
     az_brokers = [b for b, rack in alive.items() if rack == client_az] if client_az else []
     chosen = pick(az_brokers or list(alive), topic_id, partition)
-    return Route(chosen, (chosen,), (chosen,), (), HASH, routed_around=offline, hash_fallback=True)
+    return Route(chosen, (chosen,), (chosen,), (), HASH, routed_around=offline, all_offline=True)
 
 
 def route_without_replicas(
@@ -168,8 +210,7 @@ class DecisionLog:
         if len(self._seen) >= self.MAX_ENTRIES:
             self._seen.clear()
         self._seen.add(key)
-        offline = ", ".join(str(b) for b in r.routed_around)
-        if r.hash_fallback:
+        if r.all_offline:
             log.warning(
                 "[Transformer] Diskless partition '%s-%d' has ALL replicas offline, "
                 "using hash-based fallback to broker %d",
@@ -177,15 +218,32 @@ class DecisionLog:
                 partition,
                 r.leader,
             )
-        else:
-            log.info(
-                "[Transformer] Diskless partition '%s-%d' has offline replica (broker %s), "
-                "routing to alive replica (broker %d)",
-                topic_name,
-                partition,
-                offline,
-                r.leader,
-            )
+            return
+        offline = ", ".join(str(b) for b in r.routed_around)
+        log.info(
+            "[Transformer] Diskless partition '%s-%d' has offline %s %s), %s",
+            topic_name,
+            partition,
+            "replica (broker" if len(r.routed_around) == 1 else "replicas (brokers",
+            offline,
+            _what_happened(r),
+        )
+
+
+def _what_happened(r: Route) -> str:
+    """The routing of a partition with an offline replica, as it happened: seed 000's line
+    says "routing to alive replica", which is true only when the answer is a replica."""
+    if r.reason == AZ_HASH:
+        return (
+            f"routing to broker {r.leader} of the client's AZ (not a replica: none is alive "
+            "there; hash-based choice)"
+        )
+    if r.reason == CROSS_AZ:
+        others = ", ".join(str(b) for b in r.replicas)
+        if len(r.replicas) == 1:
+            return f"routing to alive replica (broker {others}) in another AZ"
+        return f"routing to alive replicas (brokers {others}) in other AZs, leader {r.leader}"
+    return f"routing to alive replica (broker {r.leader})"
 
 
 @dataclass(slots=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
     from storage.objects.block_cache import BlockCache
@@ -52,13 +55,17 @@ class _Metrics:
             ["result"],
             registry=r,
         )
+        # Seed 000's transformer metrics under their Prometheus spelling (counters: the
+        # samples end in _total).
         self.transformer_fallbacks = Counter(
-            "sluice_transformer_fallback",
-            "Diskless partitions answered by hash because every replica was offline",
+            "kafka_server_diskless_transformer_fallback",
+            "Diskless partition answers chosen by hash among brokers that are not alive "
+            "replicas: in the client's AZ when none of its replicas is alive there, or "
+            "among all alive brokers when every replica is offline",
             registry=r,
         )
         self.transformer_routed_around = Counter(
-            "sluice_transformer_offline_replicas_routed_around",
+            "kafka_server_diskless_transformer_offline_replicas_routed_around",
             "Diskless partition answers that avoided an offline replica",
             registry=r,
         )
@@ -93,11 +100,61 @@ class _Metrics:
         self.cache_bytes = Gauge(
             "sluice_fetch_cache_bytes", "Bytes held by the fetch cache", registry=r
         )
+        self._replicas = _ReplicaManagerCollector()
+        r.register(self._replicas)
+
+    def watch_replicas(
+        self,
+        under_replicated: Callable[[], int],
+        isr_shrinks: Callable[[], int],
+        isr_expands: Callable[[], int],
+    ) -> None:
+        """Kafka's ReplicaManager metrics of this broker, read when scraped (controller
+        mode: from its metadata image; without a controller there are no replicas)."""
+        self._replicas.sources = (under_replicated, isr_shrinks, isr_expands)
 
     def watch_cache(self, cache: BlockCache) -> None:
         self.cache_hit_blocks.set_function(lambda: cache.hits)
         self.cache_miss_blocks.set_function(lambda: cache.misses)
         self.cache_bytes.set_function(lambda: cache.current_bytes)
+
+
+class _ReplicaManagerCollector(Collector):
+    """``kafka_server_replicamanager_*`` as the Prometheus JMX exporter spells Kafka's
+    ReplicaManager MBeans. Each broker reports the partitions it leads, as Kafka does, so
+    a cluster's count is the sum over brokers:
+
+    - underreplicatedpartitions: classic, ISR smaller than the replica set; diskless, a
+      replica offline (informational: the transformer routes around it). A diskless
+      partition whose own leader is the offline broker is reported by no broker (the
+      controller's ``sluice_controller_under_replicated_partitions`` counts it);
+    - isrshrinks_total / isrexpands_total: ISR changes of the partitions it leads, as
+      committed in the metadata log since this broker started (rate() for per second)."""
+
+    def __init__(self) -> None:
+        self.sources: tuple[Callable[[], int], ...] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        urp = GaugeMetricFamily(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Partitions led by this broker that are under-replicated",
+        )
+        shrinks = CounterMetricFamily(
+            "kafka_server_replicamanager_isrshrinks",
+            "ISR shrinks of the partitions this broker leads",
+        )
+        expands = CounterMetricFamily(
+            "kafka_server_replicamanager_isrexpands",
+            "ISR expands of the partitions this broker leads",
+        )
+        families = (urp, shrinks, expands)
+        if self.sources is None:
+            for family in families:
+                family.add_metric([], 0)
+        else:
+            for family, source in zip(families, self.sources, strict=True):
+                family.add_metric([], source())
+        yield from (urp, shrinks, expands)
 
 
 METRICS = _Metrics()

@@ -23,6 +23,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.logs.classic.producer_state import marker_number
 from broker.logs.diskless.diskless_append import CommitListener
 from common.background import cancel_and_wait
 from protocol.control_batch import marker_batch
@@ -122,7 +123,12 @@ class MarkerWriter:
             # partitions' leaders append theirs. EndTxn answers once they are replicated
             # (or after a deadline, the rest following in the background).
             await self.send_classic(
-                state.transactional_id, classic, state.producer_id, epoch, commit
+                state.transactional_id,
+                classic,
+                state.producer_id,
+                epoch,
+                commit,
+                marker_number(result.completions),
             )
         if not result.registered:
             if markers:
@@ -139,6 +145,7 @@ class MarkerWriter:
         producer_id: int,
         producer_epoch: int,
         commit: bool,
+        number: int,
         deadline_s: float | None = None,
         listed: TransactionState | None = None,
     ) -> None:
@@ -180,7 +187,13 @@ class MarkerWriter:
 
         try:
             await self.classic.write(
-                partitions, producer_id, producer_epoch, commit, deadline_s, on_written=written
+                partitions,
+                producer_id,
+                producer_epoch,
+                commit,
+                number,
+                deadline_s,
+                on_written=written,
             )
         except BaseException:
             self._sending.discard(transactional_id)
@@ -206,6 +219,7 @@ class MarkerWriter:
                 state.producer_id,
                 state.producer_epoch,
                 state.state == COMPLETE_COMMIT,
+                marker_number(state.completions),
                 deadline_s=0,
                 listed=state,
             )

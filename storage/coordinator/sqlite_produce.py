@@ -145,7 +145,8 @@ def commit_file_txn(
             if state is not None:
                 verdict = _check_sequence(state, b, last_sequence)
                 if verdict is not None:
-                    results.append(verdict if verdict.error else _with_start(verdict, log[0]))
+                    # Refusals carry the log start offset too, as Kafka's do.
+                    results.append(_with_start(verdict, log[0]))
                     continue
             if state is None or b.producer_epoch != state.epoch:
                 # First batch seen from this producer, or an accepted epoch bump.
@@ -235,7 +236,7 @@ def _check_sequence(
     """Kafka's ProducerStateManager checks; None means "append it".
 
     A duplicate is answered as success (error NONE) with the original offset; the
-    caller fills in the log start offset.
+    caller fills in the log start offset (of refusals too).
     """
     if b.producer_epoch < state.epoch:
         return CommitResult(INVALID_PRODUCER_EPOCH)

@@ -193,4 +193,8 @@ MIGRATIONS: list[list[str]] = [
     # that call's retry (KIP-360: the client never got the answer) gets the same epoch
     # back instead of PRODUCER_FENCED. -1: none (a new producer, or fenced by an abort).
     ["ALTER TABLE transactions ADD COLUMN last_producer_epoch INTEGER NOT NULL DEFAULT -1"],
+    # 10: how many transactions the id has completed (as postgres 0014): each completion's
+    # number goes in its classic markers so that a leader can refuse a late copy of an
+    # earlier one (see TransactionState.completions).
+    ["ALTER TABLE transactions ADD COLUMN completions INTEGER NOT NULL DEFAULT 0"],
 ]

@@ -179,6 +179,9 @@ class FollowerStart:
     # Epoch cache entries for the tiered offsets below ``offset``, which the follower adopts
     # (and keeps: they are its lineage should it lead one day).
     epochs: EpochVector
+    # The lineage segment ending at ``offset - 1`` (the one starting last, of copies that
+    # overlap): its producer snapshot is the producers' state where the follower starts.
+    last: RemoteSegment | None = None
 
 
 def follower_start(
@@ -194,7 +197,21 @@ def follower_start(
         for epoch, first, _end in segment_ranges(s):
             starts[epoch] = min(first, starts.get(epoch, first))
     adopted = tuple(sorted((e, s) for e, s in starts.items() if s <= line.end))
-    return FollowerStart(line.end + 1, adopted)
+    last = max((s for s in line.segments if s.end_offset == line.end), key=lambda s: s.start_offset)
+    return FollowerStart(line.end + 1, adopted, last)
+
+
+def history_floor(segments: Iterable[RemoteSegment], log_start: int = 0) -> int | None:
+    """The oldest epoch any finished segment from ``log_start`` on names: ``follower_start``
+    needs the leader's history from that epoch on only (older epochs are in no segment).
+    None when no segment counts (nothing tiered: a follower replicates as without
+    tiering)."""
+    epochs = [
+        s.epochs[0][0]
+        for s in segments
+        if s.state is SegmentState.COPY_SEGMENT_FINISHED and s.end_offset >= log_start and s.epochs
+    ]
+    return min(epochs, default=None)
 
 
 def epoch_vector(cache: Sequence[tuple[int, int]], start: int, end: int) -> EpochVector:

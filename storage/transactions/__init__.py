@@ -76,6 +76,12 @@ class TransactionState:
     # Set by txn_get/txn_list: the outcome is stored but classic leaders still owe it a
     # marker (txn_pending_markers). Kafka calls that PrepareCommit/PrepareAbort.
     markers_pending: bool = False
+    # How many transactions the id has completed (txn_complete counts them; set by
+    # txn_pending_markers). The classic markers of a transaction carry its number as their
+    # coordinator epoch: a marker request that reaches a leader late (sent on a connection
+    # that was then cut, say) names an older number than the one the leader has seen and
+    # is refused, instead of ending the producer's next transaction there.
+    completions: int = 0
 
     @property
     def shown_state(self) -> str:
@@ -135,6 +141,10 @@ class CompleteResult:
     # True when the call registered the object (markers appended). False: the caller
     # deletes the uploaded object.
     registered: bool = False
+    # With NONE: the id's completed-transaction count after the call, i.e. the number of
+    # the transaction just ended (or, for a retry, of the one that ended it): its classic
+    # markers carry it.
+    completions: int = 0
 
 
 @dataclass(slots=True)
@@ -247,8 +257,9 @@ class TransactionStore(ABC):
         - on commit the pending offsets of its groups become committed offsets (the
           group store's table), on abort they are dropped;
         - state COMPLETE_COMMIT / COMPLETE_ABORT, no partitions, no groups, ``started_ms``
-          -1, and with ``bump_epoch`` epoch + 1 (a coordinator abort fences the producer:
-          its later requests get PRODUCER_FENCED).
+          -1, ``completions`` + 1 (answered in the result), and with ``bump_epoch`` epoch
+          + 1 (a coordinator abort fences the producer: its later requests get
+          PRODUCER_FENCED).
 
         The markers (the diskless partitions) and ``pending`` (the classic ones) together
         must name exactly the transaction's partitions (in any order); if they do not, or
@@ -279,7 +290,8 @@ class TransactionStore(ABC):
     @abstractmethod
     async def txn_pending_markers(self, limit: int) -> list[TransactionState]:
         """Ids with pending markers (at most ``limit``, by id): each state (COMPLETE_*, whose
-        producer id and epoch are the markers') with ``partitions`` the pending ones."""
+        producer id and epoch are the markers') with ``partitions`` the pending ones and
+        ``completions`` (the markers' number)."""
 
     @abstractmethod
     async def txn_markers_written(

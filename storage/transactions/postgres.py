@@ -108,7 +108,7 @@ SEALED_LOG_SQLSTATE = "SL001"
 # Ids with classic markers still to send, each with those partitions (0008).
 _PENDING_MARKERS = (
     f"SELECT {_COLUMNS}, array_agg(m.topic_id ORDER BY m.topic_id, m.partition),"
-    " array_agg(m.partition ORDER BY m.topic_id, m.partition)"
+    " array_agg(m.partition ORDER BY m.topic_id, m.partition), t.completions"
     " FROM txn_pending_markers m JOIN transactions t USING (transactional_id)"
     " GROUP BY t.transactional_id ORDER BY t.transactional_id LIMIT $1"
 )
@@ -269,7 +269,7 @@ class PostgresTransactions:
                 raise SealedLogRefused(str(exc)) from exc
             raise
         assert row is not None, "sluice_txn_complete answers one row"
-        return CompleteResult(row[0], list(row[2]), bool(row[1]))
+        return CompleteResult(row[0], list(row[2]), bool(row[1]), row[3])
 
     async def txn_pending_markers(self, limit: int) -> list[TransactionState]:
         rows = await self._pool.fetch(_PENDING_MARKERS, limit, write=False)
@@ -277,6 +277,7 @@ class PostgresTransactions:
         for r in rows:
             state = _state(r, False)
             state.partitions = _partitions(r[7], r[8])
+            state.completions = r[9]
             out.append(state)
         return out
 

@@ -50,6 +50,7 @@ _COLUMNS = (
 )
 _SELECT_TXN = f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = ?"
 _LAST_EPOCH = "SELECT last_producer_epoch FROM transactions WHERE transactional_id = ?"
+_COMPLETIONS = "SELECT completions FROM transactions WHERE transactional_id = ?"
 _TXN_PARTITIONS = (
     "SELECT topic_id, partition FROM txn_partitions WHERE transactional_id = ?"
     " ORDER BY topic_id, partition"
@@ -422,9 +423,10 @@ def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
         # PrepareCommit/PrepareAbort): the client retries.
         return CompleteResult(CONCURRENT_TRANSACTIONS, nothing)
     target = COMPLETE_COMMIT if r.commit else COMPLETE_ABORT
+    (completions,) = cur.execute(_COMPLETIONS, (r.transactional_id,)).fetchone()
     if state.state == target and state.producer_epoch == r.producer_epoch + r.bump_epoch:
         # A retried EndTxn (or abort) whose first attempt completed: same answer, no change.
-        return CompleteResult(NONE, nothing)
+        return CompleteResult(NONE, nothing, completions=completions)
     if state.producer_epoch != r.producer_epoch:
         return CompleteResult(PRODUCER_FENCED, nothing)
     if state.state != ONGOING:
@@ -485,12 +487,12 @@ def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
     # A coordinator abort fences the producer: no earlier epoch may re-init (Kafka's fence).
     cur.execute(
         "UPDATE transactions SET state = ?, producer_epoch = ?, started_ms = -1,"
-        " updated_ms = ?,"
+        " updated_ms = ?, completions = completions + 1,"
         " last_producer_epoch = CASE WHEN ? THEN -1 ELSE last_producer_epoch END"
         " WHERE transactional_id = ?",
         (target, r.producer_epoch + r.bump_epoch, r.now_ms, r.bump_epoch, r.transactional_id),
     )
-    return CompleteResult(NONE, offsets, registered)
+    return CompleteResult(NONE, offsets, registered, completions + 1)
 
 
 def txn_expired(cur: sqlite3.Cursor, now_ms: int, limit: int) -> list[TransactionState]:
@@ -596,6 +598,7 @@ def txn_pending_markers(cur: sqlite3.Cursor, limit: int) -> list[TransactionStat
         state = _load(cur, transactional_id)
         if state is None:
             continue  # cannot happen: forgetting an id skips those with pending markers
+        (state.completions,) = cur.execute(_COMPLETIONS, (transactional_id,)).fetchone()
         state.partitions = [
             PartitionKey(UUID(bytes=t), p)
             for t, p in cur.execute(

@@ -170,48 +170,7 @@ INTENDED: list[Known] = [
 
 BUGS: list[Known] = [
     # --- Metadata ---
-    Known(
-        "metadata",
-        "*topic name",
-        "*.error_code",
-        "an invalid (or empty) topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka "
-        "answers INVALID_TOPIC_EXCEPTION",
-    ),
-    Known(
-        "metadata",
-        "*",
-        "*.topic_authorized_operations",
-        "for a topic that does not exist (or has an invalid name) Kafka still computes the "
-        "authorized operations (3576 without an authorizer); Sluice answers INT_MIN",
-    ),
-    Known(
-        "hostile_values",
-        "metadata for a 250-character name",
-        "*.error_code",
-        "a topic name over 249 characters: UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
-        "INVALID_TOPIC_EXCEPTION",
-    ),
-    Known(
-        "metadata",
-        "duplicate name",
-        "*#2",
-        "a topic named twice in one request is answered twice; Kafka answers it once",
-    ),
     # --- CreateTopics ---
-    Known(
-        "create_topics",
-        "same name twice in one request",
-        "*",
-        "a name twice in one request: Sluice creates the first and answers "
-        "TOPIC_ALREADY_EXISTS to the second; Kafka refuses both with INVALID_REQUEST (one "
-        "entry) and creates nothing",
-    ),
-    Known(
-        "create_topics",
-        "validate_only, valid",
-        "*.topic_id",
-        "validate_only answers a null topic id; Kafka answers the id the topic would get",
-    ),
     Known(
         "create_topics",
         "validate_only, valid",
@@ -221,82 +180,6 @@ BUGS: list[Known] = [
         ("classic",),
     ),
     # --- topic config entries (CreateTopics v5+ and DescribeConfigs) ---
-    Known(
-        "*",
-        "*",
-        "*configs[errors.deadletterqueue.group.enable]",
-        "Kafka 4.x topic config missing from Sluice's list",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[max.decompressed.message.bytes]",
-        "Kafka 4.x topic config missing from Sluice's list",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[message.timestamp.difference.max.ms]",
-        "removed in Kafka 4.0 (KIP-937) but still listed by Sluice",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[remote.log.disable.policy]",
-        "not a topic config of Kafka 4.4, still listed by Sluice",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[remote.copy.lag.bytes]*",
-        "default -1 on Kafka (0 on Sluice), and its broker synonym log.remote.copy.lag.bytes "
-        "is missing",
-    ),
-    Known(
-        "*",
-        "*",
-        "*configs[remote.copy.lag.ms].synonyms",
-        "broker synonym log.remote.copy.lag.ms missing",
-    ),
-    Known(
-        "describe_configs",
-        "*",
-        "*configs[retention.ms].synonyms[log.retention.hours]",
-        "Sluice lists log.retention.hours as a synonym of retention.ms; Kafka lists only the "
-        "synonyms that are set (log.retention.ms is unset, so none but the topic's own)",
-    ),
-    Known(
-        "describe_configs",
-        "*",
-        "*configs[segment.ms].synonyms",
-        "Sluice lists log.roll.hours as a synonym; Kafka lists none (unset)",
-    ),
-    Known(
-        "describe_configs",
-        "*",
-        "*configs[segment.jitter.ms].synonyms",
-        "Sluice lists log.roll.jitter.hours as a synonym; Kafka lists none (unset)",
-    ),
-    Known(
-        "describe_configs",
-        "*",
-        "*configs[flush.ms].synonyms",
-        "Sluice lists log.flush.scheduler.interval.ms as a synonym; Kafka lists none",
-    ),
-    Known(
-        "describe_configs",
-        "invalid topic name",
-        "*.error_code",
-        "an invalid topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
-        "INVALID_TOPIC_EXCEPTION",
-    ),
-    Known(
-        "hostile_values",
-        "describe configs of an empty topic name",
-        "*.error_code",
-        "an empty topic name is answered UNKNOWN_TOPIC_OR_PARTITION; Kafka answers "
-        "INVALID_TOPIC_EXCEPTION",
-    ),
     Known(
         "describe_configs",
         "this broker, named keys",
@@ -326,12 +209,6 @@ BUGS: list[Known] = [
     ),
     # --- Produce ---
     Known(
-        "produce",
-        "truncated batch",
-        "*.error_code",
-        "a batch shorter than its length field: CORRUPT_MESSAGE; Kafka answers INVALID_RECORD",
-    ),
-    Known(
         "idempotent_produce",
         "retry of sequence * (*duplicate)",
         "*.log_append_time",
@@ -339,59 +216,7 @@ BUGS: list[Known] = [
         "batch's timestamp (its BatchMetadata), which the Java client then reports as the "
         "record's timestamp",
     ),
-    Known(
-        "idempotent_produce",
-        "*",
-        "*.log_start_offset",
-        "a batch refused for its sequence or epoch is answered with log_start_offset -1; "
-        "Kafka gives the partition's log start offset",
-    ),
     # --- Fetch ---
-    Known(
-        "*",
-        "*",
-        "*partitions[0].high_watermark",
-        "with OFFSET_OUT_OF_RANGE (or a diverging epoch) Kafka answers -1 for the watermarks "
-        "and log start; Sluice fills in the partition's real ones",
-    ),
-    Known("*", "*", "*partitions[0].last_stable_offset", "as high_watermark"),
-    Known("*", "*", "*partitions[0].log_start_offset", "as high_watermark"),
-    Known(
-        "fetch",
-        "*",
-        "*.aborted_transactions",
-        "an errored partition (unknown topic id or partition) gets null aborted_transactions; "
-        "Kafka sends an empty list",
-    ),
-    Known(
-        "fetch",
-        "last_fetched_epoch ahead (divergence check)",
-        "*.error_code",
-        "a consumer's last_fetched_epoch newer than the leader's epoch is not validated; "
-        "Kafka answers OFFSET_OUT_OF_RANGE",
-    ),
     # --- OffsetForLeaderEpoch ---
-    Known(
-        "log_start_and_epochs",
-        "end offset of epoch -1",
-        "*.end_offset",
-        "diskless answers the log end offset for leader epoch -1; Kafka (and Sluice's classic "
-        "topics) answer UNDEFINED_EPOCH_OFFSET (-1)",
-        ("diskless",),
-    ),
     # --- ListOffsets ---
-    Known(
-        "list_offsets",
-        "same partition twice",
-        "*",
-        "a partition named twice in one request is answered twice; Kafka answers it once "
-        "with INVALID_REQUEST",
-    ),
-    Known(
-        "list_offsets",
-        "unknown special timestamp -7",
-        "*",
-        "a negative timestamp Kafka does not define: Kafka answers UNSUPPORTED_VERSION; "
-        "diskless treats it as a timestamp (offset 0), classic answers INVALID_REQUEST",
-    ),
 ]

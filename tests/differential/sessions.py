@@ -16,7 +16,7 @@ from typing import Any
 from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record, with_bad_crc
 
 from .compare import code
-from .side import COORDINATOR_WARMING, Side
+from .side import COORDINATOR_WARMING, TXN_COORDINATOR_WARMING, Side
 
 # Fixed record timestamps, so the brokers' answers carry the same ones.
 T0 = 1_700_000_000_000
@@ -412,6 +412,17 @@ def s_describe_configs(s: Side) -> None:
     describe("unknown resource type", 99, "x", None, False)
 
 
+def find_transaction_coordinator(s: Side, transactional_id: str) -> None:
+    s.call(
+        f"find the coordinator of {transactional_id[:20]!r}",
+        "find_coordinator",
+        {"key_type": 1, "coordinator_keys": [transactional_id]},
+        until=lambda r: all(
+            code(c["error_code"]) not in COORDINATOR_WARMING for c in r["coordinators"]
+        ),
+    )
+
+
 @session(kind_free=True)
 def s_find_coordinator(s: Side) -> None:
     def find(label: str, key_type: int, keys: list[str], until: Any = None) -> None:
@@ -441,8 +452,11 @@ def s_init_producer_id(s: Side) -> None:
         )
 
     def settled(resp: Any) -> bool:
-        return code(resp["error_code"]) not in COORDINATOR_WARMING
+        return code(resp["error_code"]) not in TXN_COORDINATOR_WARMING
 
+    # As a client does first: Kafka creates its transaction state topic on this, and
+    # answers InitProducerId NOT_COORDINATOR until then (whichever session runs first).
+    find_transaction_coordinator(s, "differential-txn-ok")
     init("idempotent (no transactional id)", None, -1, settled)
     init("idempotent with a timeout", None, 60_000, settled)
     init("transactional", "differential-txn-ok", 60_000, settled)
@@ -566,11 +580,12 @@ def s_hostile_values(s: Side) -> None:
             code(c["error_code"]) not in COORDINATOR_WARMING for c in r["coordinators"]
         ),
     )
+    find_transaction_coordinator(s, "x" * 1000)
     s.call(
         "init producer id for a 1,000-character transactional id",
         "init_producer_id",
         {"transactional_id": "x" * 1000, "transaction_timeout": 60_000},
-        until=lambda r: code(r["error_code"]) not in COORDINATOR_WARMING,
+        until=lambda r: code(r["error_code"]) not in TXN_COORDINATOR_WARMING,
     )
 
 

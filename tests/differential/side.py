@@ -13,6 +13,10 @@ from .wire import API_KEYS, Connection, request_for
 # (Kafka creates __consumer_offsets and __transaction_state on first use): the sessions wait
 # them out instead of recording them, as a client's retries would.
 COORDINATOR_WARMING = {14, 15, 51}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, CONCURRENT_TXNS
+# What a client retries InitProducerId on as well: Kafka answers NOT_COORDINATOR for a short
+# while after FindCoordinator created its transaction state topic (the partition is not
+# loaded into the coordinator yet); a client then finds the coordinator again and retries.
+TXN_COORDINATOR_WARMING = COORDINATOR_WARMING | {16}
 SETTLE_TIMEOUT_S = 30.0
 
 

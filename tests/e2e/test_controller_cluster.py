@@ -2,7 +2,7 @@
 
 Placement follows the design (RF = number of racks, one replica per rack, leaders balanced);
 a broker that dies is fenced after its session timeout while clients carry on through the
-others, and it is back in every ISR as soon as it returns.
+others (Metadata routes around it), and it is back in every ISR as soon as it returns.
 """
 
 from __future__ import annotations
@@ -84,11 +84,17 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
         p for p, (leader, _, _) in describe(admin, topic).items() if leader == victim.node_id
     ]
     assert led_by_victim, "placement gives every broker a leadership"
+    # Every topic's partitions with a replica on the victim, and those it leads.
+    everything = admin.list_topics(timeout=10).topics.values()
+    placed = [(p.leader, p.replicas) for t in everything for p in t.partitions.values()]
+    with_victim = sum(1 for _, replicas in placed if victim.node_id in replicas)
+    led = sum(1 for leader, _ in placed if leader == victim.node_id)
 
     def kill_wait_fenced() -> None:
         victim.kill()
-        # Fenced after the session timeout: gone from Metadata, out of every ISR, its
-        # leaderships moved to replicas that are alive.
+        # Fenced after the session timeout: gone from Metadata, which routes around it
+        # (leaders and the ISR clients see are alive replicas). The controller itself
+        # keeps diskless ISRs and leaders as they are (seed 000; controller unit tests).
         wait_until(
             lambda: all(
                 victim.node_id not in isr and leader != victim.node_id
@@ -101,6 +107,19 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
     stream = stream_through(cluster.bootstrap, topic, 2000, kill_wait_fenced)
     got = confluent_consume(cluster.bootstrap, topic, partitions=range(6), expected=2000)
     assert_exactly_once(stream, got, 6)
+
+    # Each alive leader reports its partitions with the dead replica as under-replicated
+    # (informational for diskless); the dead broker's own leaderships stay with it
+    # (seed 000), so nobody reports those.
+    alive = [b for b in cluster.brokers if b is not victim]
+
+    def reported() -> float:
+        urp = "kafka_server_replicamanager_underreplicatedpartitions"
+        return sum(b.metrics()[urp] for b in alive)
+
+    assert with_victim - led >= 1
+    # (Every broker follows the metadata log on its own: each sees the fence soon.)
+    wait_until(lambda: reported() == with_victim - led, "leaders to report it", 5)
 
     victim.start()
     wait_until(
@@ -118,6 +137,7 @@ def test_dead_broker_is_fenced_clients_carry_on_and_it_returns(
         "preferred leadership restored",
         10,
     )
+    wait_until(lambda: reported() == 0, "no under-replicated partition left", 10)
 
 
 def test_kcat_and_confluent_through_every_broker(cluster: LocalCluster, topic: str) -> None:

@@ -393,6 +393,95 @@ def test_a_wiped_follower_starts_after_the_tiered_part(healthy: LocalCluster, to
     assert values(got) == list(range(2500))
 
 
+def tiered_end(cluster: LocalCluster, node: int, topic: str) -> int:
+    """A broker's last tiered offset of partition 0 (ListOffsets LATEST_TIERED, KIP-1005;
+    confluent-kafka has no OffsetSpec for it): -1 when nothing is."""
+    from kio.schema.list_offsets.v8 import request as offsets_req
+    from kio.schema.types import BrokerId, TopicName
+    from kio.static.primitive import i8, i32, i64
+
+    from broker.logs.classic.kafka_client import KafkaConnection
+
+    async def ask() -> int:
+        host, port = cluster.broker(node).bootstrap.rsplit(":", 1)
+        conn = KafkaConnection(host, int(port), "test-tiered-end")
+        try:
+            partition = offsets_req.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-5))
+            request = offsets_req.ListOffsetsRequest(
+                replica_id=BrokerId(-1),
+                isolation_level=i8(0),
+                topics=(
+                    offsets_req.ListOffsetsTopic(name=TopicName(topic), partitions=(partition,)),
+                ),
+            )
+            response = await conn.request(request, 10.0)
+            [answer] = response.topics[0].partitions
+            return int(answer.offset) if int(answer.error_code) == 0 else -1
+        finally:
+            conn.close()
+
+    return asyncio.run(ask())
+
+
+def test_the_documents_scenario_a_returning_replica_starts_after_the_lineage(
+    healthy: LocalCluster, topic: str
+) -> None:
+    """Seeds/002 on real brokers: a leader alone in the ISR tiers records that an unclean
+    election later discards (orphans reaching further than the new lineage's tiered end:
+    "θ5 > θ6"); the new leader tiers its own; the old leader returns, truncates its
+    divergent tail, and starts replicating after the last tiered offset of the current
+    lineage ("θ6"), neither fetching the tiered offsets again (the leader keeps them on
+    its disk too here) nor starting past the orphans."""
+    admin = AdminClient({"bootstrap.servers": healthy.bootstrap})
+    config = {
+        **TIERED,
+        "local.retention.bytes": "-2",  # the leaders keep their tiered segments locally
+        "min.insync.replicas": "1",
+        "unclean.leader.election.enable": "true",
+    }
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2, 3]], config=config)])[
+        topic
+    ].result(20)
+    wait_until(lambda: describe(admin, topic)[2] == [1, 2, 3], "a full ISR", 15)
+    produce(healthy.bootstrap, topic, 0, 1000)  # g1: on every replica
+    # g2: 2 and 3 offline; 1 alone writes and tiers records the lineage will discard.
+    for node in (2, 3):
+        healthy.broker(node).stop(signal.SIGKILL)
+    wait_until(lambda: describe(admin, topic)[2] == [1], "1 alone in the ISR", 30)
+    produce(healthy.bootstrap, topic, 1000, 3000)
+    wait_until(lambda: tiered_end(healthy, 1, topic) > 3000, "1 tiering its records", 30)
+    orphans_end = tiered_end(healthy, 1, topic)
+    # g3: 1 offline, 2 or 3 leads uncleanly from offset 1000 and tiers its own records.
+    healthy.broker(1).stop(signal.SIGKILL)
+    for node in (2, 3):
+        healthy.broker(node).start()
+    survivor = AdminClient({"bootstrap.servers": healthy.broker(2).bootstrap})
+    wait_until(lambda: describe(survivor, topic)[0] in (2, 3), "an unclean leader", 30)
+    leader = describe(survivor, topic)[0]
+    produce(healthy.broker(2).bootstrap, topic, 1000, 1500)
+    wait_until(
+        lambda: tiered_end(healthy, leader, topic) > 1000, "the new leader tiering its own", 30
+    )
+    lineage_end = tiered_end(healthy, leader, topic)
+    assert lineage_end < orphans_end
+    # 1 returns: it truncates to 1000 and starts after the lineage's tiered end.
+    broker = healthy.broker(1)
+    logged = broker.log_size()
+    broker.start()
+    started = f"{topic}-0: starting after the tiered part of the log, at {lineage_end + 1} "
+    wait_until(
+        lambda: started in broker.log_tail(10**8, since=logged),
+        f"1 starting after the lineage's tiered end {lineage_end}",
+        30,
+    )
+    assert local_segments(healthy, 1, topic)[0] == lineage_end + 1
+    wait_until(lambda: len(describe(admin, topic)[2]) == 3, "1 back in the ISR", 30)
+    # The log is the new leader's lineage, with none of 1's discarded records.
+    got = confluent_consume(healthy.bootstrap, topic, expected=2500)
+    assert values(got) == list(range(2500))
+    assert [g.offset for g in got] == list(range(2500))
+
+
 def test_disable_with_retain_keeps_the_remote_data_readable(
     healthy: LocalCluster, topic: str
 ) -> None:

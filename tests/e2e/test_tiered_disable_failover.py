@@ -1,9 +1,12 @@
 """KIP-950 disablement through failures: the topic is DISABLING in the metadata log while
 the partition's leader cannot act (stopped), the active controller is SIGKILLed, then the
-leader broker itself; the next controller and the next leader finish the job (delete: the
-remote data goes, the log starts at the local log) and the topic becomes DISABLED.
+leader broker itself; the next controller sends DisableRemoteTopic to the next leader,
+which does the job (delete: the remote data goes, the log starts at the local log), and
+the topic becomes DISABLED.
 
-Three controllers (a Raft quorum) and three brokers, stock clients for the data.
+Three controllers (a Raft quorum) and three brokers, stock clients for the data; and one
+broker at the default remote.log.manager.task.interval.ms, whose leader acts on the
+controller's request at once, not at its next tiering run.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from controller.image import TIERING_DISABLED, TIERING_DISABLING, MetadataImage
 from controller.records import decode_batch
@@ -25,7 +28,10 @@ from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import confluent_consume, wait_until
 from .test_tiered import (
+    TIERED,
     TIERED_BROKERS,
+    _try_alter,
+    alter,
     create,
     describe,
     local_segments,
@@ -138,3 +144,21 @@ def test_disabling_survives_a_controller_kill_and_a_leader_kill(
     controller.start()
     stopped.start()
     wait_until(lambda: len(describe(admin, topic)[2]) == 3, "the old leader back in the ISR", 30)
+
+
+def test_the_leader_disables_at_the_controllers_request_not_at_its_next_run(
+    tmp_path_factory: pytest.TempPathFactory, topic: str
+) -> None:
+    # remote.log.manager.task.interval.ms at its default (30 s): the leader's next tiering
+    # run is far off; the controller's DisableRemoteTopic (in a heartbeat answer) is not.
+    with fast_cluster(tmp_path_factory, "tiered-disable-now", brokers=1, controllers=1) as c:
+        admin = AdminClient({"bootstrap.servers": c.bootstrap})
+        config = {**TIERED, "min.insync.replicas": "1"}
+        admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(20)
+        wait_until(lambda: describe(admin, topic)[0] == 1, "a leader", 15)
+        produce(c.bootstrap, topic, 0, 100)
+        alter(admin, topic, remote_storage_enable="false")
+        # Re-enabling is accepted once DISABLED: the leader acknowledged the request.
+        wait_until(lambda: _try_alter(admin, topic, remote_storage_enable="true"), "DISABLED", 10)
+        got = confluent_consume(c.bootstrap, topic, expected=100)
+        assert values(got) == list(range(100))

@@ -6,7 +6,6 @@ the checker found something and its path is in the failure message."""
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -15,19 +14,6 @@ from .run import run
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.nemesis,
-    # Open failure (issue 24), so not run by default and not counted as passing: a classic
-    # transaction marker sent twice (the EndTxn's send and the pending-markers resend, or a
-    # retry over a connection the leader's kill cut) can reach a partition after the
-    # producer's next transaction began there; markers name only (producer id, epoch), so
-    # the stale ABORT of transaction N ends N+1's records there, and N+1's own COMMIT then
-    # finds nothing open: a committed transaction is partly aborted. Seen once in CI's run
-    # of the first test below (2026-11-27 14:45, offsets 532-535 of nemesis-classic-1).
-    # The fix is Kafka's coordinator epoch on markers, fenced at the leader.
-    # SLUICE_TEST_NEMESIS=1 runs them.
-    pytest.mark.skipif(
-        os.environ.get("SLUICE_TEST_NEMESIS") != "1",
-        reason="open failure: a stale classic transaction marker (issue 24); SLUICE_TEST_NEMESIS=1",
-    ),
 ]
 
 

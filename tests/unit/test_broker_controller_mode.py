@@ -35,8 +35,12 @@ from controller.records import Record, encode_batch
 from controller.requests import (
     AlterTopicConfigs,
     BrokerRegistrationRequest,
+    ConfigOp,
+    DisableRemoteAck,
+    DisableRemoteTopic,
     NewPartitions,
     NewTopic,
+    OpType,
     Reassignment,
 )
 from controller.wire import from_json, to_json
@@ -54,11 +58,12 @@ SECRET = "s3cr3t"
 class FakeController:
     """One always-active controller: proposals commit at once."""
 
-    def __init__(self, session_timeout_ms: int = 1000) -> None:
+    def __init__(self, session_timeout_ms: int = 1000, classic_topics: bool = False) -> None:
         self.logic = ControllerLogic(
             ControllerConfig(
                 session_timeout_ms=session_timeout_ms,
                 validate_configs=topic_config_validation.validate,
+                classic_topics=classic_topics,
             )
         )
         self.image = MetadataImage()
@@ -68,6 +73,7 @@ class FakeController:
         self.metadata_delay = 0.0  # makes followers lag (read-your-writes tests)
         self.paths: list[str] = []
         self.keep: set[int] = set()  # brokers ``keep_alive`` heartbeats for
+        self.acks: list[DisableRemoteAck] = []  # KIP-950 answers heartbeats carried
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -175,7 +181,9 @@ class FakeController:
             want_fence=b.get("want_fence", False),
             want_shutdown=b.get("want_shutdown", False),
         )
-        return self._answer(outcome)
+        acks = [from_json(DisableRemoteAck, a) for a in b.get("disabled_remote", ())]
+        self.acks += acks
+        return self._answer(self.logic.with_disables(self.image, b["node_id"], outcome, acks))
 
     async def _unregister(self, request: web.Request) -> web.Response:
         b = await request.json()
@@ -452,6 +460,70 @@ async def test_a_restarted_broker_waits_for_the_old_session(fake: FakeController
             await client.close()
 
 
+class Disabler:
+    """Stands for the broker's tiering manager: answers DisableRemoteTopic requests,
+    refusing the first one (as a leader whose image lags would)."""
+
+    def __init__(self, member: ControllerMembership) -> None:
+        self.member = member
+        self.requests: list[DisableRemoteTopic] = []
+        self._answers: list[DisableRemoteAck] = []
+
+    def answers(self) -> list[DisableRemoteAck]:
+        return list(self._answers)
+
+    def answered(self, acks: Any) -> None:
+        self._answers = [a for a in self._answers if a not in acks]
+
+    def on_disable_remote(self, requests: Any) -> None:
+        for r in requests:
+            self.requests.append(r)
+            error = E.not_leader_or_follower if len(self.requests) == 1 else E.none
+            self._answers.append(
+                DisableRemoteAck(r.topic_id, r.partition, r.leader_epoch, r.generation, error)
+            )
+        self.member.beat_soon()
+
+
+async def test_the_controller_sends_the_disablement_to_the_leader_until_it_answers() -> None:
+    """KIP-950: DisableRemoteTopic rides the heartbeat answers to the partition's leader,
+    with its leader epoch, until the leader's answer (in a heartbeat) is a success."""
+    fake = FakeController(classic_topics=True)
+    await fake.start()
+    member, follower, client = await start_member(fake, 1, "az-a", session_ms=5000)
+    member.requests = disabler = Disabler(member)
+    try:
+        await eventually(lambda: not member.fenced)
+        tiered = {"diskless.enable": "false", "remote.storage.enable": "true"}
+        fake.commit(
+            fake.logic.create_topics(fake.image, [NewTopic("t", 1, 1, configs=tiered)]).records
+        )
+        topic = fake.image.topic("t")
+        assert topic is not None and topic.partitions[0].leader == 1
+        off = ConfigOp("remote.storage.enable", OpType.SET, "false")
+        fake.commit(fake.logic.alter_configs(fake.image, [AlterTopicConfigs("t", [off])]).records)
+
+        def state() -> str | None:
+            t = fake.image.topic("t")
+            return None if t is None or t.tiering is None else t.tiering.state
+
+        await eventually(lambda: state() == "DISABLED")
+        p = fake.image.partition(topic.topic_id, 0)
+        assert p is not None
+        epoch = p.leader_epoch
+        sent = DisableRemoteTopic(topic.topic_id, 0, epoch, 0, "retain")
+        # Refused once, sent again, then acknowledged: DISABLED; not sent any more.
+        assert disabler.requests == [sent, sent]
+        assert [a.error_code for a in fake.acks] == [E.not_leader_or_follower, E.none]
+        await asyncio.sleep(0.3)  # a few more heartbeats (every 100 ms)
+        assert disabler.requests == [sent, sent] and disabler.answers() == []
+    finally:
+        await member.stop()
+        await follower.stop()
+        await client.close()
+        await fake.close()
+
+
 # --------------------------------------------------------------------------- a whole broker
 
 
@@ -676,11 +748,12 @@ async def test_leader_epochs_follow_the_controller(broker: Broker, fake: FakeCon
     await call(broker, 19, 7, create_request("e", 3))
     topic = fake.image.topic("e")
     assert topic is not None
-    # The partition led by broker 2 gets a new leader when 2 shuts down.
+    # The partition led by broker 2 gets a new leader when 2 is removed for good (a
+    # diskless leader that is only lost stays: seed 000, the transformer routes around).
     (index,) = [i for i, p in topic.partitions.items() if p.leader == 2]
     before = topic.partitions[index].leader_epoch
     fake.keep.discard(2)  # its next heartbeat would unfence it and give leadership back
-    fake.beat(2, want_shutdown=True)
+    fake.commit(fake.logic.unregister_broker(fake.image, 2).records)
     assert await broker.controller.follower.wait_for(fake.applied, 5)  # type: ignore[union-attr]
     state = fake.image.topic("e").partitions[index]  # type: ignore[union-attr]
     assert state.leader != 2 and state.leader_epoch == before + 1

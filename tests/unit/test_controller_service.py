@@ -92,10 +92,17 @@ async def test_metrics_show_the_managed_replication_factor(tmp_path: Path) -> No
                 text = await response.text()
             async with session.get(url.replace("/metrics", "/healthz")) as response:
                 assert response.status == 200
-        assert 'sluice_controller_diskless_effective_rf{topic="orders"} 3.0' in text
-        assert 'sluice_controller_diskless_effective_rf{topic="legacy"} 1.0' in text
-        assert "sluice_controller_diskless_rf1_topics 1.0" in text
+        # Seed 000's metrics by their Prometheus names and meanings (diskless topics only).
+        assert 'kafka_controller_diskless_effective_rf{topic="orders"} 3.0' in text
+        assert 'kafka_controller_diskless_effective_rf{topic="legacy"} 1.0' in text
+        assert 'kafka_controller_diskless_rack_aware{partition="0",topic="orders"} 1.0' in text
+        assert "kafka_controller_diskless_rf1_topics_total 1.0" in text
+        assert "kafka_controller_kafkacontroller_offlinepartitionscount 0.0" in text
+        assert "sluice_controller_under_replicated_partitions 0.0" in text
         assert "sluice_controller_active 1.0" in text
+        # One meaning per name: the old spellings are gone.
+        assert "sluice_controller_diskless_effective_rf" not in text
+        assert "sluice_controller_partition_rack_aware" not in text
     finally:
         await service.stop()
 

@@ -275,6 +275,23 @@ async def test_stale_epoch_is_fenced(coordinator: BatchCoordinator) -> None:
     assert (await info(coordinator)).high_watermark == 1
 
 
+async def test_refusals_carry_the_log_start_offset(coordinator: BatchCoordinator) -> None:
+    """As Kafka answers a sequence or epoch refusal (the differential test compares them)."""
+    await setup_logs(coordinator, (T1, 0))
+    await commit(coordinator, batch(count=3, pid=PID, epoch=2, seq=0))
+    results = await commit(
+        coordinator,
+        batch(pid=PID, epoch=2, seq=7),  # a gap
+        batch(pid=PID, epoch=1, seq=3),  # an old epoch
+        batch(pid=PID, epoch=3, seq=1),  # a new epoch not starting at 0
+    )
+    assert [(r.error, r.log_start_offset) for r in results] == [
+        (OUT_OF_ORDER, 0),
+        (BAD_EPOCH, 0),
+        (OUT_OF_ORDER, 0),
+    ]
+
+
 async def test_epoch_bump_restarts_sequences_at_zero(coordinator: BatchCoordinator) -> None:
     await setup_logs(coordinator, (T1, 0))
     await commit(coordinator, batch(count=5, pid=PID, epoch=0, seq=0))

@@ -228,7 +228,7 @@ def _declared_metrics() -> dict[str, str]:
     out = {}
     for path in [ROOT / "broker" / "server" / "metrics.py", ROOT / "controller" / "service.py"]:
         for kind, name in re.findall(
-            r"(Counter|Gauge|Histogram)\(\s*\"(sluice_\w+)\"", path.read_text()
+            r"(Counter|Gauge|Histogram)\(\s*\"((?:sluice|kafka)_\w+)\"", path.read_text()
         ):
             out[name] = kind
     return out
@@ -271,13 +271,13 @@ def test_grafana_dashboard(compose: dict) -> None:
         for target in panel["targets"]:
             assert target["refId"] and target["expr"]
             assert target["datasource"]["uid"] == source["uid"]
-            for series in re.findall(r"\bsluice_\w+", target["expr"]):
+            for series in re.findall(r"\b(?:sluice|kafka)_\w+", target["expr"]):
                 assert series in exposed, f"{panel['title']}: no metric {series}"
                 used.add(exposed[series])
     required = {
         "sluice_client_az_requests",
-        "sluice_transformer_fallback",
-        "sluice_controller_diskless_effective_rf",
+        "kafka_server_diskless_transformer_fallback",
+        "kafka_controller_diskless_effective_rf",
         "sluice_controller_under_replicated_partitions",
         "sluice_produced_bytes",
         "sluice_fetched_bytes",

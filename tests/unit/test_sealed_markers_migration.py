@@ -27,6 +27,10 @@ SEALED = PartitionKey(UUID(int=0x5E), 0)  # migrated to classic, sealed at 1
 OTHER = PartitionKey(UUID(int=0xD1), 0)  # diskless
 
 
+# Columns of migrations after the legacy schema that today's code reads: (name, default).
+LATER_COLUMNS = (("last_producer_epoch", -1), ("completions", 0))
+
+
 def plain(k: PartitionKey) -> BatchToCommit:
     return BatchToCommit(
         topic_id=k.topic_id,
@@ -104,14 +108,16 @@ async def test_sqlite_drops_markers_past_a_seal(
         finally:
             conn.close()
 
-    # Today's transaction code reads a column of a later migration (9): present while the
+    # Today's transaction code reads columns of later migrations (9, 10): present while the
     # legacy state is written, gone again before the upgrade, as in a version-7 database.
-    alter("ALTER TABLE transactions ADD COLUMN last_producer_epoch INTEGER NOT NULL DEFAULT -1")
+    for column, default in LATER_COLUMNS:
+        alter(f"ALTER TABLE transactions ADD COLUMN {column} INTEGER NOT NULL DEFAULT {default}")
     try:
         await legacy_state(old, seal)
     finally:
         await old.close()
-    alter("ALTER TABLE transactions DROP COLUMN last_producer_epoch")
+    for column, _default in LATER_COLUMNS:
+        alter(f"ALTER TABLE transactions DROP COLUMN {column}")
     monkeypatch.undo()
     new = SqliteCoordinator(path)
     await new.start()
@@ -132,13 +138,16 @@ async def test_postgres_drops_markers_past_a_seal(postgres_dsn: str) -> None:
     async def seal(insert: str) -> None:
         await pool.fetch(f"{insert} ($1, $2, 1)", SEALED.topic_id, SEALED.partition, write=True)
 
-    # As in the SQLite test: today's functions read a column of a later migration (0013).
-    column = "last_producer_epoch"
-    await pool.fetch(f"ALTER TABLE transactions ADD COLUMN {column} integer DEFAULT -1", write=True)
+    # As in the SQLite test: today's functions read columns of later migrations (0013, 0014).
+    for column, default in LATER_COLUMNS:
+        await pool.fetch(
+            f"ALTER TABLE transactions ADD COLUMN {column} integer DEFAULT {default}", write=True
+        )
     try:
         await old.start()
         await legacy_state(old, seal)
-        await pool.fetch(f"ALTER TABLE transactions DROP COLUMN {column}", write=True)
+        for column, _default in LATER_COLUMNS:
+            await pool.fetch(f"ALTER TABLE transactions DROP COLUMN {column}", write=True)
     finally:
         await old.close()
         await pool.close()

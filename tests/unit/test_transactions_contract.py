@@ -595,7 +595,7 @@ async def test_commit_appends_markers_at_the_high_watermark(coordinator: BatchCo
     size_before = (await c.log_info([P10]))[0].byte_size
     k = key()
     done = await p.end(True, P11, P10, object_key=k)  # any order
-    assert done == CompleteResult(NONE, [0, 5], True)
+    assert done == CompleteResult(NONE, [0, 5], True, completions=1)
     info = (await c.log_info([P10]))[0]
     assert (info.high_watermark, info.byte_size) == (6, size_before + 60)
     assert await hwm(c, P11) == 1
@@ -624,7 +624,7 @@ async def test_abort_records_an_aborted_transaction_only_where_one_was_open(
     assert (await p.send(P10)).base_offset == 3  # same transaction: still opened at 1
     assert await lso(c) == 1
     done = await p.end(False, P10, P11)
-    assert done == CompleteResult(NONE, [4, 0], True)
+    assert done == CompleteResult(NONE, [4, 0], True, completions=1)
     assert await lso(c) == 5
     assert (await find(c, 0)).aborted == [AbortedTransaction(p.pid, 1)]
     assert (await find(c, 0, P11)).aborted == []  # nothing was open there
@@ -657,7 +657,7 @@ async def test_a_retried_end_is_none_and_registers_nothing(coordinator: BatchCoo
     await p.send(P10)
     assert (await p.end(True, P10)).registered
     k = key()
-    assert await p.end(True, P10, object_key=k) == CompleteResult(NONE, [-1], False)
+    assert await p.end(True, P10, object_key=k) == CompleteResult(NONE, [-1], False, 1)
     assert await c.unknown_objects([k]) == [k]
     assert await hwm(c) == 2
     # The other decision for a completed transaction is not a retry.
@@ -667,7 +667,7 @@ async def test_a_retried_end_is_none_and_registers_nothing(coordinator: BatchCoo
     await p.send(P10)
     assert (await p.end(False, P10, bump=True)).registered
     assert (await p.state()).producer_epoch == p.epoch + 1
-    assert await p.end(False, P10, bump=True) == CompleteResult(NONE, [-1], False)
+    assert await p.end(False, P10, bump=True) == CompleteResult(NONE, [-1], False, 2)
     assert await p.end(False, P10) == CompleteResult(PRODUCER_FENCED, [-1], False)
     assert await hwm(c) == 4
     assert (await find(c, 0)).aborted == [AbortedTransaction(p.pid, 2)]
@@ -723,12 +723,12 @@ async def test_markers_for_deleted_logs_are_skipped(coordinator: BatchCoordinato
     await p.send(P20)
     await c.delete_logs([T2], NOW)
     k = key()
-    assert await p.end(True, P10, P20, object_key=k) == CompleteResult(NONE, [0, -1], True)
+    assert await p.end(True, P10, P20, object_key=k) == CompleteResult(NONE, [0, -1], True, 1)
     assert await c.unknown_objects([k]) == []
     # Every marker's log gone: nothing to register.
     await p.begin(P20)
     k = key()
-    assert await p.end(False, P20, object_key=k) == CompleteResult(NONE, [-1], False)
+    assert await p.end(False, P20, object_key=k) == CompleteResult(NONE, [-1], False, 2)
     assert await c.unknown_objects([k]) == [k]
     assert (await p.state()).state == COMPLETE_ABORT
 
@@ -739,7 +739,7 @@ async def test_a_transaction_of_only_offsets_ends_without_markers(
     p = Producer(coordinator)
     await p.begin(groups=["g"])
     k = key()
-    assert await p.end(True, object_key=k) == CompleteResult(NONE, [], False)
+    assert await p.end(True, object_key=k) == CompleteResult(NONE, [], False, 1)
     assert await coordinator.unknown_objects([k]) == [k]
     assert (await p.state()).state == COMPLETE_COMMIT
 
@@ -1474,3 +1474,40 @@ async def test_a_pending_partition_with_an_open_diskless_transaction_is_refused(
         )
     )
     assert done.error == NONE and await lso(c, P11) == await hwm(c, P11) == 2
+
+
+async def test_each_completion_has_the_next_number_and_its_markers_carry_it(
+    coordinator: BatchCoordinator,
+) -> None:
+    """A classic marker names its transaction by the id's completion count, so that a late
+    copy of an earlier transaction's marker can be told from the current one's."""
+    c = coordinator
+    p = Producer(c)
+    numbers = []
+    for commit_it in (True, False):
+        await p.begin(C1)
+        done = await c.txn_complete(
+            CompleteRequest(
+                "tx", p.pid, p.epoch, commit_it, False, key(), 0, 7, [], NOW, pending=[C1]
+            )
+        )
+        assert done.error == NONE
+        numbers.append(done.completions)
+        [pending] = await c.txn_pending_markers(10)
+        assert pending.completions == done.completions
+        # A retry while its markers are owed is refused; once written it gets the number of
+        # the transaction it repeats, not a new one.
+        await c.txn_markers_written("tx", p.pid, p.epoch, [C1])
+        retried = await c.txn_complete(
+            CompleteRequest(
+                "tx", p.pid, p.epoch, commit_it, False, key(), 0, 7, [], NOW, pending=[C1]
+            )
+        )
+        assert (retried.error, retried.completions) == (NONE, done.completions)
+    assert numbers == [1, 2]
+    # A coordinator abort counts too, and a KIP-360 bump keeps counting.
+    await p.begin(C1)
+    aborted = await c.txn_complete(
+        CompleteRequest("tx", p.pid, p.epoch, False, True, key(), 0, 7, [], NOW, pending=[C1])
+    )
+    assert aborted.completions == 3

@@ -11,10 +11,13 @@ from broker.metadata.transformer import (
     AZ_HASH,
     CROSS_AZ,
     HASH,
+    HASH_ABS,
+    HASH_TO_POSITIVE,
     LOCAL,
     NONE,
     RECORDED,
     DecisionLog,
+    hash_index,
     kafka_uuid,
     partition_hash,
     pick,
@@ -22,7 +25,7 @@ from broker.metadata.transformer import (
     route,
     route_without_replicas,
 )
-from protocol.murmur2 import murmur2, to_positive
+from protocol.murmur2 import INT_MIN, murmur2
 
 TOPIC = uuid.UUID("8c1f4b0e-2f6a-4d0e-9a55-3b6f7d2e1c90")
 RACKS = {1: "az-a", 2: "az-a", 3: "az-b", 4: "az-b", 5: "az-c", 6: "az-c"}
@@ -40,8 +43,50 @@ def test_kafka_uuid_is_url_safe_base64_without_padding() -> None:
 
 def test_hash_is_murmur2_of_topic_id_dash_partition() -> None:
     key = f"{kafka_uuid(TOPIC)}-7".encode()
-    assert partition_hash(TOPIC, 7) == to_positive(murmur2(key))
-    assert pick([6, 2, 4], TOPIC, 7) == [2, 4, 6][to_positive(murmur2(key)) % 3]
+    assert partition_hash(TOPIC, 7) == murmur2(key)
+    assert pick([6, 2, 4], TOPIC, 7) == [2, 4, 6][abs(murmur2(key)) % 3]
+
+
+# (signed murmur2, n, index by seed 001's abs(h) % n, index by Kafka's toPositive(h) % n)
+HASH_VECTORS = [
+    (479470107, 3, 479470107 % 3, 479470107 % 3),  # murmur2("abc"): positive, both agree
+    # murmur2("21") = -973932308: abs 973932308 % 3 = 2; toPositive 1173551340 % 3 = 0
+    (-973932308, 3, 2, 0),
+    (-790332482, 5, 790332482 % 5, (2**31 - 790332482) % 5),  # murmur2("foobar")
+    # Integer.MIN_VALUE: Math.abs overflows (stays MIN_VALUE), Java's % gives -2 for n=3
+    # (Java would then throw indexing a list): taken from the end, index 1; toPositive: 0.
+    (INT_MIN, 3, 1, 0),
+    (INT_MIN, 2, 0, 0),  # -2^31 is even: remainder 0 either way
+]
+
+
+@pytest.mark.parametrize(("h", "n", "by_abs", "by_to_positive"), HASH_VECTORS)
+def test_hash_index_is_the_seeds_abs_with_java_semantics(
+    h: int, n: int, by_abs: int, by_to_positive: int
+) -> None:
+    assert hash_index(h, n, HASH_ABS) == by_abs
+    assert hash_index(h, n, HASH_TO_POSITIVE) == by_to_positive
+    assert hash_index(h, n) == by_abs  # the default is the seed's formula
+
+
+def test_a_key_hashing_to_min_value_gets_an_index() -> None:
+    # A 4-byte key whose murmur2 is Integer.MIN_VALUE (found by inverting murmur2's steps).
+    h = murmur2(b"\xa7\xd6Pl")
+    assert h == INT_MIN
+    assert [hash_index(h, n) for n in (1, 2, 3, 5, 6)] == [0, 0, 1, 2, 4]
+
+
+def test_abs_and_to_positive_disagree_on_a_third_of_partitions() -> None:
+    # What the issue measured: with 3 candidates, about 1/3 of partitions differ; the
+    # default must be the seed's formula, not Kafka's toPositive.
+    differ = sum(
+        hash_index(partition_hash(TOPIC, p), 3, HASH_ABS)
+        != hash_index(partition_hash(TOPIC, p), 3, HASH_TO_POSITIVE)
+        for p in range(1000)
+    )
+    assert 250 < differ < 420
+    chosen = [pick([1, 2, 3], TOPIC, p) for p in range(1000)]
+    assert chosen == [[1, 2, 3][abs(partition_hash(TOPIC, p)) % 3] for p in range(1000)]
 
 
 def test_alive_replica_in_client_az_is_the_only_one_returned() -> None:
@@ -63,7 +108,14 @@ def test_offline_local_replica_goes_to_the_other_broker_of_the_az() -> None:
     # any diskless partition), never another AZ.
     r = route(TOPIC, 0, REPLICAS, (3, 5), 3, alive(1), "az-a")
     assert r.reason == AZ_HASH and (r.leader, r.replicas, r.isr) == (2, (2,), (2,))
-    assert r.routed_around == (1,) and not r.hash_fallback
+    assert r.routed_around == (1,) and r.hash_fallback and not r.all_offline
+
+
+def test_az_hash_without_offline_replica_is_a_hash_fallback_too() -> None:
+    # A rack added after the topic was created has no replica: its clients are hashed to
+    # one of its brokers. Nothing is offline, but it is a hash fallback (seed 000's metric).
+    r = route(TOPIC, 0, (1, 3), (1, 3), 1, alive(), "az-c")
+    assert r.reason == AZ_HASH and r.hash_fallback and not r.routed_around
 
 
 def test_seed_table_to_the_letter_falls_back_cross_az() -> None:
@@ -91,7 +143,7 @@ def test_unknown_az_is_a_miss_and_falls_back_cross_az() -> None:
 
 def test_all_replicas_offline_hashes_within_client_az() -> None:
     r = route(TOPIC, 4, REPLICAS, (), -1, alive(1, 3, 5), "az-b")
-    assert r.reason == HASH and r.hash_fallback and r.leader == 4
+    assert r.reason == HASH and r.hash_fallback and r.all_offline and r.leader == 4
     assert (r.replicas, r.isr) == ((4,), (4,)) and r.routed_around == REPLICAS
 
 
@@ -109,6 +161,13 @@ def test_unaware_client_gets_recorded_placement() -> None:
     r = route(TOPIC, 0, REPLICAS, REPLICAS, 3, alive(), None)
     assert r.reason == RECORDED
     assert (r.leader, r.replicas, r.isr, r.offline) == (3, REPLICAS, REPLICAS, ())
+
+
+def test_unaware_client_is_told_the_alive_part_of_a_diskless_isr() -> None:
+    # The controller keeps offline broker 5 in the ISR (seed 000); the answer lists it as
+    # offline and leaves it out of the ISR clients see.
+    r = route(TOPIC, 0, REPLICAS, REPLICAS, 3, alive(5), None)
+    assert (r.leader, r.replicas, r.isr, r.offline) == (3, REPLICAS, (1, 3), (5,))
 
 
 def test_unaware_client_is_routed_around_a_dead_leader() -> None:
@@ -164,7 +223,47 @@ def test_decision_log_logs_each_decision_once(caplog: pytest.LogCaptureFixture) 
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
         "[Transformer] Diskless partition 'foo-0' has offline replica (broker 1), "
-        "routing to alive replica (broker 3)",
+        "routing to alive replicas (brokers 3, 5) in other AZs, leader 3",
         "[Transformer] Diskless partition 'foo-0' has ALL replicas offline, "
         "using hash-based fallback to broker 2",
     ]
+
+
+def test_decision_log_says_what_happened(caplog: pytest.LogCaptureFixture) -> None:
+    """The seed's "routing to alive replica" only when the answer is an alive replica."""
+    decisions = DecisionLog()
+    az_hash = route(TOPIC, 0, REPLICAS, (3, 5), 3, alive(1), "az-a")  # to broker 2
+    unaware = route(TOPIC, 0, REPLICAS, REPLICAS, 1, alive(1), None)
+    one_left = route(TOPIC, 0, REPLICAS, (5,), 5, alive(1, 2, 3), "az-a")
+    with caplog.at_level(logging.INFO, logger="sluice.transformer"):
+        for r in (az_hash, unaware, one_left):
+            decisions.note("foo", 0, TOPIC, r)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "[Transformer] Diskless partition 'foo-0' has offline replica (broker 1), "
+        "routing to broker 2 of the client's AZ (not a replica: none is alive there; "
+        "hash-based choice)",
+        "[Transformer] Diskless partition 'foo-0' has offline replica (broker 1), "
+        f"routing to alive replica (broker {unaware.leader})",
+        "[Transformer] Diskless partition 'foo-0' has offline replicas (brokers 1, 3), "
+        "routing to alive replica (broker 5) in another AZ",
+    ]
+    assert unaware.leader in (3, 5)
+
+
+def test_hash_config_is_checked_and_applied() -> None:
+    from broker.config import load_config
+    from broker.metadata import transformer
+
+    assert load_config({}).diskless_transformer_hash == HASH_ABS
+    assert load_config({"diskless.transformer.hash": "to_positive"}).diskless_transformer_hash == (
+        HASH_TO_POSITIVE
+    )
+    with pytest.raises(ValueError, match=r"diskless\.transformer\.hash"):
+        load_config({"diskless.transformer.hash": "floor"})
+    try:
+        transformer.set_hash_mode(HASH_TO_POSITIVE)
+        assert hash_index(-973932308, 3) == 0
+    finally:
+        transformer.set_hash_mode(HASH_ABS)
+    assert hash_index(-973932308, 3) == 2

@@ -38,7 +38,8 @@ class FakeClassic(ClassicMarkerSender):
 
     def __init__(self, classic: set[PartitionKey]) -> None:
         self.classic = classic
-        self.sent: list[tuple[list[PartitionKey], bool]] = []
+        # (partitions, commit, the transaction's number)
+        self.sent: list[tuple[list[PartitionKey], bool, int]] = []
         self.acknowledge: list[Callable[[], Awaitable[None]]] = []
 
     def is_classic(self, key: PartitionKey) -> bool:
@@ -50,10 +51,11 @@ class FakeClassic(ClassicMarkerSender):
         producer_id: int,
         producer_epoch: int,
         commit: bool,
+        number: int,
         deadline_s: float | None = None,
         on_written: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
-        self.sent.append((sorted(partitions, key=str), commit))
+        self.sent.append((sorted(partitions, key=str), commit, number))
         if on_written is not None:
             self.acknowledge.append(on_written)
         return False
@@ -106,7 +108,7 @@ async def test_a_classic_partition_gets_no_marker_in_its_diskless_log(
     assert await batches(c, DISKLESS) == [0]
     assert await batches(c, CLASSIC) == []
     assert await hwm(c, CLASSIC) == 0
-    assert sender.sent == [([CLASSIC], True)]
+    assert sender.sent == [([CLASSIC], True, 1)]
     assert len(await objects(store)) == 1
     # PrepareCommit until the leader acknowledges, then CompleteCommit.
     [got] = await c.txn_get(["tx"])
@@ -131,7 +133,7 @@ async def test_an_all_classic_transaction_uploads_nothing(
     assert await w.end(state, commit=False, bump_epoch=True) == NONE
     assert await objects(store) == []
     assert await batches(c, CLASSIC) == await batches(c, other) == []
-    assert sender.sent == [(sorted([CLASSIC, other], key=str), False)]
+    assert sender.sent == [(sorted([CLASSIC, other], key=str), False, 1)]
     [pending] = await c.txn_pending_markers(10)
     assert (pending.state, pending.producer_epoch) == (COMPLETE_ABORT, state.producer_epoch + 1)
     assert sorted(pending.partitions, key=str) == sorted([CLASSIC, other], key=str)
@@ -159,7 +161,7 @@ async def test_a_marker_for_a_sealed_log_is_refused_until_the_partition_is_seen_
     assert await w.end(state, commit=True, bump_epoch=False) == NONE
     assert await batches(c, DISKLESS) == [0]
     assert await batches(c, CLASSIC) == []
-    assert sender.sent == [([CLASSIC], True)]
+    assert sender.sent == [([CLASSIC], True, 1)]
 
 
 async def test_a_partition_seen_classic_with_an_open_diskless_transaction_is_read_again(
@@ -225,10 +227,37 @@ async def test_a_sweep_never_resends_markers_that_were_written_meanwhile(
     w.resend(listed)
     await recording
     await asyncio.gather(*w._tasks)
-    assert sender.sent == [([CLASSIC], True)]
+    assert sender.sent == [([CLASSIC], True, 1)]
     # Afterwards the sweep's stale list changes nothing either: the next transaction of
     # the producer may already be writing to the partition.
     assert await c.txn_pending_markers(10) == []
     w.resend(listed)
     await asyncio.gather(*w._tasks)
-    assert sender.sent == [([CLASSIC], True)]
+    assert sender.sent == [([CLASSIC], True, 1)]
+
+
+async def test_markers_carry_their_transactions_number_and_a_resend_the_same_one(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    """Each transaction's classic markers carry the id's completion count, so a leader can
+    refuse a late copy of an earlier transaction's marker (the nemesis found one ABORT
+    that reached a leader after the producer's next transaction had begun there). A
+    resend by another coordinator (the first died before the leaders acknowledged) must
+    carry the same number: it is the same marker."""
+    import asyncio
+
+    c = coordinator
+    await c.create_logs([CLASSIC])
+    w, _store, sender = writer(c, tmp_path, {CLASSIC})
+    for expected in (1, 2):
+        state = await begin(c, CLASSIC)
+        assert await w.end(state, commit=expected == 1, bump_epoch=False) == NONE
+        assert sender.sent[-1] == ([CLASSIC], expected == 1, expected)
+        if expected == 1:
+            await sender.acknowledge.pop()()
+    # The first sender never hears back; another broker's sweep resends.
+    [listed] = await c.txn_pending_markers(10)
+    other, _store2, resender = writer(c, tmp_path / "other", {CLASSIC})
+    other.resend(listed)
+    await asyncio.gather(*other._tasks)
+    assert resender.sent == [([CLASSIC], False, 2)]

@@ -90,16 +90,19 @@ class ClassicMarkerSender:
         producer_id: int,
         producer_epoch: int,
         commit: bool,
+        number: int,
         deadline_s: float | None = None,
         on_written: Callable[[], Awaitable[None]] | None = None,
     ) -> bool:
         """Markers on every partition; False if some were not written by the deadline (they
         are then retried in the background until written or their topic is gone).
+        ``number``: the transaction's (its id's completion count), in each marker's
+        coordinator epoch so that a leader refuses a late copy of an older one.
         ``on_written`` is awaited once all are written, here or in the background."""
         pending = set(partitions)
         give_up = time.monotonic() + (MARKER_DEADLINE_S if deadline_s is None else deadline_s)
         while pending:
-            pending = await self._round(pending, producer_id, producer_epoch, commit)
+            pending = await self._round(pending, producer_id, producer_epoch, commit, number)
             if not pending:
                 break
             if time.monotonic() >= give_up:
@@ -116,7 +119,7 @@ class ClassicMarkerSender:
             len(pending),
         )
         task = asyncio.create_task(
-            self._retry_forever(pending, producer_id, producer_epoch, commit, on_written)
+            self._retry_forever(pending, producer_id, producer_epoch, commit, number, on_written)
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -128,6 +131,7 @@ class ClassicMarkerSender:
         producer_id: int,
         producer_epoch: int,
         commit: bool,
+        number: int,
         on_written: Callable[[], Awaitable[None]] | None,
     ) -> None:
         delay = RETRY_S
@@ -135,14 +139,19 @@ class ClassicMarkerSender:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
             try:
-                pending = await self._round(pending, producer_id, producer_epoch, commit)
+                pending = await self._round(pending, producer_id, producer_epoch, commit, number)
             except Exception:
                 log.exception("writing transaction markers failed")
         if on_written is not None:
             await on_written()
 
     async def _round(
-        self, pending: set[PartitionKey], producer_id: int, producer_epoch: int, commit: bool
+        self,
+        pending: set[PartitionKey],
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        number: int,
     ) -> set[PartitionKey]:
         """One attempt at every pending partition, by leader; the partitions still pending."""
         manager = self._broker.classic
@@ -161,9 +170,13 @@ class ClassicMarkerSender:
         calls = []
         for leader, keys in by_leader.items():
             if leader == manager.me:
-                calls.append(self._local(manager, keys, producer_id, producer_epoch, commit))
+                calls.append(
+                    self._local(manager, keys, producer_id, producer_epoch, commit, number)
+                )
             elif leader in image.brokers:
-                calls.append(self._remote(leader, keys, producer_id, producer_epoch, commit))
+                calls.append(
+                    self._remote(leader, keys, producer_id, producer_epoch, commit, number)
+                )
             else:
                 left.update(keys)  # no leader now
         for still in await asyncio.gather(*calls):
@@ -177,10 +190,11 @@ class ClassicMarkerSender:
         producer_id: int,
         producer_epoch: int,
         commit: bool,
+        number: int,
     ) -> list[PartitionKey]:
         errors = await asyncio.gather(
             *(
-                mark(manager, k.topic_id, k.partition, producer_id, producer_epoch, commit, 0)
+                mark(manager, k.topic_id, k.partition, producer_id, producer_epoch, commit, number)
                 for k in keys
             )
         )
@@ -193,6 +207,7 @@ class ClassicMarkerSender:
         producer_id: int,
         producer_epoch: int,
         commit: bool,
+        number: int,
     ) -> list[PartitionKey]:
         assert self._broker.controller is not None and self._broker.classic is not None
         image = self._broker.controller.image
@@ -224,7 +239,7 @@ class ClassicMarkerSender:
                         )
                         for name, ks in names.items()
                     ),
-                    coordinator_epoch=i32(0),
+                    coordinator_epoch=i32(number),
                 ),
             )
         )
@@ -252,7 +267,8 @@ class ClassicMarkerSender:
         if error in _RETRIABLE:
             return True
         # A marker refused for good (a fenced epoch: a newer producer wrote its own
-        # markers; a deleted topic): retrying would not help.
+        # markers; a newer transaction's marker is there (TRANSACTION_COORDINATOR_FENCED);
+        # a deleted topic): retrying would not help.
         log.warning("transaction marker on %s refused: %s", key, ErrorCode(error).name)
         return False
 

@@ -27,6 +27,7 @@ from protocol.codec import response_schema
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
 MAX_FRAME = 256 * 1024 * 1024
+API_VERSIONS_KEY = 18
 
 
 class ConnectionLost(Exception):
@@ -138,8 +139,10 @@ class KafkaConnection:
             raise ConnectionLost("answer to another request")
         schema = response_schema(int(request.__api_key__), int(request.__version__))
         # Response header v1 (flexible): correlation id, then (empty) tagged fields; v0 has
-        # no tagged fields (SaslHandshake's answer).
-        value, _ = entity_reader(schema)(frame, 5 if flexible else 4)
+        # no tagged fields (SaslHandshake's answer, and ApiVersions' at every version: a
+        # client must read it before it knows which versions the broker speaks).
+        header_v1 = flexible and int(request.__api_key__) != API_VERSIONS_KEY
+        value, _ = entity_reader(schema)(frame, 5 if header_v1 else 4)
         return value
 
     async def request(self, request: Any, timeout: float) -> Any:

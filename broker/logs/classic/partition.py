@@ -20,11 +20,11 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.producer_state import ProducerState, producer_fields
+from broker.logs.classic.producer_state import ProducerState, marker_behind, producer_fields
 from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.tiered.view import EMPTY, RemoteView
 from controller.image import PartitionState
-from protocol.control_batch import marker_batch
+from protocol.control_batch import marker_batch, marker_coordinator_epoch
 from protocol.record_scan import first_at_or_after, max_timestamp_record
 from protocol.records import CONTROL_BIT, BatchHeader, parse_batches, stamp_log_append_time
 from replication.leader import LeaderState, Progress
@@ -151,6 +151,7 @@ class ClassicPartition:
             return
         if attributes & CONTROL_BIT:
             self.producers.fence(pid, producer_fields(batch)[1])
+            self.producers.marker(pid, marker_coordinator_epoch(batch), b.base_offset)
         else:
             pid, epoch, seq = producer_fields(batch)
             self.producers.update(pid, epoch, seq, b.last_offset - b.base_offset + 1, b.base_offset)
@@ -267,7 +268,8 @@ class ClassicPartition:
                 first.producer_id, first.producer_epoch, first.base_sequence, last_seq
             )
             if error is not None:
-                return PartitionResult(int(error))
+                # With the log start offset, as Kafka answers a sequence or epoch refusal.
+                return PartitionResult(int(error), log_start_offset=self.log_start_offset)
             if duplicate is not None:
                 # A retry of a batch already written: nothing appended, answered with its
                 # original offset, and under acks=all only once the high watermark has
@@ -313,16 +315,37 @@ class ClassicPartition:
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int
     ) -> PartitionResult | asyncio.Future[PartitionResult]:
         """WriteTxnMarkers on the leader: the COMMIT/ABORT control batch ends the producer's
-        transaction here; answered, as Kafka does, once it is replicated to the ISR."""
+        transaction here; answered, as Kafka does, once it is replicated to the ISR.
+
+        ``coordinator_epoch`` >= 1 is the transaction's number (its id's completion count,
+        storage.transactions): a marker numbered below the producer's last one here is a
+        late copy of an earlier transaction's (a request that waited on a connection the
+        coordinator gave up on while it re-sent): appended now it would end the producer's
+        next transaction in this partition, so it is refused as Kafka refuses an older
+        coordinator epoch (TRANSACTION_COORDINATOR_FENCED). The same number again is a
+        repeat of the marker already in the log: answered once that one is replicated,
+        nothing appended."""
         if self.role != LEADER:
             return PartitionResult(int(ErrorCode.not_leader_or_follower))
         if producer_epoch < self.producers.epoch_of(producer_id):
             return PartitionResult(int(ErrorCode.invalid_producer_epoch))
+        last = self.producers.last_marker(producer_id)
+        if last is not None and coordinator_epoch >= 1:
+            number, at = last
+            behind = marker_behind(coordinator_epoch, number)
+            if behind > 0:
+                return PartitionResult(int(ErrorCode.transaction_coordinator_fenced))
+            if behind == 0:
+                done = PartitionResult(0, at, -1, self.log_start_offset)
+                if self.high_watermark > at:
+                    return done
+                return self._wait_for_high_watermark(at, done, 30_000, None)
         data = marker_batch(producer_id, producer_epoch, commit, int(now_ms()), coordinator_epoch)
         view = memoryview(data)
         batches = parse_batches(view, len(data))
         base, last_offset = self.log.append_as_leader(view, batches, self.leader_epoch)
         self.producers.fence(producer_id, producer_epoch)
+        self.producers.marker(producer_id, coordinator_epoch, base)
         self.txns.observe(batches[0].attributes, producer_id, int(commit), base, last_offset)
         self._advance()
         result = PartitionResult(0, base, -1, self.log_start_offset)

@@ -20,6 +20,23 @@ _PRODUCER = struct.Struct(">qhi")
 PRODUCER_OFFSET = 43
 NO_PRODUCER_ID = -1
 RETAINED_BATCHES = 5  # Kafka keeps the last five per producer (max.in.flight <= 5)
+# Transaction numbers in a marker's coordinator epoch (an int32): 1 .. 2**31 - 1, wrapping
+# (a transactional id completing 1000 transactions a second would pass 2**31 in 25 days),
+# compared as serial numbers: a number up to half the range behind the last one is older.
+MARKER_NUMBERS = 2**31 - 1
+
+
+def marker_number(completions: int) -> int:
+    """The number a transaction's markers carry: its id's completion count, wrapped into
+    1 .. MARKER_NUMBERS (0 and below mean "not numbered")."""
+    return (completions - 1) % MARKER_NUMBERS + 1
+
+
+def marker_behind(number: int, last: int) -> int:
+    """How many transactions ``number`` is behind ``last`` (0: the same one; negative:
+    newer), both in 1 .. MARKER_NUMBERS."""
+    behind = (last - number) % MARKER_NUMBERS
+    return behind if behind <= MARKER_NUMBERS // 2 else behind - MARKER_NUMBERS
 
 
 @dataclass(slots=True)
@@ -44,6 +61,10 @@ def producer_fields(batch: bytes | memoryview) -> tuple[int, int, int]:
 class ProducerState:
     def __init__(self) -> None:
         self._producers: dict[int, _Entry] = {}
+        # Per producer id, its last marker's transaction number (the coordinator epoch
+        # field: the transactional id's completion count, see storage.transactions) and
+        # offset. Kept apart from the epoch entry: an epoch bump keeps counting.
+        self._markers: dict[int, tuple[int, int]] = {}
 
     def check(
         self, pid: int, epoch: int, first_seq: int, last_seq: int
@@ -91,6 +112,17 @@ class ProducerState:
         if pid != NO_PRODUCER_ID and (entry is None or epoch > entry.epoch):
             self._producers[pid] = _Entry(epoch)
 
+    def marker(self, pid: int, number: int, offset: int) -> None:
+        """A marker of ``pid`` with transaction ``number`` is at ``offset``. Numbers < 1
+        (markers written before they were numbered, or by a sender that does not number
+        them) are not remembered."""
+        if pid != NO_PRODUCER_ID and number >= 1:
+            self._markers[pid] = (number, offset)
+
+    def last_marker(self, pid: int) -> tuple[int, int] | None:
+        """(transaction number, offset) of ``pid``'s last numbered marker, if known."""
+        return self._markers.get(pid)
+
     def last_batch_offsets(self) -> frozenset[int]:
         """The last offset of every known producer's last batch (what the log cleaner must
         keep for this state to be rebuilt from the log)."""
@@ -108,6 +140,7 @@ class ProducerState:
     def forget(self, pid: int) -> None:
         """Drop a producer's state (a migration replaces it with a newer one)."""
         self._producers.pop(pid, None)
+        self._markers.pop(pid, None)
 
     def load(self, batches: Iterable[tuple[int, int, int, int, int]]) -> None:
         """(pid, epoch, first seq, count, base offset) of the log's batches, in order."""
@@ -122,6 +155,10 @@ class ProducerState:
                 entry.batches.pop()
             if not entry.batches:
                 del self._producers[pid]
+        # A marker cut off is forgotten with it (the number of the one before is not kept:
+        # until the next marker this producer's numbers are unchecked).
+        for pid in [p for p, (_n, at) in self._markers.items() if at >= offset]:
+            del self._markers[pid]
 
     def snapshot(self, upto: int) -> dict[str, list]:  # type: ignore[type-arg]
         """The state as of offset ``upto`` (batches ending before it), JSON-ready: what a

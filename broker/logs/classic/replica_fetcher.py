@@ -29,11 +29,12 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from broker.logs.classic.kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
-from broker.logs.classic.partition import EARLIEST_LOCAL_TIMESTAMP, FOLLOWER, ClassicPartition
-from broker.logs.tiered.follower import start_after_tiered
+from broker.logs.classic.partition import FOLLOWER, LATEST_TIERED_TIMESTAMP, ClassicPartition
+from broker.logs.tiered.follower import leader_histories, start_after_tiered
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
 from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
+from storage.tiered.lineage import follower_start, history_floor
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -116,6 +117,9 @@ class ReplicaFetcher:
                 truncating = [p for p in parts if p.needs_truncation]
                 if truncating:
                     await self._truncate(truncating)
+                    await self._start_after_tiered(
+                        [p for p in truncating if not p.needs_truncation], moved=False
+                    )
                 ready = [p for p in parts if not p.needs_truncation]
                 if ready:
                     if not await self._fetch(ready):
@@ -276,41 +280,71 @@ class ReplicaFetcher:
                     moved.append(p)
                 else:
                     ok = False
-        if moved:
-            await self._start_after_tiered(moved)
+        if moved and not await self._start_after_tiered(moved, moved=True):
+            ok = False  # not resolved (the remote metadata lags?): not in a tight loop
         return ok
 
-    async def _start_after_tiered(self, parts: list[ClassicPartition]) -> None:
-        """KIP-405: the leader tiered the offsets these followers would fetch; they start
-        at its local log start instead (``broker.logs.tiered.follower``)."""
+    async def _start_after_tiered(self, parts: list[ClassicPartition], moved: bool) -> bool:
+        """Seeds/002: these followers start after the tiered part of the leader's lineage
+        instead of replicating it again (``broker.logs.tiered.follower``). ``moved``: the
+        leader answered OFFSET_MOVED_TO_TIERED_STORAGE; otherwise they just truncated, and
+        only those whose log end the leader's last tiered offset reaches are looked at.
+        False when a partition could not be started there."""
+        tiering = self.manager.tiering
+        parts = [p for p in parts if tiering.tiers(p)]
+        if not parts:
+            return True
+        if not moved:
+            ends = await self._tiered_ends(parts)
+            parts = [p for p in parts if ends.get((p.topic, p.index), -1) >= p.log.log_end_offset]
+            if not parts:
+                return True
+        wants = []
+        for p in parts:
+            log_start = await tiering.metadata.log_start(p.topic_id, p.index)
+            segments = await tiering.metadata.list_segments(p.topic_id, p.index)
+            floor = history_floor(segments, log_start)
+            if floor is not None:
+                wants.append((p, floor, segments, log_start))
+        histories = await leader_histories(self._ask_epochs, [(p, f) for p, f, _, _ in wants])
+        started = 0
+        for (p, _floor, segments, log_start), history in zip(wants, histories, strict=True):
+            if history is None or p.role != FOLLOWER or p.leader != self.leader_id:
+                continue
+            start = follower_start(history, segments, log_start)
+            if await start_after_tiered(p, start, tiering.reader):
+                # Its view of the tiered part now, not at the next tiering run: the whole
+                # log's start, and what local retention may delete, come from it.
+                await tiering.refresh(p)
+                started += 1
+            elif not moved:
+                started += 1
+        return started == len(parts)
+
+    async def _tiered_ends(self, parts: list[ClassicPartition]) -> dict[tuple[str, int], int]:
+        """The leader's last tiered offset of each partition (ListOffsets LATEST_TIERED,
+        KIP-1005: the end of its lineage's tiered part, -1 when nothing is)."""
+        by_topic: dict[str, list[offsets_req.ListOffsetsPartition]] = {}
+        for p in parts:
+            by_topic.setdefault(p.topic, []).append(
+                offsets_req.ListOffsetsPartition(
+                    partition_index=i32(p.index),
+                    current_leader_epoch=i32(p.leader_epoch),
+                    timestamp=i64(LATEST_TIERED_TIMESTAMP),
+                )
+            )
         request = offsets_req.ListOffsetsRequest(
             replica_id=BrokerId(self.manager.me),
             isolation_level=i8(0),
             topics=tuple(
-                offsets_req.ListOffsetsTopic(
-                    name=TopicName(p.topic),
-                    partitions=(
-                        offsets_req.ListOffsetsPartition(
-                            partition_index=i32(p.index),
-                            current_leader_epoch=i32(p.leader_epoch),
-                            timestamp=i64(EARLIEST_LOCAL_TIMESTAMP),
-                        ),
-                    ),
-                )
-                for p in parts
+                offsets_req.ListOffsetsTopic(name=TopicName(t), partitions=tuple(ps))
+                for t, ps in by_topic.items()
             ),
         )
         response = await self._conn.request(request, 30.0)
-        starts = {
+        return {
             (t.name, int(r.partition_index)): int(r.offset)
             for t in response.topics
             for r in t.partitions
             if int(r.error_code) == 0
         }
-        for p in parts:
-            start = starts.get((p.topic, p.index))
-            if start is None or p.role != FOLLOWER or p.leader != self.leader_id:
-                continue
-            tiering = self.manager.tiering
-            segments = await tiering.metadata.list_segments(p.topic_id, p.index)
-            await start_after_tiered(p, segments, start, tiering.reader)

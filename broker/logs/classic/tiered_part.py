@@ -34,6 +34,9 @@ class Tiering(Protocol):
 
     async def refresh_all(self) -> None: ...
 
+    def tiers(self, p: ClassicPartition) -> bool:
+        """Whether the partition's topic tiers or once did."""
+
     async def refresh(self, p: ClassicPartition) -> object:
         """Reload the replica's view of its tiered part from the remote metadata."""
 

@@ -230,12 +230,13 @@ class DisklessLog:
         for ask, info in zip(asks, infos, strict=True):
             if info.error:
                 answers.append(EpochAnswer(info.error))
-            elif ask.epoch <= ask.current:
+            elif 0 <= ask.epoch <= ask.current:
                 # A diskless log never diverges: whichever leader wrote an offset, every
                 # epoch up to the current one ends at the high watermark.
                 answers.append(EpochAnswer(0, ask.epoch, info.high_watermark))
             else:
-                # A newer epoch than ours is unknown: Kafka answers -1/-1 without error.
+                # A newer epoch than ours (or -1) is unknown: Kafka answers -1/-1 without
+                # error.
                 answers.append(EpochAnswer(0))
         return answers
 

@@ -6,10 +6,12 @@
   a former leader are cleaned first), then enforces remote retention over the whole log
   and deletes orphans of discarded lineages (``storage.tiered.deleter``). Copying is
   skipped with ``remote.log.copy.disable=true`` and once tiering is being disabled;
-- KIP-950: a leader of a DISABLING partition stops copying (retain) or deletes every
-  remote segment and moves the log start to the local one (delete), then reports the
-  partition done to the controller; it retries until heard, and a new leader (after a
-  broker died mid-way) does it again from the image;
+- KIP-950: a leader of a DISABLING partition does not copy; when the controller's
+  DisableRemoteTopic for it arrives (in a heartbeat answer, with the leader epoch: stale
+  ones are refused), it acts at once, not at the next run: stops copying for good
+  (retain) or deletes every remote segment and moves the log start to the local one
+  (delete), and its next heartbeat, sent at once, acknowledges it. The controller sends
+  the request until acknowledged, to whichever broker leads the partition then;
 - every replica refreshes its view of the tiered part (``view.RemoteView``): fetches
   below the local log read from it, and local retention only deletes what it covers.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 from uuid import UUID
@@ -33,6 +36,7 @@ from broker.logs.tiered.snapshot import parse, segment_state
 from broker.logs.tiered.view import EMPTY, RemoteView
 from common.background import cancel_and_wait
 from controller.image import TIERING_DISABLING, TopicImage
+from controller.requests import DisableRemoteAck, DisableRemoteTopic
 from controller.tiering import COPY_DISABLE, tiering_enabled
 from storage.classic.txn_index import AbortedTxn
 from storage.tiered.copier import CopyFenced, LocalGap, SegmentCopier, history_of
@@ -57,6 +61,14 @@ def _true(value: str | None) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
+# A DisableRemoteTopic request and its answer: (topic id, partition, leader epoch, generation).
+RequestKey = tuple[UUID, int, int, int]
+
+
+def _key(r: DisableRemoteTopic | DisableRemoteAck) -> RequestKey:
+    return (r.topic_id, r.partition, r.leader_epoch, r.generation)
+
+
 def has_tiering(topic: TopicImage) -> bool:
     """Whether the topic tiers or once did (its remote data may still be served)."""
     return topic.tiering is not None or tiering_enabled(topic)
@@ -79,14 +91,27 @@ class TieringManager:
         # Topics seen tiering: their remote data goes when they are deleted.
         self.tiered_topics: set[UUID] = set()
         self.runs = 0  # completed passes over the partitions (tests wait on it)
+        # One partition's copying, retention and disablement at a time: a DisableRemoteTopic
+        # acted on at once must not race a copy of the same partition.
+        self._locks: dict[tuple[UUID, int], asyncio.Lock] = {}
+        # KIP-950: the generation whose disablement this leader acted on, per partition (its
+        # image may not say DISABLING yet: it must not copy again meanwhile).
+        self._disabled: dict[tuple[UUID, int], int] = {}
+        self._disabling: dict[RequestKey, asyncio.Task[None]] = {}
+        self._answers: dict[RequestKey, DisableRemoteAck] = {}
+        # Sends a heartbeat now (the membership's), so an answer does not wait an interval.
+        self.heartbeat_soon: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
         await self.metadata.start()
         self._tasks.append(asyncio.create_task(self._loop()))
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._tasks)
+        await cancel_and_wait([*self._tasks, *self._disabling.values()])
         await self.metadata.close()
+
+    def _lock(self, p: ClassicPartition) -> asyncio.Lock:
+        return self._locks.setdefault((p.topic_id, p.index), asyncio.Lock())
 
     def wake(self) -> None:
         """A leadership or config change: tend the partitions now, not at the next tick."""
@@ -118,6 +143,11 @@ class TieringManager:
                 log.warning("%s-%d: tiered storage task failed: %r", p.topic, p.index, exc)
         self.runs += 1
 
+    def tiers(self, p: ClassicPartition) -> bool:
+        """Whether ``p``'s topic tiers or once did (``has_tiering``), by this broker's image."""
+        topic = self.replicas.image().topic_by_id(p.topic_id)
+        return topic is not None and has_tiering(topic)
+
     async def tend(self, p: ClassicPartition) -> None:
         topic = self.replicas.image().topic_by_id(p.topic_id)
         if topic is None or not has_tiering(topic):
@@ -125,17 +155,22 @@ class TieringManager:
             return
         self.tiered_topics.add(p.topic_id)
         if p.role == LEADER:
-            await self._lead(p, topic)
+            async with self._lock(p):
+                await self._lead(p, topic)
         await self.refresh(p)
 
     async def _lead(self, p: ClassicPartition, topic: TopicImage) -> None:
         epoch = p.leader_epoch
         t = topic.tiering
-        if t is not None and t.state == TIERING_DISABLING:
-            if p.index not in t.done:
-                await self._disable(p, t.generation, t.policy)
-        elif (
-            self.system_enabled
+        disabled = self._disabled.get((p.topic_id, p.index))
+        if disabled is not None and t is not None and t.generation > disabled:
+            del self._disabled[(p.topic_id, p.index)]  # enabled again since
+            disabled = None
+        if (
+            disabled is None
+            # DISABLING: the controller's DisableRemoteTopic does the rest.
+            and (t is None or t.state != TIERING_DISABLING)
+            and self.system_enabled
             and tiering_enabled(topic)
             and not _true(topic.configs.get(COPY_DISABLE))
         ):
@@ -180,31 +215,70 @@ class TieringManager:
                 run.log_start,
             )
 
-    async def _disable(self, p: ClassicPartition, generation: int, policy: str) -> None:
-        """KIP-950 on this leader: retain stops copying (done by not copying any more);
-        delete deletes the tiered data, the log then starting at the local log start."""
-        if policy == "delete":
-            await self.metadata.advance_log_start(p.topic_id, p.index, p.log.log_start_offset)
-            segments = await self.metadata.list_segments(p.topic_id, p.index)
-            await self.deleter.delete_all(segments)
-            p.remote = EMPTY
-        controller = self.replicas.broker.controller
-        assert controller is not None
-        result, applied = await controller.client.complete_tiering_disable(
-            p.topic_id, p.index, generation
+    # ---------------------------------------------------------------- KIP-950
+
+    def on_disable_remote(self, requests: Sequence[DisableRemoteTopic]) -> None:
+        """The controller's DisableRemoteTopic requests (a heartbeat answer): each acted on
+        at once, in its own task; a repeat of one running or answered is not run again."""
+        for r in requests:
+            if _key(r) in self._disabling or _key(r) in self._answers:
+                continue
+            self._disabling[_key(r)] = asyncio.create_task(self._disable_and_answer(r))
+
+    def answers(self) -> list[DisableRemoteAck]:
+        return list(self._answers.values())
+
+    def answered(self, acks: Sequence[DisableRemoteAck]) -> None:
+        """The controller heard these (recorded them, or refused them for good)."""
+        for a in acks:
+            self._answers.pop(_key(a), None)
+
+    async def _disable_and_answer(self, r: DisableRemoteTopic) -> None:
+        try:
+            error = await self.disable_remote(r)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("%s-%d: disabling tiered storage failed: %r", r.topic_id, r.partition, exc)
+            error = ErrorCode.kafka_storage_error
+        finally:
+            self._disabling.pop(_key(r), None)
+        self._answers[_key(r)] = DisableRemoteAck(
+            r.topic_id, r.partition, r.leader_epoch, r.generation, error
         )
-        if result.error_code != ErrorCode.none:
-            log.warning(
-                "%s-%d: tiering disablement not recorded: %s %s",
-                p.topic,
-                p.index,
-                result.error_code.name,
-                result.error_message or "",
+        if error == ErrorCode.none:
+            # A refusal is answered with the next regular heartbeat: the controller sends
+            # the request again with it, and a tight loop would help no one.
+            self.heartbeat_soon()
+
+    async def disable_remote(self, r: DisableRemoteTopic) -> ErrorCode:
+        """KIP-950 on this leader, at the controller's request: retain stops copying (for
+        this generation, whatever the image says meanwhile); delete also deletes the tiered
+        data, the log then starting at the local log start. Refused unless this broker leads
+        the partition at the request's leader epoch."""
+        p = self.replicas.partitions.get((r.topic_id, r.partition))
+        if p is None or p.role != LEADER:
+            return ErrorCode.not_leader_or_follower
+        if p.leader_epoch != r.leader_epoch:
+            return (
+                ErrorCode.fenced_leader_epoch
+                if r.leader_epoch < p.leader_epoch
+                else ErrorCode.unknown_leader_epoch
             )
-            return
-        log.info("%s-%d: tiered storage disabled (%s)", p.topic, p.index, policy)
-        with contextlib.suppress(TimeoutError):
-            await controller.follower.wait_for(applied, 5.0)
+        async with self._lock(p):
+            self._disabled[(p.topic_id, p.index)] = r.generation
+            if r.policy == "delete":
+                await self.metadata.advance_log_start(p.topic_id, p.index, p.log.log_start_offset)
+                segments = await self.metadata.list_segments(p.topic_id, p.index)
+                await self.deleter.delete_all(segments)
+                p.remote = EMPTY
+        log.info(
+            "%s-%d: tiered storage disabled (%s) at the controller's request",
+            p.topic,
+            p.index,
+            r.policy,
+        )
+        return ErrorCode.none
 
     async def refresh_all(self) -> None:
         """Every tiered partition's view, without copying or deleting anything."""

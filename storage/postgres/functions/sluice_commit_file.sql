@@ -241,16 +241,17 @@ BEGIN
             v_epoch := p_producer_epochs[i];
             v_last_seq := sluice_increment_sequence(v_seq, p_record_counts[i] - 1);
             IF s_epoch[pi] IS NOT NULL THEN
+                -- Refusals carry the log start offset, as Kafka's do.
                 IF v_epoch < s_epoch[pi] THEN
                     r_error := 47; r_base_offset := -1; r_log_append_time := -1;
-                    r_log_start_offset := -1;
+                    r_log_start_offset := l_start[li];
                     RETURN NEXT;
                     CONTINUE;
                 ELSIF v_epoch > s_epoch[pi] THEN
                     -- A bumped epoch restarts sequences at 0.
                     IF v_seq <> 0 THEN
                         r_error := 45; r_base_offset := -1; r_log_append_time := -1;
-                        r_log_start_offset := -1;
+                        r_log_start_offset := l_start[li];
                         RETURN NEXT;
                         CONTINUE;
                     END IF;
@@ -272,7 +273,7 @@ BEGIN
                     IF s_last[pi] IS NOT NULL
                        AND v_seq <> sluice_increment_sequence(e_last_seq[s_last[pi]], 1) THEN
                         r_error := 45; r_base_offset := -1; r_log_append_time := -1;
-                        r_log_start_offset := -1;
+                        r_log_start_offset := l_start[li];
                         RETURN NEXT;
                         CONTINUE;
                     END IF;

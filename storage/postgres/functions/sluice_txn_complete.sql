@@ -3,7 +3,8 @@
 -- (recording the aborted ones), move or drop the pending offsets, record the classic
 -- partitions (p_pending_*) as pending markers and the outcome, atomically. Arrays p_topic_ids
 -- .. p_timestamps: one element per marker. One row: r_error, r_registered, r_offsets (per
--- marker, -1 when its log is gone or nothing was appended).
+-- marker, -1 when its log is gone or nothing was appended), r_completions (with r_error 0:
+-- the id's completed-transaction count, the number its classic markers carry).
 CREATE OR REPLACE FUNCTION sluice_txn_complete(
     p_id text,
     p_pid bigint,
@@ -22,7 +23,8 @@ CREATE OR REPLACE FUNCTION sluice_txn_complete(
     p_pending_topic_ids uuid[],
     p_pending_partitions integer[],
     p_started_ms bigint
-) RETURNS TABLE (r_error integer, r_registered boolean, r_offsets bigint[])
+) RETURNS TABLE (r_error integer, r_registered boolean, r_offsets bigint[],
+               r_completions integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     n integer := coalesce(cardinality(p_topic_ids), 0);
@@ -45,32 +47,32 @@ BEGIN
     SELECT * INTO t FROM transactions WHERE transactional_id = p_id FOR UPDATE;
     v_error := sluice_txn_check_producer(t, FOUND, p_pid, p_epoch);
     IF v_error = 49 THEN
-        RETURN QUERY SELECT 49, false, v_none;
+        RETURN QUERY SELECT 49, false, v_none, 0;
         RETURN;
     END IF;
     IF sluice_txn_markers_pending(p_id) THEN
         -- The previous transaction's classic markers are not all written yet (Kafka's
         -- PrepareCommit/PrepareAbort): the client retries.
-        RETURN QUERY SELECT 51, false, v_none;
+        RETURN QUERY SELECT 51, false, v_none, 0;
         RETURN;
     END IF;
     IF t.state = v_target AND t.producer_epoch = p_epoch + v_bump THEN
         -- A retry whose first attempt completed: the same answer, nothing changes.
-        RETURN QUERY SELECT 0, false, v_none;
+        RETURN QUERY SELECT 0, false, v_none, t.completions;
         RETURN;
     END IF;
     IF v_error <> 0 THEN
-        RETURN QUERY SELECT v_error, false, v_none;
+        RETURN QUERY SELECT v_error, false, v_none, 0;
         RETURN;
     END IF;
     IF t.state <> 'Ongoing' THEN
-        RETURN QUERY SELECT 48, false, v_none;
+        RETURN QUERY SELECT 48, false, v_none, 0;
         RETURN;
     END IF;
     IF p_started_ms >= 0 AND t.started_ms <> p_started_ms THEN
         -- The timeout sweep read a transaction that has ended since; this is a new one of
         -- the same producer epoch (maybe the same partitions): not the one that timed out.
-        RETURN QUERY SELECT 51, false, v_none;
+        RETURN QUERY SELECT 51, false, v_none, 0;
         RETURN;
     END IF;
     -- The markers (each once) and the pending classic partitions must name exactly the
@@ -94,7 +96,7 @@ BEGIN
                SELECT 1 FROM txn_partitions p
                WHERE p.transactional_id = p_id AND p.topic_id = k.topic_id
                  AND p.partition = k.part)) THEN
-        RETURN QUERY SELECT 51, false, v_none;
+        RETURN QUERY SELECT 51, false, v_none, 0;
         RETURN;
     END IF;
     -- A partition named classic holding the producer's open transaction in its diskless
@@ -105,7 +107,7 @@ BEGIN
         JOIN open_txns o ON o.topic_id = k.topic_id AND o.partition = k.part
         WHERE o.producer_id = p_pid
     ) THEN
-        RETURN QUERY SELECT 51, false, v_none;
+        RETURN QUERY SELECT 51, false, v_none, 0;
         RETURN;
     END IF;
 
@@ -179,9 +181,9 @@ BEGIN
     ON CONFLICT DO NOTHING;
     UPDATE transactions
     SET state = v_target, producer_epoch = producer_epoch + v_bump, started_ms = -1,
-        updated_ms = p_now,
+        updated_ms = p_now, completions = completions + 1,
         -- A coordinator abort fences the producer: no earlier epoch may re-init.
         last_producer_epoch = CASE WHEN p_bump_epoch THEN -1 ELSE last_producer_epoch END
     WHERE transactional_id = p_id;
-    RETURN QUERY SELECT 0, v_file_id IS NOT NULL, v_offsets;
+    RETURN QUERY SELECT 0, v_file_id IS NOT NULL, v_offsets, t.completions + 1;
 END $$;

@@ -187,3 +187,91 @@ def test_first_transactional_batch_is_verified_kip_890(tmp_path: Path) -> None:
         p.close()
 
     asyncio.run(run())
+
+
+def test_a_late_copy_of_an_earlier_transactions_marker_ends_nothing(tmp_path: Path) -> None:
+    """The nemesis found a committed transaction partly aborted: transaction 12's ABORT
+    marker reached the leader a second time (its first request waited on a connection
+    the coordinator gave up on and re-sent on another) after transaction 13's first
+    records, and aborted them; 13's COMMIT then had nothing left to commit there. Markers
+    carry their transaction's number (the coordinator epoch field): a lower one than the
+    producer's last marker here is refused, the same one answered without a new marker,
+    in the leader, a follower and a reopened log alike."""
+
+    async def run() -> None:
+        p = open_partition(tmp_path / "leader")
+        lead(p)
+        produce(p, txn_records(2, 0))  # 0-1: transaction 12
+        first = p.append_marker(PID, 0, False, 12)  # 2: its ABORT
+        replicate(p)
+        assert (await first).error == 0  # type: ignore[misc]
+        produce(p, txn_records(3, 2))  # 3-5: transaction 13
+        replicate(p)
+        assert p.last_stable_offset == 3
+
+        # The same marker again: nothing appended, answered as the first was.
+        again = p.append_marker(PID, 0, False, 12)
+        assert not isinstance(again, asyncio.Future)
+        assert (again.error, again.base_offset) == (0, 2)
+        assert p.log.log_end_offset == 6 and p.txns.ongoing == {PID: 3}
+        # An older transaction's: refused as Kafka refuses an older coordinator epoch.
+        stale = p.append_marker(PID, 0, False, 11)
+        assert not isinstance(stale, asyncio.Future)
+        assert stale.error == ErrorCode.transaction_coordinator_fenced
+        assert p.log.log_end_offset == 6 and p.last_stable_offset == 3
+
+        commit = p.append_marker(PID, 0, True, 13)  # 6: transaction 13 commits
+        replicate(p)
+        assert (await commit).error == 0  # type: ignore[misc]
+        assert p.txns.aborted == [AbortedTxn(PID, 0, 2)]
+        assert p.last_stable_offset == p.high_watermark == 7
+
+        # A follower learns the numbers from the markers it copies, and a reopened log
+        # from the markers it holds: a new leader refuses the same late copy.
+        follower = open_partition(tmp_path / "follower", me=2)
+        follower.append_fetched(p.log.read(0, 1 << 20), p.high_watermark, 0)
+        p.close()
+        reopened = open_partition(tmp_path / "leader")
+        for replica in (follower, reopened):
+            assert replica.producers.last_marker(PID) == (13, 6)
+            lead(replica)
+            late = replica.append_marker(PID, 0, False, 12)
+            assert not isinstance(late, asyncio.Future)
+            assert late.error == ErrorCode.transaction_coordinator_fenced
+            assert replica.log.log_end_offset == 7
+            replica.close()
+
+    asyncio.run(run())
+
+
+def test_unnumbered_markers_are_written_as_before(tmp_path: Path) -> None:
+    """Coordinator epoch 0 (a broker from before markers were numbered, during a rolling
+    upgrade): written as before, never refused, so no transaction is left open."""
+
+    async def run() -> None:
+        p = open_partition(tmp_path / "p")
+        lead(p)
+        produce(p, txn_records(1, 0))
+        p.append_marker(PID, 0, True, 5)
+        produce(p, txn_records(1, 1))
+        p.append_marker(PID, 0, False, 0)
+        replicate(p)
+        assert p.log.log_end_offset == 4 and p.txns.aborted == [AbortedTxn(PID, 2, 3)]
+        assert p.last_stable_offset == p.high_watermark == 4
+        p.close()
+
+    asyncio.run(run())
+
+
+def test_transaction_numbers_wrap_and_compare_as_serial_numbers() -> None:
+    """The coordinator epoch is an int32: a busy id's completion count passes 2**31 (25 days
+    at 1000 transactions a second); the numbers wrap and a wrapped one is still newer."""
+    from broker.logs.classic.producer_state import MARKER_NUMBERS, marker_behind, marker_number
+
+    assert marker_number(1) == 1 and marker_number(MARKER_NUMBERS) == MARKER_NUMBERS
+    assert marker_number(MARKER_NUMBERS + 1) == 1  # wrapped, never 0 (unnumbered)
+    assert marker_behind(5, 5) == 0
+    assert marker_behind(4, 5) == 1  # a late copy of the one before
+    assert marker_behind(6, 5) == -1  # the next transaction
+    assert marker_behind(1, MARKER_NUMBERS) == -1  # the next one, after the wrap
+    assert marker_behind(MARKER_NUMBERS, 1) == 1  # the one before, across the wrap

@@ -6,6 +6,8 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from controller.election import desired_state
+from controller.image import PartitionState
 from controller.logic import ControllerLogic
 from controller.logic_config import ControllerConfig
 from controller.records import FenceBroker, PartitionChange, RegisterBroker, UnfenceBroker
@@ -45,7 +47,8 @@ def test_want_fence_keeps_a_broker_fenced_and_fences_an_unfenced_one() -> None:
     c.create("t", 2)
     result = c.heartbeat(1, want_fence=True)
     assert result.is_fenced and c.image.brokers[1].fenced
-    assert all(p.leader != 1 and 1 not in p.isr for p in c.partitions("t").values())
+    # Diskless: the ISR stays the replica set and leaders stay (the transformer routes).
+    assert all(p.isr == p.replicas and p.leader_epoch == 0 for p in c.partitions("t").values())
     assert c.heartbeat(1, want_fence=True).is_fenced
     assert c.heartbeat(1).is_fenced is False
 
@@ -84,13 +87,13 @@ def test_new_incarnation_at_the_same_address_replaces_the_live_one_at_once() -> 
     c.now += 1_000
     new_epoch = c.register(1, "a")
     assert new_epoch > old_epoch and c.image.brokers[1].fenced
-    # Its leaderships moved in the same batch as the registration, and come back when it
-    # is unfenced (its first heartbeat).
-    assert all(p.leader == 2 for p in c.partitions("t").values())
+    # Diskless partitions keep their leaders and ISRs (no epoch bump for clients to chase).
+    before = dict(c.partitions("t"))
+    assert {p.leader for p in before.values()} == {1, 2}
     stale = c.logic.broker_heartbeat(c.image, 1, old_epoch, c.now)
     assert stale.response.error_code == ErrorCode.stale_broker_epoch
     assert c.heartbeat(1).is_fenced is False
-    assert {p.leader for p in c.partitions("t").values()} == {1, 2}
+    assert c.partitions("t") == before
 
 
 def test_new_incarnation_after_the_session_expired_gets_a_new_epoch() -> None:
@@ -104,7 +107,7 @@ def test_new_incarnation_after_the_session_expired_gets_a_new_epoch() -> None:
     c.heartbeat(2)
     new_epoch = c.register(1, "a")
     assert new_epoch > old_epoch and c.image.brokers[1].fenced
-    assert all(p.leader == 2 and p.isr == (2,) for p in c.partitions("t").values())
+    assert all(p.isr == p.replicas for p in c.partitions("t").values())
     # The old incarnation's heartbeats are refused.
     stale = c.logic.broker_heartbeat(c.image, 1, old_epoch, c.now)
     assert stale.response.error_code == ErrorCode.stale_broker_epoch and stale.records == []
@@ -145,26 +148,20 @@ def test_cluster_id_is_checked() -> None:
     )
 
 
-def test_fence_after_session_timeout_moves_leaders_and_shrinks_isr() -> None:
+def test_fence_after_session_timeout_keeps_diskless_isr_and_leaders() -> None:
+    """Seed 000: "for diskless topics, all replicas are always in the ISR"; the transformer
+    routes around the lost broker, the controller changes nothing (no ISR shrink, no leader
+    epoch bump)."""
     c = Cluster()
     c.start(SIX_IN_THREE)
     c.create("t", 12)
     before = dict(c.partitions("t"))
+    assert any(p.leader == 1 for p in before.values())
     fence_1(c)
-    for i, p in c.partitions("t").items():
-        old = before[i]
-        assert 1 not in p.isr
-        assert p.isr == tuple(r for r in old.replicas if r != 1)
-        assert p.replicas == old.replicas  # placement is static
-        if old.leader == 1:
-            assert p.leader == old.replicas[1]  # the next replica in order
-            assert p.leader_epoch == old.leader_epoch + 1
-        else:
-            assert p.leader == old.leader and p.leader_epoch == old.leader_epoch
-        if 1 in old.replicas:
-            assert p.partition_epoch == old.partition_epoch + 1
-        else:
-            assert p == old
+    assert c.image.brokers[1].fenced
+    assert c.partitions("t") == before
+    for p in c.partitions("t").values():
+        assert p.isr == p.replicas
 
 
 def test_fencing_records_move_leaders_before_the_fence() -> None:
@@ -191,10 +188,7 @@ def test_unfence_restores_isr_and_preferred_leaders() -> None:
     assert result.is_fenced is False
     for i, p in c.partitions("t").items():
         old = before[i]
-        assert p.isr == old.replicas  # everyone alive again, in replica order
-        assert p.leader == old.leader
-        if old.leader == 1:  # 1 is their preferred replica: it leads again
-            assert p.leader_epoch == old.leader_epoch + 2
+        assert p == old  # nothing moved, nothing to move back
 
 
 def test_returning_broker_does_not_take_leaderships_it_is_not_preferred_for() -> None:
@@ -204,38 +198,40 @@ def test_returning_broker_does_not_take_leaderships_it_is_not_preferred_for() ->
     parts = c.partitions("t")
     led_by_2 = [i for i, p in parts.items() if p.replicas[0] == 2]
     assert led_by_2
-    # 2 goes away; 1 leads all; 2 returns: it takes back only its preferred partitions,
-    # and 1 keeps the others (no needless leader changes).
-    c.advance(SESSION_MS + 1, heartbeating=[1])
+    # 2 is unregistered (gone for good): 1 leads all; a new 2 registers and comes back:
+    # it takes back only its preferred partitions, 1 keeps the others.
+    c.commit(c.logic.unregister_broker(c.image, 2))
     assert all(p.leader == 1 for p in c.partitions("t").values())
+    c.register(2, "b")
     c.heartbeat(2)
     for i, p in c.partitions("t").items():
         assert p.leader == (2 if i in led_by_2 else 1)
 
 
-def test_all_replicas_fenced_gives_no_leader_and_the_first_back_leads() -> None:
+def test_all_replicas_fenced_keeps_diskless_leaders_and_isr() -> None:
     c = Cluster()
     c.start({1: "a", 2: "b"})
     c.create("t", 2)
     c.advance(SESSION_MS + 1)
     assert all(c.image.brokers[b].fenced for b in (1, 2))
-    for p in c.partitions("t").values():
-        assert p.leader == -1 and p.isr == ()
+    before = dict(c.partitions("t"))
+    assert c.partitions("t") == before  # diskless: leaders and ISR stay
     c.heartbeat(2)
-    for p in c.partitions("t").values():
-        assert p.leader == 2 and p.isr == (2,)
-    c.heartbeat(1)
-    for p in c.partitions("t").values():
-        assert p.leader == p.replicas[0] and set(p.isr) == {1, 2}
+    assert c.partitions("t") == before
+    # A partition without a leader gets the first alive replica.
+    leaderless = PartitionState((1, 2), (1, 2), -1)
+    assert desired_state(leaderless, {2}).leader == 2
+    assert desired_state(leaderless, set()).leader == -1
 
 
 def test_one_tick_fences_several_brokers_without_electing_among_them() -> None:
     c = Cluster()
     c.start({1: "a", 2: "b", 3: "c"})
     c.create("t", 6)
+    before = dict(c.partitions("t"))
     c.advance(SESSION_MS + 1, heartbeating=[3])
-    for p in c.partitions("t").values():
-        assert p.leader == 3 and p.isr == (3,)
+    assert c.image.brokers[1].fenced and c.image.brokers[2].fenced
+    assert c.partitions("t") == before
 
 
 def test_controlled_shutdown_fences_at_once() -> None:
@@ -245,7 +241,7 @@ def test_controlled_shutdown_fences_at_once() -> None:
     result = c.heartbeat(1, want_shutdown=True)
     assert result.should_shut_down and result.is_fenced
     assert c.image.brokers[1].fenced
-    assert all(p.leader == 2 and p.isr == (2,) for p in c.partitions("t").values())
+    assert all(p.isr == p.replicas and p.leader_epoch == 0 for p in c.partitions("t").values())
     # Still asking to shut down: stays fenced, no new records.
     outcome = c.logic.broker_heartbeat(c.image, 1, c.epochs[1], c.now, want_shutdown=True)
     assert outcome.records == [] and outcome.response.should_shut_down
@@ -258,7 +254,8 @@ def test_unregister_moves_leaders_and_keeps_offline_replicas() -> None:
     c.commit(c.logic.unregister_broker(c.image, 1))
     assert 1 not in c.image.brokers
     for p in c.partitions("t").values():
-        assert 1 in p.replicas and p.leader == 2 and p.isr == (2,)
+        # Gone for good: no leadership on it; still a replica (offline) until reassigned.
+        assert 1 in p.replicas and p.leader == 2 and p.isr == p.replicas
     again = c.logic.unregister_broker(c.image, 1)
     assert again.response.error_code == ErrorCode.broker_id_not_registered
 

@@ -14,7 +14,7 @@ from controller.migration import SealReport, describe_entries, migration_state, 
 from controller.records import decode_batch, encode_batch
 from controller.requests import AlterTopicConfigs, ConfigOp, IsrChange, OpType
 
-from .harness import Cluster, uuids
+from .harness import SESSION_MS, Cluster, uuids
 
 RACKS = {1: "a", 2: "b", 3: "c", 4: "a", 5: "b", 6: "c"}
 CLASSIC = {"diskless.enable": "false"}
@@ -307,3 +307,31 @@ def test_bytes_still_classic_follow_the_leaders_reports() -> None:
     assert describe_entries(topic)["diskless.migration.classic.bytes"] == "120"
     assert c.rebuilt() == c.image
     assert MetadataImage.from_records(decode_batch(encode_batch(c.image.snapshot()))) == c.image
+
+
+def test_a_migration_to_classic_moves_leaders_off_lost_brokers() -> None:
+    """Diskless leaders stay on a lost broker (seed 000: the transformer routes around
+    it), except where the leader must act: a migration to classic, whose leaders seal."""
+    c = cluster()
+    c.create("t", 6)
+    lost = c.partitions("t")[0].leader
+    others = [b for b in RACKS if b != lost]
+    c.advance(SESSION_MS + 1, heartbeating=others)
+    assert c.image.brokers[lost].fenced
+    led = [i for i, p in c.partitions("t").items() if p.leader == lost]
+    assert led and all(p.isr == p.replicas for p in c.partitions("t").values())
+    assert start(c, value="false").error_code == ErrorCode.none
+    for i in led:
+        p = c.partitions("t")[i]
+        assert p.leader != lost and p.leader in others and p.isr == p.replicas
+        assert seal(c, i, 5, old_start=0).error_code == ErrorCode.none
+
+
+def test_a_leader_lost_during_a_migration_to_classic_is_replaced() -> None:
+    c = cluster()
+    c.create("t", 2)
+    assert start(c, value="false").error_code == ErrorCode.none
+    lost = c.partitions("t")[0].leader
+    c.advance(SESSION_MS + 1, heartbeating=[b for b in RACKS if b != lost])
+    p = c.partitions("t")[0]
+    assert p.leader != lost and p.leader_epoch == 1 and p.isr == p.replicas

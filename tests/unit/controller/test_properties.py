@@ -99,7 +99,12 @@ class World:
                 # Placement only uses registered brokers, one per rack.
                 assert set(r.replicas) <= registered
                 racks = {self.image.brokers[b].rack for b in r.replicas}
-                assert len(racks) == len(r.replicas) == len(self.image.racks())
+                assert len(racks) == min(len(r.replicas), len(self.image.racks()))
+                topic = self.image.topics.get(r.topic_id)
+                if topic is None:  # a new topic: one replica per rack registered now
+                    assert len(r.replicas) == len(self.image.racks())
+                elif 0 in topic.partitions:  # new partitions keep the topic's RF
+                    assert len(r.replicas) == len(topic.partitions[0].target_replicas)
             elif isinstance(r, PartitionChange) and r.adding_replicas:
                 assert set(r.adding_replicas) <= registered
 
@@ -115,8 +120,11 @@ class World:
             assert set(p.replicas) <= self.ever_registered | self.legacy_ids
             assert p.leader == -1 or p.leader in p.isr
             assert set(p.isr) <= set(p.replicas)
-            assert p.isr == tuple(r for r in p.replicas if r in alive)
-            assert (p.leader == -1) == (not p.isr)
+            # Diskless (seed 000): the ISR is the replica set; a partition lacks a leader
+            # only while none of its replicas is alive.
+            if topic.topic_id not in self.injected:  # raw records: as the old binary left them
+                assert p.isr == p.replicas
+            assert p.leader != -1 or not any(r in alive for r in p.replicas)
             if p.reassigning:
                 assert any(r not in alive for r in p.adding_replicas)
             old = self.leader_epochs.get(key)

@@ -97,8 +97,21 @@ def test_batch_round_trip_keeps_order() -> None:
 
 
 def test_encoding_is_tagged_versioned_json_with_string_uuids() -> None:
-    obj = json.loads(encode(Topic("orders", TID)))
-    assert obj == {"t": "Topic", "v": 1, "name": "orders", "topic_id": str(TID)}
+    obj = json.loads(encode(Topic("orders", TID, 3, False)))
+    assert obj == {
+        "t": "Topic",
+        "v": 1,
+        "name": "orders",
+        "topic_id": str(TID),
+        "replication_factor": 3,
+        "legacy": False,
+    }
+
+
+def test_a_topic_record_from_before_the_creation_fields_still_decodes() -> None:
+    # Bytes as an earlier release wrote them: no replication_factor, no legacy.
+    old = b'{"name":"orders","t":"Topic","topic_id":"%s","v":1}' % str(TID).encode()
+    assert decode(old) == Topic("orders", TID, None, None)
     obj = json.loads(encode(PartitionChange(TID, 3, leader=2)))
     assert obj["isr"] is None and obj["leader"] == 2
 

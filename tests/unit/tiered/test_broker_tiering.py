@@ -4,6 +4,7 @@ follower restarts after the tiered part."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from functools import partial
@@ -13,19 +14,21 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import ClassicPartition
-from broker.logs.tiered.follower import chain_to, start_after_tiered
+from broker.logs.tiered.follower import leader_histories, start_after_tiered
 from broker.logs.tiered.snapshot import parse, segment_state
 from broker.logs.tiered.view import RemoteView
 from controller.image import PartitionState
 from protocol.records import parse_batches
+from storage.classic.epoch_cache import EpochCache
 from storage.classic.log import Log, LogConfig
 from storage.tiered.copier import history_of
-from storage.tiered.lineage import History, lineage
+from storage.tiered.lineage import History, follower_start, history_floor, lineage
 from storage.tiered.metadata import RemoteSegment, SegmentState
 from storage.tiered.reader import RemoteReader
 from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
 
 from .test_copier_reader import NOW, TOPIC, Env, fill
+from .test_lineage import Replica
 
 
 @pytest.fixture
@@ -115,20 +118,95 @@ def _segment(start: int, end: int, epochs: tuple[tuple[int, int], ...], by: int)
     )
 
 
-def test_a_follower_adopts_the_epochs_of_the_leaders_lineage_not_an_orphan() -> None:
-    # Epoch 1 wrote 0..149 on a leader that copied 0..99 and 100..149; the new leader (epoch
-    # 2) had only 0..119 of it: it copied 100..179 with epoch 2 from 120.
-    lineage_segments = [
-        _segment(0, 99, ((1, 0),), 1),
-        _segment(100, 179, ((1, 100), (2, 120)), 2),
-    ]
-    orphan = _segment(100, 149, ((1, 100),), 1)
-    epochs = chain_to([*lineage_segments, orphan], 180, max_epoch=2)
-    assert epochs == ((1, 0), (2, 120))
-    # The leader's local log starting inside both: its own copy wins over the orphan.
-    assert chain_to([orphan, *lineage_segments], 150, max_epoch=2) == ((1, 0), (2, 120))
-    # A segment copied by a newer epoch than the follower knows is not trusted.
-    assert chain_to([*lineage_segments, _segment(180, 199, ((5, 180),), 5)], 200, 2) == ()
+class LeaderEpochs:
+    """A leader answering OffsetForLeaderEpoch from its epoch cache, as the broker does
+    (``ClassicPartition.end_offset_for``), counting the rounds asked."""
+
+    def __init__(self, entries: list[tuple[int, int]], log_end: int) -> None:
+        self.cache = EpochCache(None)
+        for epoch, start in entries:
+            self.cache.assign(epoch, start)
+        self.log_end = log_end
+        self.rounds = 0
+
+    async def ask(
+        self, asks: list[tuple[ClassicPartition, int]]
+    ) -> dict[tuple[str, int], tuple[int, int, int]]:
+        self.rounds += 1
+        out = {}
+        for p, epoch in asks:
+            found, end = self.cache.end_offset_for(epoch, self.log_end)
+            out[(p.topic, p.index)] = (0, found, end)
+        return out
+
+
+def _follower(tmp_path: Path, leader_epoch: int) -> ClassicPartition:
+    p = ClassicPartition(TOPIC, "t", 0, Log(str(tmp_path / "follower"), LogConfig()), 2, 1000)
+    p.apply(PartitionState((1, 2), (1, 2), 1, leader_epoch, 1), lambda _p: None)
+    return p
+
+
+async def test_a_follower_learns_its_leaders_history_with_offset_for_leader_epoch(
+    tmp_path: Path,
+) -> None:
+    p = _follower(tmp_path, 7)
+    leader = LeaderEpochs([(0, 0), (2, 100), (3, 150), (7, 400)], 500)
+    [history] = await leader_histories(leader.ask, [(p, 0)])
+    assert history == History(((0, 0), (2, 100), (3, 150), (7, 400)), 500)
+    # From the floor on only (one older epoch first, whose start is not checked).
+    leader.rounds = 0
+    [history] = await leader_histories(leader.ask, [(p, 3)])
+    assert history == History(((2, 100), (3, 150), (7, 400)), 500)
+    assert leader.rounds == 4  # the current epoch, then one below each of 7, 3 and 2
+    # A leader whose cache lost its oldest epochs to retention: the walk stops at its
+    # oldest (asked below it, a leader answers the asked epoch with the oldest's start).
+    p.log.close()
+    p = _follower(tmp_path, 9)
+    trimmed = LeaderEpochs([(4, 300), (6, 320), (9, 410)], 450)
+    [history] = await leader_histories(trimmed.ask, [(p, 0)])
+    assert history == History(((4, 300), (6, 320), (9, 410)), 450)
+    # A leader that does not know the epoch asked (it is newer than ours): no history.
+    [history] = await leader_histories(LeaderEpochs([(1, 0)], 10).ask, [(p, 0)])
+    assert history is None
+    p.log.close()
+
+
+async def test_the_documents_scenario_through_the_brokers_follower(tmp_path: Path) -> None:
+    """Seeds/002's scenario (tests/unit/tiered/test_lineage.py replays it on histories):
+    the returning replicas start after the lineage's tiered end (239 here, "θ6"), not after
+    the largest tiered offset (249, an orphan's: "θ5"), nor at the leader's local start
+    (0: the leader keeps its tiered segments locally here), learning the leader's history
+    as a broker does."""
+    r1, r2, r3 = Replica(1), Replica(2), Replica(3)
+    r1.write(1, 99)
+    r2.follow(r1, 99)
+    r3.follow(r1, 99)
+    r1.write(2, 199)
+    a = r1.tier(0, 149, 2)
+    r3.write(3, 179)
+    r2.follow(r3, 179)
+    b = r3.tier(0, 179, 3)
+    r3.write(3, 189)
+    r2.follow(r3, 189)
+    r3.write(4, 251)
+    c = r3.tier(180, 249, 4)
+    r2.write(5, 299)
+    r2.write(6, 299)
+    r3.follow(r2, 299)
+    d = r2.tier(180, 239, 6)
+    r2.write(6, 320)
+    segments = [a, b, c, d]
+    leader = LeaderEpochs(r2.epochs.entries, len(r2.log))
+    p = _follower(tmp_path, 6)
+    floor = history_floor(segments)
+    assert floor == 1
+    [history] = await leader_histories(leader.ask, [(p, floor)])
+    assert history == r2.history
+    start = follower_start(history, segments)
+    assert start.offset == 240 and start.last == d
+    assert start.epochs == ((1, 0), (3, 100), (5, 190))
+    assert max(s.end_offset for s in segments) == 249
+    p.log.close()
 
 
 async def test_a_wiped_follower_restarts_at_the_leaders_local_start(
@@ -142,10 +220,12 @@ async def test_a_wiped_follower_restarts_at_the_leaders_local_start(
     start = copied[-1].end_offset + 1
     reader = RemoteReader(env.store)
     segments = await env.meta.list_segments(TOPIC, 0)
-    assert await start_after_tiered(p, segments, start, reader)
+    resolved = follower_start(history_of(env.log), segments)
+    assert resolved.offset == start
+    assert await start_after_tiered(p, resolved, reader)
     assert follower_log.log_start_offset == follower_log.log_end_offset == start
     assert follower_log.epochs.entries == [(1, 0)]
-    assert not await start_after_tiered(p, [], start, reader)  # already there
+    assert not await start_after_tiered(p, resolved, reader)  # already there
     follower_log.close()
 
 
@@ -172,8 +252,9 @@ async def test_producer_state_travels_with_the_tiered_segments(env: Env, tmp_pat
         TOPIC, "t", 0, Log(str(tmp_path / "f"), LogConfig()), 2, lag_max_ms=1000
     )
     follower.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
-    segments = await env.meta.list_segments(TOPIC, 0)
-    assert await start_after_tiered(follower, segments, start, RemoteReader(env.store))
+    resolved = follower_start(history_of(env.log), await env.meta.list_segments(TOPIC, 0))
+    assert resolved.offset == start
+    assert await start_after_tiered(follower, resolved, RemoteReader(env.store))
     # The last batch wholly tiered, sent again: a duplicate at its original offset.
     seq_last_tiered = max((s for s in range(0, 30, 3) if s + 2 < start), default=None)
     assert seq_last_tiered is not None
@@ -249,8 +330,9 @@ async def test_a_transaction_open_across_the_tiered_boundary_is_aborted_on_a_new
         TOPIC, "t", 0, Log(str(tmp_path / "f"), LogConfig()), 2, lag_max_ms=1000
     )
     follower.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
-    segments = await env.meta.list_segments(TOPIC, 0)
-    assert await start_after_tiered(follower, segments, start, RemoteReader(env.store))
+    resolved = follower_start(history_of(env.log), await env.meta.list_segments(TOPIC, 0))
+    assert resolved.offset == start
+    assert await start_after_tiered(follower, resolved, RemoteReader(env.store))
     assert follower.txns.ongoing == {9: 0}  # open where its log starts
     while follower.log.log_end_offset < env.log.log_end_offset:  # fetches, one segment each
         chunk = env.log.read(follower.log.log_end_offset, 1 << 20)
@@ -276,3 +358,55 @@ def test_the_view_finds_the_segment_of_an_offset_as_the_lineage_does() -> None:
         view = RemoteView(lineage(history, segments), 0)
         for offset in range(0, history.log_end + 2):
             assert view.segment(offset) == segment_for(view.line, offset)
+
+
+async def test_a_leader_disables_at_the_controllers_request_only_at_its_epoch(
+    env: Env,
+) -> None:
+    """KIP-950 on the broker: DisableRemoteTopic is acted on at once (delete: the tiered
+    data goes) by the partition's leader at the request's leader epoch only; the answer
+    waits for a heartbeat, which is asked for at once."""
+    from types import SimpleNamespace
+
+    from broker.logs.tiered.manager import TieringManager
+    from controller.requests import DisableRemoteTopic
+
+    fill(env.log, 40, epoch=3)
+    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    leader.apply(PartitionState((1, 2), (1, 2), 1, 3, 1), lambda _p: None)
+    leader.read(env.log.log_end_offset, 1 << 20, 2)  # the follower has it all: HW at the end
+    assert await env.copier.copy_rolled(env.log, TOPIC, 0, 3, env.log.log_end_offset)
+    config = SimpleNamespace(
+        remote_log_manager_task_interval_ms=30_000, remote_log_storage_system_enable=True
+    )
+    replicas = SimpleNamespace(
+        broker=SimpleNamespace(store=env.store, cache=None, config=config),
+        me=1,
+        partitions={(TOPIC, 0): leader},
+    )
+    manager = TieringManager(replicas, env.meta)  # type: ignore[arg-type]
+    beats: list[int] = []
+    manager.heartbeat_soon = lambda: beats.append(1)
+    for epoch, error in (
+        (2, ErrorCode.fenced_leader_epoch),  # a deposed leader's request
+        (4, ErrorCode.unknown_leader_epoch),  # newer than this broker knows
+    ):
+        stale = DisableRemoteTopic(TOPIC, 0, epoch, 0, "delete")
+        assert await manager.disable_remote(stale) == error
+    assert await env.finished()  # nothing deleted
+    request = DisableRemoteTopic(TOPIC, 0, 3, 0, "delete")
+    manager.on_disable_remote([request])
+    manager.on_disable_remote([request])  # the same request again: not run twice
+    while not manager.answers():
+        await asyncio.sleep(0.01)
+    [answer] = manager.answers()
+    assert (answer.leader_epoch, answer.error_code) == (3, ErrorCode.none)
+    assert beats == [1]
+    assert await env.finished() == []
+    assert await env.meta.log_start(TOPIC, 0) == env.log.log_start_offset
+    manager.answered([answer])
+    assert manager.answers() == []
+    # Not a leader here: refused.
+    leader.apply(PartitionState((1, 2), (1, 2), 2, 4, 2), lambda _p: None)
+    again = DisableRemoteTopic(TOPIC, 0, 4, 0, "delete")
+    assert await manager.disable_remote(again) == ErrorCode.not_leader_or_follower
