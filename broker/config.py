@@ -130,6 +130,9 @@ class BrokerConfig:
     # Peers probed this often (ApiVersions over the inter-broker listener) so that diskless
     # clients are routed around one that stops answering for diskless.peer.suspect.ms,
     # long before its session times out (broker/metadata/peer_probe.py); 0: off.
+    # KIP-227: partitions kept in incremental fetch sessions, all sessions together (Kafka's
+    # name and default); 0: every fetch is a full one.
+    max_incremental_fetch_session_cache_slots: int = 1000
     diskless_peer_probe_interval_ms: int = 250
     diskless_peer_suspect_ms: int = 1000
     # How the transformer turns murmur2("<topicId>-<partition>") into one of n brokers:
@@ -147,6 +150,9 @@ class BrokerConfig:
     file_delete_delay_ms: int = 60_000
     # HTTP for /metrics, /healthz and /readyz: -1 off, 0 any free port.
     http_port: int = -1
+    # How often the consumer-group lag metrics are recomputed (broker/groups/lag.py: one
+    # read of every committed offset per round); 0: not exported.
+    consumer_lag_metrics_interval_ms: int = 30_000
     # Objects in the store that no committed file names (an upload whose commit failed with
     # an unknown outcome, or a crash between upload and commit) are deleted once older than
     # the grace period, which must exceed any upload-to-commit time.
@@ -240,6 +246,8 @@ class BrokerConfig:
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")
+        if self.consumer_lag_metrics_interval_ms < 0:
+            raise ValueError("consumer.lag.metrics.interval.ms must be >= 0 (0: off)")
         if self.diskless_peer_probe_interval_ms < 0 or (
             self.diskless_peer_probe_interval_ms > 0
             and self.diskless_peer_suspect_ms < self.diskless_peer_probe_interval_ms

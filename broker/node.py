@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from broker.config import BrokerConfig
+from broker.fetch.fetch_sessions import FetchSessionCache
 from broker.groups.held_groups import GroupConfig
+from broker.groups.lag import LATEST_OFFSET, group_lags, lag_loop
 from broker.groups.service import GroupService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.logs.classic.kafka_client import KafkaConnection
@@ -25,7 +27,8 @@ from broker.logs.diskless.diskless_read import LEADER_EPOCH, Fetcher
 from broker.logs.engines import log_router
 from broker.logs.fetch_slots import CommitWatch
 from broker.logs.migration.sealer import MigrationSealer
-from broker.logs.router import coordinator_retains
+from broker.logs.partition_log import PartitionLog
+from broker.logs.router import Purpose, coordinator_retains
 from broker.logs.tiered.manager import TieringManager
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerRefused
@@ -51,12 +54,12 @@ from broker.server.connection import ListenerSecurity
 from broker.server.connection_limits import ConnectionLimits, limit_settings
 from broker.server.http_endpoint import HttpEndpoint
 from broker.server.listener import KafkaServer
-from broker.server.metrics import METRICS
+from broker.server.metrics import METRICS, GroupLag
 from broker.transactions.producer_ids import ProducerIdAllocator
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
-from controller.metrics import under_replicated_led_by
+from controller.metrics import replica_counts, under_replicated_led_by
 from controller.placement import managed_replication_factor
 from storage.catalog import Topic, TopicCatalog
 from storage.coordinator import BatchCoordinator, RetentionPolicy
@@ -161,6 +164,12 @@ class Broker:
         self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
         if self.classic is not None:
             marker_writer.classic = ClassicMarkerSender(self)
+            classic, me = self.classic, config.node_id
+            METRICS.watch_followers(classic.follower_lags)
+            METRICS.watch_replica_counts(
+                lambda: replica_counts(classic.image(), me), classic.max_fetcher_lag
+            )
+        METRICS.topics.names = self._topic_name
         # Which log serves a partition, for every handler (broker/logs/router.py).
         self.router = log_router(self)
         self.cluster_id = ""
@@ -176,6 +185,8 @@ class Broker:
             )
             for listener in self.listener_plan.bound
         }
+        # KIP-227 incremental fetch sessions, in this broker's memory.
+        self.fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots)
         # Diskless clients are routed around peers this broker suspects (controller mode).
         self.peer_probe: PeerProbe | None = None
         self._servers: dict[str, KafkaServer] = {}
@@ -264,6 +275,25 @@ class Broker:
         state = image.partition(topic.topic_id, 0)
         return len(state.replicas) if state is not None else managed_replication_factor(image)
 
+    async def group_lags(self) -> list[GroupLag]:
+        """The consumer-group lag this broker exports (broker/groups/lag.py)."""
+        classic, logs = self.classic, self.router
+
+        def classic_led_here(topic_id: uuid.UUID, partition: int) -> bool | None:
+            if classic is None or not classic.is_classic(topic_id):
+                return None
+            return classic.leader_partition(topic_id, partition)[0] is not None
+
+        def latest(topic_id: uuid.UUID, partition: int) -> PartitionLog:
+            return logs.route(topic_id, partition, Purpose.LIST_OFFSETS, LATEST_OFFSET)
+
+        return await group_lags(self.groups, self.topics.get_by_id, classic_led_here, latest)
+
+    def _topic_name(self, key: uuid.UUID | str) -> str | None:
+        """A topic's current name by id or name, None when it does not exist (metrics)."""
+        topic = self.topics.get_by_id(key) if isinstance(key, uuid.UUID) else self.topics.get(key)
+        return topic.name if topic is not None else None
+
     def leader_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
         """The partition's leader epoch: the controller's in controller mode, else the one
         epoch there is. Metadata, the fetch checks and fetched batches all use this."""
@@ -337,6 +367,10 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._retention_loop()))
         self._tasks.append(asyncio.create_task(self._cleaner_loop()))
         self._tasks.append(asyncio.create_task(self._orphan_loop()))
+        if self.config.http_port >= 0 and self.config.consumer_lag_metrics_interval_ms > 0:
+            # Only for a /metrics endpoint: a round reads every committed offset.
+            interval = self.config.consumer_lag_metrics_interval_ms / 1000
+            self._tasks.append(asyncio.create_task(lag_loop(self.group_lags, interval)))
         await self.transactions.start()
         if self.config.listeners:
             bound = ", ".join(

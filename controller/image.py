@@ -20,6 +20,7 @@ from uuid import UUID
 from .records import (
     NO_LEADER,
     AccessControlEntry,
+    BrokerDynamicConfig,
     BrokerEpochCounter,
     ClientQuota,
     FenceBroker,
@@ -162,6 +163,8 @@ class MetadataImage:
         # Authorization (see the block at the end): replaced, never mutated, on a change.
         self.acls: dict[UUID, AccessControlEntry] = {}
         self.quotas: dict[QuotaEntity, dict[str, float]] = {}
+        # Dynamic broker configs by broker ("" = the cluster default): replaced on a change.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         # SCRAM credentials by (user, mechanism): authentication (UserScramCredential).
         self.scram_credentials: dict[tuple[str, str], ScramEntry] = {}
 
@@ -224,6 +227,7 @@ class MetadataImage:
         saved_names: dict[str, UUID] | None = None  # copied at the first Topic/RemoveTopic
         saved_epoch = self.last_broker_epoch
         saved_acls, saved_quotas = self.acls, self.quotas
+        saved_broker_configs = self.broker_configs
         saved_scram = dict(self.scram_credentials)
         try:
             for record in records:
@@ -252,6 +256,7 @@ class MetadataImage:
                 self._names = saved_names
             self.last_broker_epoch = saved_epoch
             self.acls, self.quotas = saved_acls, saved_quotas
+            self.broker_configs = saved_broker_configs
             self.scram_credentials = saved_scram
             raise
 
@@ -461,6 +466,7 @@ class MetadataImage:
         other._names = dict(self._names)
         other.last_broker_epoch = self.last_broker_epoch
         other.acls, other.quotas = self.acls, self.quotas  # immutable: shared
+        other.broker_configs = self.broker_configs  # immutable: shared
         other.scram_credentials = dict(self.scram_credentials)
         return other
 
@@ -473,6 +479,7 @@ class MetadataImage:
             and self.last_broker_epoch == other.last_broker_epoch
             and self.acls == other.acls
             and self.quotas == other.quotas
+            and self.broker_configs == other.broker_configs
             and self.scram_credentials == other.scram_credentials
         )
 
@@ -542,6 +549,22 @@ def _apply_quota(image: MetadataImage, r: ClientQuota) -> None:
     image.quotas = quotas
 
 
+def _apply_broker_config(image: MetadataImage, r: BrokerDynamicConfig) -> None:
+    if r.broker and not r.broker.isdigit():
+        raise ImageError(f"BrokerDynamicConfig: broker {r.broker!r} is not a node id")
+    values = dict(image.broker_configs.get(r.broker, {}))
+    if r.value is None:
+        values.pop(r.key, None)
+    else:
+        values[r.key] = r.value
+    configs = dict(image.broker_configs)
+    if values:
+        configs[r.broker] = values
+    else:
+        configs.pop(r.broker, None)
+    image.broker_configs = configs
+
+
 def _authorization_snapshot(image: MetadataImage) -> list[Record]:
     out: list[Record] = [image.acls[k] for k in sorted(image.acls)]
     for entity in sorted(image.quotas, key=repr):
@@ -549,6 +572,9 @@ def _authorization_snapshot(image: MetadataImage) -> list[Record]:
         names = tuple(n for _, n in entity)
         for key, value in sorted(image.quotas[entity].items()):
             out.append(ClientQuota(types, names, key, repr(value)))
+    for broker in sorted(image.broker_configs):
+        for key, value in sorted(image.broker_configs[broker].items()):
+            out.append(BrokerDynamicConfig(broker, key, value))
     return out
 
 
@@ -557,6 +583,7 @@ _HANDLERS.update(
         AccessControlEntry: _apply_acl,
         RemoveAccessControlEntry: _remove_acl,
         ClientQuota: _apply_quota,
+        BrokerDynamicConfig: _apply_broker_config,
     }
 )
 

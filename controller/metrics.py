@@ -73,6 +73,17 @@ def under_replicated_led_by(image: MetadataImage, node_id: int) -> int:
     )
 
 
+def replica_counts(image: MetadataImage, node_id: int) -> tuple[int, int]:
+    """(partitions with a replica on ``node_id``, partitions it leads): Kafka's
+    ReplicaManager PartitionCount and LeaderCount of that broker."""
+    hosted = led = 0
+    for topic in image.topics.values():
+        for p in topic.partitions.values():
+            hosted += node_id in p.replicas
+            led += p.leader == node_id
+    return hosted, led
+
+
 def under_replicated(image: MetadataImage) -> list[tuple[str, int]]:
     return [(t.name, i) for t, i, p in image.iter_partitions() if is_under_replicated(image, t, p)]
 
@@ -98,6 +109,8 @@ class ControllerMetrics:
     offline_partitions: int
     brokers_registered: int
     brokers_fenced: int
+    topics: int
+    partitions: int
 
 
 def collect(image: MetadataImage) -> ControllerMetrics:
@@ -109,4 +122,6 @@ def collect(image: MetadataImage) -> ControllerMetrics:
         offline_partitions=len(offline(image)),
         brokers_registered=len(image.brokers),
         brokers_fenced=sum(1 for b in image.brokers.values() if b.fenced),
+        topics=len(image.topics),
+        partitions=sum(len(t.partitions) for t in image.topics.values()),
     )

@@ -219,6 +219,20 @@ class ClientQuota:
     value: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerDynamicConfig:
+    """Sets (``value``) or removes (None) one dynamic broker config (Kafka's ConfigRecord
+    for a BROKER resource): ``broker`` is a node id, or "" for the cluster-wide default
+    (Kafka's ``<default>`` entity). Only the keys Sluice can change at run time
+    (controller.broker_config_admin) are ever written."""
+
+    TYPE: ClassVar[str] = "BrokerDynamicConfig"
+    VERSION: ClassVar[int] = 1
+    broker: str
+    key: str
+    value: str | None
+
+
 # --- authentication: SCRAM credentials (KIP-554) ---------------------------------------------
 # In the metadata log so every broker, also one started later or after a controller
 # failover, checks SCRAM logins against the same credentials. Never a password: the salted
@@ -356,6 +370,7 @@ Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     AccessControlEntry,
     RemoveAccessControlEntry,
     ClientQuota,
+    BrokerDynamicConfig,
     UserScramCredential,
     RemoveUserScramCredential,
     TopicTiering,

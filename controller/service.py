@@ -29,7 +29,7 @@ from common.background import cancel_and_wait
 from common.http_server import serve
 from common.topic_config_keys import KEYS
 from common.topic_config_validation import LIST_KEYS, validate
-from controller import acl_admin
+from controller import acl_admin, broker_config_admin
 from controller import metrics as image_metrics
 from controller.access import secret_problem
 from controller.logic import ControllerLogic
@@ -227,6 +227,7 @@ class ControllerService:
             web.post("/v1/acls/create", self._create_acls),
             web.post("/v1/acls/delete", self._delete_acls),
             web.post("/v1/quotas/alter", self._alter_quotas),
+            web.post("/v1/broker-configs/alter", self._alter_broker_configs),
             web.post("/v1/partitions/isr", self._alter_partition),
             web.post("/v1/migrations/sealed", self._partition_sealed),
             web.post("/v1/scram", self._alter_scram),
@@ -603,6 +604,16 @@ class ControllerService:
             ),
         )
 
+    async def _alter_broker_configs(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: broker_config_admin.alter_broker_configs(
+                self.state.image,
+                [from_json(broker_config_admin.BrokerConfigAlteration, e) for e in b["entries"]],
+                bool(b.get("validate_only", False)),
+            ),
+        )
+
     # ---------------------------------------------------------------- metrics
 
     def _init_metrics(self) -> None:
@@ -619,6 +630,23 @@ class ControllerService:
         )
         self._g_active = Gauge(
             "sluice_controller_active", "1 on the active controller, else 0", registry=r
+        )
+        # Kafka's name for the same value, read by operators' alerts (sum over the
+        # controllers == 1).
+        self._g_topic_count = Gauge(
+            "kafka_controller_kafkacontroller_globaltopiccount",
+            "Topics in the cluster; reported by the active controller, 0 on the others",
+            registry=r,
+        )
+        self._g_partition_count = Gauge(
+            "kafka_controller_kafkacontroller_globalpartitioncount",
+            "Partitions in the cluster; reported by the active controller, 0 on the others",
+            registry=r,
+        )
+        self._g_active_count = Gauge(
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the active controller, else 0 (sum over controllers: 1 when healthy)",
+            registry=r,
         )
         # Seed 000's metrics under their Prometheus spelling, diskless topics only.
         self._g_rf = Gauge(
@@ -676,6 +704,7 @@ class ControllerService:
         self._g_lag.set(max(0, self.node.commit_index - self.node.applied_index))
         self._g_leader_changes.set(self.node.leader_changes)
         self._g_active.set(1 if self.node.is_leader else 0)
+        self._g_active_count.set(1 if self.node.is_leader else 0)
         m = image_metrics.collect(self.state.image)
         self._g_rf.clear()
         for topic, rf in m.effective_rf.items():
@@ -686,6 +715,8 @@ class ControllerService:
         self._g_rf1.set(m.rf1_topics_total)
         self._g_urp.set(m.under_replicated_partitions)
         self._g_offline.set(m.offline_partitions if self.node.is_leader else 0)
+        self._g_topic_count.set(m.topics if self.node.is_leader else 0)
+        self._g_partition_count.set(m.partitions if self.node.is_leader else 0)
         mm = migration_metrics(self.state.image)
         for gauge in (self._g_migration, self._g_boundary, self._g_old_bytes):
             gauge.clear()

@@ -62,6 +62,19 @@ class LeaderState:
         self.high_watermark = max(self.high_watermark, min(ends))
         return self.high_watermark
 
+    def lag(self, leader_end: int, now_ms: float) -> dict[int, tuple[int | None, float]]:
+        """Each follower's lag: (messages, seconds). Messages: the leader's log end minus
+        the follower's last fetch offset, None before its first fetch from this leader
+        (unknown, not zero). Seconds: since it was last caught up (a new leader counts its
+        followers caught up when it starts), what ISR membership is judged by."""
+        return {
+            r: (
+                max(0, leader_end - p.log_end_offset) if p.log_end_offset >= 0 else None,
+                max(0.0, now_ms - p.last_caught_up_ms) / 1000,
+            )
+            for r, p in self.progress.items()
+        }
+
     def to_remove(self, now_ms: float) -> set[int]:
         """ISR members that fell behind for longer than the lag time."""
         return {

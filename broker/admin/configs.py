@@ -18,6 +18,7 @@ from common import topic_config_keys
 from common.acl import AclOperation
 from common.topic_config_validation import LIST_KEYS, InvalidConfig
 from common.topic_names import topic_name_error
+from controller.broker_config_admin import DYNAMIC_BROKER_KEYS, dynamic_value
 from controller.image import DISKLESS_ENABLE, TopicImage
 from controller.migration import configured, describe_entries
 from storage.catalog import TopicNotFound
@@ -93,6 +94,43 @@ def _migration_entries(image_topic: TopicImage, keys: Any) -> list[dict[str, Any
     ]
 
 
+# Kafka's DescribeConfigs sources of a broker config set at run time.
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
+
+
+def _dynamic_broker_configs(broker: HandlerView, name: str, keys: Any) -> list[dict[str, Any]]:
+    """The run-time broker configs (controller.broker_config_admin): this broker's value,
+    else the cluster default's, else Kafka's default; "" names the cluster default itself."""
+    controller = broker.controller
+    if controller is None:
+        return []
+    out = []
+    for key in sorted(DYNAMIC_BROKER_KEYS):
+        if keys is not None and key not in keys:
+            continue
+        value, where = dynamic_value(controller.image, broker.config.node_id, key)
+        if name == "" and where == "broker":
+            value, where = dynamic_value(controller.image, -1, key)  # the default's own
+        source = {
+            "broker": SOURCE_DYNAMIC_BROKER,
+            "default": SOURCE_DYNAMIC_DEFAULT_BROKER,
+        }.get(where, topic_config.SOURCE_DEFAULT)
+        out.append(
+            {
+                "name": key,
+                "value": str(value),
+                "read_only": False,
+                "is_default": not where,
+                "config_source": source,
+                "is_sensitive": False,
+                "synonyms": [],
+                "config_type": topic_config_keys.LONG,
+            }
+        )
+    return out
+
+
 def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
     out = []
     for f in fields(config):
@@ -161,7 +199,9 @@ async def describe_configs(broker: HandlerView, ctx: RequestContext, request: An
                     error_message=f"Unexpected broker id {res.resource_name!r}",
                 )
             else:
-                entry["configs"] = _broker_configs(broker.config, keys)
+                entry["configs"] = _broker_configs(broker.config, keys) + _dynamic_broker_configs(
+                    broker, res.resource_name, keys
+                )
         else:
             entry.update(
                 error_code=int(ErrorCode.invalid_request),
@@ -214,6 +254,35 @@ def _replace_all(explicit: Mapping[str, str], given: Any) -> dict[str, str | Non
             )
         changes[config.name] = config.value
     return changes
+
+
+async def _alter_broker_resource(broker: HandlerView, res: Any, validate_only: bool) -> None:
+    """A BROKER resource: the dynamic keys go to the controller (controller mode), for one
+    broker or ("" name) the cluster default; anything else is refused as static."""
+    controller = broker.controller
+    if controller is None:
+        _refuse_broker_resource(broker, res.resource_name, [c.name for c in res.configs])
+        return
+    values: dict[str, str | None] = {}
+    replace = False
+    for c in res.configs:
+        op = getattr(c, "config_operation", None)
+        if op is None:  # AlterConfigs: the resource's dynamic configs become these
+            replace = True
+            values[c.name] = c.value
+        elif op == OP_SET:
+            if c.value is None:
+                raise _Refused(
+                    ErrorCode.invalid_request, f"Null value not supported for : {c.name}"
+                )
+            values[c.name] = c.value
+        elif op == OP_DELETE:
+            values[c.name] = None
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            raise InvalidConfig(f"Config {c.name} is not a list: APPEND/SUBTRACT do not apply")
+        else:
+            raise _Refused(ErrorCode.invalid_request, f"Unknown config operation {op}")
+    await controller.alter_broker_configs(res.resource_name, values, replace, validate_only)
 
 
 def _refuse_broker_resource(broker: HandlerView, name: str, keys: list[str]) -> None:
@@ -269,7 +338,7 @@ async def _alter(
             if len(set(names)) != len(names):
                 raise _Refused(ErrorCode.invalid_request, "Duplicate config keys in request")
             if res.resource_type == RESOURCE_BROKER:
-                _refuse_broker_resource(broker, res.resource_name, names)
+                await _alter_broker_resource(broker, res, request.validate_only)
                 continue
             if res.resource_type != RESOURCE_TOPIC:
                 raise _Refused(

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.fetch.fetch_sessions import SessionView
 from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
 from broker.logs.router import Purpose, RoutedView
@@ -19,6 +20,7 @@ from broker.metadata.client_az import az_from_client_id, count_fetch
 from broker.metadata.transformer import preferred_read_replica, route_without_replicas
 from broker.security import access
 from broker.security.principal import user_of
+from broker.server.handler_helpers import fetch_replica_id
 from broker.server.metrics import METRICS
 from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable, FindResult
@@ -26,6 +28,7 @@ from storage.objects import ObjectStoreError
 from storage.outage import OutageLog
 
 if TYPE_CHECKING:
+    from broker.fetch.fetch_sessions import FetchSessionCache
     from broker.logs.fetch_slots import CommitWatch
     from broker.security.request_context import RequestContext
     from broker.server.client_quotas import ClientQuotas
@@ -41,6 +44,9 @@ class FetchView(RoutedView, Protocol):
 
     @property
     def remote_poll_seconds(self) -> float | None: ...
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...  # KIP-227
 
 
 log = logging.getLogger(__name__)
@@ -96,18 +102,24 @@ def _may_read(broker: FetchView, ctx: RequestContext, key: Any, topic: Topic | N
 
 async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
+    # KIP-227: the partitions to read are the request's, or its fetch session's.
+    replica_id = fetch_replica_id(request)
+    session = broker.fetch_sessions.open(request, by_id, replica=replica_id >= 0)
+    if session.error:
+        return ctx.respond(
+            {"throttle_time": 0, "error_code": session.error, "session_id": 0, "responses": []}
+        )
     slots: list[FetchSlot] = []
     readers: list[PartitionLog] = []  # the log that opened each slot, and reads it
     await broker.topics.ensure(
         (t.topic_id if by_id else t.topic, part.partition)
-        for t in request.topics
+        for t in session.topics
         for part in t.partitions
     )
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
     logs = broker.router
-    replica_id = _replica_id(request)
     if (
         replica_id >= 0
         and access.enabled(broker)
@@ -116,7 +128,7 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
         # Replication is a broker's privilege (Kafka: CLUSTER_ACTION on the cluster).
         replica_id = DENIED_REPLICA
     plan = ReadPlan(replica_id, ctx.header.api_version, rack, prefer, logs.log_start)
-    for fetch_topic in request.topics:
+    for fetch_topic in session.topics:
         if by_id:
             key = fetch_topic.topic_id
             topic = broker.topics.get_by_id(key)
@@ -188,17 +200,9 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
             by_id,
             az,
             read_committed,
+            session,
         )
     )
-
-
-def _replica_id(request: Any) -> int:
-    """The follower's broker id of a replication fetch (-1: a consumer): ``replica_id`` up
-    to v14, ``replica_state`` from v15 (KIP-903)."""
-    state = getattr(request, "replica_state", None)
-    if state is not None:
-        return int(state.replica_id)
-    return int(getattr(request, "replica_id", -1))
 
 
 def _by_reader(
@@ -268,6 +272,7 @@ async def _fetch(
     by_id: bool,
     az: str | None = None,
     read_committed: bool = False,
+    session: SessionView | None = None,
 ) -> Any:
     started = time.monotonic()
     try:
@@ -326,13 +331,22 @@ async def _fetch(
             # for an exception). Followers still get the real ones: Sluice's replica
             # fetcher restarts from the leader's log start after OFFSET_OUT_OF_RANGE.
             entry.update(high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
+        elif entry["records"]:
+            # Bytes out as Kafka counts them: what consumers get, per topic; what followers
+            # get apart (replication bytes out, all topics).
+            if slot.replica < 0:
+                METRICS.topics.fetched(slot.topic_key, len(entry["records"]))
+            else:
+                METRICS.topics.replicated_out(len(entry["records"]))
+        if session is not None and not session.include(slot.topic_key, entry):
+            continue  # an incremental fetch: nothing new about this partition
         topics.setdefault(slot.topic_key, []).append(entry)
     key_field = "topic_id" if by_id else "topic"
     return ctx.respond(
         {
             "throttle_time": throttle_ms,
             "error_code": 0,
-            "session_id": 0,  # no fetch sessions: clients keep sending full requests
+            "session_id": session.session_id if session is not None else 0,
             "responses": [{key_field: key, "partitions": parts} for key, parts in topics.items()],
         }
     )

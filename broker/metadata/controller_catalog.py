@@ -25,6 +25,7 @@ from broker.metadata.controller_client import (
     client_ssl_context,
 )
 from broker.metadata.metadata_follower import MetadataFollower
+from controller.broker_config_admin import BrokerConfigAlteration
 from controller.image import MetadataImage, TopicImage
 from controller.requests import (
     AlterTopicConfigs,
@@ -201,6 +202,19 @@ class ControllerCatalog(TopicCatalog):
         if not validate_only:
             await self._caught_up(applied)
         return self._topic(name)
+
+    async def alter_broker_configs(
+        self, broker: str, values: Mapping[str, str | None], replace: bool, validate_only: bool
+    ) -> None:
+        """Dynamic broker configs of ``broker`` (a node id, "" for the cluster default);
+        ControllerRefused with Kafka's code when refused."""
+        results, applied = await self.client.alter_broker_configs(
+            [BrokerConfigAlteration(broker, dict(values), replace)], validate_only
+        )
+        (result,) = results
+        self._check(result.error_code, result.error_message)
+        if not validate_only:
+            await self._caught_up(applied)
 
     def _topic(self, name: str) -> Topic:
         topic = self.image.topic(name)

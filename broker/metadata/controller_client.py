@@ -34,6 +34,7 @@ from controller.acl_admin import (
     QuotaAlteration,
     QuotaResult,
 )
+from controller.broker_config_admin import BrokerConfigAlteration, BrokerConfigResult
 from controller.migration import SealReport
 from controller.requests import (
     AlterPartitionResult,
@@ -373,6 +374,14 @@ class ControllerClient:
         body = {"entries": to_json(entries), "validate_only": validate_only}
         data, applied = await self._write("/v1/quotas/alter", body)
         return self._results(QuotaResult, data), applied
+
+    async def alter_broker_configs(
+        self, entries: Sequence[BrokerConfigAlteration], validate_only: bool
+    ) -> tuple[list[BrokerConfigResult], int]:
+        """Dynamic broker configs (controller.broker_config_admin)."""
+        body = {"entries": to_json(entries), "validate_only": validate_only}
+        data, applied = await self._write("/v1/broker-configs/alter", body)
+        return self._results(BrokerConfigResult, data), applied
 
     # --- classic partitions ------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from broker.security.request_context import RequestContext
 from broker.security.tls import certificate_principal
 from broker.server.client_quotas import pending_throttle, reset_throttle
 from broker.server.connection_limits import ConnectionLimits, LimitSettings
+from broker.server.handler_helpers import fetch_replica_id
 from broker.server.log_budget import TRACEBACKS, LineBudget
 from broker.server.metrics import METRICS
 from broker.server.refusals import REFUSALS
@@ -77,6 +78,7 @@ ApiTable = dict[int, Api]
 
 
 MiB = 1024 * 1024
+FETCH_KEY = 1  # Kafka counts a Fetch also as FetchConsumer or FetchFollower
 # Stop reading from a client whose requests waiting to be admitted or answered hold
 # this many bytes. A produce request is held until its flush is committed (commit
 # interval + upload + commit: 0.3-1 s on SeaweedFS under load), so one connection moves
@@ -121,7 +123,7 @@ _CLOSE_LOG = CloseLog()
 
 
 class _Answer:
-    __slots__ = ("api_name", "cost", "future", "header", "response_type")
+    __slots__ = ("api_name", "cost", "fetch_kind", "future", "header", "received", "response_type")
 
     def __init__(
         self,
@@ -130,12 +132,18 @@ class _Answer:
         response_type: type,
         api_name: str,
         cost: int,
+        received: float,
+        fetch_kind: str | None = None,
     ) -> None:
         self.header = header
         self.future = future
         self.response_type = response_type
         self.api_name = api_name
         self.cost = cost
+        # For the request metrics: when the request was read (time.perf_counter()), and
+        # for a Fetch, FetchConsumer or FetchFollower (Kafka counts it under both names).
+        self.received = received
+        self.fetch_kind = fetch_kind
 
 
 class _Request:
@@ -150,6 +158,7 @@ class _Request:
         "header",
         "raw_token",
         "ready_answer",
+        "received",
         "response_type",
     )
 
@@ -172,6 +181,7 @@ class _Request:
         self.body = body
         self.ready_answer = ready_answer
         self.failure = failure
+        self.received = 0.0  # time.perf_counter() when read off the socket
 
 
 class ListenerSecurity(NamedTuple):
@@ -291,6 +301,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return
         # Decoded now: the frames are views of the read buffer, reused by the next read.
         sasl = self._sasl
+        received = time.perf_counter()
         for frame in frames:
             if sasl is not None and sasl.raw_tokens:
                 # The frame after a SaslHandshake v0 answer is a bare SASL token. Clients
@@ -298,6 +309,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 request = _Request(len(frame) + REQUEST_OVERHEAD_BYTES, raw_token=bytes(frame))
             else:
                 request = self._decode(frame)
+            request.received = received
             self._pending += request.cost
             self._inbox.append(request)
         self._reader.release()
@@ -512,7 +524,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._abort("reauth", f"{api.name} request after the SASL session expired")
                 return
         if request.ready_answer is not None:
-            self._queue(header, request.ready_answer, response_type, api.name, request.cost)
+            self._queue(
+                header,
+                request.ready_answer,
+                response_type,
+                api.name,
+                request.cost,
+                request.received,
+            )
             return
         if key in (sasl_mod.SASL_HANDSHAKE_KEY, sasl_mod.SASL_AUTHENTICATE_KEY):
             self._sasl_request(header, response_type, api.name, request)
@@ -536,14 +555,36 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._throttle(throttle_ms)
         if self._request_quota is not None:
             result = self._charge_request_time(ctx, result, time.perf_counter() - started)
+        fetch_kind = None
+        if key == FETCH_KEY:
+            fetch_kind = "FetchFollower" if fetch_replica_id(request.body) >= 0 else "FetchConsumer"
         if result is None:
             self._pending -= request.cost  # nothing to send back
+            _record_time(api.name, fetch_kind, header.api_version, request.received)
             return
         if isinstance(result, asyncio.Future):
-            self._answers.append(_Answer(header, result, response_type, api.name, request.cost))
+            self._answers.append(
+                _Answer(
+                    header,
+                    result,
+                    response_type,
+                    api.name,
+                    request.cost,
+                    request.received,
+                    fetch_kind,
+                )
+            )
             result.add_done_callback(self._on_answer_done)
         else:
-            self._queue(header, result, response_type, api.name, request.cost)
+            self._queue(
+                header,
+                result,
+                response_type,
+                api.name,
+                request.cost,
+                request.received,
+                fetch_kind,
+            )
 
     def _sasl_request(
         self, header: RequestHeader, response_type: type, name: str, request: _Request
@@ -576,7 +617,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # The answer goes out first: it carries the message the client shows its user.
             self._close_when_written = True
             self._pending_stop_reading()
-        self._queue(header, build(response_type, answer), response_type, name, request.cost)
+        self._queue(
+            header,
+            build(response_type, answer),
+            response_type,
+            name,
+            request.cost,
+            request.received,
+        )
 
     def _sasl_raw_token(self, request: _Request) -> None:
         """A bare token of a SaslHandshake v0 exchange, answered with a bare token."""
@@ -628,11 +676,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return result
 
     def _queue(
-        self, header: RequestHeader, response: Any, response_type: type, name: str, cost: int
+        self,
+        header: RequestHeader,
+        response: Any,
+        response_type: type,
+        name: str,
+        cost: int,
+        received: float,
+        fetch_kind: str | None = None,
     ) -> None:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         future.set_result(response)
-        self._answers.append(_Answer(header, future, response_type, name, cost))
+        self._answers.append(
+            _Answer(header, future, response_type, name, cost, received, fetch_kind)
+        )
         self._write_ready()
 
     def _on_answer_done(self, _future: asyncio.Future[Any]) -> None:
@@ -648,6 +705,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._pending -= answer.cost
             if self._closed or transport is None:
                 continue
+            _record_time(
+                answer.api_name, answer.fetch_kind, answer.header.api_version, answer.received
+            )
             future = answer.future
             if future.cancelled():
                 # Only shutdown cancels answers. Closing without an answer makes the
@@ -691,6 +751,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 asyncio.get_running_loop().call_later(FAILED_AUTH_CLOSE_DELAY_S, transport.close)
             return
         self._update_reading()
+
+
+def _record_time(name: str, fetch_kind: str | None, version: int, received: float) -> None:
+    """Kafka's request metrics of an answered request (``broker.server.metrics``)."""
+    ms = (time.perf_counter() - received) * 1000
+    METRICS.request_times.record(name, version, ms)
+    if fetch_kind is not None:
+        METRICS.request_times.record(fetch_kind, version, ms)
 
 
 @functools.cache

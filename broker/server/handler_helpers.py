@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -34,3 +34,12 @@ def group_by_topic(entries: list[tuple[str, dict]], key: str = "name") -> list[d
     for name, entry in entries:
         grouped.setdefault(name, []).append(entry)
     return [{key: name, "partitions": parts} for name, parts in grouped.items()]
+
+
+def fetch_replica_id(fetch: Any) -> int:
+    """The follower's broker id of a replication Fetch (-1: a consumer): ``replica_id`` up
+    to v14, ``replica_state`` from v15 (KIP-903)."""
+    state = getattr(fetch, "replica_state", None)
+    if state is not None:
+        return int(state.replica_id)
+    return int(getattr(fetch, "replica_id", -1))

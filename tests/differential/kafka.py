@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import os
 import shutil
 import subprocess
@@ -36,7 +37,9 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     """The directory of Kafka's runtime jars, fetched with Maven on first use."""
     libs = cache_dir(version) / "libs"
     stamp = cache_dir(version) / ".complete"
-    if stamp.exists():
+    # The stamp names the pom it was fetched with: a dependency added later is fetched.
+    wanted = f"{version} {hashlib.sha256(POM.read_bytes()).hexdigest()[:16]}\n"
+    if stamp.exists() and stamp.read_text() == wanted:
         return libs
     if shutil.which("mvn") is None:
         raise RuntimeError("mvn not found: the differential tests fetch Apache Kafka with Maven")
@@ -59,7 +62,7 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     )
     shutil.rmtree(libs, ignore_errors=True)
     partial.rename(libs)
-    stamp.write_text(version + "\n")
+    stamp.write_text(wanted)
     return libs
 
 

@@ -25,6 +25,7 @@ from broker.admin import client_quotas_handler as client_quotas
 from broker.config import BrokerConfig
 from broker.fetch import fetch_handler as fetch
 from broker.fetch import leader_epoch, list_offsets
+from broker.fetch.fetch_sessions import FetchSessionCache
 from broker.logs.engines import log_router
 from broker.metadata import describe_cluster as cluster
 from broker.metadata import metadata_handler as metadata
@@ -74,6 +75,7 @@ class FakeBroker:
         self.quotas = ClientQuotas(lambda: {}, 11, 1)  # none set: never throttles
         self.classic: Any = None  # no classic topics
         self.fetcher = NoFetches()
+        self.fetch_sessions = FetchSessionCache()
         self.cluster_id = "unit-cluster"
         self.controller_id = 1
         self.router = log_router(self)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from broker.metadata.metadata_follower import MetadataFollower
 from broker.node import Broker
 from broker.server.api_table import VERSIONS, build_api_table
 from common import topic_config_validation
+from controller.broker_config_admin import BrokerConfigAlteration, alter_broker_configs
 from controller.image import MetadataImage
 from controller.logic import ControllerLogic
 from controller.logic_config import ControllerConfig
@@ -107,6 +108,7 @@ class FakeController:
         app.router.add_post("/v1/topics/partitions", self._partitions)
         app.router.add_post("/v1/topics/configs", self._configs)
         app.router.add_post("/v1/reassignments", self._reassign)
+        app.router.add_post("/v1/broker-configs/alter", self._broker_configs)
         app.router.add_get("/v1/reassignments", self._list_reassignments)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -221,6 +223,12 @@ class FakeController:
         b = await request.json()
         items = [from_json(Reassignment, r) for r in b["reassignments"]]
         return self._answer(self.logic.alter_partition_reassignments(self.image, items), True)
+
+    async def _broker_configs(self, request: web.Request) -> web.Response:
+        b = await request.json()
+        items = [from_json(BrokerConfigAlteration, e) for e in b["entries"]]
+        outcome = alter_broker_configs(self.image, items, b.get("validate_only", False))
+        return self._answer(outcome, wrap=True)
 
     async def _list_reassignments(self, request: web.Request) -> web.Response:
         ongoing = self.logic.list_partition_reassignments(self.image)
@@ -914,3 +922,55 @@ async def test_zstd_needs_produce_v7(broker: Broker) -> None:
     assert old.responses[0].partition_responses[0].error_code == E.unsupported_compression_type
     new = await call(broker, 0, 7, produce())
     assert new.responses[0].partition_responses[0].error_code == E.none
+
+
+async def test_replication_throttle_rates_are_dynamic_broker_configs(
+    broker: Broker, fake: FakeController
+) -> None:
+    """kafka-configs --entity-type brokers --alter (and kafka-reassign-partitions --throttle):
+    the throttle rates go to the controller, per broker or as the default, and are described
+    with their source; a static config is still refused."""
+
+    def alter(name: str, key: str, value: str | None, op: int = 0) -> dict:  # type: ignore[type-arg]
+        return {
+            "resources": [
+                {
+                    "resource_type": 4,
+                    "resource_name": name,
+                    "configs": [{"name": key, "config_operation": op, "value": value}],
+                }
+            ],
+            "validate_only": False,
+        }
+
+    rate = "leader.replication.throttled.rate"
+    me = str(broker.config.node_id)
+    answer = await call(broker, 44, 1, alter("", rate, "1000"))
+    assert answer.responses[0].error_code == E.none
+    answer = await call(broker, 44, 1, alter(me, rate, "500"))
+    assert answer.responses[0].error_code == E.none
+    assert broker.classic is not None and broker.classic.leader_quota._rate() == 500
+
+    async def described(name: str) -> tuple[str | None, int]:
+        answer = await call(
+            broker,
+            32,
+            4,
+            {
+                "resources": [
+                    {"resource_type": 4, "resource_name": name, "configuration_keys": [rate]}
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            },
+        )
+        (entry,) = [c for c in answer.results[0].configs if c.name == rate]
+        return entry.value, int(entry.config_source)
+
+    assert await described(me) == ("500", 2)  # DYNAMIC_BROKER_CONFIG
+    assert await described("") == ("1000", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
+    answer = await call(broker, 44, 1, alter(me, rate, None, op=1))  # DELETE
+    assert answer.responses[0].error_code == E.none
+    assert await described(me) == ("1000", 3)
+    answer = await call(broker, 44, 1, alter(me, "num.partitions", "3"))
+    assert answer.responses[0].error_code == E.invalid_request

@@ -100,6 +100,11 @@ async def test_metrics_show_the_managed_replication_factor(tmp_path: Path) -> No
         assert "kafka_controller_kafkacontroller_offlinepartitionscount 0.0" in text
         assert "sluice_controller_under_replicated_partitions 0.0" in text
         assert "sluice_controller_active 1.0" in text
+        assert "kafka_controller_kafkacontroller_activecontrollercount 1.0" in text
+        image = service.state.image
+        assert "kafka_controller_kafkacontroller_globaltopiccount 2.0" in text  # legacy, orders
+        partitions = sum(len(t.partitions) for t in image.topics.values())
+        assert f"kafka_controller_kafkacontroller_globalpartitioncount {partitions}.0" in text
         # One meaning per name: the old spellings are gone.
         assert "sluice_controller_diskless_effective_rf" not in text
         assert "sluice_controller_partition_rack_aware" not in text

@@ -116,6 +116,7 @@ def classic_append(
         return PartitionResult(int(ErrorCode.kafka_storage_error))
     if not isinstance(result, PartitionResult) or result.error == 0:
         METRICS.produced_bytes.inc(len(records))
+        METRICS.topics.produced(topic.topic_id, sum(b.record_count for b in batches), len(records))
     # Followers long-polling this partition have new data; so do consumers if the HW moved.
     manager.broker.watch.notify([(p.topic_id, p.index, p.log.log_end_offset)])
     return result

@@ -93,17 +93,31 @@ def read_classic(
     if slot.replica < 0 and p.is_remote(slot.offset):
         return 0  # read from the remote segment (broker.logs.tiered.tiered_read)
     hw_before = p.high_watermark
-    error, data = p.read(
-        slot.offset,
-        budget.room(slot.max_bytes),
-        slot.replica,
-        read_committed and slot.replica < 0,
-        budget.min_one,
+    manager = broker.classic
+    throttle = (
+        slot.replica >= 0
+        and manager is not None
+        and p.role == LEADER
+        and manager.throttles(p, slot.replica, as_leader=True)
     )
+    if throttle and manager is not None and manager.leader_quota.exceeded():
+        # Over leader.replication.throttled.rate: no records for this catching-up follower
+        # now, though its position still counts (Kafka's leader throttle).
+        error, data = p.read(slot.offset, 0, slot.replica, False, False)
+        data = b""
+    else:
+        error, data = p.read(
+            slot.offset,
+            budget.room(slot.max_bytes),
+            slot.replica,
+            read_committed and slot.replica < 0,
+            budget.min_one,
+        )
+        if throttle and manager is not None:
+            manager.leader_quota.record(len(data))
     slot.error, slot.data = error, data
     budget.take(len(data))
     if slot.replica >= 0 and p.role == LEADER:
-        manager = broker.classic
         if manager is not None:
             manager.check_isr(p)
         if p.high_watermark > hw_before:

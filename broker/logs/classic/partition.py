@@ -68,6 +68,9 @@ class ClassicPartition:
         self.replicas: tuple[int, ...] = ()
         self.isr: tuple[int, ...] = ()
         self.leader_state: LeaderState | None = None
+        # As a follower: the leader's high watermark minus this log's end after the last
+        # fetch (Kafka's FetcherLagMetrics; the broker exports the largest, MaxLag).
+        self.fetcher_lag = 0
         # Checkpointed every second and on close (Kafka: replication-offset-checkpoint), so a
         # restarted leader does not show consumers a high watermark back at the log start.
         self._hw_path = os.path.join(plog.dir, HW_CHECKPOINT)

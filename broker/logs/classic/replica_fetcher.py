@@ -32,12 +32,14 @@ from broker.logs.classic.kafka_client import AuthenticationFailed, ConnectionLos
 from broker.logs.classic.partition import FOLLOWER, LATEST_TIERED_TIMESTAMP, ClassicPartition
 from broker.logs.tiered.follower import leader_histories, start_after_tiered
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
+from broker.server.metrics import METRICS
 from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
 from storage.tiered.lineage import follower_start, history_floor
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
+    from broker.logs.classic.replication_quota import ReplicationQuota
     from broker.logs.classic.tiered_part import Tiering
     from broker.logs.fetch_slots import CommitWatch
 
@@ -63,6 +65,12 @@ class FetcherOwner(Protocol):
 
     @property
     def tiering(self) -> Tiering: ...  # a follower starting above the tiered part
+
+    @property
+    def follower_quota(self) -> ReplicationQuota: ...  # follower.replication.throttled.rate
+
+    def throttles(self, p: ClassicPartition, replica: int, as_leader: bool) -> bool:
+        """Whether the partition's replication to or from ``replica`` is throttled."""
 
 
 class ReplicaFetcher:
@@ -221,6 +229,17 @@ class ReplicaFetcher:
             start = self._rotation % len(parts)
             self._rotation += 1
             parts = parts[start:] + parts[:start]
+        quota = self.manager.follower_quota
+        throttled_now = {
+            id(p) for p in parts if self.manager.throttles(p, self.manager.me, as_leader=False)
+        }
+        if throttled_now and quota.exceeded():
+            # Over follower.replication.throttled.rate: the throttled partitions sit out
+            # this round (Kafka's follower throttle); the others are fetched as usual.
+            parts = [p for p in parts if id(p) not in throttled_now]
+            if not parts:
+                await asyncio.sleep(0.1)
+                return True
         for p in parts:
             index[(p.topic, p.index)] = p
             by_topic.setdefault(p.topic, []).append(
@@ -261,9 +280,14 @@ class ReplicaFetcher:
                 error = int(r.error_code)
                 if error == 0:
                     try:
-                        p.append_fetched(
+                        appended = p.append_fetched(
                             r.records or b"", int(r.high_watermark), int(r.log_start_offset)
                         )
+                        METRICS.topics.replicated_in(appended)
+                        # Kafka's FetcherLagMetrics: the leader's HW minus our log end.
+                        p.fetcher_lag = max(0, int(r.high_watermark) - p.log.log_end_offset)
+                        if id(p) in throttled_now:
+                            quota.record(appended)
                     except NotContiguous as exc:
                         log.warning("%s-%d: %s; truncating again", p.topic, p.index, exc)
                         p.needs_truncation = True

@@ -24,11 +24,14 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.partition import LEADER, ClassicPartition
+from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition, now_ms
 from broker.logs.classic.replica_fetcher import ReplicaFetcher
+from broker.logs.classic.replication_quota import UNTHROTTLED, ReplicationQuota, throttled
 from broker.metadata.view import ClusterView
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
+from broker.server.metrics import FollowerLag
 from common.background import cancel_and_wait
+from controller.broker_config_admin import dynamic_value
 from controller.election import stages_classic
 from controller.image import MetadataImage
 from controller.requests import IsrChange
@@ -49,6 +52,10 @@ log = logging.getLogger(__name__)
 
 FLUSH_CHECK_S = 1.0
 ISR_RETRY_MS = 1000  # after a refused or failed AlterPartition
+LEADER_RATE = "leader.replication.throttled.rate"
+FOLLOWER_RATE = "follower.replication.throttled.rate"
+LEADER_REPLICAS = "leader.replication.throttled.replicas"
+FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 TOPIC_ID_FILE = "partition.metadata"  # Kafka's name: the topic id a log directory belongs to
 
 
@@ -111,6 +118,10 @@ class ReplicaManager:
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.stopping = False
+        # Replication throttling (reassignments' --throttle): the rates are dynamic broker
+        # configs, read at each check (broker.logs.classic.replication_quota).
+        self.leader_quota = ReplicationQuota(lambda: self._throttle_rate(LEADER_RATE))
+        self.follower_quota = ReplicationQuota(lambda: self._throttle_rate(FOLLOWER_RATE))
         # How followers reach their leaders (the inter-broker listener's TLS/SASL).
         self.security: InterBrokerSecurity = PLAINTEXT
         self.security_error: str | None = None
@@ -118,6 +129,25 @@ class ReplicaManager:
         self.tiering = tiering(self)
 
     # ---------------------------------------------------------------- queries
+
+    def _throttle_rate(self, key: str) -> int:
+        controller = self.broker.controller
+        if controller is None:
+            return UNTHROTTLED
+        return dynamic_value(controller.image, self.me, key)[0]
+
+    def throttles(self, p: ClassicPartition, replica: int, as_leader: bool) -> bool:
+        """Whether replication of ``p`` to ``replica`` (a follower of it; this broker is
+        the leader when ``as_leader``, else ``replica`` is this broker) is throttled: the
+        replica is out of the ISR and the topic's throttled-replicas list names ``p`` on
+        this broker."""
+        if replica in p.isr:
+            return False
+        topic = self.broker.topics.get_by_id(p.topic_id)
+        if topic is None:
+            return False
+        key = LEADER_REPLICAS if as_leader else FOLLOWER_REPLICAS
+        return throttled(topic.configs.get(key), p.index, self.me)
 
     def is_classic(self, topic_id: UUID) -> bool:
         """Whether the topic's partitions live in classic logs, from the image itself.
@@ -147,6 +177,25 @@ class ReplicaManager:
         if p is None or p.role != LEADER or self.stopping:
             return None, int(ErrorCode.not_leader_or_follower)
         return p, 0
+
+    def max_fetcher_lag(self) -> int:
+        """The largest lag of a partition this broker follows (Kafka's MaxLag)."""
+        return max(
+            (p.fetcher_lag for p in list(self.partitions.values()) if p.role == FOLLOWER),
+            default=0,
+        )
+
+    def follower_lags(self) -> list[FollowerLag]:
+        """The replication lag of each follower of the partitions this broker leads."""
+        now = now_ms()
+        out = []
+        for p in list(self.partitions.values()):
+            state = p.leader_state
+            if p.role != LEADER or state is None:
+                continue
+            for follower, (messages, seconds) in state.lag(p.log.log_end_offset, now).items():
+                out.append(FollowerLag(p.topic, p.index, follower, messages, seconds))
+        return out
 
     def image(self) -> MetadataImage:
         assert self.broker.controller is not None

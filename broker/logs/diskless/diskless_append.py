@@ -315,6 +315,12 @@ class Appender:
                 out.append(PartitionResult(error, log_start_offset=first.log_start_offset))
                 continue
             last = results[-1]
+            batches = append.batches
+            METRICS.topics.produced(
+                append.topic_id,
+                sum(b.record_count for b in batches),
+                sum(b.size for b in batches),
+            )
             advanced.append(
                 (
                     append.topic_id,

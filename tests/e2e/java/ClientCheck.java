@@ -1,0 +1,121 @@
+// The Apache Kafka Java client (kafka-clients from Maven Central) against Sluice: run as a
+// single-file source program (java -cp <kafka jars> ClientCheck.java <bootstrap> <topic>
+// <mode>) by tests/e2e/test_java_client.py. Prints one JSON line of what it saw; exits 1 on
+// any client exception, with the exception on stderr.
+
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.ExecutionException;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.*;
+
+public class ClientCheck {
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0], topic = args[1], mode = args[2];
+        switch (mode) {
+            case "admin" -> admin(bootstrap, topic, args.length > 3 ? args[3] : "");
+            case "idempotent" -> idempotent(bootstrap, topic, Integer.parseInt(args[3]));
+            case "transactions" -> transactions(bootstrap, topic);
+            case "consume" -> consume(bootstrap, topic, args[3], args[4], Integer.parseInt(args[5]));
+            default -> throw new IllegalArgumentException(mode);
+        }
+    }
+
+    static void admin(String bootstrap, String topic, String kind) throws Exception {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(p)) {
+            Map<String, String> configs = new HashMap<>();
+            if (kind.equals("classic")) configs.put("diskless.enable", "false");
+            admin.createTopics(List.of(new NewTopic(topic, Optional.of(3), Optional.empty()).configs(configs)))
+                .all().get();
+            DescribeClusterResult cluster = admin.describeCluster();
+            int brokers = cluster.nodes().get().size();
+            String clusterId = cluster.clusterId().get();
+            TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            Set<String> names = admin.listTopics().names().get();
+            System.out.printf(
+                "{\"brokers\": %d, \"cluster_id\": \"%s\", \"partitions\": %d, \"listed\": %b}%n",
+                brokers, clusterId, d.partitions().size(), names.contains(topic));
+        }
+    }
+
+    static Properties producerProps(String bootstrap) {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        return p;
+    }
+
+    static void idempotent(String bootstrap, String topic, int n) throws Exception {
+        try (Producer<String, String> producer = new KafkaProducer<>(producerProps(bootstrap))) {
+            List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                sent.add(producer.send(new ProducerRecord<>(topic, "k" + i, "idem-" + i)));
+            }
+            long offsets = 0;
+            for (var f : sent) offsets += f.get().hasOffset() ? 1 : 0;
+            System.out.printf("{\"acknowledged\": %d}%n", offsets);
+        }
+    }
+
+    static void transactions(String bootstrap, String topic) throws Exception {
+        Properties p = producerProps(bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "java-check-" + topic);
+        try (Producer<String, String> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(topic, "c" + i, "committed-" + i));
+            producer.commitTransaction();
+            producer.beginTransaction();
+            for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(topic, "a" + i, "aborted-" + i));
+            producer.flush();
+            producer.abortTransaction();
+            System.out.println("{\"committed\": 10, \"aborted\": 10}");
+        }
+    }
+
+    static void consume(String bootstrap, String topic, String group, String isolation, int expected) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        List<String> values = new ArrayList<>();
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(p)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (values.size() < expected && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
+                    values.add(r.value());
+                }
+            }
+            // A few more polls: nothing beyond what was expected may arrive.
+            for (int i = 0; i < 4; i++) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
+                    values.add(r.value());
+                }
+            }
+            consumer.commitSync();
+            Map<TopicPartition, OffsetAndMetadata> committed =
+                consumer.committed(consumer.assignment());
+            long sum = committed.values().stream().filter(Objects::nonNull).mapToLong(OffsetAndMetadata::offset).sum();
+            StringBuilder json = new StringBuilder("{\"values\": [");
+            for (int i = 0; i < values.size(); i++) {
+                if (i > 0) json.append(", ");
+                json.append('"').append(values.get(i)).append('"');
+            }
+            json.append("], \"committed_sum\": ").append(sum).append("}");
+            System.out.println(json);
+        }
+    }
+}
