@@ -15,6 +15,30 @@ from common.secret_reference import resolve_secret_reference
 
 MiB = 1024 * 1024
 
+# What authorizer.class.name accepts (broker/security/authorizer.py): Kafka's names for its
+# authorizer, and the short one Sluice also accepts.
+AUTHORIZER_NAMES = frozenset(
+    {
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "kafka.security.authorizer.AclAuthorizer",
+        "StandardAuthorizer",
+        "acl",
+    }
+)
+
+
+def parse_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides``: ``host:count`` pairs, comma separated."""
+    out: dict[str, int] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        host, sep, count = entry.rpartition(":")
+        if not sep or not host or not count.strip().lstrip("-").isdigit():
+            raise ValueError(
+                f"max.connections.per.ip.overrides entry {entry!r}: expected host:count"
+            )
+        out[host.strip()] = int(count)
+    return out
+
 
 @dataclass(frozen=True)
 class BrokerConfig:
@@ -214,15 +238,11 @@ class BrokerConfig:
             raise ValueError(
                 f"ssl.client.auth must be required, requested or none, not {self.ssl_client_auth!r}"
             )
-        from broker.security.authorizer import AUTHORIZER_NAMES
-
         if self.authorizer_class_name and self.authorizer_class_name not in AUTHORIZER_NAMES:
             raise ValueError(
                 f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
             )
-        from broker.server.connection_limits import parse_overrides
-
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")

@@ -29,6 +29,7 @@ from broker.logs.fetch_slots import CommitWatch
 from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.partition_log import PartitionLog
 from broker.logs.router import Purpose, coordinator_retains
+from broker.logs.tiered.manager import TieringManager
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerRefused
 from broker.metadata.membership import (
@@ -38,22 +39,23 @@ from broker.metadata.membership import (
     RegistryMembership,
     StaticMembership,
 )
-from broker.metadata.metadata_follower import BrokerStorageListener
 from broker.metadata.peer_probe import PeerProbe
 from broker.metadata.topics import TopicRegistry
 from broker.metadata.transformer import set_hash_mode
-from broker.produce.producer_ids import ProducerIdAllocator
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
+from broker.security.principal import user_of
 from broker.security.sasl import SaslAuthenticator
 from broker.security.scram import ScramCredential
 from broker.security.tls import server_context
-from broker.server.client_quotas import ClientQuotas, user_of
+from broker.server.api_table import build_api_table
+from broker.server.client_quotas import ClientQuotas
 from broker.server.connection import ListenerSecurity
 from broker.server.connection_limits import ConnectionLimits, limit_settings
 from broker.server.http_endpoint import HttpEndpoint
 from broker.server.listener import KafkaServer
 from broker.server.metrics import METRICS, GroupLag
+from broker.transactions.producer_ids import ProducerIdAllocator
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
@@ -68,7 +70,7 @@ from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
-    from broker.server.connection import RequestContext
+    from broker.security.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 _NO_QUOTAS: dict[object, dict[str, float]] = {}
@@ -154,8 +156,9 @@ class Broker:
             config.quota_window_size_seconds,
         )
         # Classic topics (local logs, leader-follower replication) need the controllers'
-        # leaders and epochs: controller mode only.
-        self.classic = ReplicaManager(self) if self.controller is not None else None
+        # leaders and epochs: controller mode only. Their tiered part is built with them.
+        self._tiered: TieringManager | None = None
+        self.classic = ReplicaManager(self, self._tiering) if self.controller is not None else None
         # Seals partitions of migrating topics this broker leads (broker/logs/migration); the
         # replica manager asks it about every replica it opens.
         self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
@@ -167,6 +170,8 @@ class Broker:
                 lambda: replica_counts(classic.image(), me), classic.max_fetcher_lag
             )
         METRICS.topics.names = self._topic_name
+        # Which log serves a partition, for every handler (broker/logs/router.py).
+        self.router = log_router(self)
         self.cluster_id = ""
         # Checked here, before anything starts: a bad listener setting fails the start.
         self.listener_plan: ListenerPlan = listener_plan(config)
@@ -192,6 +197,15 @@ class Broker:
         self._stopping = False
         # True while the coordinator delivers other brokers' commits as notifications.
         self._notified = False
+
+    def _tiering(self, replicas: ReplicaManager) -> TieringManager:
+        """The tiered part (KIP-405) of the classic replicas: copies, remote retention,
+        remote reads; its segments' metadata in the coordinator's database."""
+        from storage.backends import remote_log_metadata
+
+        metadata = remote_log_metadata(self.config, self.coordinator)
+        self._tiered = TieringManager(replicas, metadata)  # type: ignore[arg-type]
+        return self._tiered
 
     @property
     def port(self) -> int:
@@ -233,6 +247,13 @@ class Broker:
         )
 
     @property
+    def broker_epoch(self) -> int:
+        """The epoch the controllers registered this broker with (-1: none yet), which its
+        AlterPartition requests carry."""
+        membership = self._membership
+        return membership.broker_epoch if isinstance(membership, ControllerMembership) else -1
+
+    @property
     def multi_broker(self) -> bool:
         return len(self.endpoints()) > 1
 
@@ -256,7 +277,7 @@ class Broker:
 
     async def group_lags(self) -> list[GroupLag]:
         """The consumer-group lag this broker exports (broker/groups/lag.py)."""
-        classic, logs = self.classic, log_router(self)
+        classic, logs = self.classic, self.router
 
         def classic_led_here(topic_id: uuid.UUID, partition: int) -> bool | None:
             if classic is None or not classic.is_classic(topic_id):
@@ -290,8 +311,6 @@ class Broker:
         return min((b.node_id for b in self.endpoints()), default=self.config.node_id)
 
     async def start(self) -> None:
-        from broker.server.api_table import build_api_table
-
         os.makedirs(self.config.data_dir, exist_ok=True)
         await self.store.start()
         await self.coordinator.start()
@@ -330,10 +349,10 @@ class Broker:
             await server.start()
         self._server = self._servers[self.listener_plan.inter_broker]
         self._membership = self._make_membership()
-        if isinstance(self._membership, ControllerMembership) and self.classic is not None:
+        if isinstance(self._membership, ControllerMembership) and self._tiered is not None:
             # KIP-950: the controller's DisableRemoteTopic requests ride the heartbeats.
-            self._membership.requests = self.classic.tiering
-            self.classic.tiering.heartbeat_soon = self._membership.beat_soon
+            self._membership.requests = self._tiered
+            self._tiered.heartbeat_soon = self._membership.beat_soon
         await self._membership.start()
         if self.config.http_port >= 0:
             self._http = HttpEndpoint(
@@ -600,6 +619,27 @@ class Broker:
             await asyncio.sleep(interval * random.uniform(0.5, 1.5))
             with outage:
                 await self.delete_orphans()
+
+
+class BrokerStorageListener:
+    """A broker's reactions: logs in its batch coordinator, group offsets, its topic index."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def logs_needed(self, keys: list[PartitionKey]) -> None:
+        await self._broker.coordinator.create_logs(keys)
+
+    async def topics_removed(self, topic_ids: list[uuid.UUID]) -> None:
+        # As DeleteTopics does without a controller (broker/admin/topics_admin.py).
+        await self._broker.coordinator.delete_logs(topic_ids, int(time.time() * 1000))
+        await self._broker.groups.offsets.topics_deleted(topic_ids)
+
+    async def image_changed(self) -> None:
+        await self._broker.topics.load()
+        if self._broker.classic is not None:
+            # Leaders, followers, ISRs and epochs of the classic replicas hosted here.
+            self._broker.classic.reconcile()
 
 
 def _make_authorizer(

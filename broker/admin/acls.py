@@ -19,15 +19,15 @@ from broker.security import access
 from common.acl import AclBinding, AclFilter, AclOperation, InvalidAcl
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.view import HandlerView
+    from broker.security.request_context import RequestContext
 
 CATCH_UP_S = 10.0
 NO_AUTHORIZER = "No Authorizer is configured on the broker (authorizer.class.name)"
 
 
 def _refusal(
-    broker: Broker, ctx: RequestContext, operation: AclOperation
+    broker: HandlerView, ctx: RequestContext, operation: AclOperation
 ) -> tuple[int, str] | None:
     """Why this request may not touch ACLs at all, as (error code, message), or None."""
     if not access.enabled(broker) or broker.controller is None:
@@ -37,12 +37,12 @@ def _refusal(
     return None
 
 
-async def _caught_up(broker: Broker, applied: int) -> None:
+async def _caught_up(broker: HandlerView, applied: int) -> None:
     assert broker.controller is not None
     await broker.controller.follower.wait_for(applied, CATCH_UP_S)
 
 
-async def describe_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def describe_acls(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     refusal = _refusal(broker, ctx, AclOperation.DESCRIBE)
     acl_filter = AclFilter(
         request.resource_type_filter,
@@ -89,7 +89,7 @@ async def describe_acls(broker: Broker, ctx: RequestContext, request: Any) -> An
     )
 
 
-async def create_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def create_acls(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     def answer(results: list[dict[str, Any]]) -> Any:
         return ctx.respond({"throttle_time": 0, "results": results})
 
@@ -132,7 +132,7 @@ def _matching(acl: AclBinding, code: int = 0, message: str | None = None) -> dic
     }
 
 
-async def delete_acls(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def delete_acls(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     def answer(entry: Callable[[int], dict[str, Any]]) -> Any:
         results = [entry(i) for i in range(len(request.filters))]
         return ctx.respond({"throttle_time": 0, "filter_results": results})

@@ -19,8 +19,8 @@ from controller.acl_admin import QuotaAlteration, QuotaOp
 from controller.image import QuotaEntity
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.view import HandlerView
+    from broker.security.request_context import RequestContext
 
 CATCH_UP_S = 10.0
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
@@ -51,7 +51,7 @@ def _matches(entity: QuotaEntity, components: Any, strict: bool) -> bool:
     return not strict or len(names) == len(components)
 
 
-async def describe_client_quotas(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def describe_client_quotas(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     def error(code: ErrorCode, message: str) -> Any:
         return ctx.respond(
             {"throttle_time": 0, "error_code": int(code), "error_message": message, "entries": None}
@@ -77,7 +77,7 @@ async def describe_client_quotas(broker: Broker, ctx: RequestContext, request: A
     )
 
 
-async def alter_client_quotas(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def alter_client_quotas(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     def entity_of(entry: Any) -> list[dict[str, Any]]:
         return [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
 

@@ -24,8 +24,8 @@ from controller.migration import configured, describe_entries
 from storage.catalog import TopicNotFound
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.view import HandlerView
+    from broker.security.request_context import RequestContext
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
@@ -35,7 +35,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
 def _topic_configs(
-    broker: Broker, name: str, keys: Any, with_synonyms: bool, with_docs: bool
+    broker: HandlerView, name: str, keys: Any, with_synonyms: bool, with_docs: bool
 ) -> list[dict[str, Any]]:
     topic = broker.topics.get(name)
     assert topic is not None
@@ -99,7 +99,7 @@ SOURCE_DYNAMIC_BROKER = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 
 
-def _dynamic_broker_configs(broker: Broker, name: str, keys: Any) -> list[dict[str, Any]]:
+def _dynamic_broker_configs(broker: HandlerView, name: str, keys: Any) -> list[dict[str, Any]]:
     """The run-time broker configs (controller.broker_config_admin): this broker's value,
     else the cluster default's, else Kafka's default; "" names the cluster default itself."""
     controller = broker.controller
@@ -158,7 +158,7 @@ def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
     return out
 
 
-async def describe_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def describe_configs(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     with_docs = getattr(request, "include_documentation", False)
     with_synonyms = getattr(request, "include_synonyms", False)
     results = []
@@ -256,7 +256,7 @@ def _replace_all(explicit: Mapping[str, str], given: Any) -> dict[str, str | Non
     return changes
 
 
-async def _alter_broker_resource(broker: Broker, res: Any, validate_only: bool) -> None:
+async def _alter_broker_resource(broker: HandlerView, res: Any, validate_only: bool) -> None:
     """A BROKER resource: the dynamic keys go to the controller (controller mode), for one
     broker or ("" name) the cluster default; anything else is refused as static."""
     controller = broker.controller
@@ -285,7 +285,7 @@ async def _alter_broker_resource(broker: Broker, res: Any, validate_only: bool) 
     await controller.alter_broker_configs(res.resource_name, values, replace, validate_only)
 
 
-def _refuse_broker_resource(broker: Broker, name: str, keys: list[str]) -> None:
+def _refuse_broker_resource(broker: HandlerView, name: str, keys: list[str]) -> None:
     if name not in ("", str(broker.config.node_id)):
         raise _Refused(ErrorCode.invalid_request, f"Unexpected broker id {name!r}")
     if keys:
@@ -297,7 +297,7 @@ def _refuse_broker_resource(broker: Broker, name: str, keys: list[str]) -> None:
         )
 
 
-def _denied(broker: Broker, ctx: RequestContext, res: Any, operation: AclOperation) -> int:
+def _denied(broker: HandlerView, ctx: RequestContext, res: Any, operation: AclOperation) -> int:
     """The authorization error for a config resource, 0 when allowed: topic configs are
     the topic's, broker configs the cluster's (as Kafka checks them)."""
     if not access.enabled(broker):
@@ -310,7 +310,7 @@ def _denied(broker: Broker, ctx: RequestContext, res: Any, operation: AclOperati
 
 
 async def _alter(
-    broker: Broker,
+    broker: HandlerView,
     ctx: RequestContext,
     request: Any,
     changes_of: Callable[[dict[str, str], Mapping[str, str], Any], dict[str, str | None]],
@@ -363,7 +363,7 @@ async def _alter(
     return responses
 
 
-async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def incremental_alter_configs(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     def changes(effective: dict[str, str], explicit: Any, given: Any) -> dict[str, str | None]:
         return {c.name: _apply(effective, c.name, c.config_operation, c.value) for c in given}
 
@@ -371,7 +371,7 @@ async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request
     return ctx.respond({"throttle_time": 0, "responses": responses})
 
 
-async def alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def alter_configs(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     """AlterConfigs (API 33), the pre-KIP-339 form: a resource's configs are replaced as
     a whole, so keys not named lose their override."""
 

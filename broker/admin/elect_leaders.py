@@ -14,13 +14,13 @@ from common.acl import AclOperation
 from controller.requests import ElectionResult, LeaderElection
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.view import HandlerView
+    from broker.security.request_context import RequestContext
 
 PREFERRED = 0
 
 
-async def elect_leaders(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def elect_leaders(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     # v0 has no election type: it always elects the preferred replica.
     election_type = getattr(request, "election_type", PREFERRED)
     wanted = (

@@ -9,19 +9,25 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from broker.metadata.view import HandlerView
 from broker.security import access
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.logs.classic.replica_manager import ReplicaManager
+    from broker.security.request_context import RequestContext
 
 
-async def describe_log_dirs(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+class LogDirsView(HandlerView, Protocol):
+    @property
+    def classic(self) -> ReplicaManager | None: ...
+
+
+async def describe_log_dirs(broker: LogDirsView, ctx: RequestContext, request: Any) -> Any:
     if not access.cluster(broker, ctx, AclOperation.DESCRIBE):
         # As Kafka: no directories (v3+ also says why).
         return ctx.respond(

@@ -13,8 +13,8 @@ from common.acl import AclOperation
 from controller.requests import Reassignment, ReassignmentResult
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.view import HandlerView
+    from broker.security.request_context import RequestContext
 
 NO_CONTROLLER = (
     "Partition reassignment needs the Raft controller: this broker runs without one "
@@ -22,7 +22,9 @@ NO_CONTROLLER = (
 )
 
 
-async def alter_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def alter_partition_reassignments(
+    broker: HandlerView, ctx: RequestContext, request: Any
+) -> Any:
     if refusal := access.cluster_refusal(broker, ctx, AclOperation.ALTER):
         return refusal
     allow_rf_change = getattr(request, "allow_replication_factor_change", True)
@@ -81,7 +83,9 @@ async def alter_partition_reassignments(broker: Broker, ctx: RequestContext, req
     )
 
 
-async def list_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def list_partition_reassignments(
+    broker: HandlerView, ctx: RequestContext, request: Any
+) -> Any:
     if refusal := access.cluster_refusal(broker, ctx, AclOperation.DESCRIBE):
         return refusal
     if broker.controller is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.logs.engines import log_router
 from broker.logs.partition_log import DeleteAnswer, DeleteAsk, PartitionLog, ask_each
 from broker.logs.router import Purpose
 from broker.security import access
@@ -12,18 +11,18 @@ from broker.server.handler_helpers import group_by_topic, resolve_partition
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.logs.router import RoutedView
+    from broker.security.request_context import RequestContext
 
 
-async def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def delete_records(broker: RoutedView, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
     routed: list[tuple[PartitionLog, DeleteAsk]] = []
     waiting: list[dict[str, Any]] = []
     await broker.topics.ensure(
         (t.name, p.partition_index) for t in request.topics for p in t.partitions
     )
-    logs = log_router(broker)
+    logs = broker.router
     for topic_req in request.topics:
         for part in topic_req.partitions:
             entry: dict[str, Any] = {

@@ -19,15 +19,15 @@ from common.acl import AclOperation
 from controller.requests import ScramDeletion, ScramUpsertion
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.view import HandlerView
+    from broker.security.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 
 _NO_CONTROLLER = "SCRAM credentials need the controller (controller mode or `sluice dev`)"
 
 
-async def describe(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def describe(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     # Kafka: DESCRIBE on the cluster.
     if refusal := access.cluster_refusal(broker, ctx, AclOperation.DESCRIBE):
         return refusal
@@ -73,7 +73,7 @@ async def describe(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     return ctx.respond({"throttle_time": 0, "error_code": 0, "results": results})
 
 
-async def alter(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def alter(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     names = [c.name for c in (*request.deletions, *request.upsertions)]
     if not access.cluster(broker, ctx, AclOperation.ALTER):  # Kafka: ALTER on the cluster
         refused = ErrorCode.cluster_authorization_failed

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.metadata.controller_client import ControllerRefused
 from broker.metadata.topics import InvalidPartitions, InvalidTopic
-from broker.node import now_ms
+from broker.metadata.view import HandlerView
 from broker.security import access
 from common import topic_config_keys
 from common.acl import AclOperation
@@ -17,15 +18,21 @@ from common.topic_config_validation import InvalidConfig
 from storage.catalog import TopicExists, TopicNotFound
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.groups.service import GroupService
+    from broker.security.request_context import RequestContext
+
+
+class TopicsAdminView(HandlerView, Protocol):
+    @property
+    def groups(self) -> GroupService: ...  # a deleted topic's committed offsets go too
+
 
 CONFIG_SOURCE_DYNAMIC_TOPIC = 1
 CONFIG_SOURCE_DEFAULT = 5
 MANUAL_ASSIGNMENTS = "Manual partition assignments are not supported: placement is managed"
 
 
-def _replication_error(broker: Broker, factor: int, assignments: Any) -> str | None:
+def _replication_error(broker: TopicsAdminView, factor: int, assignments: Any) -> str | None:
     # Diskless topics have a managed replication factor: -1 or 1 mean "managed".
     if assignments:
         return MANUAL_ASSIGNMENTS
@@ -42,7 +49,7 @@ def _extra(name: str) -> bool:
     return key is not None and key.extra
 
 
-async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def create_topics(broker: TopicsAdminView, ctx: RequestContext, request: Any) -> Any:
     validate_only = getattr(request, "validate_only", False)
     results = []
     # CREATE on the cluster allows every topic; otherwise CREATE on each (Kafka's rule).
@@ -154,7 +161,7 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
     return ctx.respond({"throttle_time": 0, "topics": results})
 
 
-async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def delete_topics(broker: TopicsAdminView, ctx: RequestContext, request: Any) -> Any:
     if ctx.header.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -179,7 +186,7 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
             entry["error_code"] = denied
             continue
         try:
-            topic = await broker.topics.delete(name, now_ms())
+            topic = await broker.topics.delete(name, int(time.time() * 1000))
             entry["topic_id"] = topic.topic_id
             await broker.groups.offsets.topics_deleted([topic.topic_id])
         except TopicNotFound:
@@ -191,7 +198,7 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> An
     return ctx.respond({"throttle_time": 0, "responses": responses})
 
 
-async def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def create_partitions(broker: TopicsAdminView, ctx: RequestContext, request: Any) -> Any:
     results = []
     for item in request.topics:
         entry: dict[str, Any] = {"name": item.name, "error_code": 0, "error_message": None}

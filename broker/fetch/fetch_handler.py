@@ -7,20 +7,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from broker.fetch.fetch_sessions import SessionView
-from broker.logs.engines import log_router
 from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
-from broker.logs.router import Purpose
+from broker.logs.router import Purpose, RoutedView
 from broker.metadata.client_az import az_from_client_id, count_fetch
 from broker.metadata.transformer import preferred_read_replica, route_without_replicas
 from broker.security import access
-from broker.server.client_quotas import user_of
+from broker.security.principal import user_of
 from broker.server.handler_helpers import fetch_replica_id
 from broker.server.metrics import METRICS
 from common.acl import AclOperation
@@ -29,9 +28,26 @@ from storage.objects import ObjectStoreError
 from storage.outage import OutageLog
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.fetch.fetch_sessions import FetchSessionCache
+    from broker.logs.fetch_slots import CommitWatch
+    from broker.security.request_context import RequestContext
+    from broker.server.client_quotas import ClientQuotas
     from storage.catalog import Topic
+
+
+class FetchView(RoutedView, Protocol):
+    @property
+    def quotas(self) -> ClientQuotas: ...
+
+    @property
+    def watch(self) -> CommitWatch: ...  # long polls wait on it
+
+    @property
+    def remote_poll_seconds(self) -> float | None: ...
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...  # KIP-227
+
 
 log = logging.getLogger(__name__)
 # Fetches fail while the object store or the coordinator is down: one WARNING when that
@@ -42,7 +58,7 @@ TOPIC_IDS_VERSION = 13
 READ_COMMITTED = 1
 
 
-def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int], int] | None:
+def _preferred_finder(broker: FetchView, rack: str | None) -> Callable[[Topic, int], int] | None:
     """For a consumer that sent its rack (Fetch v11+ ``rack_id``, i.e. ``client.rack``):
     a function giving each partition's preferred read replica in that rack, or None when
     there is nothing to redirect (no rack, this broker is in it, or no broker there)."""
@@ -77,14 +93,14 @@ def _preferred_finder(broker: Broker, rack: str | None) -> Callable[[Topic, int]
     return find
 
 
-def _may_read(broker: Broker, ctx: RequestContext, key: Any, topic: Topic | None) -> bool:
+def _may_read(broker: FetchView, ctx: RequestContext, key: Any, topic: Topic | None) -> bool:
     """READ on the topic. A topic asked for by an id this broker does not know has no name
     to check: it answers UNKNOWN_TOPIC_ID, as Kafka does."""
     name = key if isinstance(key, str) else topic.name if topic is not None else None
     return name is None or access.topic(broker, ctx, AclOperation.READ, name)
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= TOPIC_IDS_VERSION
     # KIP-227: the partitions to read are the request's, or its fetch session's.
     replica_id = fetch_replica_id(request)
@@ -94,6 +110,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             {"throttle_time": 0, "error_code": session.error, "session_id": 0, "responses": []}
         )
     slots: list[FetchSlot] = []
+    readers: list[PartitionLog] = []  # the log that opened each slot, and reads it
     await broker.topics.ensure(
         (t.topic_id if by_id else t.topic, part.partition)
         for t in session.topics
@@ -102,7 +119,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
-    logs = log_router(broker)
+    logs = broker.router
     if (
         replica_id >= 0
         and access.enabled(broker)
@@ -139,6 +156,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             if error or topic is None:
                 refused = Answered(error, by_request_handler=in_handler)
                 slots.append(refused.open_read(key, topic, part, plan))
+                readers.append(refused)
                 continue
             last_fetched = int(getattr(part, "last_fetched_epoch", -1))
             if replica_id < 0 and last_fetched > broker.leader_epoch(
@@ -150,6 +168,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
                 # high watermark and no unclean leader election truncates below it.)
                 refused = Answered(int(ErrorCode.offset_out_of_range), by_request_handler=False)
                 slots.append(refused.open_read(key, topic, part, plan))
+                readers.append(refused)
                 continue
             log = logs.route(
                 topic.topic_id,
@@ -160,6 +179,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             )
             slot = log.open_read(key, topic, part, plan)
             slots.append(slot)
+            readers.append(log)
             redirected = redirected or slot.preferred >= 0
     max_bytes = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     max_wait = request.max_wait.total_seconds()
@@ -172,6 +192,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
             broker,
             ctx,
             slots,
+            readers,
             plan,
             max_bytes,
             min_bytes,
@@ -184,19 +205,20 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _by_reader(slots: list[FetchSlot]) -> list[tuple[PartitionLog, list[FetchSlot]]]:
+def _by_reader(
+    slots: list[FetchSlot], readers: list[PartitionLog]
+) -> list[tuple[PartitionLog, list[FetchSlot]]]:
     """The slots grouped by the log reading them, in first-seen order."""
     groups: dict[int, tuple[PartitionLog, list[FetchSlot]]] = {}
-    for slot in slots:
-        reader = slot.reader
-        assert reader is not None
+    for slot, reader in zip(slots, readers, strict=True):
         groups.setdefault(id(reader), (reader, []))[1].append(slot)
     return list(groups.values())
 
 
 async def _collect(
-    broker: Broker,
+    broker: FetchView,
     slots: list[FetchSlot],
+    readers: list[PartitionLog],
     plan: ReadPlan,
     max_bytes: int,
     min_bytes: int,
@@ -205,7 +227,7 @@ async def _collect(
 ) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
-    groups = _by_reader(slots)
+    groups = _by_reader(slots, readers)
     # What no round reads again (a classic log's tiered part: always there, so no
     # waiting on it), first in the answer's budget.
     after_below = FetchBudget(max_bytes)
@@ -220,9 +242,7 @@ async def _collect(
         # what is left.
         available = below
         interests: list[tuple[UUID, int, int]] = []
-        for slot in slots:
-            reader = slot.reader
-            assert reader is not None
+        for slot, reader in zip(slots, readers, strict=True):
             available += reader.read_round(slot, budget, plan, read_committed)
             interests += reader.interests(slot, plan)
         remaining = deadline - loop.time()
@@ -241,9 +261,10 @@ async def _collect(
 
 
 async def _fetch(
-    broker: Broker,
+    broker: FetchView,
     ctx: RequestContext,
     slots: list[FetchSlot],
+    readers: list[PartitionLog],
     plan: ReadPlan,
     max_bytes: int,
     min_bytes: int,
@@ -255,7 +276,7 @@ async def _fetch(
 ) -> Any:
     started = time.monotonic()
     try:
-        await _collect(broker, slots, plan, max_bytes, min_bytes, max_wait, read_committed)
+        await _collect(broker, slots, readers, plan, max_bytes, min_bytes, max_wait, read_committed)
     except (CoordinatorUnavailable, ObjectStoreError) as exc:
         # Retriable for consumers: they back off and fetch again.
         _OUTAGE.failed(exc, started)
@@ -288,10 +309,10 @@ async def _fetch(
             plan.records = [None] * len(records)
             for s in consumed:
                 s.data = b""
-    for reader, group in _by_reader(slots):
+    for reader, group in _by_reader(slots, readers):
         await reader.describe(group, plan)
     topics: dict[Any, list[dict[str, Any]]] = {}
-    for slot in slots:
+    for slot, reader in zip(slots, readers, strict=True):
         entry: dict[str, Any] = {
             "partition_index": slot.partition,
             "error_code": slot.error,
@@ -302,9 +323,8 @@ async def _fetch(
             "preferred_read_replica": slot.preferred,
             "records": b"",
         }
-        assert slot.reader is not None
-        entry.update(slot.reader.entry(slot, plan, read_committed))
-        if isinstance(slot.reader, Answered) and slot.reader.by_request_handler:
+        entry.update(reader.entry(slot, plan, read_committed))
+        if isinstance(reader, Answered) and reader.by_request_handler:
             entry["aborted_transactions"] = []  # Kafka's FetchResponse.partitionResponse
         elif entry["error_code"] and slot.replica < 0:
             # Kafka's log layer answers an error with unknown offsets (its LogReadResult

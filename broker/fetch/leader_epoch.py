@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from broker.logs.engines import log_router
 from broker.logs.fetch_slots import leader_epoch_error
 from broker.logs.partition_log import EpochAnswer, EpochAsk, PartitionLog, ask_each
 from broker.logs.router import Purpose
@@ -14,11 +13,11 @@ from broker.server.handler_helpers import group_by_topic, resolve_partition
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.logs.router import RoutedView
+    from broker.security.request_context import RequestContext
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: RoutedView, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
     routed: list[tuple[PartitionLog, EpochAsk]] = []
     waiting: list[dict[str, Any]] = []
@@ -28,7 +27,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     replication = int(getattr(request, "replica_id", -1)) >= 0 and access.cluster(
         broker, ctx, AclOperation.CLUSTER_ACTION
     )
-    logs = log_router(broker)
+    logs = broker.router
     for topic_req in request.topics:
         for part in topic_req.partitions:
             entry: dict[str, Any] = {

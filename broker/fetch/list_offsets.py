@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.engines import log_router
 from broker.logs.fetch_slots import leader_epoch_error
 from broker.logs.partition_log import OffsetAnswer, OffsetAsk, PartitionLog, ask_each
 from broker.logs.router import Purpose
@@ -20,11 +19,11 @@ READ_COMMITTED = 1
 LOWEST_SPECIAL_TIMESTAMP = -5
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.logs.router import RoutedView
+    from broker.security.request_context import RequestContext
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: RoutedView, ctx: RequestContext, request: Any) -> Any:
     entries: list[tuple[str, dict[str, Any]]] = []
     routed: list[tuple[PartitionLog, OffsetAsk]] = []
     waiting: list[dict[str, Any]] = []
@@ -32,7 +31,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     await broker.topics.ensure(
         (t.name, p.partition_index) for t in request.topics for p in t.partitions
     )
-    logs = log_router(broker)
+    logs = broker.router
     # A partition asked twice is answered once, INVALID_REQUEST (Kafka's).
     asked = Counter((t.name, p.partition_index) for t in request.topics for p in t.partitions)
     answered: set[tuple[str, int]] = set()

@@ -11,14 +11,16 @@ from broker.security import access
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.groups.service import GroupsView
+    from broker.security.request_context import RequestContext
 
 KEY_GROUP = 0
 KEY_TRANSACTION = 1
 
 
-def _coordinator(broker: Broker, ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+def _coordinator(
+    broker: GroupsView, ctx: RequestContext, key: str, key_type: int
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "key": key,
         "node_id": -1,
@@ -54,7 +56,7 @@ def _coordinator(broker: Broker, ctx: RequestContext, key: str, key_type: int) -
     return entry
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     key_type = getattr(request, "key_type", KEY_GROUP)
     if ctx.header.api_version >= 4:
         return ctx.respond(

@@ -11,11 +11,11 @@ from broker.security.authorized_operations import NOT_REQUESTED
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.groups.service import GroupsView
+    from broker.security.request_context import RequestContext
 
 
-async def list_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def list_groups(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     error, groups = await broker.groups.admin.list_groups(
         getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
     )
@@ -40,7 +40,7 @@ def _denied_group(group_id: str) -> dict[str, Any]:
     }
 
 
-async def describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def describe_groups(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     wanted = list(request.groups)
     allowed = [g for g in wanted if access.group(broker, ctx, AclOperation.DESCRIBE, g)]
@@ -65,7 +65,7 @@ async def describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> 
     return ctx.respond({"throttle_time": 0, "groups": entries})
 
 
-async def delete_groups(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def delete_groups(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     wanted = list(request.groups_names)
     allowed = [g for g in wanted if access.group(broker, ctx, AclOperation.DELETE, g)]
     done = dict(await broker.groups.admin.delete_groups(allowed)) if allowed else {}

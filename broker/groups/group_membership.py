@@ -17,8 +17,8 @@ from broker.server.deferred import answer_when_done
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.groups.service import GroupsView
+    from broker.security.request_context import RequestContext
 
 _MS = datetime.timedelta(milliseconds=1)
 
@@ -32,7 +32,7 @@ def client_host(ctx: RequestContext) -> str:
     return "/" + ctx.client_host
 
 
-async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def join_group(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
     version = ctx.header.api_version
@@ -85,7 +85,7 @@ async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     return answer_when_done(future, respond)
 
 
-async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def sync_group(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
     coordinator = broker.groups.coordinator
@@ -118,7 +118,7 @@ async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     return answer_when_done(future, respond)
 
 
-async def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def heartbeat(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
     coordinator = broker.groups.coordinator
@@ -131,7 +131,7 @@ async def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     return ctx.respond({"throttle_time": 0, "error_code": int(error)})
 
 
-async def leave_group(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def leave_group(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
     version = ctx.header.api_version

@@ -6,11 +6,12 @@ the broker's topic registry. Each request is one call of the group store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets import FetchedGroup, OffsetToCommit, store_error
+from broker.groups.service import GroupsView
 from broker.security import access
 from common.acl import AclOperation
 from storage.catalog import Topic
@@ -18,15 +19,21 @@ from storage.coordinator import CoordinatorUnavailable
 from storage.groups import CommittedOffset, OffsetKey
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.security.request_context import RequestContext
+    from storage.coordinator import BatchCoordinator
+
+
+class OffsetsView(GroupsView, Protocol):
+    @property
+    def coordinator(self) -> BatchCoordinator: ...  # offsets pending in transactions
+
 
 NO_OFFSET = -1
 NO_EPOCH = -1
 NO_METADATA = ""
 
 
-def _topic(broker: Broker, entry: Any, by_id: bool) -> tuple[Topic | None, ErrorCode]:
+def _topic(broker: OffsetsView, entry: Any, by_id: bool) -> tuple[Topic | None, ErrorCode]:
     if by_id:
         topic = broker.topics.get_by_id(entry.topic_id)
         return topic, ErrorCode.unknown_topic_id
@@ -40,7 +47,7 @@ def _topic_ref(entry: Any, by_id: bool) -> dict[str, Any]:
 # --------------------------------------------------------------------------- OffsetCommit
 
 
-async def offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def offset_commit(broker: OffsetsView, ctx: RequestContext, request: Any) -> Any:
     by_id = ctx.header.api_version >= 10
     to_commit: list[OffsetToCommit] = []
     # Per request partition: its answer entry, and its index in to_commit if valid.
@@ -128,7 +135,7 @@ class _GroupAsk:
     """One group of an OffsetFetch: what was asked, and how to answer it."""
 
     def __init__(
-        self, broker: Broker, ctx: RequestContext, group_id: str, topics: Any, by_id: bool
+        self, broker: OffsetsView, ctx: RequestContext, group_id: str, topics: Any, by_id: bool
     ) -> None:
         self.group_id = group_id
         self.by_id = by_id
@@ -154,7 +161,7 @@ class _GroupAsk:
                 self.keys.extend(OffsetKey(topic.topic_id, p) for p in entry.partition_indexes)
 
     def answer_topics(
-        self, broker: Broker, fetched: FetchedGroup, unstable: set[OffsetKey]
+        self, broker: OffsetsView, fetched: FetchedGroup, unstable: set[OffsetKey]
     ) -> list[dict[str, Any]]:
         """``unstable``: partitions with offsets pending in a transaction (require_stable)."""
         if self.all:
@@ -193,7 +200,7 @@ class _GroupAsk:
         return out
 
 
-async def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def offset_fetch(broker: OffsetsView, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     by_id = version >= 10
     if version >= 8:
@@ -277,7 +284,7 @@ async def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> Any
 # --------------------------------------------------------------------------- OffsetDelete
 
 
-async def offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def offset_delete(broker: OffsetsView, ctx: RequestContext, request: Any) -> Any:
     if refusal := access.group_refusal(broker, ctx, AclOperation.DELETE, request.group_id):
         return refusal
     deletable: list[tuple[str, OffsetKey]] = []

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from broker.groups.group_admin import GroupAdmin
 from broker.groups.group_coordinator import GroupCoordinator
 from broker.groups.held_groups import GroupConfig, Scheduler, wall_clock_ms
 from broker.groups.offsets import GroupOffsets
 from broker.groups.placement import HasNodeId
+from broker.metadata.view import HandlerView
 from common.background import cancel_and_wait
 from storage.groups import GroupStore
 from storage.outage import OutageLog
@@ -74,3 +76,11 @@ class GroupService:
             await asyncio.sleep(OWNERSHIP_CHECK_S)
             with outage:
                 self.coordinator.check_ownership()
+
+
+class GroupsView(HandlerView, Protocol):
+    """What the group handlers use: the metadata view, the access checks and this
+    broker's group coordinator."""
+
+    @property
+    def groups(self) -> GroupService: ...

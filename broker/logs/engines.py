@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker.logs.classic.classic_log import ClassicLog
-from broker.logs.diskless.diskless_log import DisklessLog
+from broker.logs.classic.replica_manager import ClassicHost
+from broker.logs.diskless.diskless_log import DisklessHost, DisklessLog
 from broker.logs.router import LogRouter
-
-if TYPE_CHECKING:
-    from broker.node import Broker
+from broker.logs.tiered.tiered_read import read_tiered
 
 
-def log_router(broker: Broker) -> LogRouter:
-    """Cheap (three small objects), so made per request: the engines read the broker's
-    components on each call. (A handler given only what it uses, issue 26 item 2, will
-    be given this router instead.)"""
-    return LogRouter(broker, DisklessLog(broker), ClassicLog(broker))
+class EngineHost(ClassicHost, DisklessHost, Protocol):
+    """What the engines and the router read of their broker (the Broker is one)."""
+
+
+def log_router(broker: EngineHost) -> LogRouter:
+    """Built once by the Broker (``Broker.router``), which handlers are given: the engines
+    read the broker's components on each call (its replica manager, the image)."""
+    return LogRouter(broker, DisklessLog(broker), ClassicLog(broker, read_tiered))

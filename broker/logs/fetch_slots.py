@@ -19,7 +19,6 @@ from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
     from broker.logs.classic.partition import ClassicPartition
-    from broker.logs.partition_log import PartitionLog
 
 # A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client
 # can send: consumers use -1, debugging consumers -2).
@@ -52,7 +51,6 @@ class FetchSlot:
         "offset",
         "partition",
         "preferred",
-        "reader",
         "replica",
         "topic_key",
     )
@@ -78,8 +76,6 @@ class FetchSlot:
         self.max_bytes = 0
         self.replica = -1  # a follower's broker id for replication fetches
         self.data: bytes = b""
-        # The log that opened the slot and reads it (``PartitionLog.open_read``).
-        self.reader: PartitionLog | None = None
 
 
 class FetchBudget:

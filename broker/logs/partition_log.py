@@ -131,7 +131,7 @@ class PartitionLog(Protocol):
 
     def open_read(self, key: Any, topic: Topic, part: Any, plan: ReadPlan) -> FetchSlot:
         """The slot of one Fetch partition (``part``: its fetch_offset, partition_max_bytes);
-        the log reads it (``FetchSlot.reader``)."""
+        this log reads it (the handler keeps which log opened which slot)."""
         ...
 
     # A Fetch's long poll, over its slots in request order (the client rotates it): the
@@ -259,9 +259,7 @@ class Answered:
         return PartitionResult(self.error)
 
     def open_read(self, key: Any, topic: Topic | None, part: Any, plan: ReadPlan) -> FetchSlot:
-        slot = FetchSlot(key, part.partition, self.error, -1)
-        slot.reader = self
-        return slot
+        return FetchSlot(key, part.partition, self.error, -1)
 
     async def read_below(
         self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool

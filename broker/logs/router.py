@@ -41,12 +41,13 @@ paths.
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from broker.logs.partition_log import Answered, EpochAnswer, OffsetAnswer, PartitionLog
+from broker.metadata.view import HandlerView
 from controller.image import (
     MIGRATION_SEALING,
     TO_CLASSIC,
@@ -62,14 +63,35 @@ from storage.coordinator import (
 )
 
 if TYPE_CHECKING:
-    from broker.logs.classic.replica_manager import ReplicaManager
-    from broker.node import Broker
+    from broker.logs.classic.partition import ClassicPartition
+    from broker.metadata.controller_catalog import ControllerCatalog
 
 CLASSIC = "classic"
 DISKLESS = "diskless"
 
 
-def _migration(broker: Broker, topic_id: UUID) -> MigrationState | None:
+class ClassicReplicas(Protocol):
+    """This broker's classic replicas (``ReplicaManager``), as the rules ask them."""
+
+    def is_classic(self, topic_id: UUID) -> bool: ...
+
+    def get(self, topic_id: UUID, partition: int) -> ClassicPartition | None: ...
+
+
+class RoutingView(Protocol):
+    """What the rules read: the controllers' image (None without a controller), this
+    broker's classic replicas (None: no classic engine) and a partition's leader epoch."""
+
+    @property
+    def controller(self) -> ControllerCatalog | None: ...
+
+    @property
+    def classic(self) -> ClassicReplicas | None: ...
+
+    def leader_epoch(self, topic_id: UUID, partition: int) -> int: ...
+
+
+def _migration(broker: RoutingView, topic_id: UUID) -> MigrationState | None:
     controller = broker.controller
     if controller is None:
         return None
@@ -104,7 +126,7 @@ def _classic_below_has_records(m: MigrationState, partition: int) -> bool:
     return s is not None and s.old_bytes != 0
 
 
-def sealed_boundary(broker: Broker, topic_id: UUID, partition: int) -> int | None:
+def sealed_boundary(broker: RoutingView, topic_id: UUID, partition: int) -> int | None:
     """The end of a sealed classic log below a partition's diskless part (None: none)."""
     m = _migration(broker, topic_id)
     end = 0 if m is None else classic_end_below(m, partition)
@@ -123,7 +145,7 @@ def serves_any_broker(topic: TopicImage, partition: int) -> bool:
 
 
 def appends_classic(
-    broker: Broker, classic: ReplicaManager, topic_id: UUID, partition: int
+    broker: RoutingView, classic: ClassicReplicas, topic_id: UUID, partition: int
 ) -> bool:
     """Produce goes to the classic leader (else: the diskless append path)."""
     m = _migration(broker, topic_id)
@@ -135,7 +157,7 @@ def appends_classic(
     return sealed
 
 
-def refuses_diskless_append(broker: Broker, topic_id: UUID, partition: int) -> bool:
+def refuses_diskless_append(broker: RoutingView, topic_id: UUID, partition: int) -> bool:
     """A diskless partition being sealed towards classic: produce is answered with a
     retriable error until the seal is recorded (then it goes to the classic leader)."""
     m = _migration(broker, topic_id)
@@ -155,8 +177,8 @@ def az_routed(topic: TopicImage) -> bool:
 
 
 def reads_classic(
-    broker: Broker,
-    classic: ReplicaManager,
+    broker: RoutingView,
+    classic: ClassicReplicas,
     topic_id: UUID,
     partition: int,
     offset: int,
@@ -179,8 +201,8 @@ def reads_classic(
 
 
 def list_offset_route(
-    broker: Broker,
-    classic: ReplicaManager,
+    broker: RoutingView,
+    classic: ClassicReplicas,
     topic_id: UUID,
     partition: int,
     timestamp: int,
@@ -227,7 +249,11 @@ def list_offset_route(
 
 
 def whole_log_start(
-    broker: Broker, classic: ReplicaManager, topic_id: UUID, partition: int, diskless_start: int
+    broker: RoutingView,
+    classic: ClassicReplicas,
+    topic_id: UUID,
+    partition: int,
+    diskless_start: int,
 ) -> int:
     """The log start a Fetch answer from the diskless log carries: the start of the
     classic log below it when this broker holds it (clients take it for the partition's
@@ -241,8 +267,8 @@ def whole_log_start(
 
 
 def epochs_route(
-    broker: Broker,
-    classic: ReplicaManager,
+    broker: RoutingView,
+    classic: ClassicReplicas,
     topic_id: UUID,
     partition: int,
     replication: bool,
@@ -287,7 +313,7 @@ def has_diskless_part(controller: object, topic_id: UUID) -> bool:
     return m is not None and m.direction == TO_CLASSIC
 
 
-def coordinator_retains(broker: Broker, topic_id: UUID) -> bool:
+def coordinator_retains(broker: RoutingView, topic_id: UUID) -> bool:
     """Whether the batch coordinator enforces this topic's retention: diskless topics, and
     the diskless part of a topic migrated (or migrating) to classic (classic logs are
     local: broker/logs/classic enforces theirs)."""
@@ -299,7 +325,7 @@ def coordinator_retains(broker: Broker, topic_id: UUID) -> bool:
     )
 
 
-def markers_on_classic_leader(broker: Broker, topic_id: UUID, partition: int) -> bool:
+def markers_on_classic_leader(broker: RoutingView, topic_id: UUID, partition: int) -> bool:
     """A transaction's marker of this partition goes to its classic leader
     (WriteTxnMarkers), else into its diskless log with the transaction's outcome: where
     its produce goes (a partition sealed for diskless takes its markers in the diskless
@@ -325,7 +351,7 @@ class LogRouter:
 
     __slots__ = ("_broker", "classic", "diskless")
 
-    def __init__(self, broker: Broker, diskless: PartitionLog, classic: PartitionLog) -> None:
+    def __init__(self, broker: RoutingView, diskless: PartitionLog, classic: PartitionLog) -> None:
         self._broker = broker
         self.diskless = diskless
         self.classic = classic
@@ -380,11 +406,29 @@ class LogRouter:
             return self.diskless  # answers INVALID_REQUEST: its coordinator writes them
         raise ValueError(purpose)
 
-    def _kind(self, route: str | None, manager: ReplicaManager, topic_id: UUID) -> PartitionLog:
+    def _kind(self, route: str | None, manager: ClassicReplicas, topic_id: UUID) -> PartitionLog:
         """CLASSIC, DISKLESS, or None: the topic's kind."""
         if route == CLASSIC or (route is None and manager.is_classic(topic_id)):
             return self.classic
         return self.diskless
+
+    def sealed_boundary(self, topic_id: UUID, partition: int) -> int | None:
+        """The end of a sealed classic log below the partition's diskless part (None:
+        none): the classic engine's reads stop there (``sealed_boundary``)."""
+        return sealed_boundary(self._broker, topic_id, partition)
+
+    @staticmethod
+    def hosted_classic(image: MetadataImage, classic: set[UUID]) -> set[UUID]:
+        """The topics whose classic logs the replica manager hosts (``hosted_classic``)."""
+        return hosted_classic(image, classic)
+
+    def az_routed(self, topic: TopicImage) -> bool:
+        """Metadata applies the AZ transformer to the topic (``az_routed``)."""
+        return az_routed(topic)
+
+    def serves_any_broker(self, topic: TopicImage, partition: int) -> bool:
+        """Any broker can serve the partition's consumers (``serves_any_broker``)."""
+        return serves_any_broker(topic, partition)
 
     def log_start(self, topic_id: UUID, partition: int, diskless_start: int) -> int:
         """The log start a Fetch answer from the diskless log carries (``whole_log_start``)."""
@@ -392,3 +436,11 @@ class LogRouter:
         if manager is None or diskless_start < 0:
             return diskless_start
         return whole_log_start(self._broker, manager, topic_id, partition, diskless_start)
+
+
+class RoutedView(HandlerView, Protocol):
+    """What the data-path handlers use: the metadata view, the access checks and the
+    router that gives them each partition's log."""
+
+    @property
+    def router(self) -> LogRouter: ...

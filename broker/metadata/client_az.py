@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from broker.server.metrics import METRICS
 
 if TYPE_CHECKING:
-    from broker.node import Broker
+    from broker.metadata.view import ClusterView
 
 # Inkless' ClientAZExtractor pattern: the marker at the start or after a comma or space;
 # the AZ runs to the next '=', ',' or space. "my-app:diskless_az=x" (wrong separator) and
@@ -53,7 +53,7 @@ def az_label(known_racks: Iterable[str | None], az: str | None) -> str:
     return az if az in known_racks else "other"
 
 
-def count_bytes(broker: Broker, direction: str, az: str | None, nbytes: int) -> None:
+def count_bytes(broker: ClusterView, direction: str, az: str | None, nbytes: int) -> None:
     """Add one request's record bytes to ``sluice_client_bytes`` (once per request)."""
     if nbytes <= 0:
         return
@@ -63,11 +63,11 @@ def count_bytes(broker: Broker, direction: str, az: str | None, nbytes: int) -> 
     )
 
 
-def count_produce(broker: Broker, client_id: str | None, appends: Sequence[Any]) -> None:
+def count_produce(broker: ClusterView, client_id: str | None, appends: Sequence[Any]) -> None:
     count_bytes(
         broker, "produce", az_from_client_id(client_id), sum(len(a.records) for a in appends)
     )
 
 
-def count_fetch(broker: Broker, az: str | None, records: Sequence[Any]) -> None:
+def count_fetch(broker: ClusterView, az: str | None, records: Sequence[Any]) -> None:
     count_bytes(broker, "fetch", az, sum(len(r) for r in records if r is not None))

@@ -11,14 +11,14 @@ from broker.security.authorized_operations import NOT_REQUESTED
 from common.acl import CLUSTER_NAME, AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.view import HandlerView
+    from broker.security.request_context import RequestContext
 
 
 ENDPOINT_BROKERS = 1
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
     endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)  # v1+
     if endpoint_type != ENDPOINT_BROKERS:
         # As a Kafka broker does: controller endpoints are asked of the controllers

@@ -17,8 +17,8 @@ from broker.security.authorized_operations import NOT_REQUESTED, authorized
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.metadata_handler import MetadataView
+    from broker.security.request_context import RequestContext
     from storage.catalog import Topic
 
 # Kafka's max.request.partition.size.limit default: the most partitions in one answer.
@@ -36,7 +36,7 @@ def _error_topic(name: str, error: ErrorCode, operations: int | None = None) -> 
     }
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: MetadataView, ctx: RequestContext, request: Any) -> Any:
     wanted = [t.name for t in request.topics]
     cursor = request.cursor
     if cursor is not None and wanted and cursor.topic_name not in wanted:

@@ -20,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections import Counter
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from broker.metadata.controller_client import ControllerClient, ControllerRefused, MetadataChunk
@@ -31,9 +30,6 @@ from controller.image import ImageError, MetadataImage
 from controller.records import DecodeError, PartitionChange, Record, decode_batch
 from storage.outage import OutageLog, is_outage
 from storage.partition_key import PartitionKey
-
-if TYPE_CHECKING:
-    from broker.node import Broker
 
 log = logging.getLogger(__name__)
 
@@ -44,27 +40,6 @@ class FollowerListener(Protocol):
     async def topics_removed(self, topic_ids: list[UUID]) -> None: ...
 
     async def image_changed(self) -> None: ...
-
-
-class BrokerStorageListener:
-    """A broker's reactions: logs in its batch coordinator, group offsets, its topic index."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    async def logs_needed(self, keys: list[PartitionKey]) -> None:
-        await self._broker.coordinator.create_logs(keys)
-
-    async def topics_removed(self, topic_ids: list[UUID]) -> None:
-        # As DeleteTopics does without a controller (broker/admin/topics_admin.py).
-        await self._broker.coordinator.delete_logs(topic_ids, int(time.time() * 1000))
-        await self._broker.groups.offsets.topics_deleted(topic_ids)
-
-    async def image_changed(self) -> None:
-        await self._broker.topics.load()
-        if self._broker.classic is not None:
-            # Leaders, followers, ISRs and epochs of the classic replicas hosted here.
-            self._broker.classic.reconcile()
 
 
 def _shape(image: MetadataImage) -> dict[UUID, int]:

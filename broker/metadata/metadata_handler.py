@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.router import az_routed, serves_any_broker
 from broker.metadata.client_az import client_az
 from broker.metadata.controller_client import ControllerRefused
 from broker.metadata.topics import InvalidTopic
 from broker.metadata.transformer import DECISIONS, Routing, route, route_without_replicas
+from broker.metadata.view import HandlerView
 from broker.security import access
 from broker.security.authorized_operations import NOT_REQUESTED
 from broker.server.metrics import METRICS
@@ -19,12 +19,32 @@ from common.topic_names import topic_name_error
 from storage.catalog import Topic, TopicExists
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.metadata.peer_probe import PeerProbe
+    from broker.security.request_context import RequestContext
+    from controller.image import TopicImage
+
+
+class ClientRouting(Protocol):
+    """Where Metadata may send a client, as the log router (broker/logs/router.py) says."""
+
+    def az_routed(self, topic: TopicImage) -> bool: ...
+
+    def serves_any_broker(self, topic: TopicImage, partition: int) -> bool: ...
+
+
+class MetadataView(HandlerView, Protocol):
+    @property
+    def router(self) -> ClientRouting: ...
+
+    @property
+    def peer_probe(self) -> PeerProbe | None: ...  # brokers not answering their peers
 
 
 def topic_entry(
-    broker: Broker, topic: Topic, routing: Routing | None = None, operations: int = NOT_REQUESTED
+    broker: MetadataView,
+    topic: Topic,
+    routing: Routing | None = None,
+    operations: int = NOT_REQUESTED,
 ) -> dict[str, Any]:
     return {
         "error_code": 0,
@@ -37,7 +57,7 @@ def topic_entry(
 
 
 def partition_entry(
-    broker: Broker, topic: Topic, partition: int, routing: Routing | None = None
+    broker: MetadataView, topic: Topic, partition: int, routing: Routing | None = None
 ) -> dict[str, Any]:
     if broker.controller is not None:
         return _controller_partition_entry(broker, topic, partition, routing)
@@ -59,7 +79,7 @@ def partition_entry(
 
 
 def _controller_partition_entry(
-    broker: Broker, topic: Topic, partition: int, routing: Routing | None = None
+    broker: MetadataView, topic: Topic, partition: int, routing: Routing | None = None
 ) -> dict[str, Any]:
     """The partition as the controller placed it: real replicas, leader, epoch and ISR;
     for diskless topics, as the transformer routes this client (broker/metadata/transformer.py)."""
@@ -77,7 +97,7 @@ def _controller_partition_entry(
             "offline_replicas": [],
         }
     topic_image = image.topic_by_id(topic.topic_id)
-    if routing is not None and topic_image is not None and az_routed(topic_image):
+    if routing is not None and topic_image is not None and broker.router.az_routed(topic_image):
         r = route(
             topic.topic_id,
             partition,
@@ -87,7 +107,7 @@ def _controller_partition_entry(
             routing.alive,
             routing.client_az,
             # A sealed classic log with records: to its replicas, across AZs if need be.
-            routing.local_fallback and serves_any_broker(topic_image, partition),
+            routing.local_fallback and broker.router.serves_any_broker(topic_image, partition),
         )
         if r.hash_fallback:
             METRICS.transformer_fallbacks.inc()
@@ -115,7 +135,7 @@ def _controller_partition_entry(
     }
 
 
-def request_routing(broker: Broker, ctx: RequestContext, request: Any) -> Routing:
+def request_routing(broker: MetadataView, ctx: RequestContext, request: Any) -> Routing:
     """The transformer's per-request view, and the client AZ hit/miss/unaware count."""
     # A peer this broker suspects (its probes go unanswered) counts as offline for diskless
     # routing at once, long before the controller's session timeout fences it.
@@ -140,7 +160,7 @@ def _error_entry(name: str | None, topic_id: Any, error: ErrorCode) -> dict[str,
     }
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: MetadataView, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     requested = request.topics
     routing = request_routing(broker, ctx, request)
@@ -244,7 +264,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     )
 
 
-async def auto_create(broker: Broker, name: str) -> tuple[Topic | None, ErrorCode]:
+async def auto_create(broker: MetadataView, name: str) -> tuple[Topic | None, ErrorCode]:
     try:
         return await broker.topics.create(name, -1, {}), ErrorCode.none
     except InvalidTopic:

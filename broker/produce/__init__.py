@@ -1,2 +1,1 @@
-"""The write path: the Produce handler, recompression to the topic's codec and idempotent
-producer id allocation."""
+"""The write path: the Produce handler and recompression to the topic's codec."""

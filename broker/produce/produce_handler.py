@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.classic_append import Verification, verify_transaction
 from broker.logs.diskless.diskless_append import PartitionResult
-from broker.logs.engines import log_router
 from broker.logs.partition_log import AppendPlan
-from broker.logs.router import Purpose
+from broker.logs.router import Purpose, RoutedView
 from broker.metadata.client_az import az_from_client_id, count_bytes, count_produce
 from broker.produce import recompress
 from broker.security import access
-from broker.server.client_quotas import user_of
-from broker.server.connection import throttle_connection
+from broker.security.principal import user_of
+from broker.server.client_quotas import throttle_connection
 from broker.server.refusals import REFUSALS
 from common.acl import AclOperation
 from protocol.batch_validation import Rules, validate_records
@@ -30,9 +29,23 @@ from protocol.records import BatchHeader, InvalidRecords, parse_batches
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
+    from broker.logs.diskless.diskless_append import Appender
     from broker.metadata.topics import TopicRegistry
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.security.request_context import RequestContext
+    from broker.server.client_quotas import ClientQuotas
+    from broker.transactions.txn_coordinator import TransactionCoordinator
+
+
+class ProduceView(RoutedView, Protocol):
+    @property
+    def quotas(self) -> ClientQuotas: ...
+
+    @property
+    def appender(self) -> Appender: ...  # the diskless partitions' appends, once a request
+
+    @property
+    def transactions(self) -> TransactionCoordinator: ...  # KIP-890 verification
+
 
 VALID_ACKS = (-1, 0, 1)
 # Per partition, in request order: topic, index, its AppendPlan slot (an immediate result,
@@ -40,7 +53,7 @@ VALID_ACKS = (-1, 0, 1)
 _Slot = tuple[str, int, PartitionResult | int, str | None, tuple[tuple[int, str | None], ...]]
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     slots: list[_Slot] = []
     topics = broker.topics
@@ -59,7 +72,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
     if precheck_error is None and access.enabled(broker):
         precheck_error, precheck_message = _transactional_check(broker, ctx, request)
     now_ms = int(time.time() * 1000)
-    logs = log_router(broker)
+    logs = broker.router
     plan = AppendPlan(acks, int(request.timeout.total_seconds() * 1000))
     # KIP-890 verification of this request's transactional producer, asked at most once.
     verified: tuple[tuple[int, int], Verification] | None = None
@@ -218,7 +231,7 @@ def _refuse_old_zstd(batches: list[BatchHeader], target: recompress.Target | Non
 
 
 def _transactional_check(
-    broker: Broker, ctx: RequestContext, request: Any
+    broker: ProduceView, ctx: RequestContext, request: Any
 ) -> tuple[ErrorCode | None, str | None]:
     """A transactional producer needs WRITE on its transactional id (as Kafka checks)."""
     transactional_id = request.transactional_id
@@ -235,7 +248,7 @@ def _precheck(request: Any, acks: int) -> tuple[ErrorCode | None, str | None]:
     return None, None
 
 
-def _produce_quota(broker: Broker, ctx: RequestContext, request: Any) -> int:
+def _produce_quota(broker: ProduceView, ctx: RequestContext, request: Any) -> int:
     """The produce quota's throttle time for this request's record bytes (0: none set)."""
     quota = broker.quotas.produce
     if not quota.enabled():

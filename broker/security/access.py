@@ -7,7 +7,7 @@ place, and so the principal and host always come from the request's context.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -16,19 +16,27 @@ from common.acl import CLUSTER_NAME, AclOperation, ResourceType
 from protocol.build import error_response
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.security.authorizer import Authorizer
+    from broker.security.request_context import RequestContext
 
 Op = AclOperation
 
 
-def enabled(broker: Broker) -> bool:
+class Authorizing(Protocol):
+    """What the checks read: the authorizer, None when every request is allowed (no
+    ``authorizer.class.name``). The Broker is one; so is anything a handler is given."""
+
+    @property
+    def authorizer(self) -> Authorizer | None: ...
+
+
+def enabled(broker: Authorizing) -> bool:
     """Whether an authorizer is configured (handlers skip their checks without one)."""
     return broker.authorizer is not None
 
 
 def allowed(
-    broker: Broker, ctx: RequestContext, operation: Op, resource_type: ResourceType, name: str
+    broker: Authorizing, ctx: RequestContext, operation: Op, resource_type: ResourceType, name: str
 ) -> bool:
     authorizer = broker.authorizer
     return authorizer is None or authorizer.authorize(
@@ -36,23 +44,23 @@ def allowed(
     )
 
 
-def topic(broker: Broker, ctx: RequestContext, operation: Op, name: str) -> bool:
+def topic(broker: Authorizing, ctx: RequestContext, operation: Op, name: str) -> bool:
     return allowed(broker, ctx, operation, ResourceType.TOPIC, name)
 
 
-def group(broker: Broker, ctx: RequestContext, operation: Op, name: str) -> bool:
+def group(broker: Authorizing, ctx: RequestContext, operation: Op, name: str) -> bool:
     return allowed(broker, ctx, operation, ResourceType.GROUP, name)
 
 
-def cluster(broker: Broker, ctx: RequestContext, operation: Op) -> bool:
+def cluster(broker: Authorizing, ctx: RequestContext, operation: Op) -> bool:
     return allowed(broker, ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
-def transactional_id(broker: Broker, ctx: RequestContext, operation: Op, name: str) -> bool:
+def transactional_id(broker: Authorizing, ctx: RequestContext, operation: Op, name: str) -> bool:
     return allowed(broker, ctx, operation, ResourceType.TRANSACTIONAL_ID, name)
 
 
-def idempotent_write(broker: Broker, ctx: RequestContext) -> bool:
+def idempotent_write(broker: Authorizing, ctx: RequestContext) -> bool:
     """An idempotent producer without a transactional id: IDEMPOTENT_WRITE on the cluster,
     or, since KIP-679, WRITE on any topic."""
     authorizer = broker.authorizer
@@ -62,7 +70,7 @@ def idempotent_write(broker: Broker, ctx: RequestContext) -> bool:
 
 
 def operations(
-    broker: Broker, ctx: RequestContext, kind: str, name: str, requested: bool = True
+    broker: Authorizing, ctx: RequestContext, kind: str, name: str, requested: bool = True
 ) -> int:
     """A KIP-430 authorized-operations bit set for ``kind`` ("topic", "group", "cluster")."""
     if not requested:
@@ -73,7 +81,7 @@ def operations(
     return authorizer.operations(ctx.principal, ctx.client_host, kind, name)
 
 
-def topic_error(broker: Broker, ctx: RequestContext, operation: Op, name: str) -> int:
+def topic_error(broker: Authorizing, ctx: RequestContext, operation: Op, name: str) -> int:
     """TOPIC_AUTHORIZATION_FAILED's code when ``operation`` on the topic is denied, else 0:
     for the per-partition error fields, checked before the topic's existence as in Kafka
     (an unauthorized client learns nothing about which topics exist)."""
@@ -82,7 +90,7 @@ def topic_error(broker: Broker, ctx: RequestContext, operation: Op, name: str) -
     return int(ErrorCode.topic_authorization_failed)
 
 
-def group_refusal(broker: Broker, ctx: RequestContext, operation: Op, group_id: str) -> Any:
+def group_refusal(broker: Authorizing, ctx: RequestContext, operation: Op, group_id: str) -> Any:
     """A whole-request GROUP_AUTHORIZATION_FAILED answer when ``operation`` on the group
     is denied, else None (for the group APIs with one top-level error code)."""
     if broker.authorizer is None or group(broker, ctx, operation, group_id):
@@ -90,7 +98,7 @@ def group_refusal(broker: Broker, ctx: RequestContext, operation: Op, group_id: 
     return error_response(ctx.response_type, ErrorCode.group_authorization_failed)
 
 
-def cluster_refusal(broker: Broker, ctx: RequestContext, operation: Op) -> Any:
+def cluster_refusal(broker: Authorizing, ctx: RequestContext, operation: Op) -> Any:
     """A whole-request CLUSTER_AUTHORIZATION_FAILED answer when ``operation`` on the
     cluster is denied, else None (for the cluster APIs with a top-level error code)."""
     if broker.authorizer is None or cluster(broker, ctx, operation):

@@ -25,15 +25,6 @@ from typing import Any
 from broker.security.authorized_operations import SUPPORTED, bits
 from common.acl import WILDCARD, AclOperation, PatternType, Permission, ResourceType
 
-# Kafka's names for its authorizer, and the short one Sluice also accepts.
-AUTHORIZER_NAMES = frozenset(
-    {
-        "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "kafka.security.authorizer.AclAuthorizer",
-        "StandardAuthorizer",
-        "acl",
-    }
-)
 WILDCARD_PRINCIPAL = "User:*"
 # Bounds the decision cache: principals x hosts x resources is unbounded for a hostile
 # client naming random topics; past this the cache starts over.

@@ -11,3 +11,9 @@ ANONYMOUS = f"{USER_TYPE}:ANONYMOUS"
 
 def user(name: str) -> str:
     return f"{USER_TYPE}:{name}"
+
+
+def user_of(principal: str) -> str:
+    """The user name client quotas are keyed by: the principal's name (User:alice -> alice)."""
+    kind, _, name = principal.partition(":")
+    return name if kind == USER_TYPE else principal

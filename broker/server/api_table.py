@@ -1,121 +1,76 @@
-"""One module per Kafka API; this table says which versions each one speaks.
+"""The API table: which handler answers each Kafka API key, in the version range
+``api_versions.VERSIONS`` gives (what the handlers implement and kio can encode; they
+cover what the stock clients send).
 
-Version ranges are what the handlers implement and kio can encode; they cover
-what the stock clients send.
+Each handler takes the services it uses, as a Protocol it names (``broker.metadata.view``
+and the ones beside the handlers); ``Services`` is all of them, which the Broker
+(broker/node.py) provides. The table binds them to every handler once.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from broker.admin import (
+    acls,
+    client_quotas_handler,
+    configs,
+    elect_leaders,
+    log_dirs,
+    reassignments,
+    records_admin,
+    scram_credentials,
+    topics_admin,
+)
+from broker.admin.log_dirs import LogDirsView
+from broker.admin.topics_admin import TopicsAdminView
+from broker.fetch import fetch_handler, leader_epoch, list_offsets
+from broker.fetch.fetch_handler import FetchView
+from broker.groups import (
+    find_coordinator,
+    group_admin_handler,
+    group_membership,
+    group_offsets_handler,
+)
+from broker.groups.group_offsets_handler import OffsetsView
+from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
+from broker.metadata.metadata_handler import MetadataView
+from broker.produce import produce_handler
+from broker.produce.produce_handler import ProduceView
+from broker.server import api_versions
+from broker.server.api_versions import VERSIONS
+from broker.server.connection import Api, ApiTable
+from broker.transactions import init_producer_id, transactions_handler, write_txn_markers
+from broker.transactions.init_producer_id import InitProducerIdView
+from broker.transactions.transactions_handler import TransactionsView
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
-
-Handler = Callable[["RequestContext", Any], Awaitable[Any]]
+    from broker.security.request_context import RequestContext
 
 
-@dataclass(frozen=True)
-class Api:
-    key: int
-    name: str
-    min_version: int
-    max_version: int
-    handler: Handler
-    unsupported_version_response: Callable[[], Any] = lambda: None
+class Services(
+    ProduceView,
+    FetchView,
+    TransactionsView,
+    OffsetsView,
+    InitProducerIdView,
+    TopicsAdminView,
+    LogDirsView,
+    MetadataView,
+    Protocol,
+):
+    """Everything the handlers use: the union of their Protocols."""
 
 
-ApiTable = dict[int, Api]
-
-# key, name, min, max
-VERSIONS: list[tuple[int, str, int, int]] = [
-    (0, "Produce", 3, 11),
-    (1, "Fetch", 4, 16),
-    (2, "ListOffsets", 1, 8),
-    (3, "Metadata", 0, 13),
-    (8, "OffsetCommit", 2, 10),
-    (9, "OffsetFetch", 1, 10),
-    (10, "FindCoordinator", 0, 6),
-    (11, "JoinGroup", 0, 9),
-    (12, "Heartbeat", 0, 4),
-    (13, "LeaveGroup", 0, 5),
-    (14, "SyncGroup", 0, 5),
-    (15, "DescribeGroups", 0, 6),
-    (16, "ListGroups", 0, 5),
-    (17, "SaslHandshake", 0, 1),
-    (18, "ApiVersions", 0, 3),
-    (19, "CreateTopics", 2, 7),
-    (20, "DeleteTopics", 1, 6),
-    (21, "DeleteRecords", 0, 2),
-    (22, "InitProducerId", 0, 5),
-    (23, "OffsetForLeaderEpoch", 2, 4),
-    (24, "AddPartitionsToTxn", 0, 5),
-    (25, "AddOffsetsToTxn", 0, 4),
-    # v5 is KIP-890 part 2 (an epoch bump per transaction), which needs transaction.version 2.
-    (26, "EndTxn", 0, 4),
-    # Sent by transaction coordinators to the leaders of classic partitions.
-    (27, "WriteTxnMarkers", 1, 1),
-    (28, "TxnOffsetCommit", 0, 4),
-    # The ACL APIs' v0 is gone from Kafka 4 (and kio); v1 added pattern types (KIP-290).
-    (29, "DescribeAcls", 1, 3),
-    (30, "CreateAcls", 1, 3),
-    (31, "DeleteAcls", 1, 3),
-    (32, "DescribeConfigs", 1, 4),
-    (33, "AlterConfigs", 0, 2),
-    (35, "DescribeLogDirs", 1, 4),
-    (36, "SaslAuthenticate", 0, 2),
-    (37, "CreatePartitions", 0, 3),
-    (42, "DeleteGroups", 0, 2),
-    (43, "ElectLeaders", 0, 2),
-    (44, "IncrementalAlterConfigs", 0, 1),
-    (45, "AlterPartitionReassignments", 0, 1),
-    (46, "ListPartitionReassignments", 0, 0),
-    (47, "OffsetDelete", 0, 0),
-    (48, "DescribeClientQuotas", 0, 1),
-    (49, "AlterClientQuotas", 0, 1),
-    (50, "DescribeUserScramCredentials", 0, 0),
-    (51, "AlterUserScramCredentials", 0, 0),
-    (60, "DescribeCluster", 0, 1),
-    (61, "DescribeProducers", 0, 0),
-    (65, "DescribeTransactions", 0, 0),
-    (66, "ListTransactions", 0, 2),
-    (75, "DescribeTopicPartitions", 0, 0),
-]
-
-
-async def _answered_by_connection(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def _answered_by_connection(broker: Services, ctx: RequestContext, request: Any) -> Any:
     # SaslHandshake and SaslAuthenticate change the connection's state: broker/server/connection.py
     # answers them itself and never calls this.
     raise AssertionError("SASL requests are answered by the connection")
 
 
-def build_api_table(broker: Broker) -> ApiTable:
-    from broker.admin import (
-        acls,
-        client_quotas_handler,
-        configs,
-        elect_leaders,
-        log_dirs,
-        reassignments,
-        records_admin,
-        scram_credentials,
-        topics_admin,
-    )
-    from broker.fetch import fetch_handler, leader_epoch, list_offsets
-    from broker.groups import (
-        find_coordinator,
-        group_admin_handler,
-        group_membership,
-        group_offsets_handler,
-    )
-    from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
-    from broker.produce import produce_handler
-    from broker.server import api_versions
-    from broker.transactions import init_producer_id, transactions_handler, write_txn_markers
-
+def build_api_table(broker: Services) -> ApiTable:
     handlers: dict[int, Callable[..., Awaitable[Any]]] = {
         0: produce_handler.handle,
         1: fetch_handler.handle,

@@ -17,11 +17,10 @@ from for that long after the answer (KIP-219, see broker/server/connection.py).
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from broker.security.principal import USER_TYPE
 
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
@@ -43,12 +42,6 @@ _ORDER: list[tuple[tuple[str, str], tuple[str, str]]] = [
 _ABSENT = "\0absent"  # an entity without this part (no user name can contain NUL)
 # Bounds the per-client state a client cycling through random client ids can create.
 MAX_SENSORS = 50_000
-
-
-def user_of(principal: str) -> str:
-    """The user name quotas are keyed by: the principal's name (User:alice -> alice)."""
-    kind, _, name = principal.partition(":")
-    return name if kind == USER_TYPE else principal
 
 
 class SampledRate:
@@ -214,3 +207,27 @@ class ClientQuotas:
         self.produce = QuotaManager(PRODUCE, quotas, samples, window_s, clock)
         self.fetch = QuotaManager(FETCH, quotas, samples, window_s, clock)
         self.request = QuotaManager(REQUEST, quotas, samples, window_s, clock)
+
+
+# A handler that throttles its client says so here (it runs in the connection's task): the
+# request pipeline then admits nothing more from that connection until the throttle time
+# has passed. Waiting for the answer to be written would be too late: requests pipelined
+# behind it were admitted by then.
+_THROTTLE: contextvars.ContextVar[int] = contextvars.ContextVar("throttle_ms", default=0)
+
+
+def throttle_connection(throttle_ms: int) -> None:
+    """Called by a handler whose answer will carry ``throttle_ms`` (quotas, KIP-219)."""
+    if throttle_ms > _THROTTLE.get():
+        _THROTTLE.set(throttle_ms)
+
+
+def reset_throttle() -> None:
+    """Before a handler runs (the request pipeline): nothing throttled yet."""
+    if _THROTTLE.get():
+        _THROTTLE.set(0)
+
+
+def pending_throttle() -> int:
+    """After a handler ran (the request pipeline): the throttle time it asked for, in ms."""
+    return _THROTTLE.get()

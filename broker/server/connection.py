@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextvars
 import dataclasses
 import datetime
 import functools
@@ -27,15 +26,18 @@ import ssl
 import struct
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
 from broker.security import sasl as sasl_mod
 from broker.security.listeners import DEFAULT_LISTENER
 from broker.security.principal import ANONYMOUS
+from broker.security.request_context import RequestContext
 from broker.security.tls import certificate_principal
+from broker.server.client_quotas import pending_throttle, reset_throttle
 from broker.server.connection_limits import ConnectionLimits, LimitSettings
 from broker.server.handler_helpers import fetch_replica_id
 from broker.server.log_budget import TRACEBACKS, LineBudget
@@ -55,10 +57,25 @@ from protocol.codec import (
 )
 from protocol.framing import FrameReader, FrameTooLarge
 
-if TYPE_CHECKING:
-    from broker.server.api_table import Api, ApiTable
-
 log = logging.getLogger(__name__)
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Api:
+    """One Kafka API as the pipeline dispatches it (the table: broker/server/api_table.py)."""
+
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+    unsupported_version_response: Callable[[], Any] = lambda: None
+
+
+ApiTable = dict[int, Api]
+
 
 MiB = 1024 * 1024
 FETCH_KEY = 1  # Kafka counts a Fetch also as FetchConsumer or FetchFollower
@@ -103,21 +120,6 @@ class CloseLog:
 
 
 _CLOSE_LOG = CloseLog()
-
-
-class RequestContext(NamedTuple):
-    # A NamedTuple: made for every request, cheaper than a frozen dataclass.
-    header: RequestHeader
-    response_type: type
-    client_host: str
-    client_port: int
-    # The connection's Kafka principal ("User:name"), ANONYMOUS until authenticated.
-    principal: str = ANONYMOUS
-    # The listener the client came in on: Metadata and friends answer with its addresses.
-    listener: str = DEFAULT_LISTENER
-
-    def respond(self, data: dict[str, Any]) -> Any:
-        return build(self.response_type, data)
 
 
 class _Answer:
@@ -191,18 +193,6 @@ class ListenerSecurity(NamedTuple):
 
 
 PLAINTEXT = ListenerSecurity()
-
-
-# A handler that throttles its client says so here (it runs in the connection's task): the
-# connection then admits nothing more until the throttle time has passed. Waiting for the
-# answer to be written would be too late: requests pipelined behind it were admitted by then.
-_THROTTLE: contextvars.ContextVar[int] = contextvars.ContextVar("throttle_ms", default=0)
-
-
-def throttle_connection(throttle_ms: int) -> None:
-    """Called by a handler whose answer will carry ``throttle_ms`` (quotas, KIP-219)."""
-    if throttle_ms > _THROTTLE.get():
-        _THROTTLE.set(throttle_ms)
 
 
 # Measures a request's handling time (seconds) against the client's request quota and
@@ -332,7 +322,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self._counted:
             self._counted = False
             self._limits.release(self._peer[0])
-        self._limits.memory_waiters.discard(self)
+        self._limits.memory_waiters.discard(self._retry_memory)
         self._set_reserved(0)
         self._wakeup.set()
         if self._unmute is not None:
@@ -389,7 +379,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._set_reserved(need)
         elif not self._memory_wait:
             self._memory_wait = True
-            self._limits.memory_waiters.add(self)
+            self._limits.memory_waiters.add(self._retry_memory)
             self._update_reading()
 
     def _set_reserved(self, size: int) -> None:
@@ -399,13 +389,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._limits.receiving_bytes += size - self._reserved
         self._reserved = size
         if freed and self._limits.memory_waiters:
-            for waiter in list(self._limits.memory_waiters):
-                waiter._retry_memory()
+            for retry in list(self._limits.memory_waiters):
+                retry()
 
     def _retry_memory(self) -> None:
         need = self._reader.incomplete_frame_size()
         if self._closed or self._limits.may_buffer(need - self._reserved):
-            self._limits.memory_waiters.discard(self)
+            self._limits.memory_waiters.discard(self._retry_memory)
             self._memory_wait = False
             if not self._closed:
                 self._set_reserved(need)  # more than before: wakes nobody
@@ -551,8 +541,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         )
         _request_counter(api.name).inc()
         started = time.perf_counter() if self._request_quota is not None else 0.0
-        if _THROTTLE.get():
-            _THROTTLE.set(0)
+        reset_throttle()
         try:
             result = await api.handler(ctx, request.body)
         except Exception:
@@ -562,7 +551,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if result is None:
                 self._abort("internal", f"{api.name} handler failed")
                 return
-        if (throttle_ms := _THROTTLE.get()) > 0:
+        if (throttle_ms := pending_throttle()) > 0:
             self._throttle(throttle_ms)
         if self._request_quota is not None:
             result = self._charge_request_time(ctx, result, time.perf_counter() - started)

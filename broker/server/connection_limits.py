@@ -33,11 +33,8 @@ import resource
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from broker.config import BrokerConfig
-    from broker.server.connection import KafkaConnection
+from broker.config import BrokerConfig, parse_overrides
 
 UNLIMITED = 2**31 - 1
 # File descriptors kept free below RLIMIT_NOFILE for everything that is not a client
@@ -46,19 +43,6 @@ RESERVED_FILES = 512
 # Addresses whose recent connection times are kept for the ip quota (bounded: a client
 # cannot grow this by connecting from many addresses).
 MAX_RATE_HOSTS = 50_000
-
-
-def parse_overrides(text: str) -> dict[str, int]:
-    """``max.connections.per.ip.overrides``: ``host:count`` pairs, comma separated."""
-    out: dict[str, int] = {}
-    for entry in filter(None, (e.strip() for e in text.split(","))):
-        host, sep, count = entry.rpartition(":")
-        if not sep or not host or not count.strip().lstrip("-").isdigit():
-            raise ValueError(
-                f"max.connections.per.ip.overrides entry {entry!r}: expected host:count"
-            )
-        out[host.strip()] = int(count)
-    return out
 
 
 def file_limited(max_connections: int) -> int:
@@ -108,9 +92,10 @@ class ConnectionLimits:
         self._total = 0
         self._created: deque[float] = deque()  # accept times (ms) in the last second
         # Bytes of requests being received, all connections together, and the connections
-        # (of every listener) waiting for some to be returned.
+        # (of every listener) waiting for some to be returned: each one's retry, called
+        # when bytes are returned.
         self.receiving_bytes = 0
-        self.memory_waiters: set[KafkaConnection] = set()
+        self.memory_waiters: set[Callable[[], None]] = set()
         self.refused = 0
 
     @property

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from storage.catalog import Topic
 
-if TYPE_CHECKING:
-    from broker.node import Broker
+
+class _Topics(Protocol):
+    def get(self, name: str) -> Topic | None: ...
 
 
-def resolve_partition(broker: Broker, name: str, partition: int) -> tuple[Topic | None, int]:
+class WithTopics(Protocol):
+    """A handler's services that know the topics (broker/metadata/topics.py's registry)."""
+
+    @property
+    def topics(self) -> _Topics: ...
+
+
+def resolve_partition(broker: WithTopics, name: str, partition: int) -> tuple[Topic | None, int]:
     """The topic if ``name``/``partition`` exists, else None and the Kafka error."""
     topic = broker.topics.get(name)
     if topic is None or not 0 <= partition < topic.partitions:

@@ -24,7 +24,7 @@ from broker.server.connection import (
 from broker.server.connection_limits import ConnectionLimits, LimitSettings
 
 if TYPE_CHECKING:
-    from broker.server.api_table import ApiTable
+    from broker.server.connection import ApiTable
 
 # Allocations (minus frees) between young-generation collections; Python's default is 700.
 GC_THRESHOLD_0 = 50_000

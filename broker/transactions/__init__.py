@@ -1,5 +1,6 @@
 """Transactions (exactly-once produce and consume-transform-produce).
 
+- ``producer_ids``: producer ids of idempotent producers without a transactional id.
 - ``txn_coordinator``: the transaction coordinator — InitProducerId for transactional ids,
   adding partitions and groups, ending transactions with markers, aborting timed-out ones.
 - ``txn_marker_writer``: one object of control batches per ended transaction, committed

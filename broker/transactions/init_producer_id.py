@@ -3,24 +3,35 @@ transaction coordinator (broker/transactions/)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets import store_error
+from broker.metadata.view import HandlerView
 from broker.security import access
 from common.acl import AclOperation
 from storage.transactions import INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.security.request_context import RequestContext
+    from broker.transactions.producer_ids import ProducerIdAllocator
+    from broker.transactions.txn_coordinator import TransactionCoordinator
+
+
+class InitProducerIdView(HandlerView, Protocol):
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+
+    @property
+    def producer_ids(self) -> ProducerIdAllocator: ...  # idempotent producers
+
 
 # KIP-588: PRODUCER_FENCED from InitProducerId v4 on.
 FENCED_SINCE = 4
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: InitProducerIdView, ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id == "":
         # Kafka: an empty transactional id is no id and no idempotent request either.
         return ctx.respond(

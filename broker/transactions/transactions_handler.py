@@ -14,11 +14,12 @@ import logging
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.offsets import store_error
+from broker.groups.service import GroupsView
 from broker.security import access
 from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable
@@ -27,8 +28,18 @@ from storage.partition_key import PartitionKey
 from storage.transactions import ONGOING, PRODUCER_FENCED, STATES
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.security.request_context import RequestContext
+    from broker.transactions.txn_coordinator import TransactionCoordinator
+    from storage.coordinator import BatchCoordinator
+
+
+class TransactionsView(GroupsView, Protocol):
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+
+    @property
+    def coordinator(self) -> BatchCoordinator: ...  # DescribeProducers
+
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +77,7 @@ def _unavailable(exc: BaseException, what: str) -> int:
 # --------------------------------------------------------------------------- AddPartitionsToTxn
 
 
-async def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def add_partitions_to_txn(broker: TransactionsView, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     if version <= 3:
         # One transaction, from the producer itself.
@@ -112,7 +123,7 @@ async def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: An
 
 
 async def _add_partitions(
-    broker: Broker,
+    broker: TransactionsView,
     ctx: RequestContext,
     version: int,
     transactional_id: str,
@@ -178,7 +189,7 @@ async def _add_partitions(
 # --------------------------------------------------------------------------- AddOffsetsToTxn
 
 
-async def add_offsets_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def add_offsets_to_txn(broker: TransactionsView, ctx: RequestContext, request: Any) -> Any:
     denied = _txn_denied(broker, ctx, request.transactional_id)
     if not denied and not access.group(broker, ctx, AclOperation.READ, request.group_id):
         denied = GROUP_DENIED
@@ -204,14 +215,14 @@ async def add_offsets_to_txn(broker: Broker, ctx: RequestContext, request: Any) 
 # --------------------------------------------------------------------------- EndTxn
 
 
-def _txn_denied(broker: Broker, ctx: RequestContext, transactional_id: str) -> int:
+def _txn_denied(broker: TransactionsView, ctx: RequestContext, transactional_id: str) -> int:
     """TRANSACTIONAL_ID_AUTHORIZATION_FAILED unless the caller may WRITE the id, else 0."""
     if access.transactional_id(broker, ctx, AclOperation.WRITE, transactional_id):
         return 0
     return TXN_ID_DENIED
 
 
-async def end_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def end_txn(broker: TransactionsView, ctx: RequestContext, request: Any) -> Any:
     if denied := _txn_denied(broker, ctx, request.transactional_id):
         return ctx.respond(
             {
@@ -243,7 +254,7 @@ async def end_txn(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 # --------------------------------------------------------------------------- TxnOffsetCommit
 
 
-async def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def txn_offset_commit(broker: TransactionsView, ctx: RequestContext, request: Any) -> Any:
     version = ctx.header.api_version
     member_id = getattr(request, "member_id", "") or ""
     instance_id = getattr(request, "group_instance_id", None)
@@ -326,7 +337,7 @@ async def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -
 # --------------------------------------------------------------------------- admin views
 
 
-async def describe_transactions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def describe_transactions(broker: TransactionsView, ctx: RequestContext, request: Any) -> Any:
     wanted = list(request.transactional_ids)
     # DESCRIBE on each transactional id; the others are answered without a lookup.
     ids = [t for t in wanted if access.transactional_id(broker, ctx, AclOperation.DESCRIBE, t)]
@@ -423,7 +434,7 @@ async def _fullmatching(pattern: str, ids: list[str]) -> set[str] | None:
     return set(json.loads(out))
 
 
-async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def list_transactions(broker: TransactionsView, ctx: RequestContext, request: Any) -> Any:
     filters = list(request.state_filters)
     unknown = [s for s in filters if s not in KAFKA_STATES]
     pattern_text = getattr(request, "transactional_id_pattern", None)
@@ -489,7 +500,7 @@ async def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -
     )
 
 
-async def describe_producers(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def describe_producers(broker: TransactionsView, ctx: RequestContext, request: Any) -> Any:
     """DescribeProducers (KIP-664): the producers with state in each partition and where
     their open transaction began; what `kafka-transactions.sh describe-producers` and
     `find-hanging` read. Any broker answers for any partition."""

@@ -18,11 +18,11 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.placement import HasNodeId, coordinator_for
-from broker.transactions.txn_marker_writer import MarkerWriter
 from common.background import cancel_and_wait
 from storage.coordinator import BatchCoordinator
 from storage.groups import CommittedOffset
@@ -55,11 +55,25 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+class Markers(Protocol):
+    """What ending a transaction needs: its markers written (the diskless ones with the
+    outcome, the classic ones sent to their leaders), as ``txn_marker_writer.MarkerWriter``
+    does."""
+
+    async def end(
+        self, state: TransactionState, commit: bool, bump_epoch: bool, timed_out: bool = False
+    ) -> int: ...
+
+    def resend(self, state: TransactionState) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class TransactionCoordinator:
     def __init__(
         self,
         coordinator: BatchCoordinator,
-        markers: MarkerWriter,
+        markers: Markers,
         node_id: int,
         live_brokers: Callable[[], Sequence[HasNodeId]],
         max_timeout_ms: int,

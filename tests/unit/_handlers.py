@@ -11,7 +11,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
 from broker.security.principal import ANONYMOUS
-from broker.server.connection import RequestContext
+from broker.security.request_context import RequestContext
 from protocol.build import build
 from protocol.codec import RequestHeader, encode_response
 

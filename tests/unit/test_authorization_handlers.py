@@ -26,6 +26,7 @@ from broker.config import BrokerConfig
 from broker.fetch import fetch_handler as fetch
 from broker.fetch import leader_epoch, list_offsets
 from broker.fetch.fetch_sessions import FetchSessionCache
+from broker.logs.engines import log_router
 from broker.metadata import describe_cluster as cluster
 from broker.metadata import metadata_handler as metadata
 from broker.security.authorizer import Authorizer
@@ -77,6 +78,7 @@ class FakeBroker:
         self.fetch_sessions = FetchSessionCache()
         self.cluster_id = "unit-cluster"
         self.controller_id = 1
+        self.router = log_router(self)  # type: ignore[arg-type]
 
     def endpoints(self) -> list[Any]:
         return []

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.server.client_quotas import PRODUCE, QuotaManager, SampledRate, user_of
+from broker.security.principal import user_of
+from broker.server.client_quotas import PRODUCE, QuotaManager, SampledRate
 from controller.image import quota_entity
 
 

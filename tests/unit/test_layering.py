@@ -45,71 +45,19 @@ RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 # Cycles, each as the set of its modules.
 KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
     {
-        # The read path's slot names the log it reads (type only) and the log's interface
-        # takes slots: one stage, two modules, both in logs/ now. For item 2.
-        frozenset({"broker.logs.fetch_slots", "broker.logs.partition_log"}),
-        # The broker's circle through the API table (server/api_table) and the Broker (node):
-        # handlers and engines import the Broker, which imports them. For item 2 (a handler
-        # receives what it uses, not the Broker).
+        # What is left of the broker's circle through the Broker (node): the transaction
+        # markers' modules still take the Broker (classic_markers, write_txn_markers, under
+        # TYPE_CHECKING), and the Broker builds them (the marker writer, the API table, the
+        # classic engine that writes markers with classic_markers.mark). Every handler and
+        # engine takes a Protocol of what it uses now (item 2); these are narrowed with the
+        # markers' rework.
         frozenset(
             {
-                "broker.admin.acls",
-                "broker.admin.client_quotas_handler",
-                "broker.admin.configs",
-                "broker.admin.elect_leaders",
-                "broker.admin.log_dirs",
-                "broker.admin.reassignments",
-                "broker.admin.records_admin",
-                "broker.admin.scram_credentials",
-                "broker.admin.topics_admin",
-                "broker.config",
-                "broker.fetch.fetch_handler",
-                "broker.fetch.leader_epoch",
-                "broker.fetch.list_offsets",
-                "broker.groups.find_coordinator",
-                "broker.groups.group_admin_handler",
-                "broker.groups.group_membership",
-                "broker.groups.group_offsets_handler",
-                "broker.logs.classic.classic_append",
                 "broker.logs.classic.classic_log",
                 "broker.logs.classic.classic_markers",
-                "broker.logs.classic.classic_offsets",
-                "broker.logs.classic.classic_read",
-                "broker.logs.classic.kafka_client",
-                "broker.logs.classic.replica_fetcher",
-                "broker.logs.classic.replica_manager",
-                "broker.logs.diskless.diskless_log",
                 "broker.logs.engines",
-                "broker.logs.migration.sealer",
-                "broker.logs.router",
-                "broker.logs.tiered.manager",
-                "broker.logs.tiered.tiered_read",
-                "broker.metadata.client_az",
-                "broker.metadata.controller_catalog",
-                "broker.metadata.describe_cluster",
-                "broker.metadata.describe_topic_partitions",
-                "broker.metadata.membership",
-                "broker.metadata.metadata_follower",
-                "broker.metadata.metadata_handler",
-                "broker.metadata.topic_config",
-                "broker.metadata.topics",
                 "broker.node",
-                "broker.produce.produce_handler",
-                "broker.produce.recompress",
-                "broker.security.access",
-                "broker.security.inter_broker",
-                "broker.security.listeners",
-                "broker.security.sasl",
-                "broker.security.tls",
                 "broker.server.api_table",
-                "broker.server.api_versions",
-                "broker.server.connection",
-                "broker.server.connection_limits",
-                "broker.server.handler_helpers",
-                "broker.server.listener",
-                "broker.transactions.init_producer_id",
-                "broker.transactions.transactions_handler",
-                "broker.transactions.txn_coordinator",
                 "broker.transactions.txn_marker_writer",
                 "broker.transactions.write_txn_markers",
             }
@@ -119,99 +67,26 @@ KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
 # Upward imports: (importer, imported module).
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
-        # Handlers take the whole Broker and the request pipeline's RequestContext (both
-        # under TYPE_CHECKING): item 2, a handler receives what it uses.
-        ("broker.admin.acls", "broker.node"),
-        ("broker.admin.acls", "broker.server.connection"),
-        ("broker.admin.client_quotas_handler", "broker.node"),
-        ("broker.admin.client_quotas_handler", "broker.server.connection"),
-        ("broker.admin.configs", "broker.node"),
-        ("broker.admin.configs", "broker.server.connection"),
-        ("broker.admin.elect_leaders", "broker.node"),
-        ("broker.admin.elect_leaders", "broker.server.connection"),
-        ("broker.admin.log_dirs", "broker.node"),
-        ("broker.admin.log_dirs", "broker.server.connection"),
-        ("broker.admin.reassignments", "broker.node"),
-        ("broker.admin.reassignments", "broker.server.connection"),
-        ("broker.admin.records_admin", "broker.node"),
-        ("broker.admin.records_admin", "broker.server.connection"),
-        ("broker.admin.scram_credentials", "broker.node"),
-        ("broker.admin.scram_credentials", "broker.server.connection"),
-        ("broker.admin.topics_admin", "broker.node"),
-        ("broker.admin.topics_admin", "broker.server.connection"),
-        ("broker.fetch.fetch_handler", "broker.node"),
-        ("broker.fetch.fetch_handler", "broker.server.connection"),
-        ("broker.fetch.leader_epoch", "broker.node"),
-        ("broker.fetch.leader_epoch", "broker.server.connection"),
-        ("broker.fetch.list_offsets", "broker.node"),
-        ("broker.fetch.list_offsets", "broker.server.connection"),
-        ("broker.groups.find_coordinator", "broker.node"),
-        ("broker.groups.find_coordinator", "broker.server.connection"),
-        ("broker.groups.group_admin_handler", "broker.node"),
-        ("broker.groups.group_admin_handler", "broker.server.connection"),
-        ("broker.groups.group_membership", "broker.node"),
-        ("broker.groups.group_membership", "broker.server.connection"),
-        ("broker.groups.group_offsets_handler", "broker.node"),
-        ("broker.groups.group_offsets_handler", "broker.server.connection"),
-        ("broker.metadata.describe_cluster", "broker.node"),
-        ("broker.metadata.describe_cluster", "broker.server.connection"),
-        ("broker.metadata.describe_topic_partitions", "broker.node"),
-        ("broker.metadata.describe_topic_partitions", "broker.server.connection"),
-        ("broker.metadata.metadata_handler", "broker.node"),
-        ("broker.metadata.metadata_handler", "broker.server.connection"),
-        ("broker.produce.produce_handler", "broker.node"),
-        ("broker.produce.produce_handler", "broker.server.connection"),
-        ("broker.server.api_table", "broker.node"),
-        ("broker.server.api_versions", "broker.node"),
-        ("broker.server.handler_helpers", "broker.node"),
-        ("broker.transactions.init_producer_id", "broker.node"),
-        ("broker.transactions.init_producer_id", "broker.server.connection"),
-        ("broker.transactions.transactions_handler", "broker.node"),
-        ("broker.transactions.transactions_handler", "broker.server.connection"),
-        ("broker.transactions.write_txn_markers", "broker.node"),
-        ("broker.transactions.write_txn_markers", "broker.server.connection"),
-        # Engines and shared modules that ask the Broker, the partition-log router or the
-        # pipeline; the classic engine's modules call the router's rules and its tiered part.
-        # For item 2 (engines and handlers given the router instead of the Broker).
-        ("broker.config", "broker.security.authorizer"),
-        ("broker.logs.classic.classic_log", "broker.node"),
+        # The transaction markers' modules still take the Broker and the request pipeline's
+        # RequestContext from connection (type only), and the classic marker sender asks
+        # the router's rule (markers_on_classic_leader) directly: narrowed with the markers'
+        # rework (see KNOWN_CYCLES).
         ("broker.logs.classic.classic_markers", "broker.logs.router"),
         ("broker.logs.classic.classic_markers", "broker.node"),
-        ("broker.logs.classic.classic_read", "broker.logs.router"),
-        ("broker.logs.classic.classic_read", "broker.node"),
+        ("broker.transactions.write_txn_markers", "broker.node"),
+        ("broker.transactions.write_txn_markers", "broker.server.connection"),
+        # The classic engine and its tiered part know each other: a classic partition holds
+        # the view of its remote segments and a follower starts above the tiered part
+        # (tiered/ sits above classic/), and a fetch slot carries the classic replica it
+        # reads (type only). The rest of the tiered part is given to the classic engine by
+        # the Broker (classic/tiered_part.Tiering).
         ("broker.logs.classic.partition", "broker.logs.tiered.view"),
         ("broker.logs.classic.replica_fetcher", "broker.logs.tiered.follower"),
-        ("broker.logs.classic.replica_manager", "broker.logs.router"),
-        ("broker.logs.classic.replica_manager", "broker.logs.tiered.manager"),
-        ("broker.logs.classic.replica_manager", "broker.node"),
-        ("broker.logs.diskless.diskless_log", "broker.node"),
-        ("broker.logs.engines", "broker.node"),
         ("broker.logs.fetch_slots", "broker.logs.classic.partition"),
-        ("broker.logs.migration.sealer", "broker.node"),
-        ("broker.logs.router", "broker.node"),
-        ("broker.logs.tiered.tiered_read", "broker.node"),
-        ("broker.metadata.client_az", "broker.node"),
-        ("broker.metadata.metadata_follower", "broker.node"),
-        ("broker.security.access", "broker.node"),
-        ("broker.security.access", "broker.server.connection"),
-        ("broker.server.client_quotas", "broker.security.principal"),
-        ("broker.server.connection_limits", "broker.server.connection"),
-        # Made upward by the re-layout, not new dependencies (the two ends were one part or
-        # the importer sat higher before; item 2 removes them with the rest):
-        # - config validates connection-limit overrides with the parser that applies them
-        #   (both loose at broker/'s top before);
-        # - the classic appender names the transaction coordinator (type only); its marker
-        #   writer no longer imports the classic engine upward (that entry is gone);
-        # - ClassicLog (was logs/classic.py, above tiering) reads the tiered part;
-        # - the partition-log interface names the diskless appender's request and result
-        #   types (broker/append.py was at the bottom of broker/);
-        # - the Metadata handler (was in apis/, the top) asks the router which brokers serve
-        #   a partition (AZ routing), while the topic registry beside it sits below logs/.
-        ("broker.config", "broker.server.connection_limits"),
-        ("broker.logs.classic.classic_append", "broker.transactions.txn_coordinator"),
-        ("broker.logs.classic.classic_log", "broker.logs.tiered.tiered_read"),
+        # The partition-log interface names the diskless appender's request and result
+        # types (broker/append.py was at the bottom of broker/). Moving them into the
+        # interface closes a cycle through the fetch slot's classic replica (above).
         ("broker.logs.partition_log", "broker.logs.diskless.diskless_append"),
-        ("broker.metadata.metadata_handler", "broker.logs.router"),
     }
 )
 # Private names imported across modules: (importer, module, name).
@@ -222,9 +97,9 @@ KNOWN_PRIVATE: frozenset[tuple[str, str, str]] = frozenset()
 # interface they implement below them, the router that picks one above them); the broker's
 # configuration (config, loose at broker/'s top) is the part "broker" at the bottom; the
 # modules that wire it all together sit on top: the request pipeline (server/'s connection,
-# listener, API table and ApiVersions, which reads the table) and the Broker (node). The
-# rest of server/ is what every stage shares (metrics, log budget, refusals, quota
-# enforcement, connection limits, HTTP endpoint, handler helpers).
+# listener, API table and ApiVersions, whose version ranges the table serves) and the
+# Broker (node). The rest of server/ is what every stage shares (metrics, log budget,
+# refusals, quota enforcement, connection limits, HTTP endpoint, handler helpers).
 BROKER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("broker",),  # the broker's configuration
     ("server",),  # shared by every stage

@@ -49,6 +49,8 @@ def setup() -> tuple[Cluster, Any, UUID]:
     broker = SimpleNamespace(
         controller=SimpleNamespace(image=c.image), leader_epoch=lambda _t, _p: 0
     )
+    # The engines' and Metadata's questions about migrations go to the broker's router.
+    broker.router = routing.LogRouter(broker, SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
     return c, broker, topic.topic_id
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -18,7 +18,6 @@ from storage.partition_key import PartitionKey
 if TYPE_CHECKING:
     from broker.logs.classic.replica_manager import ReplicaManager
     from broker.metadata.topics import TopicRegistry
-    from broker.transactions.txn_coordinator import TransactionCoordinator
 
 
 def needs_verification(
@@ -53,8 +52,16 @@ class Verification:
         return 0
 
 
+class TransactionVerifier(Protocol):
+    """The transaction coordinator (broker/transactions), as KIP-890 verification asks it."""
+
+    async def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[int, set[PartitionKey]]: ...
+
+
 async def verify_transaction(
-    transactions: TransactionCoordinator, transactional_id: str | None, first: BatchHeader
+    transactions: TransactionVerifier, transactional_id: str | None, first: BatchHeader
 ) -> Verification:
     """Ask the coordinator (one round trip) which partitions the producer's ongoing
     transaction, at this epoch, includes.

@@ -5,7 +5,7 @@ done in ``broker.logs.classic`` (and ``broker.logs.tiered`` for the remote part)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -25,22 +25,27 @@ from broker.logs.partition_log import (
     OffsetAsk,
     ReadPlan,
 )
-from broker.logs.tiered.tiered_read import read_tiered
 from protocol.records import BatchHeader
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
-    from broker.logs.classic.replica_manager import ReplicaManager
-    from broker.node import Broker
+    from broker.logs.classic.replica_manager import ClassicHost, ReplicaManager
+
+
+# Reads the slots whose offsets are in the tiered part only (``tiered_read.read_tiered``).
+ReadTiered = Callable[["ClassicHost", list[FetchSlot], FetchBudget, bool], Awaitable[int]]
 
 
 class ClassicLog:
-    """Read ``broker.classic`` on every call: the router sends nothing here without it."""
+    """Read ``broker.classic`` on every call: the router sends nothing here without it.
+    Reads below a replica's local log go to its tiered part (``read_tiered``, given by
+    ``broker.logs.engines``: the tiered engine sits on top of this one)."""
 
-    __slots__ = ("_broker",)
+    __slots__ = ("_broker", "_read_tiered")
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ClassicHost, read_tiered: ReadTiered) -> None:
         self._broker = broker
+        self._read_tiered = read_tiered
 
     @property
     def _manager(self) -> ReplicaManager:
@@ -78,18 +83,18 @@ class ClassicLog:
         return -len(plan.waits)  # -1 - its index
 
     def open_read(self, key: Any, topic: Topic, part: Any, plan: ReadPlan) -> FetchSlot:
-        slot = classic_slot(
+        return classic_slot(
             self._manager, key, topic, part, plan.replica_id, plan.version, plan.rack
         )
-        slot.reader = self
-        return slot
 
     async def read_below(
         self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
     ) -> int:
         # Offsets below a tiered partition's local log: read once from the remote segments.
         local = [s for s in slots if _reads_here(s)]
-        return await read_tiered(self._broker, local, budget, read_committed) if local else 0
+        if not local:
+            return 0
+        return await self._read_tiered(self._broker, local, budget, read_committed)
 
     async def start_round(
         self, slots: list[FetchSlot], budget: FetchBudget, plan: ReadPlan, read_committed: bool

@@ -13,12 +13,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition
 from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot
-from broker.logs.router import sealed_boundary
 from storage.catalog import Topic
 
 if TYPE_CHECKING:
-    from broker.logs.classic.replica_manager import ReplicaManager
-    from broker.node import Broker
+    from broker.logs.classic.replica_manager import ClassicHost, ReplicaManager
 
 # Consumers may fetch from a follower from Fetch v11 on (KIP-392), as Kafka allows.
 FOLLOWER_FETCH_VERSION = 11
@@ -68,11 +66,11 @@ def classic_slot(
 def _not_copied_yet(manager: ReplicaManager, p: ClassicPartition, offset: int) -> bool:
     if offset < p.log.log_end_offset:
         return False
-    boundary = sealed_boundary(manager.broker, p.topic_id, p.index)
+    boundary = manager.broker.router.sealed_boundary(p.topic_id, p.index)
     return boundary is not None and offset < boundary
 
 
-def preferred_read_replica(broker: Broker, p: ClassicPartition, rack: str) -> int:
+def preferred_read_replica(broker: ClassicHost, p: ClassicPartition, rack: str) -> int:
     """KIP-392: an in-sync replica in the consumer's rack, when the leader is not in it
     (-1: stay on the leader). Spread over the candidates by partition."""
     racks = {b.node_id: b.rack for b in broker.endpoints()}
@@ -85,7 +83,7 @@ def preferred_read_replica(broker: Broker, p: ClassicPartition, rack: str) -> in
 
 
 def read_classic(
-    broker: Broker, slot: FetchSlot, budget: FetchBudget, read_committed: bool = False
+    broker: ClassicHost, slot: FetchSlot, budget: FetchBudget, read_committed: bool = False
 ) -> int:
     """Read a classic slot (again) within what the answer has left; returns the bytes
     found. A follower's fetch offset is recorded even when nothing fits any more (Kafka

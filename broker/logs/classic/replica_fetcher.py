@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_req
@@ -38,15 +38,45 @@ from storage.classic.log import NotContiguous
 from storage.tiered.lineage import follower_start, history_floor
 
 if TYPE_CHECKING:
-    from broker.logs.classic.replica_manager import ReplicaManager
+    from broker.config import BrokerConfig
+    from broker.logs.classic.replication_quota import ReplicationQuota
+    from broker.logs.classic.tiered_part import Tiering
+    from broker.logs.fetch_slots import CommitWatch
 
 log = logging.getLogger(__name__)
+
+
+class _Broker(Protocol):
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def watch(self) -> CommitWatch: ...  # woken as a follower's high watermark moves
+
+
+class FetcherOwner(Protocol):
+    """The replica manager (``ReplicaManager``), as its fetchers use it."""
+
+    @property
+    def me(self) -> int: ...  # this broker's id, the fetches' replica id
+
+    @property
+    def broker(self) -> _Broker: ...
+
+    @property
+    def tiering(self) -> Tiering: ...  # a follower starting above the tiered part
+
+    @property
+    def follower_quota(self) -> ReplicationQuota: ...  # follower.replication.throttled.rate
+
+    def throttles(self, p: ClassicPartition, replica: int, as_leader: bool) -> bool:
+        """Whether the partition's replication to or from ``replica`` is throttled."""
 
 
 class ReplicaFetcher:
     def __init__(
         self,
-        manager: ReplicaManager,
+        manager: FetcherOwner,
         leader_id: int,
         host: str,
         port: int,

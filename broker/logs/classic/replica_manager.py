@@ -17,8 +17,9 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -26,7 +27,7 @@ from kio.schema.errors import ErrorCode
 from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition, now_ms
 from broker.logs.classic.replica_fetcher import ReplicaFetcher
 from broker.logs.classic.replication_quota import UNTHROTTLED, ReplicationQuota, throttled
-from broker.logs.router import hosted_classic
+from broker.metadata.view import ClusterView
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_broker_security
 from broker.server.metrics import FollowerLag
 from common.background import cancel_and_wait
@@ -39,7 +40,13 @@ from storage.classic import cleaner
 from storage.classic.log import NO_LIMIT, Log, LogConfig
 
 if TYPE_CHECKING:
-    from broker.node import Broker
+    from broker.logs.classic.tiered_part import Tiering
+    from broker.logs.fetch_slots import CommitWatch
+    from broker.security.listeners import ListenerPlan
+    from controller.image import TopicImage
+    from storage.coordinator import BatchCoordinator
+    from storage.objects import ObjectStore
+    from storage.objects.block_cache import BlockCache
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +59,58 @@ FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 TOPIC_ID_FILE = "partition.metadata"  # Kafka's name: the topic id a log directory belongs to
 
 
+class Sealing(Protocol):
+    """The migration sealer (broker/logs/migration), told of every replica opened."""
+
+    def on_replica(self, p: ClassicPartition, topic: TopicImage) -> None: ...
+
+
+class MigrationRules(Protocol):
+    """What the log router (broker/logs/router.py) says of migrating topics' classic logs."""
+
+    def sealed_boundary(self, topic_id: UUID, partition: int) -> int | None: ...
+
+    def hosted_classic(self, image: MetadataImage, classic: set[UUID]) -> set[UUID]: ...
+
+
+class ClassicHost(ClusterView, Protocol):
+    """What the classic engine (its tiered part too) reads of its broker: the metadata
+    view, the batch coordinator (tiered metadata, seals), the object store and its block
+    cache (remote segments), the commit watch long polls wait on, the inter-broker
+    listener, the broker epoch it is registered with, its own replica manager (the
+    router's rules read it), the router's rules for migrating topics and the migration
+    sealer."""
+
+    @property
+    def coordinator(self) -> BatchCoordinator: ...
+
+    @property
+    def store(self) -> ObjectStore: ...
+
+    @property
+    def cache(self) -> BlockCache: ...
+
+    @property
+    def watch(self) -> CommitWatch: ...
+
+    @property
+    def listener_plan(self) -> ListenerPlan: ...
+
+    @property
+    def broker_epoch(self) -> int: ...
+
+    @property
+    def classic(self) -> ReplicaManager | None: ...
+
+    @property
+    def router(self) -> MigrationRules: ...
+
+    @property
+    def migration_sealer(self) -> Sealing | None: ...
+
+
 class ReplicaManager:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ClassicHost, tiering: Callable[[ReplicaManager], Tiering]) -> None:
         self.broker = broker
         self.me = broker.config.node_id
         self.partitions: dict[tuple[UUID, int], ClassicPartition] = {}
@@ -69,13 +126,7 @@ class ReplicaManager:
         self.security: InterBrokerSecurity = PLAINTEXT
         self.security_error: str | None = None
         # Tiered storage (KIP-405): copies, remote retention, remote reads.
-        from broker.logs.tiered.manager import TieringManager
-        from storage.backends import remote_log_metadata
-
-        self.tiering = TieringManager(
-            self,
-            remote_log_metadata(broker.config, broker.coordinator),  # type: ignore[arg-type]
-        )
+        self.tiering = tiering(self)
 
     # ---------------------------------------------------------------- queries
 
@@ -246,7 +297,7 @@ class ReplicaManager:
         # Topics migrated to diskless keep their sealed classic logs (offsets below the
         # boundary) on their replicas; partitions sealed for classic start theirs
         # (broker/logs/migration).
-        hosted = hosted_classic(image, classic)
+        hosted = self.broker.router.hosted_classic(image, classic)
         sealer = self.broker.migration_sealer
         for tid in hosted:
             t = image.topics[tid]
@@ -362,8 +413,7 @@ class ReplicaManager:
 
     async def _alter_isr(self, p: ClassicPartition, change: IsrChange) -> None:
         controller = self.broker.controller
-        membership = self.broker._membership
-        epoch = membership.broker_epoch if membership is not None else -1
+        epoch = self.broker.broker_epoch
         try:
             assert controller is not None
             result, applied = await controller.client.alter_partition(self.me, epoch, [change])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -37,15 +37,33 @@ from storage.coordinator import (
 )
 
 if TYPE_CHECKING:
-    from broker.node import Broker
+    from broker.logs.diskless.diskless_read import Fetcher
+    from storage.coordinator import BatchCoordinator
+    from storage.objects.block_cache import BlockCache
 
 log = logging.getLogger(__name__)
+
+
+class DisklessHost(Protocol):
+    """What the diskless engine reads of its broker: the batch coordinator, the reader of
+    its batches, the block cache and each partition's leader epoch."""
+
+    @property
+    def coordinator(self) -> BatchCoordinator: ...
+
+    @property
+    def fetcher(self) -> Fetcher: ...
+
+    @property
+    def cache(self) -> BlockCache: ...
+
+    def leader_epoch(self, topic_id: UUID, partition: int) -> int: ...
 
 
 class DisklessLog:
     __slots__ = ("_broker",)
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: DisklessHost) -> None:
         self._broker = broker
 
     def needs_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
@@ -81,7 +99,6 @@ class DisklessLog:
                     topic.topic_id, part.partition, part.fetch_offset, part.partition_max_bytes
                 )
             )
-        slot.reader = self
         return slot
 
     async def read_below(

@@ -55,7 +55,7 @@ from storage.coordinator import SeededProducerBatch
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
-    from broker.node import Broker
+    from broker.logs.classic.replica_manager import ClassicHost
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def classic_bytes(p: ClassicPartition) -> int:
 
 
 class MigrationSealer:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ClassicHost) -> None:
         self.broker = broker
         self._running: dict[tuple[UUID, int], asyncio.Task[None]] = {}
         self._retry_at: dict[tuple[UUID, int], float] = {}

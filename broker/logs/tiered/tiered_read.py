@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.logs.classic.replica_manager import ClassicHost
     from broker.logs.fetch_slots import FetchBudget, FetchSlot
-    from broker.node import Broker
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def remote_slots(slots: list[FetchSlot]) -> list[FetchSlot]:
 
 
 async def read_tiered(
-    broker: Broker, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool = False
+    broker: ClassicHost, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool = False
 ) -> int:
     """Read the remote slots among ``slots``, in turn, within what the answer has left
     (taken from ``budget``); returns the bytes found."""
