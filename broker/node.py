@@ -28,7 +28,7 @@ from broker.logs.engines import log_router
 from broker.logs.fetch_slots import CommitWatch
 from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.partition_log import PartitionLog
-from broker.logs.router import Purpose, coordinator_retains
+from broker.logs.router import Purpose, coordinator_retains, markers_on_classic_leader
 from broker.logs.tiered.manager import TieringManager
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerRefused
@@ -163,7 +163,13 @@ class Broker:
         # replica manager asks it about every replica it opens.
         self.migration_sealer = MigrationSealer(self) if self.classic is not None else None
         if self.classic is not None:
-            marker_writer.classic = ClassicMarkerSender(self)
+            controller = self.controller
+            assert controller is not None
+            marker_writer.classic = ClassicMarkerSender(
+                self.classic,
+                controller,
+                lambda topic_id, partition: markers_on_classic_leader(self, topic_id, partition),
+            )
             classic, me = self.classic, config.node_id
             METRICS.watch_followers(classic.follower_lags)
             METRICS.watch_replica_counts(

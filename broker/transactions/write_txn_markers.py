@@ -15,19 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.engines import log_router
 from broker.logs.router import LogRouter, Purpose
 from broker.security import access
 from common.acl import AclOperation
 
 if TYPE_CHECKING:
-    from broker.node import Broker
-    from broker.server.connection import RequestContext
+    from broker.logs.router import RoutedView
+    from broker.security.request_context import RequestContext
 
 
-async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
+async def handle(broker: RoutedView, ctx: RequestContext, request: Any) -> Any:
     allowed = access.cluster(broker, ctx, AclOperation.CLUSTER_ACTION)
-    logs = log_router(broker)
+    logs = broker.router
     results = []
     for marker in request.markers:
         topics = []
@@ -51,7 +50,7 @@ async def handle(broker: Broker, ctx: RequestContext, request: Any) -> Any:
 
 
 async def _one(
-    broker: Broker, logs: LogRouter, allowed: bool, name: str, index: int, marker: Any
+    broker: RoutedView, logs: LogRouter, allowed: bool, name: str, index: int, marker: Any
 ) -> int:
     if not allowed:
         return int(ErrorCode.cluster_authorization_failed)

@@ -43,38 +43,10 @@ RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 # as on any violation not listed.
 #
 # Cycles, each as the set of its modules.
-KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset(
-    {
-        # What is left of the broker's circle through the Broker (node): the transaction
-        # markers' modules still take the Broker (classic_markers, write_txn_markers, under
-        # TYPE_CHECKING), and the Broker builds them (the marker writer, the API table, the
-        # classic engine that writes markers with classic_markers.mark). Every handler and
-        # engine takes a Protocol of what it uses now (item 2); these are narrowed with the
-        # markers' rework.
-        frozenset(
-            {
-                "broker.logs.classic.classic_log",
-                "broker.logs.classic.classic_markers",
-                "broker.logs.engines",
-                "broker.node",
-                "broker.server.api_table",
-                "broker.transactions.txn_marker_writer",
-                "broker.transactions.write_txn_markers",
-            }
-        ),
-    }
-)
+KNOWN_CYCLES: frozenset[frozenset[str]] = frozenset()
 # Upward imports: (importer, imported module).
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
-        # The transaction markers' modules still take the Broker and the request pipeline's
-        # RequestContext from connection (type only), and the classic marker sender asks
-        # the router's rule (markers_on_classic_leader) directly: narrowed with the markers'
-        # rework (see KNOWN_CYCLES).
-        ("broker.logs.classic.classic_markers", "broker.logs.router"),
-        ("broker.logs.classic.classic_markers", "broker.node"),
-        ("broker.transactions.write_txn_markers", "broker.node"),
-        ("broker.transactions.write_txn_markers", "broker.server.connection"),
         # The classic engine and its tiered part know each other: a classic partition holds
         # the view of its remote segments and a follower starts above the tiered part
         # (tiered/ sits above classic/), and a fetch slot carries the classic replica it

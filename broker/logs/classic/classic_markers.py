@@ -25,12 +25,11 @@ from kio.static.primitive import i16, i32
 
 from broker.logs.classic.kafka_client import ConnectionLost, KafkaConnection
 from broker.logs.diskless.diskless_append import PartitionResult
-from broker.logs.router import markers_on_classic_leader
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
     from broker.logs.classic.replica_manager import ReplicaManager
-    from broker.node import Broker
+    from broker.metadata.controller_catalog import ControllerCatalog
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +73,24 @@ async def mark(
 
 
 class ClassicMarkerSender:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        controller: ControllerCatalog,
+        on_classic_leader: Callable[[Any, int], bool],
+    ) -> None:
+        """``on_classic_leader(topic_id, partition)``: whether a partition's marker goes to
+        its classic leader (the router's rule, handed in by the Broker)."""
+        self._manager = manager
+        self._controller = controller
+        self._on_classic_leader = on_classic_leader
         self._connections: dict[tuple[int, str, int], KafkaConnection] = {}
         self._background: set[asyncio.Task[None]] = set()
 
     def is_classic(self, key: PartitionKey) -> bool:
         """Whether the partition's marker is sent to its classic leader (else it goes into
         the diskless log with the outcome): the router decides."""
-        return markers_on_classic_leader(self._broker, key.topic_id, key.partition)
+        return self._on_classic_leader(key.topic_id, key.partition)
 
     async def write(
         self,
@@ -154,11 +162,8 @@ class ClassicMarkerSender:
         number: int,
     ) -> set[PartitionKey]:
         """One attempt at every pending partition, by leader; the partitions still pending."""
-        manager = self._broker.classic
-        controller = self._broker.controller
-        if manager is None or controller is None:
-            return pending
-        image = controller.image
+        manager = self._manager
+        image = self._controller.image
         by_leader: dict[int, list[PartitionKey]] = {}
         for key in pending:
             topic = image.topics.get(key.topic_id)
@@ -209,8 +214,7 @@ class ClassicMarkerSender:
         commit: bool,
         number: int,
     ) -> list[PartitionKey]:
-        assert self._broker.controller is not None and self._broker.classic is not None
-        image = self._broker.controller.image
+        image = self._controller.image
         endpoint = image.brokers[leader]
         address = (leader, endpoint.host, endpoint.port)
         conn = self._connections.get(address)
@@ -220,8 +224,8 @@ class ClassicMarkerSender:
             conn = self._connections[address] = KafkaConnection(
                 endpoint.host,
                 endpoint.port,
-                f"sluice-txn-markers-{self._broker.config.node_id}",
-                self._broker.classic.security,
+                f"sluice-txn-markers-{self._manager.me}",
+                self._manager.security,
             )
         names: dict[str, list[PartitionKey]] = {}
         for k in keys:
