@@ -25,6 +25,10 @@ LONG_MAX = 2**63 - 1
 DYNAMIC_BROKER_KEYS: dict[str, int] = {
     "leader.replication.throttled.rate": LONG_MAX,
     "follower.replication.throttled.rate": LONG_MAX,
+    # The throttle of moves between a broker's log directories (KIP-113). Sluice has one
+    # data directory, so there is nothing to throttle; accepted and stored because
+    # kafka-reassign-partitions --throttle / --verify set and clear it with the other two.
+    "replica.alter.log.dirs.io.max.bytes.per.second": LONG_MAX,
 }
 
 
