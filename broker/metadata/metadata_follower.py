@@ -102,14 +102,21 @@ class MetadataFollower:
         self._removals_outage = OutageLog("deleting the data of removed topics", log)
 
     async def start(self, listener: FollowerListener | None = None) -> None:
-        """Catches up once (retrying until a controller answers), then follows in the
-        background: the broker serves nothing from an empty image."""
+        """Catches up with the controllers' metadata log (retrying until a controller
+        answers), then follows in the background. All of it before returning, not one
+        chunk: an answer holds at most 1000 entries, and a broker that started serving from
+        the first ones would act on a past state of the cluster (lead partitions at an old
+        epoch, rewriting their epoch history), as a Kafka broker waits to catch up with
+        the metadata log before it starts its partitions."""
         self._listener = listener
         backoff = 0.1
         while True:
             try:
+                before = self.applied
                 await self.poll_once(wait_ms=0)
-                break
+                if self.applied == before:
+                    break  # nothing more: caught up
+                backoff = 0.1
             except ControllerRefused as exc:
                 log.warning("waiting for the controllers' metadata: %s", exc.message)
                 await asyncio.sleep(backoff)

@@ -97,6 +97,8 @@ class FakeController:
         self.horizon = self.applied
         self.entries.clear()
 
+    chunk = 1000
+
     async def start(self) -> None:
         app = web.Application(middlewares=[self._auth])
         app.router.add_get("/v1/metadata", self._metadata)
@@ -164,9 +166,10 @@ class FakeController:
             body["snapshot_index"] = self.applied
             body["entries"] = []
         else:
+            # At most ``chunk`` entries per answer, as controller/state.py's read (1000).
             body["entries"] = [
                 {"index": i, "data": to_json(d)} for i, d in self.entries if i > after
-            ]
+            ][: self.chunk]
         return web.json_response(body)
 
     async def _register(self, request: web.Request) -> web.Response:
@@ -361,6 +364,27 @@ class Recorder:
 
     async def image_changed(self) -> None:
         self.changes += 1
+
+
+async def test_a_starting_follower_reads_the_whole_log_not_its_first_answer(
+    fake: FakeController,
+) -> None:
+    """The nemesis found restarted brokers acting on a past state of the cluster: start
+    returned after the first answer (at most 1000 entries), so the replica manager opened
+    partitions as leader at an old epoch and rewrote their epoch history. Start now returns
+    only once the image holds everything the controller has."""
+    fake.chunk = 2
+    fake.add_broker(1, "az-a")
+    for i in range(5):
+        fake.commit(fake.logic.create_topics(fake.image, [NewTopic(f"t{i}", 1)]).records)
+    client = ControllerClient([fake.address], SECRET)
+    follower = MetadataFollower(client, wait_ms=200)
+    try:
+        await follower.start(Recorder())
+        assert follower.applied == fake.applied and follower.image == fake.image
+    finally:
+        await follower.stop()
+        await client.close()
 
 
 async def test_follower_applies_entries_and_snapshots(fake: FakeController) -> None:

@@ -161,6 +161,19 @@ class ClassicPartition:
 
     def apply(self, state: PartitionState, on_change: Callable[[ClassicPartition], None]) -> None:
         """The image's view of this partition changed (or is seen the first time)."""
+        if state.leader_epoch < max(self.leader_epoch, self.log.epochs.latest_epoch):
+            # An image older than what this replica already knows (its log holds a newer
+            # leader epoch): acting on it would make this broker a leader of the past and
+            # rewrite its epoch history (Kafka ignores a stale LeaderAndIsr the same way).
+            log.warning(
+                "%s-%d: ignoring a stale view of the partition (leader epoch %d, this "
+                "replica knows %d)",
+                self.topic,
+                self.index,
+                state.leader_epoch,
+                max(self.leader_epoch, self.log.epochs.latest_epoch),
+            )
+            return
         self.replicas, self.isr = state.replicas, state.isr
         new_epoch = state.leader_epoch != self.leader_epoch or state.leader != self.leader
         self.partition_epoch = state.partition_epoch

@@ -351,3 +351,20 @@ def test_the_high_watermark_survives_a_restart(tmp_path: Path) -> None:
         assert again.high_watermark == 3 and again.log.log_end_offset == 5
 
     asyncio.run(run())
+
+
+def test_a_stale_view_of_the_partition_is_ignored(tmp_path: Path) -> None:
+    """A replica whose log holds leader epoch 5 is told by an old image that it leads at
+    epoch 3: it must not become that past leader (its epoch history would be rewritten, and
+    a follower of the real leader would then truncate acknowledged records)."""
+    p = partition(tmp_path)
+    lead(p, epoch=5)
+    produce(p, records(3), acks=1)
+    p.close()
+    again = partition(tmp_path)
+    assert again.log.epochs.latest_epoch == 5
+    lead(again, epoch=3)  # a stale image
+    assert again.role != LEADER and again.log.epochs.latest_epoch == 5
+    lead(again, epoch=6)  # the current one
+    assert again.role == LEADER and again.log.epochs.latest_epoch == 6
+    again.close()
