@@ -66,6 +66,21 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
+def java_command(main: str, *args: str) -> list[str]:
+    """A command running ``main`` (a class, or a single-file Java source program) with
+    Kafka's jars on the class path, sized for a short-lived tool."""
+    return [
+        java(),
+        "-Xmx256m",
+        "-XX:TieredStopAtLevel=1",
+        "-XX:+UseSerialGC",
+        "-cp",
+        f"{ensure_jars()}/*",
+        main,
+        *args,
+    ]
+
+
 def java() -> str:
     home = os.environ.get("JAVA_HOME")
     if home and (Path(home) / "bin" / "java").exists():

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sluice.cluster import LocalCluster
-from tests.differential.kafka import ensure_jars, java
+from tests.differential.kafka import ensure_jars, java_command
 from tests.fixtures.cluster import fast_cluster
 
 pytestmark = pytest.mark.e2e
@@ -24,19 +24,7 @@ PROGRAM = Path(__file__).parent / "java" / "ClientCheck.java"
 
 
 def run_java(bootstrap: str, topic: str, mode: str, *args: str) -> dict[str, Any]:
-    cmd = [
-        java(),
-        "-Xmx256m",
-        "-XX:TieredStopAtLevel=1",
-        "-XX:+UseSerialGC",
-        "-cp",
-        f"{ensure_jars()}/*",
-        str(PROGRAM),
-        bootstrap,
-        topic,
-        mode,
-        *args,
-    ]
+    cmd = java_command(str(PROGRAM), bootstrap, topic, mode, *args)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, f"{mode} exited {done.returncode}:\n{done.stderr[-4000:]}"
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

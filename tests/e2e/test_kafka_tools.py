@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.cluster import LocalCluster
-from tests.differential.kafka import ensure_jars, java
+from tests.differential.kafka import ensure_jars, java_command
 from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import wait_until
@@ -32,16 +32,7 @@ CLASSIC = {"diskless.enable": "false"}
 def kafka_tool(cls: str, *args: str, timeout: float = 120) -> str:
     """Run one of Kafka's tool classes; its standard output. A non-zero exit fails the test
     with the tool's own words."""
-    cmd = [
-        java(),
-        "-Xmx256m",
-        "-XX:TieredStopAtLevel=1",
-        "-XX:+UseSerialGC",
-        "-cp",
-        f"{ensure_jars()}/*",
-        cls,
-        *args,
-    ]
+    cmd = java_command(cls, *args)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     assert done.returncode == 0, (
         f"{cls} {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
