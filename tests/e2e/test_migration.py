@@ -308,7 +308,7 @@ def test_classic_topic_becomes_diskless_under_a_live_stream(
 
 @pytest.mark.xfail(
     strict=False,
-    reason="open failure (issue 24), found 2026-11-27 17:54: in 2 of 4 runs under load a "
+    reason="open failure (issue 24), found 2026-11-27 17:54: in 3 of 4 runs under load a "
     "group missed 100 acknowledged records (14001-14100) of a partition whose leader was "
     "killed mid-migration (the old leader truncated its sealed classic log from 11501 to "
     "8051); not a pass until fixed",
