@@ -99,12 +99,14 @@ def alter_broker_configs(
     return Outcome(records, results)
 
 
-def dynamic_value(image: MetadataImage, node_id: int, key: str) -> tuple[int, str]:
-    """(value, where) of a dynamic broker config for ``node_id``: "broker" (its own),
-    "default" (the cluster default) or "" (Kafka's default)."""
-    own = image.broker_configs.get(str(node_id), {})
-    if key in own:
-        return int(own[key]), "broker"
+def dynamic_value(image: MetadataImage, node_id: int | None, key: str) -> tuple[int, str]:
+    """(value, where) of a dynamic broker config for broker ``node_id`` (None: the cluster
+    default entity itself): "broker" (its own), "default" (the cluster default) or ""
+    (Kafka's default)."""
+    if node_id is not None:
+        own = image.broker_configs.get(str(node_id), {})
+        if key in own:
+            return int(own[key]), "broker"
     default = image.broker_configs.get("", {})
     if key in default:
         return int(default[key]), "default"

@@ -97,6 +97,12 @@ def _migration_entries(image_topic: TopicImage, keys: Any) -> list[dict[str, Any
 # Kafka's DescribeConfigs sources of a broker config set at run time.
 SOURCE_DYNAMIC_BROKER = 2
 SOURCE_DYNAMIC_DEFAULT_BROKER = 3
+# dynamic_value's "where" -> the source DescribeConfigs shows.
+_DYNAMIC_SOURCES = {
+    "broker": SOURCE_DYNAMIC_BROKER,
+    "default": SOURCE_DYNAMIC_DEFAULT_BROKER,
+    "": topic_config.SOURCE_DEFAULT,
+}
 
 
 def _dynamic_broker_configs(broker: HandlerView, name: str, keys: Any) -> list[dict[str, Any]]:
@@ -109,20 +115,15 @@ def _dynamic_broker_configs(broker: HandlerView, name: str, keys: Any) -> list[d
     for key in sorted(DYNAMIC_BROKER_KEYS):
         if keys is not None and key not in keys:
             continue
-        value, where = dynamic_value(controller.image, broker.config.node_id, key)
-        if name == "" and where == "broker":
-            value, where = dynamic_value(controller.image, -1, key)  # the default's own
-        source = {
-            "broker": SOURCE_DYNAMIC_BROKER,
-            "default": SOURCE_DYNAMIC_DEFAULT_BROKER,
-        }.get(where, topic_config.SOURCE_DEFAULT)
+        node = None if name == "" else broker.config.node_id
+        value, where = dynamic_value(controller.image, node, key)
         out.append(
             {
                 "name": key,
                 "value": str(value),
                 "read_only": False,
                 "is_default": not where,
-                "config_source": source,
+                "config_source": _DYNAMIC_SOURCES[where],
                 "is_sensitive": False,
                 "synonyms": [],
                 "config_type": topic_config_keys.LONG,

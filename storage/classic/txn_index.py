@@ -24,27 +24,49 @@ _ATTRIBUTES = struct.Struct(">h")
 _PRODUCER_ID = struct.Struct(">q")
 PRODUCER_ID_OFFSET = 43
 _KEY = struct.Struct(">hh")  # control record key: version, type
+_VALUE = struct.Struct(">hi")  # control record value: version, coordinator epoch
 ABORT = 0
 COMMIT = 1
 NOT_A_MARKER = -1
+
+
+def _marker_key(batch: memoryview) -> tuple[int, int]:
+    """(position, length) of the key of a control batch's first record; ValueError or
+    struct.error when the bytes do not parse."""
+    pos = HEADER_SIZE
+    _length, pos = zigzag_varint(batch, pos)
+    pos += 1  # record attributes
+    _ts, pos = zigzag_varint(batch, pos)
+    _delta, pos = zigzag_varint(batch, pos)
+    key_length, pos = zigzag_varint(batch, pos)
+    return pos, key_length
 
 
 def marker_type(batch: memoryview) -> int:
     """COMMIT or ABORT for a control batch's first record, NOT_A_MARKER for anything else
     (another control type, or bytes that do not parse: never an exception)."""
     try:
-        pos = HEADER_SIZE
-        _length, pos = zigzag_varint(batch, pos)
-        pos += 1  # record attributes
-        _ts, pos = zigzag_varint(batch, pos)
-        _delta, pos = zigzag_varint(batch, pos)
-        key_length, pos = zigzag_varint(batch, pos)
+        pos, key_length = _marker_key(batch)
         if key_length < _KEY.size or pos + _KEY.size > len(batch):
             return NOT_A_MARKER
         _version, kind = _KEY.unpack_from(batch, pos)
     except (ValueError, struct.error):  # CorruptRecords is a ValueError
         return NOT_A_MARKER
     return kind if kind in (ABORT, COMMIT) else NOT_A_MARKER
+
+
+def marker_coordinator_epoch(batch: memoryview) -> int:
+    """The coordinator epoch in the value of a marker batch's record (Sluice's classic
+    markers carry their transaction's number there); -1 when it does not parse."""
+    try:
+        pos, key_length = _marker_key(batch)
+        value_length, pos = zigzag_varint(batch, pos + max(key_length, 0))
+        if value_length < _VALUE.size or pos + _VALUE.size > len(batch):
+            return -1
+        _version, epoch = _VALUE.unpack_from(batch, pos)
+    except (ValueError, struct.error):
+        return -1
+    return int(epoch)
 
 
 def batch_txn_fields(batch: memoryview) -> tuple[int, int, int]:

@@ -24,13 +24,13 @@ from broker.logs.classic.producer_state import ProducerState, marker_behind, pro
 from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.tiered.view import EMPTY, RemoteView
 from controller.image import PartitionState
-from protocol.control_batch import marker_batch, marker_coordinator_epoch
+from protocol.control_batch import marker_batch
 from protocol.record_scan import first_at_or_after, max_timestamp_record
 from protocol.records import CONTROL_BIT, BatchHeader, parse_batches, stamp_log_append_time
 from replication.leader import LeaderState, Progress
 from storage.classic.batches import StoredBatch, walk
 from storage.classic.log import Log, OffsetOutOfRange
-from storage.classic.txn_index import TxnIndex, batch_txn_fields
+from storage.classic.txn_index import TxnIndex, batch_txn_fields, marker_coordinator_epoch
 from storage.coordinator import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ from storage.classic.txn_index import (
     NOT_A_MARKER,
     AbortedTxn,
     TxnIndex,
+    marker_coordinator_epoch,
     marker_type,
 )
 from storage.partition_key import PartitionKey
@@ -68,6 +69,14 @@ def test_marker_type_of_markers_and_garbage() -> None:
         assert marker_type(memoryview(bytes(batch[:cut]))) in (NOT_A_MARKER, COMMIT)
     batch[61:] = b"\xff" * (len(batch) - 61)
     assert marker_type(memoryview(bytes(batch))) == NOT_A_MARKER
+
+
+def test_marker_coordinator_epoch_of_markers_and_garbage() -> None:
+    for epoch in (0, 1, 2**31 - 1, -5):
+        assert marker_coordinator_epoch(memoryview(marker_batch(1, 0, True, 5, epoch))) == epoch
+    batch = marker_batch(1, 0, False, 5, 9)
+    for cut in range(len(batch) - 2):  # cut before the value ends: unreadable, never raises
+        assert marker_coordinator_epoch(memoryview(batch[:cut])) == -1
 
 
 def test_index_lso_and_aborted_ranges() -> None:
