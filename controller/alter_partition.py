@@ -11,8 +11,8 @@ only replicas and keeps the leader (INVALID_REQUEST) and every member is alive
 reassignment (``controller.classic_election``) may also move the leadership.
 
 Diskless partitions are refused: their ISR follows broker liveness, nothing to report;
-except while a partition of a topic migrated to diskless is reassigned (its sealed classic
-log is copied to the added replicas: ``election.stages_classic``).
+except those of a topic migrated to diskless whose sealed classic log still has records, or
+is being copied to added replicas (``election.keeps_classic_isr``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import replace
 from kio.schema.errors import ErrorCode
 
 from .classic_election import classic_desired_state
-from .election import change_to, stages_classic, unclean_allowed
+from .election import change_to, keeps_classic_isr, unclean_allowed
 from .image import MetadataImage
 from .records import Record
 from .requests import AlterPartitionResult, IsrChange, IsrChangeResult, Outcome
@@ -59,7 +59,7 @@ class IsrAdmin:
                     f"Partition {topic.name}-{c.partition} does not exist.",
                 )
                 continue
-            if topic.diskless and not stages_classic(topic, p):
+            if topic.diskless and not keeps_classic_isr(topic, c.partition, p):
                 fail(
                     ErrorCode.invalid_request,
                     f"{topic.name} is diskless: its ISR follows broker liveness.",

@@ -78,6 +78,7 @@ def desired_state(
 
 def desired_for(
     topic: TopicImage,
+    index: int,
     p: PartitionState,
     alive: Set[int],
     returning: Set[int] = frozenset(),
@@ -85,7 +86,7 @@ def desired_for(
 ) -> PartitionState:
     """The state ``p`` of ``topic`` should have: diskless and classic partitions differ in
     who may be in the ISR."""
-    if topic.diskless and not stages_classic(topic, p):
+    if topic.diskless and not keeps_classic_isr(topic, index, p):
         return desired_state(p, alive, returning, leaders_must_act(topic), departed)
     return classic_desired_state(p, alive, unclean_allowed(topic.configs))
 
@@ -106,6 +107,31 @@ def stages_classic(topic: TopicImage, p: PartitionState) -> bool:
     copies than before. Once it completes, the diskless rule applies again."""
     m = topic.migration
     return topic.diskless and m is not None and m.direction == TO_DISKLESS and p.reassigning
+
+
+def holds_sealed_classic(topic: TopicImage, index: int) -> bool:
+    """A partition of a topic migrated to diskless (or migrating back) whose sealed classic
+    log below the diskless part still has records. Its replicas really can lack part of
+    that log (a replica down when it was sealed has only what it had then), so its ISR stays
+    classic: the replicas that hold the whole sealed log, which alone may lead it (followers
+    copy the leader's log and truncate to it). A replica that comes back rejoins once it
+    has fetched the log (AlterPartition from the leader). Without this, a returning replica
+    short of the boundary, in a diskless ISR that is always the replica set, could lead the
+    sealed log and make the others truncate acknowledged records. Once retention removed
+    the sealed log's records (its size reported as 0), the diskless rule applies again."""
+    m = topic.migration
+    if m is None:
+        return False
+    first = m if m.direction == TO_DISKLESS else m.earlier
+    s = None if first is None else first.sealed_partition(index)
+    return s is not None and s.old_bytes != 0
+
+
+def keeps_classic_isr(topic: TopicImage, index: int, p: PartitionState) -> bool:
+    """A diskless topic's partition whose ISR follows the classic rules (leaders add and
+    remove replicas by AlterPartition, the controller elects from the ISR): a staged
+    reassignment of a sealed classic log, or a sealed classic log with records."""
+    return topic.diskless and (stages_classic(topic, p) or holds_sealed_classic(topic, index))
 
 
 def change_to(
@@ -141,7 +167,10 @@ def reelect(
     out: list[PartitionChange] = []
     for topic, index, state in image.iter_partitions():
         change = change_to(
-            topic.topic_id, index, state, desired_for(topic, state, alive, returning, departed)
+            topic.topic_id,
+            index,
+            state,
+            desired_for(topic, index, state, alive, returning, departed),
         )
         if change is not None:
             out.append(change)

@@ -36,7 +36,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from .classic_election import classic_desired_state
-from .election import change_to, unclean_allowed
+from .election import change_to, desired_state, unclean_allowed
 from .image import (
     DISKLESS_ENABLE,
     MIGRATION_MIGRATED,
@@ -199,7 +199,7 @@ class MigrationAdmin:
                         ErrorCode.invalid_request, f"sealed at {known}, not at {r.boundary}"
                     ),
                 )
-            return Outcome(self._size_change(topic, r), ErrorResult(ErrorCode.none))
+            return Outcome(self._size_change(image, topic, r), ErrorResult(ErrorCode.none))
         if p.leader != r.broker_id:
             return Outcome([], ErrorResult(ErrorCode.not_leader_or_follower))
         if p.leader_epoch != r.leader_epoch:
@@ -216,7 +216,7 @@ class MigrationAdmin:
         return Outcome(records, ErrorResult(ErrorCode.none))
 
     @staticmethod
-    def _size_change(topic: TopicImage, r: SealReport) -> list[Record]:
+    def _size_change(image: MetadataImage, topic: TopicImage, r: SealReport) -> list[Record]:
         """A sealed partition's current leader reporting again with the size its sealed
         classic log has now (``broker.logs.migration.sealer``: what retention and tiering left):
         recorded when it changed, so "bytes still classic" is live everywhere."""
@@ -232,7 +232,16 @@ class MigrationAdmin:
             or r.old_bytes == s.old_bytes
         ):
             return []
-        return [SealedLogSize(r.topic_id, r.partition, r.generation, r.old_bytes)]
+        out: list[Record] = [SealedLogSize(r.topic_id, r.partition, r.generation, r.old_bytes)]
+        if r.old_bytes == 0 and not p.reassigning:
+            # No record left below the boundary: the diskless rule again (ISR = replicas,
+            # ``election.holds_sealed_classic``), at once rather than at the next election.
+            change = change_to(
+                topic.topic_id, r.partition, p, desired_state(p, image.alive_brokers())
+            )
+            if change is not None:
+                out.append(change)
+        return out
 
 
 def migration_state(topic: TopicImage) -> str | None:

@@ -70,7 +70,9 @@ class ReassignmentAdmin:
                     adding_replicas=tuple(x for x in target if x not in original),
                     removing_replicas=removing,
                 )
-            change = change_to(topic.topic_id, r.partition, p, desired_for(topic, proposed, alive))
+            change = change_to(
+                topic.topic_id, r.partition, p, desired_for(topic, r.partition, proposed, alive)
+            )
             if change is not None:
                 records.append(change)
             results.append(ReassignmentResult(r.topic, r.partition, OK))

@@ -19,7 +19,13 @@ from kio.schema.errors import ErrorCode
 from common.topic_names import topic_name_error
 
 from .classic_placement import ClassicPlacementError, manual_assignment_error, place_classic
-from .election import UNCLEAN_LEADER_ELECTION, change_to, desired_state, unclean_allowed
+from .election import (
+    UNCLEAN_LEADER_ELECTION,
+    change_to,
+    desired_state,
+    keeps_classic_isr,
+    unclean_allowed,
+)
 from .image import DISKLESS_ENABLE, TO_CLASSIC, MetadataImage, PartitionState, TopicImage
 from .leader_election import unclean_leaders
 from .logic_config import ControllerConfig
@@ -501,6 +507,8 @@ def _acting_leaders(topic: TopicImage, alive: set[int]) -> list[Record]:
     out: list[Record] = []
     for index in sorted(topic.partitions):
         p = topic.partitions[index]
+        if keeps_classic_isr(topic, index, p):
+            continue  # elected from its ISR already (a lost leader was replaced then)
         change = change_to(topic.topic_id, index, p, desired_state(p, alive, move_dead_leader=True))
         if change is not None:
             out.append(change)

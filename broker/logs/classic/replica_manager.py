@@ -32,7 +32,7 @@ from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity, inter_b
 from broker.server.metrics import FollowerLag
 from common.background import cancel_and_wait
 from controller.broker_config_admin import dynamic_value
-from controller.election import stages_classic
+from controller.election import keeps_classic_isr
 from controller.image import MetadataImage
 from controller.requests import IsrChange
 from storage.catalog import Topic
@@ -387,7 +387,7 @@ class ReplicaManager:
         """Ask the controller for an ISR change if the leader's view calls for one."""
         ls = p.leader_state
         now = time.time() * 1000
-        if p.topic_id not in self._classic and not self._staged(p):
+        if p.topic_id not in self._classic and not self._classic_isr(p):
             return  # a sealed log of a migrated (now diskless) topic: its ISR is diskless's
         if ls is None or p.isr_change_pending or p.role != LEADER or now < p.isr_retry_at:
             return
@@ -402,14 +402,15 @@ class ReplicaManager:
         self._tasks.append(task)
         task.add_done_callback(lambda t: t in self._tasks and self._tasks.remove(t))
 
-    def _staged(self, p: ClassicPartition) -> bool:
-        """The sealed classic log of a migrated topic whose replicas are moving: added
-        replicas join the ISR once they have fetched it (``election.stages_classic``)."""
+    def _classic_isr(self, p: ClassicPartition) -> bool:
+        """The sealed classic log of a migrated topic that still has records, or whose
+        replicas are moving: replicas join the ISR once they have fetched all of it
+        (``election.keeps_classic_isr``)."""
         if self.broker.controller is None:
             return False
         topic = self.image().topics.get(p.topic_id)
         state = None if topic is None else topic.partitions.get(p.index)
-        return topic is not None and state is not None and stages_classic(topic, state)
+        return topic is not None and state is not None and keeps_classic_isr(topic, p.index, state)
 
     async def _alter_isr(self, p: ClassicPartition, change: IsrChange) -> None:
         controller = self.broker.controller

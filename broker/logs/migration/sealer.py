@@ -215,7 +215,14 @@ class MigrationSealer:
         if boundary is None:
             return
         plog = p.log
-        if plog.log_end_offset < boundary:
+        if self._short_of_earlier_seal(p, topic):
+            # This replica lacks part of the classic log sealed by the earlier migration to
+            # diskless (it was down then): continuing at the boundary would leave a hole
+            # below it for good. As a follower it fetches the rest from the leader (a
+            # replica that holds it all: ``election.keeps_classic_isr``), whose log jumps
+            # from that seal to this boundary, and joins the ISR once caught up.
+            pass
+        elif plog.log_end_offset < boundary:
             if plog.log_end_offset == plog.log_start_offset:
                 plog.truncate_fully_and_start_at(boundary)
             else:
@@ -228,6 +235,19 @@ class MigrationSealer:
             log.info("%s-%d: classic log continues at %d", p.topic, p.index, boundary)
         if (p.topic_id, p.index, m.generation) not in self._continued:
             p.sealed = True
+
+    def _short_of_earlier_seal(self, p: ClassicPartition, topic: TopicImage) -> bool:
+        """A follower whose log ends below the seal of the earlier migration to diskless,
+        whose sealed log has records (the leader does not: it continues at the boundary
+        whatever it holds, so the partition takes appends)."""
+        m = topic.migration
+        state = topic.partitions.get(p.index)
+        if m is None or m.earlier is None or state is None:
+            return False
+        if state.leader == self.broker.config.node_id:
+            return False
+        first = m.earlier.sealed_partition(p.index)
+        return first is not None and first.old_bytes != 0 and p.log.log_end_offset < first.boundary
 
     @staticmethod
     def _retire(p: ClassicPartition, boundary: int | None) -> None:

@@ -191,9 +191,13 @@ def test_migrated_partitions_move_to_one_replica_per_rack_as_a_staged_reassignme
     assert r.error_code == ErrorCode.none
     p = c.partitions("t")[0]
     assert p.replicas == target and not p.reassigning and set(p.isr) == set(target)
-    # Done: a diskless partition again, whose ISR follows liveness.
+    # Done; while its sealed classic log has records its ISR stays classic (the leader
+    # still says who holds that log), and once retention removed them (size 0 reported)
+    # it is a diskless partition again, whose ISR follows liveness.
     topic = c.image.topic("t")
     assert topic is not None
+    assert seal(c, 0, 0, old_bytes=0).error_code == ErrorCode.none
+    p = c.partitions("t")[0]
     change = IsrChange(topic.topic_id, 0, p.leader_epoch, p.partition_epoch, (1, 2))
     refused = c.commit(c.logic.alter_partition(c.image, 1, c.epochs[1], [change]))
     assert refused.partitions[0].error_code == ErrorCode.invalid_request
@@ -335,3 +339,60 @@ def test_a_leader_lost_during_a_migration_to_classic_is_replaced() -> None:
     c.advance(SESSION_MS + 1, heartbeating=[b for b in RACKS if b != lost])
     p = c.partitions("t")[0]
     assert p.leader != lost and p.leader_epoch == 1 and p.isr == p.replicas
+
+
+def test_a_sealed_classic_log_with_records_keeps_a_classic_isr_so_a_short_replica_never_leads() -> (
+    None
+):
+    """Broker 1 leads, dies, and the classic log is sealed without it (ISR 2, 3). Back, it
+    holds only what it had: it must not lead the sealed log (the others would truncate to
+    it) and joins the ISR only when the leader says it caught up. Found by an e2e run where
+    the returning preferred replica took the leadership back and two replicas truncated
+    acknowledged records."""
+    c = Cluster(ControllerConfig(new_uuid=uuids(), classic_topics=True))
+    c.start({1: "a", 2: "b", 3: "c"})
+    c.create("t", -1, configs=CLASSIC, assignments={0: [1, 2, 3]})
+    c.advance(SESSION_MS + 1, heartbeating=[2, 3])
+    p = c.partitions("t")[0]
+    assert (p.leader, p.isr) == (2, (2, 3))
+    start(c)
+    assert seal(c, 0, 100, old_bytes=500).error_code == ErrorCode.none
+    topic = c.image.topic("t")
+    assert topic is not None and topic.diskless
+    c.register(1, "a")
+    assert c.heartbeat(1).is_fenced is False
+    c.advance(100, heartbeating=[1, 2, 3])
+    p = c.partitions("t")[0]
+    assert (p.leader, p.isr) == (2, (2, 3)), "a diskless ISR would take 1 back at once"
+    # The leader reports 1 caught up: accepted (a diskless partition's would be refused).
+    assert isr_change(c, (1, 2, 3)).error_code == ErrorCode.none
+    # The leader dies: another holder of the whole log leads, as Kafka elects from the ISR.
+    c.advance(SESSION_MS + 1, heartbeating=[1, 3])
+    p = c.partitions("t")[0]
+    assert p.leader in (1, 3) and 2 not in p.isr
+    # Retention removed the sealed log's records (its size reported 0): diskless again.
+    assert seal(c, 0, 100, old_bytes=0).error_code == ErrorCode.none
+    c.advance(100, heartbeating=[1, 3])
+    assert c.partitions("t")[0].isr == (1, 2, 3)
+    assert c.rebuilt() == c.image
+
+
+def test_a_migration_back_to_classic_keeps_the_sealed_logs_isr() -> None:
+    c = Cluster(ControllerConfig(new_uuid=uuids(), classic_topics=True))
+    c.start({1: "a", 2: "b", 3: "c"})
+    c.create("t", -1, configs=CLASSIC, assignments={0: [1, 2, 3]})
+    c.advance(SESSION_MS + 1, heartbeating=[2, 3])
+    start(c)
+    seal(c, 0, 100, old_bytes=500)
+    c.register(1, "a")
+    c.heartbeat(1)
+    c.advance(100, heartbeating=[1, 2, 3])
+    assert start(c, value="false").error_code == ErrorCode.none
+    p = c.partitions("t")[0]
+    assert (p.leader, p.isr) == (2, (2, 3))
+    assert seal(c, 0, 150, old_start=100).error_code == ErrorCode.none
+    topic = c.image.topic("t")
+    assert topic is not None and not topic.diskless
+    # Classic again: 1 still lacks part of the first sealed log, so it is not in the ISR.
+    p = c.partitions("t")[0]
+    assert (p.leader, p.isr) == (2, (2, 3))
