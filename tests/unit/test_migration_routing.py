@@ -376,3 +376,36 @@ async def test_a_replica_continuing_at_the_boundary_takes_the_diskless_producer_
     assert p.producers.check(7, 2, 5, 9) == (None, (15, 19))
     assert p.producers.check(7, 2, 10, 12) == (None, None)
     assert p.producers.check(7, 2, 11, 12)[0] is not None
+
+
+def test_a_follower_short_of_the_earlier_seal_fetches_the_rest_instead_of_leaving_a_hole(
+    tmp_path: Any,
+) -> None:
+    """A replica that was down when the classic log was sealed for diskless (at 3) holds one
+    record. Back to classic at 10: continuing at 10 would leave [1, 3) missing for good;
+    as a follower it keeps its log as it is and fetches the rest from the leader (whose log
+    jumps from 3 to 10). The leader itself continues at 10 whatever it holds."""
+    from broker.logs.migration.sealer import MigrationSealer
+
+    c, _broker, _tid = setup()
+    migrate(c, "true")
+    seal(c, 0, 3, old_bytes=300)
+    seal(c, 1, 0)
+    migrate(c, "false")
+    seal(c, 0, 10, old_start=3)
+    topic = c.image.topic("t")
+    assert topic is not None
+    leader = topic.partitions[0].leader
+    follower = next(r for r in topic.partitions[0].replicas if r != leader)
+    on_follower = MigrationSealer(SimpleNamespace(config=SimpleNamespace(node_id=follower)))  # type: ignore[arg-type]
+    short = partition(tmp_path / "a", 1)
+    on_follower.on_replica(short, topic)
+    assert short.log.log_end_offset == 1 and short.high_watermark == 1
+    # A follower holding the whole sealed log continues at the boundary, as before.
+    whole = partition(tmp_path / "b", 3)
+    on_follower.on_replica(whole, topic)
+    assert whole.log.log_end_offset == 10
+    on_leader = MigrationSealer(SimpleNamespace(config=SimpleNamespace(node_id=leader)))  # type: ignore[arg-type]
+    leading = partition(tmp_path / "c", 1)
+    on_leader.on_replica(leading, topic)
+    assert leading.log.log_end_offset == 10

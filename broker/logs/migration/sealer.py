@@ -242,12 +242,10 @@ class MigrationSealer:
         whatever it holds, so the partition takes appends)."""
         m = topic.migration
         state = topic.partitions.get(p.index)
-        if m is None or m.earlier is None or state is None:
+        first = None if m is None or m.earlier is None else m.earlier.sealed_partition(p.index)
+        if first is None or state is None or first.old_bytes == 0:
             return False
-        if state.leader == self.broker.config.node_id:
-            return False
-        first = m.earlier.sealed_partition(p.index)
-        return first is not None and first.old_bytes != 0 and p.log.log_end_offset < first.boundary
+        return p.log.log_end_offset < first.boundary and state.leader != self.broker.config.node_id
 
     @staticmethod
     def _retire(p: ClassicPartition, boundary: int | None) -> None:
