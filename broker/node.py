@@ -313,8 +313,14 @@ class Broker:
     def controller_id(self) -> int:
         """What Metadata and DescribeCluster name as controller. Clients cannot talk to the
         Raft controllers (they have no Kafka listener), so, as Kafka does under KRaft, a
-        live broker stands in: the lowest id, the same answer on every broker."""
-        return min((b.node_id for b in self.endpoints()), default=self.config.node_id)
+        live broker stands in: the lowest id, the same answer on every broker. A broker its
+        peers stopped answering (``peer_probe``) is passed over at once, not only once the
+        controller fences it: admin clients send controller-bound requests there and wait
+        for it."""
+        live = [b.node_id for b in self.endpoints()]
+        suspects = self.peer_probe.suspects() if self.peer_probe is not None else frozenset()
+        answering = [n for n in live if n not in suspects]
+        return min(answering or live, default=self.config.node_id)
 
     async def start(self) -> None:
         os.makedirs(self.config.data_dir, exist_ok=True)

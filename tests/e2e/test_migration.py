@@ -93,12 +93,22 @@ def start_migration(
 
 def migration(admin: AdminClient, topic: str) -> dict[str, str]:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    entries = admin.describe_configs([resource])[resource].result(20)
+    entries = admin.describe_configs([resource])[resource].result(10)
     return {k: e.value for k, e in entries.items() if k.startswith("diskless.")}
 
 
 def migrated(admin: AdminClient, topic: str, direction: str = "to-diskless") -> bool:
     return migration(admin, topic).get(STATE, "").startswith(f"migrated ({direction}")
+
+
+def migrated_after_kill(bootstrap: str, topic: str, direction: str) -> bool:
+    """``migrated`` asked by a new admin client each time, a lost answer counting as "not
+    yet": DescribeConfigs goes to the broker Metadata names as controller, which may be the
+    one just killed until the controller fences it (see ``start_migration``)."""
+    try:
+        return migrated(AdminClient({"bootstrap.servers": bootstrap}), topic, direction)
+    except (KafkaException, TimeoutError):
+        return False
 
 
 class GroupReader:
@@ -189,7 +199,11 @@ def run_migration(
                 assert active is not None
                 active.stop(signal.SIGKILL)
                 killed.append(-active.node_id)
-            wait_until(lambda d=direction: migrated(admin, topic, d), "the migration", 40)
+            wait_until(
+                lambda d=direction: migrated_after_kill(lc.bootstrap, topic, d),
+                "the migration",
+                40,
+            )
             if kill_controller:
                 active.start()
             if kill_leader:
@@ -578,7 +592,11 @@ def test_leader_killed_mid_seal_loses_and_duplicates_nothing(
         broker.stop(signal.SIGKILL)
         killed.append(leader)
         txn.commit_transaction(60)
-        wait_until(lambda: migrated(admin, topic), "the migration", 40)
+        wait_until(
+            lambda: migrated_after_kill(healthy.bootstrap, topic, "to-diskless"),
+            "the migration",
+            40,
+        )
         broker.start()
         wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, "broker back", 20)
 

@@ -76,3 +76,27 @@ async def test_probing_off_suspects_nobody() -> None:
     await asyncio.sleep(0.05)
     assert not probe.enabled and probe.suspects() == frozenset()
     probe.close()
+
+
+def test_metadata_names_as_controller_the_lowest_broker_its_peers_still_hear() -> None:
+    """Admin clients send controller-bound requests (CreateTopics, IncrementalAlterConfigs,
+    DescribeConfigs with librdkafka) to Metadata's controller id and wait for that broker:
+    one that stopped answering is passed over before the controller fences it."""
+    from types import SimpleNamespace
+
+    from broker.node import Broker
+
+    suspects: frozenset[int] = frozenset()
+    node = SimpleNamespace(
+        endpoints=lambda: [SimpleNamespace(node_id=n) for n in (3, 1, 2)],
+        peer_probe=SimpleNamespace(suspects=lambda: suspects),
+        config=SimpleNamespace(node_id=2),
+    )
+    controller_id = Broker.controller_id.fget  # type: ignore[attr-defined]
+    assert controller_id(node) == 1
+    suspects = frozenset({1})
+    assert controller_id(node) == 2
+    suspects = frozenset({1, 2, 3})  # this broker cut off: the live list stands
+    assert controller_id(node) == 1
+    node.peer_probe = None
+    assert controller_id(node) == 1
