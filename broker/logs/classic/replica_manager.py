@@ -392,7 +392,14 @@ class ReplicaManager:
         if ls is None or p.isr_change_pending or p.role != LEADER or now < p.isr_retry_at:
             return
         isr = set(p.isr)
-        new = (isr - ls.to_remove(now)) | ls.to_add()
+        added = ls.to_add()
+        if added and self.broker.controller is not None:
+            # KIP-841: only a registered, unfenced broker may join (the controller refuses
+            # the others, INELIGIBLE_REPLICA). A dead follower's last fetch still reaches a
+            # high watermark that does not move (a sealed log): not asked again and again.
+            alive = self.image().alive_brokers()
+            added = {r for r in added if r in alive}
+        new = (isr - ls.to_remove(now)) | added
         if new == isr:
             return
         p.isr_change_pending = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -368,3 +369,37 @@ def test_a_stale_view_of_the_partition_is_ignored(tmp_path: Path) -> None:
     lead(again, epoch=6)  # the current one
     assert again.role == LEADER and again.log.epochs.latest_epoch == 6
     again.close()
+
+
+def test_a_leader_asks_to_add_only_unfenced_followers_to_the_isr(tmp_path: Path) -> None:
+    """KIP-841: a follower whose last fetch reached the high watermark but whose broker the
+    controller fenced (dead) is not proposed; the controller would refuse it
+    (INELIGIBLE_REPLICA) at every check while the high watermark does not move."""
+    from types import SimpleNamespace
+
+    from broker.logs.classic.replica_manager import ReplicaManager
+
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p, isr=(1,))
+        produce(p, records(2), acks=1)
+        p.read(2, 1 << 20, 2)  # 2 and 3 have caught up
+        p.read(2, 1 << 20, 3)
+        asked: list[tuple[int, ...]] = []
+
+        async def alter_isr(_p: Any, change: Any) -> None:
+            asked.append(change.new_isr)
+
+        alive = {1, 2}
+        manager = SimpleNamespace(
+            _classic={TOPIC_ID},
+            _tasks=[],
+            broker=SimpleNamespace(controller=object()),
+            image=lambda: SimpleNamespace(alive_brokers=lambda: alive),
+            _alter_isr=alter_isr,
+        )
+        ReplicaManager.check_isr(manager, p)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        assert asked == [(1, 2)]
+
+    asyncio.run(run())
