@@ -11,6 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from uuid import UUID
 
 from broker.config import BrokerConfig
@@ -176,7 +177,7 @@ class TopicRegistry:
             # log always has its logs (followers create them too, idempotently).
             await self._coordinator.create_logs(keys)
         try:
-            await controller.create(topic, replication_factor, assignments, validate_only)
+            result = await controller.create(topic, replication_factor, assignments, validate_only)
         except ControllerUnavailable:
             raise  # the topic may exist: its logs stay
         except (TopicExists, ControllerRefused):
@@ -186,7 +187,9 @@ class TopicRegistry:
                 await self._coordinator.delete_logs([topic.topic_id], 0)
             raise
         if validate_only:
-            return topic
+            # The configs the controller would record (the kind it resolved from the
+            # cluster default among them), as Kafka's validate_only answer shows them.
+            return replace(topic, configs=dict(result.configs or topic.configs))
         # The follower loaded the image that holds the topic; fall back to ours if it lags.
         known = self._by_id.get(topic.topic_id)
         if known is None:

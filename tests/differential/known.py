@@ -171,14 +171,6 @@ INTENDED: list[Known] = [
 BUGS: list[Known] = [
     # --- Metadata ---
     # --- CreateTopics ---
-    Known(
-        "create_topics",
-        "validate_only, valid",
-        "*configs[diskless.enable]",
-        "validate_only on a broker whose default kind is classic (log.diskless.enable=false) "
-        "reports diskless.enable=true (source default) for the topic it would create classic",
-        ("classic",),
-    ),
     # --- topic config entries (CreateTopics v5+ and DescribeConfigs) ---
     Known(
         "describe_configs",

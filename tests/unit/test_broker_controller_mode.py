@@ -13,6 +13,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -687,6 +688,13 @@ async def test_replication_factor_and_assignments_are_refused_by_the_controller(
     answer = await call(broker, 19, 7, create_request("dry", 2, validate_only=True))
     assert answer.topics[0].error_code == E.none and answer.topics[0].replication_factor == 3
     assert fake.image.topic("dry") is None
+    # ... with the configs it would record: a cluster whose topics are classic by default
+    # says diskless.enable=false of the topic it would create, as a real create does.
+    fake.logic.config = replace(fake.logic.config, default_diskless=False, classic_topics=True)
+    answer = await call(broker, 19, 7, create_request("dry", 2, validate_only=True))
+    kind = {c.name: c.value for c in answer.topics[0].configs}["diskless.enable"]
+    assert answer.topics[0].error_code == E.none and kind == "false"
+    fake.logic.config = replace(fake.logic.config, default_diskless=True, classic_topics=False)
     # Existing topic: TOPIC_ALREADY_EXISTS.
     await call(broker, 19, 7, create_request("once", 1))
     answer = await call(broker, 19, 7, create_request("once", 1))
