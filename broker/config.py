@@ -12,6 +12,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from common.secret_reference import resolve_secret_reference
+from common.topic_config_keys import KEYS as TOPIC_KEYS
+from common.topic_config_validation import InvalidConfig, validate
 
 MiB = 1024 * 1024
 
@@ -213,6 +215,10 @@ class BrokerConfig:
     # listener.name.<listener>.<key>=value overrides (Kafka's per-listener prefix), e.g.
     # listener.name.sasl_ssl.ssl.client.auth or listener.name.sasl_ssl.plain.sasl.jaas.config.
     listener_name_configs: tuple[tuple[str, str], ...] = ()
+    # Kafka's broker-level defaults of topic configs as set (log.retention.hours=72,
+    # log.segment.bytes, compression.type, min.insync.replicas, ...: TOPIC_DEFAULT_KEYS):
+    # a topic without its own value takes them (broker.metadata.topic_config).
+    topic_defaults: tuple[tuple[str, str], ...] = ()
     # Authorization (Kafka's names; broker/security/authorizer.py). Empty: no authorizer,
     # every request is allowed. Kafka's StandardAuthorizer class name (or "acl") turns ACLs
     # on; they live in the controller's metadata log, so it needs controller mode.
@@ -323,6 +329,41 @@ _KEYS["node.id"] = "node_id"
 _KEYS["broker.rack"] = "rack"
 _KEYS["message.max.bytes"] = "message_max_bytes"
 del _KEYS["listener.name.configs"]  # set through listener.name.<listener>.<key> keys
+del _KEYS["topic.defaults"]  # set through the keys of TOPIC_DEFAULT_KEYS
+
+
+def _topic_default_keys() -> dict[str, tuple[str, int]]:
+    """Broker config name -> (the topic config it defaults, factor from its unit)."""
+    out: dict[str, tuple[str, int]] = {}
+    for key in TOPIC_KEYS.values():
+        for name, factor in key.synonyms:
+            if name not in _KEYS:  # message.max.bytes is a BrokerConfig field of its own
+                out[name] = (key.name, factor)
+    # Leaders are elected by the controllers, which read the topic's own setting: a broker
+    # default would be shown and never used.
+    out.pop("unclean.leader.election.enable", None)
+    return out
+
+
+TOPIC_DEFAULT_KEYS = _topic_default_keys()
+
+
+def _topic_default(key: str, raw: str) -> str:
+    """Check a broker-level topic default as its topic config would be checked."""
+    topic_key, factor = TOPIC_DEFAULT_KEYS[key]
+    value = raw.strip()
+    if factor != 1:
+        try:
+            value = str(int(value) * factor)
+        except ValueError:
+            raise ValueError(f"config {key}: expected an integer, got {raw!r}") from None
+    try:
+        validate({topic_key: value})
+    except InvalidConfig as exc:
+        raise ValueError(f"config {key}: {exc}") from None
+    return raw.strip()
+
+
 LISTENER_PREFIX = "listener.name."
 
 # Values DescribeConfigs shows as null and logs never show. Kafka marks passwords and JAAS
@@ -366,6 +407,7 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
                 merged[key] = env[var]
     values: dict[str, Any] = {}
     per_listener: list[tuple[str, str]] = []
+    topic_defaults: dict[str, str] = {}
     for key, raw in merged.items():
         raw = resolve_secret_reference(key, raw, env)
         if key.startswith(LISTENER_PREFIX):
@@ -374,6 +416,14 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
                 raise ValueError(f"config {key}: expected listener.name.<listener>.<config>")
             per_listener.append((f"{LISTENER_PREFIX}{listener.lower()}.{rest}", raw))
             continue
+        if key in TOPIC_DEFAULT_KEYS:
+            topic_defaults[key] = _topic_default(key, raw)
+            continue
+        if key == "unclean.leader.election.enable":
+            raise ValueError(
+                "unclean.leader.election.enable is the controllers' to apply: set it on a "
+                "topic (kafka-configs --entity-type topics), not on a broker"
+            )
         name = _KEYS.get(key)
         if name is None:
             raise ValueError(f"unknown config {key!r}")
@@ -383,6 +433,8 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
             raise ValueError(f"config {key}: {exc}") from None
     if per_listener:
         values["listener_name_configs"] = tuple(sorted(per_listener))
+    if topic_defaults:
+        values["topic_defaults"] = tuple(sorted(topic_defaults.items()))
     config = BrokerConfig(**values)
     if config.controller_mode:
         # A broker holding a guessable secret lets anyone act as a broker to the controllers.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import SENSITIVE_KEYS, BrokerConfig, is_sensitive
+from broker.config import SENSITIVE_KEYS, TOPIC_DEFAULT_KEYS, BrokerConfig, is_sensitive
 from broker.metadata import topic_config
 from broker.metadata.controller_client import ControllerRefused
 from broker.security import access
@@ -132,29 +132,124 @@ def _dynamic_broker_configs(broker: HandlerView, name: str, keys: Any) -> list[d
     return out
 
 
-def _broker_configs(config: BrokerConfig, keys: Any) -> list[dict[str, Any]]:
+# Kafka's types of the Kafka broker configs Sluice has whose Python type does not say it
+# (an int is INT unless listed here or named *.ms / *.bytes, which are mostly LONG).
+_LONG_BROKER_KEYS = frozenset({"log.retention.check.interval.ms", "offsets.retention.minutes"})
+_INT_BROKER_KEYS = frozenset(
+    {
+        "message.max.bytes",
+        "socket.request.max.bytes",
+        "replica.fetch.max.bytes",
+        "replica.fetch.response.max.bytes",
+        "replica.fetch.wait.max.ms",
+        "replica.fetch.backoff.ms",
+        "replica.socket.timeout.ms",
+        "group.min.session.timeout.ms",
+        "group.max.session.timeout.ms",
+        "group.initial.rebalance.delay.ms",
+        "offsets.commit.timeout.ms",
+        "transaction.max.timeout.ms",
+        "transactional.id.expiration.ms",
+        "broker.heartbeat.interval.ms",
+        "broker.session.timeout.ms",
+        "producer.id.expiration.ms",
+        "connections.max.unauthenticated.ms",
+    }
+)
+
+
+def _broker_type(key: str, value: Any) -> int:
+    if isinstance(value, bool):
+        return topic_config_keys.BOOLEAN
+    if isinstance(value, int):
+        if key in _LONG_BROKER_KEYS:
+            return topic_config_keys.LONG
+        if key in _INT_BROKER_KEYS or not key.endswith((".ms", ".bytes")):
+            return topic_config_keys.INT
+        return topic_config_keys.LONG
+    if isinstance(value, float):
+        return topic_config_keys.DOUBLE
+    return topic_config_keys.STRING
+
+
+def _shown(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _static_entry(
+    key: str, value: str | None, default: str | None, type_: int, with_synonyms: bool
+) -> dict[str, Any]:
+    """One static broker config as Kafka describes it: source STATIC_BROKER_CONFIG when set
+    (value other than the default), else DEFAULT_CONFIG; synonyms the set value, then the
+    default (Kafka's order), when asked for."""
+    sensitive = is_sensitive(key)
+    synonyms = []
+    if value != default and value is not None:
+        synonyms.append(
+            {
+                "name": key,
+                "value": None if sensitive else value,
+                "source": topic_config.SOURCE_STATIC_BROKER,
+            }
+        )
+    if default is not None:
+        synonyms.append(
+            {
+                "name": key,
+                "value": None if sensitive else default,
+                "source": topic_config.SOURCE_DEFAULT,
+            }
+        )
+    return {
+        "name": key,
+        "value": None if sensitive else value,
+        # Static: changing it means editing the broker's config and restarting it (the
+        # dynamic ones are _dynamic_broker_configs').
+        "read_only": True,
+        "is_default": not synonyms or synonyms[0]["source"] == topic_config.SOURCE_DEFAULT,
+        "config_source": synonyms[0]["source"] if synonyms else topic_config.SOURCE_DEFAULT,
+        "is_sensitive": sensitive,
+        "synonyms": synonyms if with_synonyms else [],
+        "config_type": type_,
+    }
+
+
+def _broker_configs(config: BrokerConfig, keys: Any, with_synonyms: bool) -> list[dict[str, Any]]:
     out = []
     for f in fields(config):
         key = f.name.replace("_", ".")
-        if f.name == "listener_name_configs" or (keys is not None and key not in keys):
-            continue  # per-listener overrides are not one config of their own
+        if f.name in ("listener_name_configs", "topic_defaults"):
+            continue  # per-listener overrides and topic defaults are listed by their keys
+        if keys is not None and key not in keys:
+            continue
         value = getattr(config, f.name)
-        sensitive = is_sensitive(key)
-        if sensitive or value is None:
-            shown = None
-        else:
-            shown = str(value).lower() if isinstance(value, bool) else str(value)
         out.append(
-            {
-                "name": key,
-                "value": shown,
-                "read_only": True,
-                "is_default": value == f.default,
-                "config_source": topic_config.SOURCE_STATIC_BROKER,
-                "is_sensitive": sensitive,
-                "synonyms": [],
-                "config_type": topic_config_keys.STRING,
-            }
+            _static_entry(
+                key,
+                _shown(value),
+                _shown(f.default),
+                _broker_type(key, f.default if value is None else value),
+                with_synonyms,
+            )
+        )
+    # Kafka's broker-level topic defaults (log.retention.hours, ...), set or not: Kafka
+    # lists every broker config, an unset one with a null value.
+    set_defaults = dict(config.topic_defaults)
+    for key in sorted(TOPIC_DEFAULT_KEYS):
+        if keys is not None and key not in keys:
+            continue
+        topic_key, factor = TOPIC_DEFAULT_KEYS[key]
+        spec = topic_config_keys.KEYS[topic_key]
+        default = (
+            spec.broker_default[1]
+            if spec.broker_default and spec.broker_default[0] == key
+            else None
+        )
+        type_ = topic_config_keys.INT if factor != 1 else spec.type
+        out.append(
+            _static_entry(key, set_defaults.get(key, default), default, type_, with_synonyms)
         )
     return out
 
@@ -200,9 +295,12 @@ async def describe_configs(broker: HandlerView, ctx: RequestContext, request: An
                     error_message=f"Unexpected broker id {res.resource_name!r}",
                 )
             else:
-                entry["configs"] = _broker_configs(broker.config, keys) + _dynamic_broker_configs(
-                    broker, res.resource_name, keys
+                # The cluster default ("") has no static configs (Kafka lists its dynamic
+                # defaults only).
+                static = (
+                    _broker_configs(broker.config, keys, with_synonyms) if res.resource_name else []
                 )
+                entry["configs"] = static + _dynamic_broker_configs(broker, res.resource_name, keys)
         else:
             entry.update(
                 error_code=int(ErrorCode.invalid_request),

@@ -41,8 +41,11 @@ _BROKER_DEFAULTS = {f.name: f.default for f in fields(BrokerConfig)}
 
 
 def _broker_value(broker: BrokerConfig, name: str) -> str | None:
-    """A broker config this broker sets away from its default (only names BrokerConfig
-    has; Sluice's broker configs name few of Kafka's log.* defaults)."""
+    """A broker config this broker sets: a broker-level topic default (log.retention.hours,
+    ...) as written, or a BrokerConfig field set away from its default."""
+    for key, value in broker.topic_defaults:
+        if key == name:
+            return value
     attr = name.replace(".", "_")
     if attr not in _BROKER_DEFAULTS:
         return None
@@ -73,12 +76,15 @@ def resolve(broker: BrokerConfig, explicit: Mapping[str, str], name: str) -> Res
     synonyms += from_broker
     if name in explicit:
         return Resolved(explicit[name], SOURCE_DYNAMIC_TOPIC, tuple(synonyms))
+    # The source is the first synonym's, as Kafka reports it: so a value set by
+    # log.retention.hours (dropped from the synonyms above) shows as DEFAULT_CONFIG.
+    source = synonyms[0].source if synonyms else SOURCE_DEFAULT
     for synonym, factor in key.synonyms:
         value = _broker_value(broker, synonym)
         if value is not None:
             shown = str(int(value) * factor) if factor != 1 else value
-            return Resolved(shown, SOURCE_STATIC_BROKER, tuple(synonyms))
-    return Resolved(key.default, SOURCE_DEFAULT, tuple(synonyms))
+            return Resolved(shown, source, tuple(synonyms))
+    return Resolved(key.default, source, tuple(synonyms))
 
 
 @functools.lru_cache(maxsize=4)

@@ -905,7 +905,7 @@ def test_controller_mode_config() -> None:
     )
     assert config.controller_mode
     assert config.controller_servers() == ["c1:9093", "c2:9093", "c3:9093"]
-    shown = {c["name"]: c for c in _broker_configs(config, None)}
+    shown = {c["name"]: c for c in _broker_configs(config, None, False)}
     assert shown["controller.secret"]["value"] is None
     assert shown["controller.secret"]["is_sensitive"]
     assert not load_config({}).controller_mode

@@ -158,9 +158,10 @@ def test_describe_configs_hides_secrets() -> None:
     config = load_config(
         {"ssl.key.password": "key-password-value", "sasl.jaas.config": "x required;"}
     )
-    shown = {c["name"]: c for c in _broker_configs(config, None)}
+    shown = {c["name"]: c for c in _broker_configs(config, None, True)}
     for key in ("ssl.key.password", "sasl.jaas.config", "s3.secret.key", "coordinator.dsn"):
         assert shown[key]["value"] is None and shown[key]["is_sensitive"]
+        assert all(s["value"] is None for s in shown[key]["synonyms"])  # set ones too
     assert shown["ssl.client.auth"]["value"] == "none"
     assert "listener.name.configs" not in shown
 
