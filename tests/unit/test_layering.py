@@ -49,12 +49,10 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
         # The classic engine and its tiered part know each other: a classic partition holds
         # the view of its remote segments and a follower starts above the tiered part
-        # (tiered/ sits above classic/), and a fetch slot carries the classic replica it
-        # reads (type only). The rest of the tiered part is given to the classic engine by
-        # the Broker (classic/tiered_part.Tiering).
+        # (tiered/ sits above classic/). The rest of the tiered part is given to the classic
+        # engine by the Broker (classic/tiered_part.Tiering).
         ("broker.logs.classic.partition", "broker.logs.tiered.view"),
         ("broker.logs.classic.replica_fetcher", "broker.logs.tiered.follower"),
-        ("broker.logs.fetch_slots", "broker.logs.classic.partition"),
         # The partition-log interface names the diskless appender's request and result
         # types (broker/append.py was at the bottom of broker/). Moving them into the
         # interface closes a cycle through the fetch slot's classic replica (above).

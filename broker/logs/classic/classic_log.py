@@ -6,13 +6,13 @@ done in ``broker.logs.classic`` (and ``broker.logs.tiered`` for the remote part)
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 from uuid import UUID
 
 from broker.logs.classic.classic_append import classic_append, needs_verification
 from broker.logs.classic.classic_markers import mark
 from broker.logs.classic.classic_offsets import delete_records, end_offset_for_epoch, list_offset
-from broker.logs.classic.classic_read import classic_entry, classic_slot, read_classic
+from broker.logs.classic.classic_read import ClassicSlot, classic_entry, classic_slot, read_classic
 from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from broker.logs.partition_log import (
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 # Reads the slots whose offsets are in the tiered part only (``tiered_read.read_tiered``).
-ReadTiered = Callable[["ClassicHost", list[FetchSlot], FetchBudget, bool], Awaitable[int]]
+ReadTiered = Callable[["ClassicHost", list[ClassicSlot], FetchBudget, bool], Awaitable[int]]
 
 
 class ClassicLog:
@@ -91,7 +91,7 @@ class ClassicLog:
         self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
     ) -> int:
         # Offsets below a tiered partition's local log: read once from the remote segments.
-        local = [s for s in slots if _reads_here(s)]
+        local: list[ClassicSlot] = [s for s in slots if _reads_here(s)]
         if not local:
             return 0
         return await self._read_tiered(self._broker, local, budget, read_committed)
@@ -108,8 +108,10 @@ class ClassicLog:
         return read_classic(self._broker, slot, budget, read_committed) if _reads_here(slot) else 0
 
     def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
-        p = slot.classic
-        return [(p.topic_id, slot.partition, slot.offset)] if p and _reads_here(slot) else []
+        if not _reads_here(slot):
+            return []
+        assert slot.classic is not None
+        return [(slot.classic.topic_id, slot.partition, slot.offset)]
 
     async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
         return None
@@ -118,7 +120,9 @@ class ClassicLog:
         return None
 
     def entry(self, slot: FetchSlot, plan: ReadPlan, read_committed: bool) -> dict[str, Any]:
-        return classic_entry(slot, read_committed) if slot.classic is not None else {}
+        if isinstance(slot, ClassicSlot) and slot.classic is not None:
+            return classic_entry(slot, read_committed)
+        return {}
 
     async def list_offsets(
         self, asks: Sequence[OffsetAsk], read_committed: bool
@@ -165,6 +169,6 @@ class ClassicLog:
         )
 
 
-def _reads_here(slot: FetchSlot) -> bool:
+def _reads_here(slot: FetchSlot) -> TypeGuard[ClassicSlot]:
     """A replica on this broker serves the slot (not a KIP-392 redirect, not refused)."""
-    return slot.classic is not None and slot.preferred < 0
+    return isinstance(slot, ClassicSlot) and slot.classic is not None and slot.preferred < 0

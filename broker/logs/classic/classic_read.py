@@ -18,6 +18,19 @@ from storage.catalog import Topic
 if TYPE_CHECKING:
     from broker.logs.classic.replica_manager import ClassicHost, ReplicaManager
 
+
+class ClassicSlot(FetchSlot):
+    """A fetched partition the classic engine opened: the replica on this broker it reads
+    (None when refused or redirected), the one the fetch started with even if the
+    partition's replica is replaced while the fetch waits."""
+
+    __slots__ = ("classic",)
+
+    def __init__(self, topic_key: Any, partition: int) -> None:
+        super().__init__(topic_key, partition, 0, -1)
+        self.classic: ClassicPartition | None = None
+
+
 # Consumers may fetch from a follower from Fetch v11 on (KIP-392), as Kafka allows.
 FOLLOWER_FETCH_VERSION = 11
 
@@ -30,9 +43,8 @@ def classic_slot(
     replica_id: int,
     version: int,
     rack: str | None,
-) -> FetchSlot:
-
-    slot = FetchSlot(key, part.partition, 0, -1)
+) -> ClassicSlot:
+    slot = ClassicSlot(key, part.partition)
     p = manager.get(topic.topic_id, part.partition)
     if replica_id == DENIED_REPLICA:
         slot.error = int(ErrorCode.cluster_authorization_failed)
@@ -83,7 +95,7 @@ def preferred_read_replica(broker: ClassicHost, p: ClassicPartition, rack: str) 
 
 
 def read_classic(
-    broker: ClassicHost, slot: FetchSlot, budget: FetchBudget, read_committed: bool = False
+    broker: ClassicHost, slot: ClassicSlot, budget: FetchBudget, read_committed: bool = False
 ) -> int:
     """Read a classic slot (again) within what the answer has left; returns the bytes
     found. A follower's fetch offset is recorded even when nothing fits any more (Kafka
@@ -126,7 +138,7 @@ def read_classic(
     return len(data)
 
 
-def classic_entry(slot: FetchSlot, read_committed: bool = False) -> dict[str, Any]:
+def classic_entry(slot: ClassicSlot, read_committed: bool = False) -> dict[str, Any]:
     p = slot.classic
     assert p is not None
     lso = p.last_stable_offset

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.logs.classic.classic_read import ClassicSlot
     from broker.logs.classic.replica_manager import ClassicHost
-    from broker.logs.fetch_slots import FetchBudget, FetchSlot
+    from broker.logs.fetch_slots import FetchBudget
 
 log = logging.getLogger(__name__)
 
 
-def remote_slots(slots: list[FetchSlot]) -> list[FetchSlot]:
+def remote_slots(slots: list[ClassicSlot]) -> list[ClassicSlot]:
     """The consumer slots whose offset lies in the tiered part only."""
     return [
         s
@@ -26,7 +27,7 @@ def remote_slots(slots: list[FetchSlot]) -> list[FetchSlot]:
 
 
 async def read_tiered(
-    broker: ClassicHost, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool = False
+    broker: ClassicHost, slots: list[ClassicSlot], budget: FetchBudget, read_committed: bool = False
 ) -> int:
     """Read the remote slots among ``slots``, in turn, within what the answer has left
     (taken from ``budget``); returns the bytes found."""
