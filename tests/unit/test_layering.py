@@ -53,10 +53,6 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
         # engine by the Broker (classic/tiered_part.Tiering).
         ("broker.logs.classic.partition", "broker.logs.tiered.view"),
         ("broker.logs.classic.replica_fetcher", "broker.logs.tiered.follower"),
-        # The partition-log interface names the diskless appender's request and result
-        # types (broker/append.py was at the bottom of broker/). Moving them into the
-        # interface closes a cycle through the fetch slot's classic replica (above).
-        ("broker.logs.partition_log", "broker.logs.diskless.diskless_append"),
     }
 )
 # Private names imported across modules: (importer, module, name).

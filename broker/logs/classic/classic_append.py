@@ -9,7 +9,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.diskless.diskless_append import PartitionResult
+from broker.logs.partition_log import PartitionResult
 from broker.server.metrics import METRICS
 from protocol.records import BatchHeader
 from storage.catalog import Topic

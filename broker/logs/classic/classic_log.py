@@ -13,7 +13,6 @@ from broker.logs.classic.classic_append import classic_append, needs_verificatio
 from broker.logs.classic.classic_markers import mark
 from broker.logs.classic.classic_offsets import delete_records, end_offset_for_epoch, list_offset
 from broker.logs.classic.classic_read import ClassicSlot, classic_entry, classic_slot, read_classic
-from broker.logs.diskless.diskless_append import PartitionResult
 from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from broker.logs.partition_log import (
     AppendPlan,
@@ -23,6 +22,7 @@ from broker.logs.partition_log import (
     EpochAsk,
     OffsetAnswer,
     OffsetAsk,
+    PartitionResult,
     ReadPlan,
 )
 from protocol.records import BatchHeader

@@ -21,7 +21,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.producer_state import ProducerState, marker_behind, producer_fields
-from broker.logs.diskless.diskless_append import PartitionResult
+from broker.logs.partition_log import PartitionResult
 from broker.logs.tiered.view import EMPTY, RemoteView
 from controller.image import PartitionState
 from protocol.control_batch import marker_batch
