@@ -51,7 +51,6 @@ KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
         # the view of its remote segments and a follower starts above the tiered part
         # (tiered/ sits above classic/). The rest of the tiered part is given to the classic
         # engine by the Broker (classic/tiered_part.Tiering).
-        ("broker.logs.classic.partition", "broker.logs.tiered.view"),
         ("broker.logs.classic.replica_fetcher", "broker.logs.tiered.follower"),
     }
 )

@@ -32,8 +32,8 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import LEADER, ClassicPartition
+from broker.logs.classic.remote_view import EMPTY, RemoteView
 from broker.logs.tiered.snapshot import parse, segment_state
-from broker.logs.tiered.view import EMPTY, RemoteView
 from common.background import cancel_and_wait
 from controller.image import TIERING_DISABLING, TopicImage
 from controller.requests import DisableRemoteAck, DisableRemoteTopic

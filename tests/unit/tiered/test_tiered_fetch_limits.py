@@ -14,9 +14,9 @@ import pytest
 
 from broker.logs.classic.classic_read import ClassicSlot
 from broker.logs.classic.partition import ClassicPartition
+from broker.logs.classic.remote_view import RemoteView
 from broker.logs.fetch_slots import FetchBudget
 from broker.logs.tiered.tiered_read import read_tiered
-from broker.logs.tiered.view import RemoteView
 from controller.image import PartitionState
 from storage.classic.log import Log
 from storage.tiered.copier import history_of
