@@ -15,7 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import ClassicPartition
 from broker.logs.classic.remote_view import RemoteView
-from broker.logs.tiered.follower import leader_histories, start_after_tiered
+from broker.logs.classic.replica_fetcher import leader_histories
+from broker.logs.tiered.follower import start_after_tiered
 from broker.logs.tiered.snapshot import parse, segment_state
 from controller.image import PartitionState
 from protocol.records import parse_batches
