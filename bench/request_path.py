@@ -68,6 +68,7 @@ class RequestPath:
     topic_kind: str
     files: list[str]
     calls: int
+    functions: list[list[str]]  # per entry of ``files``: the functions called there, in order
 
     @property
     def distinct(self) -> int:
@@ -88,13 +89,15 @@ class RequestPath:
             "reentered": self.reentered,
         }
 
-    def render(self) -> str:
+    def render(self, functions: bool = False) -> str:
         lines = [
             f"{self.request} on a {self.topic_kind} topic: {self.distinct} distinct files, "
             f"{len(self.files)} entries, {len(self.reentered)} entered more than once "
             f"({self.calls} calls)"
         ]
-        lines += [f"  {i:3d} {name}" for i, name in enumerate(self.files, 1)]
+        for i, name in enumerate(self.files, 1):
+            called = f"  ({', '.join(self.functions[i - 1])})" if functions else ""
+            lines.append(f"  {i:3d} {name}{called}")
         if self.reentered:
             counts = {n: self.files.count(n) for n in self.reentered}
             lines.append(
@@ -110,6 +113,7 @@ class _Tracer:
     def __init__(self, port: int) -> None:
         self.port = port
         self.files: list[str] = []  # collapsed
+        self.functions: list[list[str]] = []
         self.calls = 0
         self._decoding = 0  # depth inside our connection's buffer_updated
 
@@ -151,6 +155,10 @@ class _Tracer:
         relative = filename[len(str(ROOT)) + 1 :]
         if not self.files or self.files[-1] != relative:
             self.files.append(relative)
+            self.functions.append([])
+        called = self.functions[-1]
+        if not called or called[-1] != code.co_qualname:
+            called.append(code.co_qualname)
 
 
 def _records(count: int = 3) -> bytes:
@@ -340,12 +348,16 @@ async def trace_paths(root: Path, warmups: int = 3) -> list[RequestPath]:
                 part = answer.responses[0].partition_responses[0]
                 if int(part.error_code):
                     raise RuntimeError(f"traced Produce to {topic}: {part.error_code!r}")
-                paths.append(RequestPath("Produce", kind, tracer.files, tracer.calls))
+                paths.append(
+                    RequestPath("Produce", kind, tracer.files, tracer.calls, tracer.functions)
+                )
                 answer, tracer = await traced(FETCH_KEY, FETCH_VERSION, _fetch(topic, 0))
                 fetched = answer.responses[0].partitions[0]
                 if int(fetched.error_code) or not fetched.records:
                     raise RuntimeError(f"traced Fetch of {topic}: {fetched.error_code!r}")
-                paths.append(RequestPath("Fetch", kind, tracer.files, tracer.calls))
+                paths.append(
+                    RequestPath("Fetch", kind, tracer.files, tracer.calls, tracer.functions)
+                )
         finally:
             client.close()
     return paths
@@ -369,6 +381,9 @@ def _summary(paths: list[RequestPath]) -> Iterator[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the paths as JSON")
+    parser.add_argument(
+        "--functions", action="store_true", help="name the functions called in each entry"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     paths = run()
@@ -376,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps([p.as_dict() for p in paths], indent=2))
         return 0
     for p in paths:
-        print(p.render())
+        print(p.render(args.functions))
         print()
     print("\n".join(_summary(paths)))
     return 0
