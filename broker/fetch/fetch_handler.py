@@ -139,7 +139,7 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
             missing = ErrorCode.unknown_topic_or_partition
         denied = access.enabled(broker) and not _may_read(broker, ctx, key, topic)
         for part in fetch_topic.partitions:
-            error = 0
+            error, epoch = 0, -1
             in_handler = True  # where Kafka refuses it (see Answered)
             if denied:
                 error = int(ErrorCode.topic_authorization_failed)
@@ -148,10 +148,8 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
             elif not 0 <= part.partition < topic.partitions:
                 error = int(ErrorCode.unknown_topic_or_partition)
             else:
-                error = leader_epoch_error(
-                    getattr(part, "current_leader_epoch", -1),
-                    broker.leader_epoch(topic.topic_id, part.partition),
-                )
+                epoch = broker.leader_epoch(topic.topic_id, part.partition)
+                error = leader_epoch_error(getattr(part, "current_leader_epoch", -1), epoch)
                 in_handler = False  # Kafka's partition checks the leader epoch
             if error or topic is None:
                 refused = Answered(error, by_request_handler=in_handler)
@@ -159,9 +157,7 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
                 readers.append(refused)
                 continue
             last_fetched = int(getattr(part, "last_fetched_epoch", -1))
-            if replica_id < 0 and last_fetched > broker.leader_epoch(
-                topic.topic_id, part.partition
-            ):
+            if replica_id < 0 and last_fetched > epoch:
                 # A consumer's last fetched epoch newer than any this partition has had:
                 # Kafka's log finds no end offset for it and answers OFFSET_OUT_OF_RANGE.
                 # (An older epoch cannot have diverged here: consumers read only up to the

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from broker.logs.classic.classic_append import Verification, verify_transaction
 from broker.logs.partition_log import AppendPlan, PartitionResult
 from broker.logs.router import Purpose, RoutedView
-from broker.metadata.client_az import az_from_client_id, count_bytes, count_produce
+from broker.metadata.client_az import az_from_client_id, count_bytes
 from broker.produce import recompress
 from broker.security import access
 from broker.security.principal import user_of
@@ -142,13 +142,13 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
             slot = log.append(topic, part.index, records, batches, log_append, plan)
             slots.append((name, part.index, slot, None, ()))
     throttle_ms = _produce_quota(broker, ctx, request)
-    if plan.local_bytes:
-        count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), plan.local_bytes)
     # Submitted now, before the handler returns, whatever else the request waits for: the
     # appender commits in submission order, and the connection's next request must not
     # overtake this one's batches.
     committed = broker.appender.submit(plan.diskless)
-    count_produce(broker, ctx.header.client_id, plan.diskless)
+    # The request's record bytes, on this broker's logs and the diskless ones: one count.
+    produced = plan.local_bytes + sum(len(a.records) for a in plan.diskless)
+    count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), produced)
     if plan.waits:
         # acks=all on logs of this broker: answered once their high watermarks pass.
         return asyncio.ensure_future(

@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.security import sasl as sasl_mod
 from broker.security.listeners import DEFAULT_LISTENER
-from broker.security.principal import ANONYMOUS
+from broker.security.principal import ANONYMOUS, user_of
 from broker.security.request_context import RequestContext
 from broker.security.tls import certificate_principal
 from broker.server.client_quotas import pending_throttle, reset_throttle
@@ -195,9 +195,10 @@ class ListenerSecurity(NamedTuple):
 PLAINTEXT = ListenerSecurity()
 
 
-# Measures a request's handling time (seconds) against the client's request quota and
-# returns the throttle time in ms (broker/server/client_quotas.py).
-RequestTimeQuota = Callable[["RequestContext", float], int]
+# Records a request's handling time against the request quota of a client (user, client id)
+# and returns the throttle time in ms: the request quota's ``QuotaManager.record``
+# (broker/server/client_quotas.py). Kafka counts request time in percent of a second.
+RequestTimeQuota = Callable[[str, str, float], int]
 _NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -659,7 +660,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         """Count the handler's time against the request quota; a throttled answer carries
         its throttle time (when the answer is at hand: a future only mutes)."""
         assert self._request_quota is not None
-        throttle_ms = self._request_quota(ctx, seconds)
+        throttle_ms = self._request_quota(
+            user_of(ctx.principal), ctx.header.client_id or "", seconds * 100
+        )
         if throttle_ms <= 0:
             return result
         fields = getattr(result, "__dataclass_fields__", None)
