@@ -57,18 +57,22 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     slots: list[_Slot] = []
     topics = broker.topics
     # ensure() re-reads the catalog for a topic or partition this broker does not know
-    # yet; asking it only then spares every other request its coroutine and generator.
+    # yet; asking it only then spares every other request its coroutine and generator
+    # (and the topics looked up here serve the request, unless ensure() ran).
+    known: dict[str, Topic | None] = {}
     for topic_data in request.topic_data:
-        known = topics.get(topic_data.name)
-        if known is None or any(
-            not 0 <= part.index < known.partitions for part in topic_data.partition_data
+        found = known[topic_data.name] = topics.get(topic_data.name)
+        if found is None or any(
+            not 0 <= part.index < found.partitions for part in topic_data.partition_data
         ):
             await topics.ensure(
                 (td.name, part.index) for td in request.topic_data for part in td.partition_data
             )
+            known = {}
             break
     precheck_error, precheck_message = _precheck(request, acks)
-    if precheck_error is None and access.enabled(broker):
+    acls = access.enabled(broker)
+    if precheck_error is None and acls:
         precheck_error, precheck_message = _transactional_check(broker, ctx, request)
     now_ms = int(time.time() * 1000)
     logs = broker.router
@@ -77,10 +81,10 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     verified: tuple[tuple[int, int], Verification] | None = None
     for topic_data in request.topic_data:
         name = topic_data.name
-        topic = topics.get(name)
+        topic = known[name] if name in known else topics.get(name)
         if topic is not None:
             max_batch_bytes, log_append, rules = _settings(topics, topic)
-        denied = access.enabled(broker) and not access.topic(broker, ctx, AclOperation.WRITE, name)
+        denied = acls and not access.topic(broker, ctx, AclOperation.WRITE, name)
         for part in topic_data.partition_data:
             error, message = precheck_error, precheck_message
             if error is None and denied:
@@ -136,6 +140,7 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
                         broker.transactions, request.transactional_id, first
                     )
                     verified = ((first.producer_id, first.producer_epoch), verification)
+                    known = {}  # the topics may have changed meanwhile: looked up again
                 if refusal := verified[1].refusal(topic.topic_id, part.index):
                     slots.append((name, part.index, PartitionResult(refusal), None, ()))
                     continue
