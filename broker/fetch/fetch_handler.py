@@ -111,11 +111,21 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
         )
     slots: list[FetchSlot] = []
     readers: list[PartitionLog] = []  # the log that opened each slot, and reads it
-    await broker.topics.ensure(
-        (t.topic_id if by_id else t.topic, part.partition)
-        for t in session.topics
-        for part in t.partitions
-    )
+    # ensure() re-reads the catalog for a topic or partition this broker does not know
+    # yet; the topics looked up to decide serve the request unless it ran.
+    topics = broker.topics
+    known: dict[Any, Topic | None] = {}
+    for asked in session.topics:
+        key = asked.topic_id if by_id else asked.topic
+        found = known[key] = topics.get_by_id(key) if by_id else topics.get(key)
+        if found is None or any(not 0 <= p.partition < found.partitions for p in asked.partitions):
+            await topics.ensure(
+                (t.topic_id if by_id else t.topic, part.partition)
+                for t in session.topics
+                for part in t.partitions
+            )
+            known = {}
+            break
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
@@ -131,11 +141,11 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
     for fetch_topic in session.topics:
         if by_id:
             key = fetch_topic.topic_id
-            topic = broker.topics.get_by_id(key)
+            topic = known[key] if key in known else topics.get_by_id(key)
             missing = ErrorCode.unknown_topic_id
         else:
             key = fetch_topic.topic
-            topic = broker.topics.get(key)
+            topic = known[key] if key in known else topics.get(key)
             missing = ErrorCode.unknown_topic_or_partition
         denied = access.enabled(broker) and not _may_read(broker, ctx, key, topic)
         for part in fetch_topic.partitions:
