@@ -10,7 +10,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.classic_append import Verification, verify_transaction
+from broker.logs.classic.txn_verification import Verification, verify_transaction
 from broker.logs.partition_log import AppendPlan, PartitionResult
 from broker.logs.router import Purpose, RoutedView
 from broker.metadata.client_az import az_from_client_id, count_bytes

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from broker.logs.classic.classic_read import ClassicSlot
+    from broker.logs.classic.classic_log import ClassicSlot
     from broker.logs.classic.replica_manager import ClassicHost
     from broker.logs.fetch_slots import FetchBudget
 

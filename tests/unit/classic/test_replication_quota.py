@@ -48,7 +48,7 @@ def test_a_leader_over_its_rate_sends_a_catching_up_follower_nothing() -> None:
     from pathlib import Path
     from types import SimpleNamespace
 
-    from broker.logs.classic.classic_read import ClassicSlot, read_classic
+    from broker.logs.classic.classic_log import ClassicSlot, read_classic
     from broker.logs.fetch_slots import FetchBudget
 
     from .test_partition import lead, partition, produce, records

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from broker.logs.classic.classic_read import ClassicSlot
+from broker.logs.classic.classic_log import ClassicSlot
 from broker.logs.classic.partition import ClassicPartition
 from broker.logs.classic.remote_view import RemoteView
 from broker.logs.fetch_slots import FetchBudget
