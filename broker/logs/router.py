@@ -148,12 +148,7 @@ def appends_classic(
     broker: RoutingView, classic: ClassicReplicas, topic_id: UUID, partition: int
 ) -> bool:
     """Produce goes to the classic leader (else: the diskless append path)."""
-    return _appends_classic(_migration(broker, topic_id), classic, topic_id, partition)
-
-
-def _appends_classic(
-    m: MigrationState | None, classic: ClassicReplicas, topic_id: UUID, partition: int
-) -> bool:
+    m = _migration(broker, topic_id)
     if m is None:
         return classic.is_classic(topic_id)
     sealed = m.boundary(partition) is not None
@@ -165,10 +160,7 @@ def _appends_classic(
 def refuses_diskless_append(broker: RoutingView, topic_id: UUID, partition: int) -> bool:
     """A diskless partition being sealed towards classic: produce is answered with a
     retriable error until the seal is recorded (then it goes to the classic leader)."""
-    return _refuses_diskless_append(_migration(broker, topic_id), partition)
-
-
-def _refuses_diskless_append(m: MigrationState | None, partition: int) -> bool:
+    m = _migration(broker, topic_id)
     return (
         m is not None
         and m.direction == TO_CLASSIC
@@ -380,11 +372,10 @@ class LogRouter:
             # No classic engine on this broker (no controller): every log is diskless.
             return self.diskless
         if purpose is Purpose.APPEND:
-            m = _migration(broker, topic_id)  # read once for both questions
-            if _appends_classic(m, manager, topic_id, partition):
+            if appends_classic(broker, manager, topic_id, partition):
                 # A classic partition: appended to this broker's log if it leads it.
                 return self.classic
-            if _refuses_diskless_append(m, partition):
+            if refuses_diskless_append(broker, topic_id, partition):
                 # Being sealed for a migration to classic: retriable, nothing written.
                 return Answered(int(ErrorCode.not_leader_or_follower))
             return self.diskless
