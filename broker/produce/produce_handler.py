@@ -83,7 +83,7 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
         name = topic_data.name
         topic = known[name] if name in known else topics.get(name)
         if topic is not None:
-            max_batch_bytes, log_append, rules = _settings(topics, topic)
+            max_batch_bytes, log_append, rules, target = _settings(topics, topic)
         denied = acls and not access.topic(broker, ctx, AclOperation.WRITE, name)
         for part in topic_data.partition_data:
             error, message = precheck_error, precheck_message
@@ -104,15 +104,15 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
             try:
                 batches = parse_batches(records, max_batch_bytes)
                 if ctx.header.api_version < ZSTD_MIN_PRODUCE_VERSION:
-                    _refuse_old_zstd(batches, recompress.target(topics, topic))
+                    _refuse_old_zstd(batches, target)
                 # Every record is checked before anything is buffered: nothing that would
                 # poison a consumer or lie about its offsets is ever acknowledged.
                 records, batches = validate_records(records, batches, rules, now_ms)
-                if (codec := recompress.target(topics, topic)) is not None:
+                if target is not None:
                     records, batches = recompress.recompress(
                         records,
                         batches,
-                        codec,
+                        target,
                         max_batch_bytes,
                         broker.config.socket_request_max_bytes,
                     )
@@ -187,25 +187,28 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
 
 
 # Per topic: (the Topic object they were derived from, max.message.bytes, whether it is
-# LogAppendTime, the record validation rules). Effective configs are dicts merged from the
-# broker's defaults on every call; a topic's configs only change with a new (frozen) Topic
-# object, so an entry is valid while its Topic is the registry's current one.
-_SETTINGS: dict[UUID, tuple[Topic, int, bool, Rules]] = {}
+# LogAppendTime, the record validation rules, the codec batches are stored in: None for the
+# producer's). Effective configs are dicts merged from the broker's defaults on every call;
+# a topic's configs only change with a new (frozen) Topic object, so an entry is valid while
+# its Topic is the registry's current one.
+_Settings = tuple[int, bool, Rules, recompress.Target | None]
+_SETTINGS: dict[UUID, tuple[Topic, _Settings]] = {}
 _SETTINGS_MAX = 10_000
 
 
-def _settings(topics: TopicRegistry, topic: Topic) -> tuple[int, bool, Rules]:
+def _settings(topics: TopicRegistry, topic: Topic) -> _Settings:
     cached = _SETTINGS.get(topic.topic_id)
     if cached is not None and cached[0] is topic:
-        return cached[1], cached[2], cached[3]
+        return cached[1]
     max_bytes = topics.int_config(topic, "max.message.bytes")
     config = topics.config(topic)
     log_append = config.get("message.timestamp.type") == "LogAppendTime"
     rules = _rules(topics, topic, config, log_append)
+    settings = (max_bytes, log_append, rules, recompress.target(config))
     if len(_SETTINGS) >= _SETTINGS_MAX:
         _SETTINGS.clear()  # deleted topics' entries; rebuilt on use
-    _SETTINGS[topic.topic_id] = (topic, max_bytes, log_append, rules)
-    return max_bytes, log_append, rules
+    _SETTINGS[topic.topic_id] = (topic, settings)
+    return settings
 
 
 def _rules(topics: TopicRegistry, topic: Topic, config: dict[str, str], log_append: bool) -> Rules:
