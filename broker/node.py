@@ -342,7 +342,7 @@ class Broker:
                 pending_bytes=self.config.connection_pending_max_bytes,
                 security=self._security[listener.name],
                 tune_process=number == 0,
-                request_quota=self.quotas.request.record if self.controller is not None else None,
+                request_quota=self.quotas.request if self.controller is not None else None,
                 limits=limits,
                 exempt=listener.name == self.listener_plan.inter_broker,
             )
