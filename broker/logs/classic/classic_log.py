@@ -56,7 +56,7 @@ class ClassicSlot(FetchSlot):
         self.classic: ClassicPartition | None = None
 
 
-# Reads the slots whose offsets are in the tiered part only (``tiered_read.read_tiered``).
+# Reads slots whose offsets are in the tiered part only (``tiered_read.read_tiered``).
 ReadTiered = Callable[["ClassicHost", list[ClassicSlot], FetchBudget, bool], Awaitable[int]]
 
 
@@ -114,11 +114,19 @@ class ClassicLog:
     async def read_below(
         self, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool
     ) -> int:
-        # Offsets below a tiered partition's local log: read once from the remote segments.
-        local: list[ClassicSlot] = [s for s in slots if _reads_here(s)]
-        if not local:
+        # A consumer's offsets below a tiered partition's local log: read once from the
+        # remote segments (the tiered part is not asked when there are none).
+        remote: list[ClassicSlot] = [
+            s
+            for s in slots
+            if _reads_here(s)
+            and s.replica < 0
+            and s.classic is not None
+            and s.classic.is_remote(s.offset)
+        ]
+        if not remote:
             return 0
-        return await self._read_tiered(self._broker, local, budget, read_committed)
+        return await self._read_tiered(self._broker, remote, budget, read_committed)
 
     async def start_round(
         self, slots: list[FetchSlot], budget: FetchBudget, plan: ReadPlan, read_committed: bool

@@ -17,23 +17,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def remote_slots(slots: list[ClassicSlot]) -> list[ClassicSlot]:
-    """The consumer slots whose offset lies in the tiered part only."""
-    return [
-        s
-        for s in slots
-        if s.classic is not None and s.replica < 0 and s.classic.is_remote(s.offset)
-    ]
-
-
 async def read_tiered(
     broker: ClassicHost, slots: list[ClassicSlot], budget: FetchBudget, read_committed: bool = False
 ) -> int:
-    """Read the remote slots among ``slots``, in turn, within what the answer has left
-    (taken from ``budget``); returns the bytes found."""
+    """Read ``slots``, consumer slots whose offsets lie in the tiered part only (the
+    classic engine picks them: ``ClassicLog.read_below``), in turn, within what the answer
+    has left (taken from ``budget``); returns the bytes found."""
     manager = broker.classic.tiering if broker.classic is not None else None
     total = 0
-    for slot in remote_slots(slots):
+    for slot in slots:
         p = slot.classic
         assert p is not None
         if manager is None:
