@@ -150,7 +150,11 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     # Submitted now, before the handler returns, whatever else the request waits for: the
     # appender commits in submission order, and the connection's next request must not
     # overtake this one's batches.
-    committed = broker.appender.submit(plan.diskless)
+    if plan.diskless:
+        committed = broker.appender.submit(plan.diskless)
+    else:  # nothing for the diskless engine (classic partitions, refusals): no commit
+        committed = asyncio.get_running_loop().create_future()
+        committed.set_result([])
     # The request's record bytes, on this broker's logs and the diskless ones: one count.
     produced = plan.local_bytes + sum(len(a.records) for a in plan.diskless)
     count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), produced)
