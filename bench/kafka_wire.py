@@ -33,6 +33,11 @@ class WireClient:
     def close(self) -> None:
         self._sock.close()
 
+    @property
+    def local_port(self) -> int:
+        """This end's port: how the broker tells this connection from others."""
+        return int(self._sock.getsockname()[1])
+
     def __enter__(self) -> WireClient:
         return self
 

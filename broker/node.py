@@ -10,7 +10,6 @@ import os
 import random
 import time
 import uuid
-from typing import TYPE_CHECKING
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
@@ -44,7 +43,6 @@ from broker.metadata.topics import TopicRegistry
 from broker.metadata.transformer import set_hash_mode
 from broker.security.authorizer import Authorizer, parse_super_users
 from broker.security.listeners import ListenerPlan, listener_plan
-from broker.security.principal import user_of
 from broker.security.sasl import SaslAuthenticator
 from broker.security.scram import ScramCredential
 from broker.security.tls import server_context
@@ -68,9 +66,6 @@ from storage.objects import ObjectStore, is_data_key
 from storage.objects.block_cache import BlockCache
 from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
-
-if TYPE_CHECKING:
-    from broker.security.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 _NO_QUOTAS: dict[object, dict[str, float]] = {}
@@ -151,7 +146,7 @@ class Broker:
         # Client quotas come from the metadata image (none without a controller).
         controller = self.controller
         self.quotas = ClientQuotas(
-            (lambda: controller.image.quotas) if controller is not None else lambda: _NO_QUOTAS,
+            controller.quotas if controller is not None else lambda: _NO_QUOTAS,
             config.quota_window_num,
             config.quota_window_size_seconds,
         )
@@ -353,7 +348,7 @@ class Broker:
                 pending_bytes=self.config.connection_pending_max_bytes,
                 security=self._security[listener.name],
                 tune_process=number == 0,
-                request_quota=self._request_time if self.controller is not None else None,
+                request_quota=self.quotas.request if self.controller is not None else None,
                 limits=limits,
                 exempt=listener.name == self.listener_plan.inter_broker,
             )
@@ -471,13 +466,6 @@ class Broker:
             await self.controller.follower.catch_up()
         except ControllerRefused as exc:
             log.warning("ACLs may lag until the active controller answers: %s", exc.message)
-
-    def _request_time(self, ctx: RequestContext, seconds: float) -> int:
-        """The request quota's throttle time for a request handled in ``seconds`` (Kafka
-        counts request time in percent of a second: 100 per second)."""
-        return self.quotas.request.record(
-            user_of(ctx.principal), ctx.header.client_id or "", seconds * 100
-        )
 
     def not_ready_reason(self) -> str | None:
         """None when this broker should get Kafka traffic (see http_endpoint)."""

@@ -111,11 +111,21 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
         )
     slots: list[FetchSlot] = []
     readers: list[PartitionLog] = []  # the log that opened each slot, and reads it
-    await broker.topics.ensure(
-        (t.topic_id if by_id else t.topic, part.partition)
-        for t in session.topics
-        for part in t.partitions
-    )
+    # ensure() re-reads the catalog for a topic or partition this broker does not know
+    # yet; the topics looked up to decide serve the request unless it ran.
+    topics = broker.topics
+    known: dict[Any, Topic | None] = {}
+    for asked in session.topics:
+        key = asked.topic_id if by_id else asked.topic
+        found = known[key] = topics.get_by_id(key) if by_id else topics.get(key)
+        if found is None or any(not 0 <= p.partition < found.partitions for p in asked.partitions):
+            await topics.ensure(
+                (t.topic_id if by_id else t.topic, part.partition)
+                for t in session.topics
+                for part in t.partitions
+            )
+            known = {}
+            break
     rack = getattr(request, "rack_id", None) or None
     prefer = _preferred_finder(broker, rack)
     redirected = False
@@ -131,15 +141,15 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
     for fetch_topic in session.topics:
         if by_id:
             key = fetch_topic.topic_id
-            topic = broker.topics.get_by_id(key)
+            topic = known[key] if key in known else topics.get_by_id(key)
             missing = ErrorCode.unknown_topic_id
         else:
             key = fetch_topic.topic
-            topic = broker.topics.get(key)
+            topic = known[key] if key in known else topics.get(key)
             missing = ErrorCode.unknown_topic_or_partition
         denied = access.enabled(broker) and not _may_read(broker, ctx, key, topic)
         for part in fetch_topic.partitions:
-            error = 0
+            error, epoch = 0, -1
             in_handler = True  # where Kafka refuses it (see Answered)
             if denied:
                 error = int(ErrorCode.topic_authorization_failed)
@@ -148,10 +158,8 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
             elif not 0 <= part.partition < topic.partitions:
                 error = int(ErrorCode.unknown_topic_or_partition)
             else:
-                error = leader_epoch_error(
-                    getattr(part, "current_leader_epoch", -1),
-                    broker.leader_epoch(topic.topic_id, part.partition),
-                )
+                epoch = broker.leader_epoch(topic.topic_id, part.partition)
+                error = leader_epoch_error(getattr(part, "current_leader_epoch", -1), epoch)
                 in_handler = False  # Kafka's partition checks the leader epoch
             if error or topic is None:
                 refused = Answered(error, by_request_handler=in_handler)
@@ -159,9 +167,7 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
                 readers.append(refused)
                 continue
             last_fetched = int(getattr(part, "last_fetched_epoch", -1))
-            if replica_id < 0 and last_fetched > broker.leader_epoch(
-                topic.topic_id, part.partition
-            ):
+            if replica_id < 0 and last_fetched > epoch:
                 # A consumer's last fetched epoch newer than any this partition has had:
                 # Kafka's log finds no end offset for it and answers OFFSET_OUT_OF_RANGE.
                 # (An older epoch cannot have diverged here: consumers read only up to the

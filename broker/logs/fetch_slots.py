@@ -9,16 +9,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
 from storage.coordinator import BatchLocation, FindResult
 from storage.partition_key import PartitionKey
-
-if TYPE_CHECKING:
-    from broker.logs.classic.partition import ClassicPartition
 
 # A replication fetch from a principal without CLUSTER_ACTION (not a replica id a client
 # can send: consumers use -1, debugging consumers -2).
@@ -39,10 +36,10 @@ def leader_epoch_error(requested: int, current: int) -> int:
 class FetchSlot:
     """One requested partition of a Fetch: an immediate error, an index into the request's
     diskless finds, or a classic replica read from this broker's log (its tiered part
-    too); the log that serves it fills it in (``broker.logs``)."""
+    too: the classic engine's ``ClassicSlot`` carries the replica); the log that opens a
+    slot fills it in and reads it (``broker.logs``)."""
 
     __slots__ = (
-        "classic",
         "data",
         "error",
         "find_index",
@@ -70,8 +67,6 @@ class FetchSlot:
         self.find_index = find_index
         self.preferred = preferred  # KIP-392 preferred read replica, -1: none
         self.log = log  # set on redirects: their offsets are answered from log_info
-        # A classic partition's replica on this broker (read from its local log).
-        self.classic: ClassicPartition | None = None
         self.offset = 0
         self.max_bytes = 0
         self.replica = -1  # a follower's broker id for replication fetches

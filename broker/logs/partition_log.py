@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
 
-from broker.logs.diskless.diskless_append import PartitionAppend, PartitionResult
 from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from protocol.codec import RecordChunks
 from protocol.records import BatchHeader
@@ -29,6 +28,28 @@ from storage.catalog import Topic
 from storage.coordinator import FindRequest, FindResult, LogInfo
 
 A = TypeVar("A")
+
+
+@dataclass(slots=True)
+class PartitionAppend:
+    """One partition's records from one produce request, already validated."""
+
+    topic_id: UUID
+    partition: int
+    records: memoryview
+    batches: list[BatchHeader]
+    log_append_time: bool
+
+
+class PartitionResult(NamedTuple):
+    """One partition's answer to an append, from whichever engine took it."""
+
+    # A NamedTuple: one per partition of every produce request (frozen dataclasses are
+    # several times slower to make).
+    error: int
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
 
 
 class OffsetAsk(NamedTuple):

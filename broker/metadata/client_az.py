@@ -63,11 +63,5 @@ def count_bytes(broker: ClusterView, direction: str, az: str | None, nbytes: int
     )
 
 
-def count_produce(broker: ClusterView, client_id: str | None, appends: Sequence[Any]) -> None:
-    count_bytes(
-        broker, "produce", az_from_client_id(client_id), sum(len(a.records) for a in appends)
-    )
-
-
 def count_fetch(broker: ClusterView, az: str | None, records: Sequence[Any]) -> None:
     count_bytes(broker, "fetch", az, sum(len(r) for r in records if r is not None))

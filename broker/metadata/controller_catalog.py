@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from typing import Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -78,6 +79,11 @@ class ControllerCatalog(TopicCatalog):
     @property
     def image(self) -> MetadataImage:
         return self.follower.image
+
+    def quotas(self) -> Mapping[Any, Mapping[str, float]]:
+        """The client quotas of the current image (``ClientQuotas`` reads them on every
+        request: one call here, not one through the Broker)."""
+        return self.follower.image.quotas
 
     async def start(self) -> None:
         # The follower starts later, from the broker, once the storage it writes to is up.

@@ -10,11 +10,10 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.classic_append import Verification, verify_transaction
-from broker.logs.diskless.diskless_append import PartitionResult
-from broker.logs.partition_log import AppendPlan
+from broker.logs.classic.txn_verification import Verification, verify_transaction
+from broker.logs.partition_log import AppendPlan, PartitionResult
 from broker.logs.router import Purpose, RoutedView
-from broker.metadata.client_az import az_from_client_id, count_bytes, count_produce
+from broker.metadata.client_az import az_from_client_id, count_bytes
 from broker.produce import recompress
 from broker.security import access
 from broker.security.principal import user_of
@@ -58,18 +57,22 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     slots: list[_Slot] = []
     topics = broker.topics
     # ensure() re-reads the catalog for a topic or partition this broker does not know
-    # yet; asking it only then spares every other request its coroutine and generator.
+    # yet; asking it only then spares every other request its coroutine and generator
+    # (and the topics looked up here serve the request, unless ensure() ran).
+    known: dict[str, Topic | None] = {}
     for topic_data in request.topic_data:
-        known = topics.get(topic_data.name)
-        if known is None or any(
-            not 0 <= part.index < known.partitions for part in topic_data.partition_data
+        found = known[topic_data.name] = topics.get(topic_data.name)
+        if found is None or any(
+            not 0 <= part.index < found.partitions for part in topic_data.partition_data
         ):
             await topics.ensure(
                 (td.name, part.index) for td in request.topic_data for part in td.partition_data
             )
+            known = {}
             break
     precheck_error, precheck_message = _precheck(request, acks)
-    if precheck_error is None and access.enabled(broker):
+    acls = access.enabled(broker)
+    if precheck_error is None and acls:
         precheck_error, precheck_message = _transactional_check(broker, ctx, request)
     now_ms = int(time.time() * 1000)
     logs = broker.router
@@ -78,10 +81,10 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     verified: tuple[tuple[int, int], Verification] | None = None
     for topic_data in request.topic_data:
         name = topic_data.name
-        topic = topics.get(name)
+        topic = known[name] if name in known else topics.get(name)
         if topic is not None:
-            max_batch_bytes, log_append, rules = _settings(topics, topic)
-        denied = access.enabled(broker) and not access.topic(broker, ctx, AclOperation.WRITE, name)
+            max_batch_bytes, log_append, rules, target = _settings(topics, topic)
+        denied = acls and not access.topic(broker, ctx, AclOperation.WRITE, name)
         for part in topic_data.partition_data:
             error, message = precheck_error, precheck_message
             if error is None and denied:
@@ -101,15 +104,15 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
             try:
                 batches = parse_batches(records, max_batch_bytes)
                 if ctx.header.api_version < ZSTD_MIN_PRODUCE_VERSION:
-                    _refuse_old_zstd(batches, recompress.target(topics, topic))
+                    _refuse_old_zstd(batches, target)
                 # Every record is checked before anything is buffered: nothing that would
                 # poison a consumer or lie about its offsets is ever acknowledged.
                 records, batches = validate_records(records, batches, rules, now_ms)
-                if (codec := recompress.target(topics, topic)) is not None:
+                if target is not None:
                     records, batches = recompress.recompress(
                         records,
                         batches,
-                        codec,
+                        target,
                         max_batch_bytes,
                         broker.config.socket_request_max_bytes,
                     )
@@ -137,19 +140,24 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
                         broker.transactions, request.transactional_id, first
                     )
                     verified = ((first.producer_id, first.producer_epoch), verification)
+                    known = {}  # the topics may have changed meanwhile: looked up again
                 if refusal := verified[1].refusal(topic.topic_id, part.index):
                     slots.append((name, part.index, PartitionResult(refusal), None, ()))
                     continue
             slot = log.append(topic, part.index, records, batches, log_append, plan)
             slots.append((name, part.index, slot, None, ()))
     throttle_ms = _produce_quota(broker, ctx, request)
-    if plan.local_bytes:
-        count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), plan.local_bytes)
     # Submitted now, before the handler returns, whatever else the request waits for: the
     # appender commits in submission order, and the connection's next request must not
     # overtake this one's batches.
-    committed = broker.appender.submit(plan.diskless)
-    count_produce(broker, ctx.header.client_id, plan.diskless)
+    if plan.diskless:
+        committed = broker.appender.submit(plan.diskless)
+    else:  # nothing for the diskless engine (classic partitions, refusals): no commit
+        committed = asyncio.get_running_loop().create_future()
+        committed.set_result([])
+    # The request's record bytes, on this broker's logs and the diskless ones: one count.
+    produced = plan.local_bytes + sum(len(a.records) for a in plan.diskless)
+    count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), produced)
     if plan.waits:
         # acks=all on logs of this broker: answered once their high watermarks pass.
         return asyncio.ensure_future(
@@ -183,25 +191,28 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
 
 
 # Per topic: (the Topic object they were derived from, max.message.bytes, whether it is
-# LogAppendTime, the record validation rules). Effective configs are dicts merged from the
-# broker's defaults on every call; a topic's configs only change with a new (frozen) Topic
-# object, so an entry is valid while its Topic is the registry's current one.
-_SETTINGS: dict[UUID, tuple[Topic, int, bool, Rules]] = {}
+# LogAppendTime, the record validation rules, the codec batches are stored in: None for the
+# producer's). Effective configs are dicts merged from the broker's defaults on every call;
+# a topic's configs only change with a new (frozen) Topic object, so an entry is valid while
+# its Topic is the registry's current one.
+_Settings = tuple[int, bool, Rules, recompress.Target | None]
+_SETTINGS: dict[UUID, tuple[Topic, _Settings]] = {}
 _SETTINGS_MAX = 10_000
 
 
-def _settings(topics: TopicRegistry, topic: Topic) -> tuple[int, bool, Rules]:
+def _settings(topics: TopicRegistry, topic: Topic) -> _Settings:
     cached = _SETTINGS.get(topic.topic_id)
     if cached is not None and cached[0] is topic:
-        return cached[1], cached[2], cached[3]
+        return cached[1]
     max_bytes = topics.int_config(topic, "max.message.bytes")
     config = topics.config(topic)
     log_append = config.get("message.timestamp.type") == "LogAppendTime"
     rules = _rules(topics, topic, config, log_append)
+    settings = (max_bytes, log_append, rules, recompress.target(config))
     if len(_SETTINGS) >= _SETTINGS_MAX:
         _SETTINGS.clear()  # deleted topics' entries; rebuilt on use
-    _SETTINGS[topic.topic_id] = (topic, max_bytes, log_append, rules)
-    return max_bytes, log_append, rules
+    _SETTINGS[topic.topic_id] = (topic, settings)
+    return settings
 
 
 def _rules(topics: TopicRegistry, topic: Topic, config: dict[str, str], log_append: bool) -> Rules:

@@ -4,16 +4,15 @@ keeps batches as sent; 'uncompressed' stores them uncompressed).
 
 A batch's records section is decompressed and compressed whole, in C (cramjam): no
 per-record Python work. Decompression is bounded (``socket.request.max.bytes``), so a
-compression bomb is refused instead of filling memory. Topics left at 'producer' pay one
-dict lookup per partition of a produce request.
+compression bomb is refused instead of filling memory. Topics left at 'producer' cost
+nothing per request: the produce handler caches a topic's target with its other settings.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-from uuid import UUID
 
 import crc32c
 from kio.schema.errors import ErrorCode
@@ -38,10 +37,6 @@ from protocol.records import (
     InvalidRecords,
 )
 
-if TYPE_CHECKING:
-    from broker.metadata.topics import TopicRegistry
-    from storage.catalog import Topic
-
 CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 _LEVEL_KEYS = {
     GZIP: "compression.gzip.level",
@@ -59,28 +54,15 @@ class Target:
     level: int | None  # None: the codec's default
 
 
-# Per topic: (the Topic it was derived from, its target). A topic's configs change only
-# with a new Topic object, so an entry holds while its Topic is the registry's current one.
-_TARGETS: dict[UUID, tuple[Topic, Target | None]] = {}
-_TARGETS_MAX = 10_000
-
-
-def target(topics: TopicRegistry, topic: Topic) -> Target | None:
-    """The codec ``topic`` stores batches in, None when it keeps the producer's."""
-    cached = _TARGETS.get(topic.topic_id)
-    if cached is not None and cached[0] is topic:
-        return cached[1]
-    configs = topics.config(topic)
+def target(configs: Mapping[str, str]) -> Target | None:
+    """The codec a topic whose effective configs are ``configs`` stores batches in, None
+    when it keeps the producer's (the produce handler caches it per topic)."""
     codec = CODECS.get(configs["compression.type"].strip())
-    result = None
-    if codec is not None:
-        level_key = _LEVEL_KEYS.get(codec)
-        level = int(configs[level_key].strip()) if level_key else None
-        result = Target(codec, None if level == -1 else level)
-    if len(_TARGETS) >= _TARGETS_MAX:
-        _TARGETS.clear()  # deleted topics' entries; rebuilt on use
-    _TARGETS[topic.topic_id] = (topic, result)
-    return result
+    if codec is None:
+        return None
+    level_key = _LEVEL_KEYS.get(codec)
+    level = int(configs[level_key].strip()) if level_key else None
+    return Target(codec, None if level == -1 else level)
 
 
 def recompress(

@@ -34,10 +34,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.security import sasl as sasl_mod
 from broker.security.listeners import DEFAULT_LISTENER
-from broker.security.principal import ANONYMOUS
+from broker.security.principal import ANONYMOUS, user_of
 from broker.security.request_context import RequestContext
 from broker.security.tls import certificate_principal
-from broker.server.client_quotas import pending_throttle, reset_throttle
+from broker.server.client_quotas import QuotaManager, pending_throttle, reset_throttle
 from broker.server.connection_limits import ConnectionLimits, LimitSettings
 from broker.server.handler_helpers import fetch_replica_id
 from broker.server.log_budget import TRACEBACKS, LineBudget
@@ -195,9 +195,6 @@ class ListenerSecurity(NamedTuple):
 PLAINTEXT = ListenerSecurity()
 
 
-# Measures a request's handling time (seconds) against the client's request quota and
-# returns the throttle time in ms (broker/server/client_quotas.py).
-RequestTimeQuota = Callable[["RequestContext", float], int]
 _NO_THROTTLE = datetime.timedelta(0)
 
 
@@ -209,7 +206,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         registry: set[KafkaConnection],
         pending_bytes: int = DEFAULT_PENDING_BYTES,
         security: ListenerSecurity = PLAINTEXT,
-        request_quota: RequestTimeQuota | None = None,
+        # The request quota: a request's handling time is recorded against it, in percent
+        # of a second as Kafka counts, when any client has one.
+        request_quota: QuotaManager | None = None,
         limits: ConnectionLimits | None = None,
         exempt: bool = False,
     ) -> None:
@@ -658,8 +657,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _charge_request_time(self, ctx: RequestContext, result: Any, seconds: float) -> Any:
         """Count the handler's time against the request quota; a throttled answer carries
         its throttle time (when the answer is at hand: a future only mutes)."""
-        assert self._request_quota is not None
-        throttle_ms = self._request_quota(ctx, seconds)
+        quota = self._request_quota
+        assert quota is not None
+        if not quota.enabled():
+            return result  # the common case: nothing to measure, no principal to name
+        throttle_ms = quota.record(
+            user_of(ctx.principal), ctx.header.client_id or "", seconds * 100
+        )
         if throttle_ms <= 0:
             return result
         fields = getattr(result, "__dataclass_fields__", None)

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker.security.tls import HANDSHAKE_TIMEOUT_S
+from broker.server.client_quotas import QuotaManager
 from broker.server.connection import (
     DEFAULT_PENDING_BYTES,
     PLAINTEXT,
     KafkaConnection,
     ListenerSecurity,
-    RequestTimeQuota,
 )
 from broker.server.connection_limits import ConnectionLimits, LimitSettings
 
@@ -67,7 +67,7 @@ class KafkaServer:
         pending_bytes: int = DEFAULT_PENDING_BYTES,
         security: ListenerSecurity = PLAINTEXT,
         tune_process: bool = True,
-        request_quota: RequestTimeQuota | None = None,
+        request_quota: QuotaManager | None = None,
         limits: ConnectionLimits | None = None,
         exempt: bool = False,
     ) -> None:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -1006,3 +1007,62 @@ async def test_replication_throttle_rates_are_dynamic_broker_configs(
     assert await described(me) == ("1000", 3)
     answer = await call(broker, 44, 1, alter(me, "num.partitions", "3"))
     assert answer.responses[0].error_code == E.invalid_request
+
+
+async def test_a_topic_stores_its_compression_type_and_a_config_change_applies(
+    broker: Broker,
+) -> None:
+    """compression.type: batches are stored in the topic's codec whatever the producer
+    sent ('producer' keeps them), and a changed config applies to the next produce (the
+    handler caches a topic's settings by its Topic object)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's schema loading
+        from kafka.record.default_records import DefaultRecordBatch
+
+    from protocol.compression import CODEC_MASK, GZIP, ZSTD
+    from tests.e2e._batches import Record as BatchRecord
+    from tests.e2e._batches import build_batch
+    from tests.unit.classic.test_brokers import fetch_body, produce_body
+
+    answer = await call(
+        broker,
+        19,
+        7,
+        create_request("squeezed", 1, configs=[{"name": "compression.type", "value": "gzip"}]),
+    )
+    assert answer.topics[0].error_code == E.none
+
+    async def produce_and_read_codec(offset: int) -> int:
+        now = int(time.time() * 1000)
+        batch = build_batch([BatchRecord(b"k", b"v" * 100)], base_timestamp_ms=now)
+        produced = await call(broker, 0, 9, produce_body("squeezed", batch))
+        part = produced.responses[0].partition_responses[0]
+        assert part.error_code == E.none and part.base_offset == offset
+        fetched = await call(broker, 1, 12, fetch_body("squeezed", offset))
+        records = fetched.responses[0].partitions[0].records
+        stored = DefaultRecordBatch(bytes(records))
+        assert [r.value for r in stored] == [b"v" * 100]
+        return stored.attributes & CODEC_MASK
+
+    assert await produce_and_read_codec(0) == GZIP
+    altered = await call(
+        broker,
+        44,
+        1,
+        {
+            "resources": [
+                {
+                    "resource_type": 2,
+                    "resource_name": "squeezed",
+                    "configs": [
+                        {"name": "compression.type", "config_operation": 0, "value": "zstd"}
+                    ],
+                }
+            ],
+            "validate_only": False,
+        },
+    )
+    assert altered.responses[0].error_code == E.none
+    # The broker learns the new config from the catalog (as its next refresh would).
+    await broker.topics.load()
+    assert await produce_and_read_codec(1) == ZSTD

@@ -13,6 +13,7 @@ import pytest
 from broker.config import BrokerConfig
 from broker.security.sasl import SaslAuthenticator
 from broker.server.api_table import Api
+from broker.server.client_quotas import REQUEST, QuotaManager
 from broker.server.connection import ListenerSecurity
 from broker.server.connection_limits import (
     ConnectionLimits,
@@ -250,3 +251,48 @@ async def test_memory_returned_on_one_listener_wakes_a_waiter_on_another() -> No
     finally:
         for server in servers:
             await server.close(timeout=0)
+
+
+async def test_the_request_quota_throttles_the_client_that_is_over_it() -> None:
+    """The pipeline charges each request's handling time to the request quota (KIP-124)
+    and an answer that has a throttle time carries it; a client without a quota is left
+    alone, and nothing is measured while no client has one."""
+    # The image's quotas, replaced whole on a change (as the metadata image's are).
+    quotas: list[dict[Any, dict[str, float]]] = [{}]
+    quota = QuotaManager(REQUEST, lambda: quotas[0])
+
+    async def slow(ctx: Any, _request: Any) -> Any:
+        await asyncio.sleep(0.02)  # handling time to charge
+        return ctx.respond({"error_code": 0, "api_keys": [], "throttle_time": 0})
+
+    server = KafkaServer(
+        {18: Api(18, "ApiVersions", 0, 3, slow)},  # type: ignore[dict-item]
+        "127.0.0.1",
+        0,
+        1 << 20,
+        security=ListenerSecurity(),
+        tune_process=False,
+        limits=ConnectionLimits(LimitSettings()),
+        request_quota=quota,
+    )
+    await server.start()
+    try:
+
+        async def throttle_ms(client_id: bytes) -> int:
+            reader, writer = await connect(server)
+            request = struct.pack(">hhih", 18, 1, 7, len(client_id)) + client_id
+            writer.write(struct.pack(">i", len(request)) + request)
+            size = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 3))[0]
+            body = await reader.readexactly(size)
+            writer.close()
+            # v1: correlation id, error code, no api keys, then the throttle time.
+            assert len(body) == 14 and struct.unpack_from(">i", body)[0] == 7
+            return int(struct.unpack_from(">i", body, 10)[0])
+
+        assert await throttle_ms(b"busy") == 0  # no quota anywhere: nothing measured
+        assert quota._rates == {}
+        quotas[0] = {(("client-id", "busy"),): {REQUEST: 0.001}}
+        assert await throttle_ms(b"busy") > 0
+        assert await throttle_ms(b"idle") == 0
+    finally:
+        await server.close()

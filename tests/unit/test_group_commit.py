@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import uvloop
 
-from broker.logs.diskless.diskless_append import Appender, PartitionAppend
+from broker.logs.diskless.diskless_append import Appender
+from broker.logs.partition_log import PartitionAppend
 from protocol.records import BatchHeader
 from storage.coordinator import CommitResult
 

@@ -116,7 +116,7 @@ def test_a_tiered_sealed_classic_log_starts_in_its_remote_part() -> None:
 
 
 def test_a_replica_still_copying_the_sealed_log_redirects_consumers_to_the_leader() -> None:
-    from broker.logs.classic.classic_read import classic_slot
+    from broker.logs.classic.classic_log import classic_slot
     from broker.logs.classic.partition import FOLLOWER
 
     c, broker, tid = setup()

@@ -13,10 +13,10 @@ from typing import Any, Protocol
 import pytest
 
 from broker.groups.service import GroupService
-from broker.logs.classic.classic_append import TransactionVerifier
 from broker.logs.classic.replica_fetcher import FetcherOwner
 from broker.logs.classic.replica_manager import ClassicHost, MigrationRules, ReplicaManager, Sealing
 from broker.logs.classic.tiered_part import Tiering
+from broker.logs.classic.txn_verification import TransactionVerifier
 from broker.logs.engines import EngineHost
 from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.router import ClassicReplicas, LogRouter, RoutingView

@@ -24,7 +24,7 @@ from kio.schema.write_txn_markers.v1 import request as markers_req
 from kio.static.primitive import i16, i32
 
 from broker.logs.classic.kafka_client import ConnectionLost, KafkaConnection
-from broker.logs.diskless.diskless_append import PartitionResult
+from broker.logs.partition_log import PartitionResult
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.producer_state import ProducerState, marker_behind, producer_fields
-from broker.logs.diskless.diskless_append import PartitionResult
-from broker.logs.tiered.view import EMPTY, RemoteView
+from broker.logs.classic.remote_view import EMPTY, RemoteView
+from broker.logs.partition_log import PartitionResult
 from controller.image import PartitionState
 from protocol.control_batch import marker_batch
 from protocol.record_scan import first_at_or_after, max_timestamp_record

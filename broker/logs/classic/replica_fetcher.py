@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -30,12 +31,11 @@ from kio.static.primitive import i8, i32, i64
 
 from broker.logs.classic.kafka_client import AuthenticationFailed, ConnectionLost, KafkaConnection
 from broker.logs.classic.partition import FOLLOWER, LATEST_TIERED_TIMESTAMP, ClassicPartition
-from broker.logs.tiered.follower import leader_histories, start_after_tiered
 from broker.security.inter_broker import PLAINTEXT, InterBrokerSecurity
 from broker.server.metrics import METRICS
 from storage.classic.epoch_cache import UNDEFINED_EPOCH
 from storage.classic.log import NotContiguous
-from storage.tiered.lineage import follower_start, history_floor
+from storage.tiered.lineage import History, follower_start, history_floor
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
@@ -310,7 +310,7 @@ class ReplicaFetcher:
 
     async def _start_after_tiered(self, parts: list[ClassicPartition], moved: bool) -> bool:
         """Seeds/002: these followers start after the tiered part of the leader's lineage
-        instead of replicating it again (``broker.logs.tiered.follower``). ``moved``: the
+        instead of replicating it again (``Tiering.start_follower``). ``moved``: the
         leader answered OFFSET_MOVED_TO_TIERED_STORAGE; otherwise they just truncated, and
         only those whose log end the leader's last tiered offset reaches are looked at.
         False when a partition could not be started there."""
@@ -336,7 +336,7 @@ class ReplicaFetcher:
             if history is None or p.role != FOLLOWER or p.leader != self.leader_id:
                 continue
             start = follower_start(history, segments, log_start)
-            if await start_after_tiered(p, start, tiering.reader):
+            if await tiering.start_follower(p, start):
                 # Its view of the tiered part now, not at the next tiering run: the whole
                 # log's start, and what local retention may delete, come from it.
                 await tiering.refresh(p)
@@ -372,3 +372,72 @@ class ReplicaFetcher:
             for r in t.partitions
             if int(r.error_code) == 0
         }
+
+
+# OffsetForLeaderEpoch for (partition, epoch) pairs, one per partition: (error, epoch,
+# end offset) by (topic, partition) (the replica fetcher's ``_ask_epochs``).
+AskEpochs = Callable[
+    [list[tuple[ClassicPartition, int]]], Awaitable[dict[tuple[str, int], tuple[int, int, int]]]
+]
+# A leader has at most one epoch cache entry per epoch: the walk below ends well before.
+MAX_ROUNDS = 100_000
+
+
+async def leader_histories(
+    ask: AskEpochs, wants: Sequence[tuple[ClassicPartition, int]]
+) -> list[History | None]:
+    """The leader's epoch history of each partition from epoch ``floor`` on (``wants``:
+    (partition, floor) pairs), asked of the leader one epoch per round, all partitions in
+    each round; None where the leader would not say (stale epochs on either side).
+
+    OffsetForLeaderEpoch(e) answers the leader's largest epoch <= e and where it ended (the
+    next epoch's start, or the log end for its latest): asking the current epoch gives the
+    log end, asking one below an epoch gives that epoch's start and the epoch before it.
+    Asked below its oldest epoch, a leader answers the asked epoch with its oldest epoch's
+    start (Kafka's rule): an epoch that would start where the last one found starts is not
+    in the history, and the walk ends there."""
+    out: list[History | None] = [None] * len(wants)
+    log_end: dict[int, int] = {}
+    found: dict[int, list[tuple[int, int]]] = {}  # newest first
+    asking: dict[int, int] = {}  # index in wants -> epoch asked next
+    first = await ask([(p, p.leader_epoch) for p, _floor in wants])
+    for i, (p, _floor) in enumerate(wants):
+        error, epoch, end = first.get((p.topic, p.index), (-1, UNDEFINED_EPOCH, -1))
+        if error or epoch == UNDEFINED_EPOCH:
+            continue
+        log_end[i], found[i] = end, []
+        asking[i] = epoch
+    for _round in range(MAX_ROUNDS):
+        done = [i for i, epoch in asking.items() if epoch <= 0]
+        for i in done:
+            # Epoch 0 is the oldest there is, and may not be in the history at all (asked,
+            # the leader answers alike): recorded from 0 unless the last epoch found starts
+            # at 0. As the first entry, only its end is checked, which is right either way.
+            del asking[i]
+            if not found[i] or found[i][-1][1] > 0:
+                found[i].append((0, 0))
+        if not asking:
+            break
+        order = list(asking)
+        answers = await ask([(wants[i][0], asking[i] - 1) for i in order])
+        for i in order:
+            p, floor = wants[i]
+            error, before, start = answers.get((p.topic, p.index), (-1, UNDEFINED_EPOCH, -1))
+            if error or before == UNDEFINED_EPOCH:
+                del asking[i], found[i]
+                continue
+            entries = found[i]
+            if entries and start >= entries[-1][1]:
+                del asking[i]  # below the leader's oldest epoch: the walk is over
+                continue
+            entries.append((asking[i], start))
+            if asking[i] < floor:
+                # An epoch older than any in the remote segments, as the first entry: the
+                # ones from the floor on are all checked (the first is not, see lineage).
+                del asking[i]
+            else:
+                asking[i] = before
+    for i, entries in found.items():
+        if entries and i not in asking:
+            out[i] = History(tuple(reversed(entries)), log_end[i])
+    return out

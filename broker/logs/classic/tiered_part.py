@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from uuid import UUID
 
     from broker.logs.classic.partition import ClassicPartition
+    from storage.tiered.lineage import FollowerStart
     from storage.tiered.metadata import RemoteLogMetadataStore
     from storage.tiered.reader import RemoteReader
 
@@ -41,5 +42,9 @@ class Tiering(Protocol):
         """Reload the replica's view of its tiered part from the remote metadata."""
 
     async def load_tiered_aborted(self, p: ClassicPartition) -> int: ...
+
+    async def start_follower(self, p: ClassicPartition, start: FollowerStart) -> bool:
+        """Restart a follower's log after the tiered part of its leader's lineage, at
+        ``start`` (seeds/002); False when it already reaches there or nothing is tiered."""
 
     async def forget_partition(self, topic_id: UUID, partition: int) -> int: ...

@@ -22,14 +22,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.logs.partition_log import PartitionAppend, PartitionResult
 from broker.server.metrics import METRICS
-from protocol.records import TRANSACTIONAL_BIT, BatchHeader, stamp_log_append_time
+from protocol.records import TRANSACTIONAL_BIT, stamp_log_append_time
 from storage.coordinator import (
     BatchCoordinator,
     BatchToCommit,
@@ -47,17 +46,6 @@ FIXED = "fixed"
 COMMIT_MODES = (ADAPTIVE, FIXED)
 
 
-@dataclass(slots=True)
-class PartitionAppend:
-    """One partition's records from one produce request, already validated."""
-
-    topic_id: UUID
-    partition: int
-    records: memoryview
-    batches: list[BatchHeader]
-    log_append_time: bool
-
-
 class FlushFailed(Exception):
     # The object store or the batch coordinator did not take the flush (after their own
     # retries): an outage, logged as one (storage.outage).
@@ -66,15 +54,6 @@ class FlushFailed(Exception):
     def __init__(self, error: ErrorCode, message: str) -> None:
         super().__init__(message)
         self.error = error
-
-
-class PartitionResult(NamedTuple):
-    # A NamedTuple: one per partition of every produce request (frozen dataclasses are
-    # several times slower to make).
-    error: int
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
 
 
 class _Buffer:

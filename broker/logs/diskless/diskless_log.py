@@ -13,7 +13,6 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.diskless.diskless_append import PartitionAppend, PartitionResult
 from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from broker.logs.partition_log import (
     AppendPlan,
@@ -23,6 +22,8 @@ from broker.logs.partition_log import (
     EpochAsk,
     OffsetAnswer,
     OffsetAsk,
+    PartitionAppend,
+    PartitionResult,
     ReadPlan,
 )
 from protocol.record_scan import first_at_or_after, max_timestamp_record

@@ -43,6 +43,7 @@ class Fetcher:
         # Cache hits (the tail, nearly always) are answered inline; only misses become
         # coroutines: with 16 KiB batches a task per batch cost more than the read.
         pieces: list[list[bytes | memoryview]] = []
+        hits: list[tuple[int, BatchLocation, int, list[memoryview]]] = []
         misses: list[tuple[int, BatchLocation, int]] = []
         for result, epoch in zip(results, epochs, strict=True):
             for batch in result.batches:
@@ -51,9 +52,14 @@ class Fetcher:
                 )
                 if views is None:
                     misses.append((len(pieces), batch, epoch))
-                    pieces.append([])
                 else:
-                    pieces.append(_patched(batch, epoch, views))
+                    hits.append((len(pieces), batch, epoch, views))
+                pieces.append([])
+        # The hits' prefixes in one pass once the cache has answered, rather than a trip
+        # from the cache to the record format and back for every batch.
+        prefixes = [patched_prefix(b.base_offset, b.byte_size, e) for _, b, e, _ in hits]
+        for (index, _, _, views), prefix in zip(hits, prefixes, strict=True):
+            pieces[index] = _after_prefix(prefix, views)
         if misses:
             loaded = await asyncio.gather(*(self._read_batch(b, e) for _, b, e in misses))
             for (index, _, _), parts in zip(misses, loaded, strict=True):
@@ -76,14 +82,12 @@ class Fetcher:
 
     async def _read_batch(self, batch: BatchLocation, epoch: int) -> list[bytes | memoryview]:
         views = await self._cache.read(batch.object_key, batch.byte_offset, batch.byte_size)
-        return _patched(batch, epoch, views)
+        return _after_prefix(patched_prefix(batch.base_offset, batch.byte_size, epoch), views)
 
 
-def _patched(
-    batch: BatchLocation, epoch: int, views: Sequence[memoryview]
-) -> list[bytes | memoryview]:
+def _after_prefix(prefix: bytes, views: Sequence[memoryview]) -> list[bytes | memoryview]:
     """The batch as sent: our 16-byte prefix, then its bytes after the stored prefix."""
-    parts: list[bytes | memoryview] = [patched_prefix(batch.base_offset, batch.byte_size, epoch)]
+    parts: list[bytes | memoryview] = [prefix]
     skip = PATCHED_PREFIX_SIZE
     for view in views:
         if skip >= len(view):

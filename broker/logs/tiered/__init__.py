@@ -1,11 +1,10 @@
 """Tiered storage of classic topics on the broker (KIP-405, KIP-950), on top of the
 foundations in ``storage.tiered``:
 
-- ``view``: what a replica knows of its partition's tiered part (the lineage segments, the
-  whole log's start), refreshed by the task; read by fetch and ListOffsets.
 - ``manager``: the per-broker task: a leader copies rolled segments and enforces remote
   retention (and orphans), acts on a KIP-950 disablement and reports it; every replica
-  refreshes its view (a follower's local retention needs the tiered end too).
+  refreshes its view of its tiered part (``broker.logs.classic.remote_view``, held by the
+  classic partition; a follower's local retention needs the tiered end too).
 - ``tiered_read``: a fetch below the local log start, read from the remote segment;
 - ``snapshot``: what a tiered segment carries besides its log (producer state, open and
   aborted transactions), for replicas that never held those batches;

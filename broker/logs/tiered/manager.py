@@ -32,15 +32,16 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import LEADER, ClassicPartition
+from broker.logs.classic.remote_view import EMPTY, RemoteView
+from broker.logs.tiered.follower import start_after_tiered
 from broker.logs.tiered.snapshot import parse, segment_state
-from broker.logs.tiered.view import EMPTY, RemoteView
 from common.background import cancel_and_wait
 from controller.image import TIERING_DISABLING, TopicImage
 from controller.requests import DisableRemoteAck, DisableRemoteTopic
 from controller.tiering import COPY_DISABLE, tiering_enabled
 from storage.classic.txn_index import AbortedTxn
 from storage.tiered.copier import CopyFenced, LocalGap, SegmentCopier, history_of
-from storage.tiered.lineage import lineage
+from storage.tiered.lineage import FollowerStart, lineage
 from storage.tiered.metadata import RemoteLogMetadataStore, RemoteSegment
 from storage.tiered.reader import RemoteReader
 
@@ -323,6 +324,9 @@ class TieringManager:
         found = [a for aborted in lists for a in aborted]
         p.tiered_aborted_loaded = True
         return p.txns.merge_aborted(a for a in found if a.last_offset >= p.log_start_offset)
+
+    async def start_follower(self, p: ClassicPartition, start: FollowerStart) -> bool:
+        return await start_after_tiered(p, start, self.reader)
 
     async def refresh(self, p: ClassicPartition) -> RemoteView:
         """This replica's view of the tiered part, from the remote metadata: the segments

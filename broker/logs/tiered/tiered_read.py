@@ -10,29 +10,22 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
+    from broker.logs.classic.classic_log import ClassicSlot
     from broker.logs.classic.replica_manager import ClassicHost
-    from broker.logs.fetch_slots import FetchBudget, FetchSlot
+    from broker.logs.fetch_slots import FetchBudget
 
 log = logging.getLogger(__name__)
 
 
-def remote_slots(slots: list[FetchSlot]) -> list[FetchSlot]:
-    """The consumer slots whose offset lies in the tiered part only."""
-    return [
-        s
-        for s in slots
-        if s.classic is not None and s.replica < 0 and s.classic.is_remote(s.offset)
-    ]
-
-
 async def read_tiered(
-    broker: ClassicHost, slots: list[FetchSlot], budget: FetchBudget, read_committed: bool = False
+    broker: ClassicHost, slots: list[ClassicSlot], budget: FetchBudget, read_committed: bool = False
 ) -> int:
-    """Read the remote slots among ``slots``, in turn, within what the answer has left
-    (taken from ``budget``); returns the bytes found."""
+    """Read ``slots``, consumer slots whose offsets lie in the tiered part only (the
+    classic engine picks them: ``ClassicLog.read_below``), in turn, within what the answer
+    has left (taken from ``budget``); returns the bytes found."""
     manager = broker.classic.tiering if broker.classic is not None else None
     total = 0
-    for slot in remote_slots(slots):
+    for slot in slots:
         p = slot.classic
         assert p is not None
         if manager is None:

@@ -11,12 +11,9 @@ from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.classic_append import (
-    classic_append,
-    needs_verification,
-    verify_transaction,
-)
+from broker.logs.classic.classic_log import classic_append, needs_verification
 from broker.logs.classic.partition import ClassicPartition
+from broker.logs.classic.txn_verification import verify_transaction
 from protocol.control_batch import marker_batch
 from protocol.records import TRANSACTIONAL_BIT, parse_batches
 from storage.catalog import Topic

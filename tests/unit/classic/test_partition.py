@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition
 from broker.logs.classic.producer_state import ProducerState
-from broker.logs.diskless.diskless_append import PartitionResult
+from broker.logs.partition_log import PartitionResult
 from controller.image import PartitionState
 from protocol.records import parse_batches
 from storage.classic.batches import walk

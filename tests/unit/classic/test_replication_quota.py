@@ -48,8 +48,8 @@ def test_a_leader_over_its_rate_sends_a_catching_up_follower_nothing() -> None:
     from pathlib import Path
     from types import SimpleNamespace
 
-    from broker.logs.classic.classic_read import read_classic
-    from broker.logs.fetch_slots import FetchBudget, FetchSlot
+    from broker.logs.classic.classic_log import ClassicSlot, read_classic
+    from broker.logs.fetch_slots import FetchBudget
 
     from .test_partition import lead, partition, produce, records
 
@@ -67,7 +67,7 @@ def test_a_leader_over_its_rate_sends_a_catching_up_follower_nothing() -> None:
         broker = SimpleNamespace(classic=manager, watch=SimpleNamespace(notify=lambda _c: None))
 
         def fetch(replica: int, offset: int) -> bytes:
-            slot = FetchSlot("t", 0, 0, -1)
+            slot = ClassicSlot("t", 0)
             slot.classic, slot.offset, slot.replica, slot.max_bytes = p, offset, replica, 1 << 20
             read_classic(broker, slot, FetchBudget(1 << 20))  # type: ignore[arg-type]
             return bytes(slot.data)

@@ -14,9 +14,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import ClassicPartition
-from broker.logs.tiered.follower import leader_histories, start_after_tiered
+from broker.logs.classic.remote_view import RemoteView
+from broker.logs.classic.replica_fetcher import leader_histories
+from broker.logs.tiered.follower import start_after_tiered
 from broker.logs.tiered.snapshot import parse, segment_state
-from broker.logs.tiered.view import RemoteView
 from controller.image import PartitionState
 from protocol.records import parse_batches
 from storage.classic.epoch_cache import EpochCache

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from broker.logs.classic.classic_log import ClassicSlot
 from broker.logs.classic.partition import ClassicPartition
-from broker.logs.fetch_slots import FetchBudget, FetchSlot
+from broker.logs.classic.remote_view import RemoteView
+from broker.logs.fetch_slots import FetchBudget
 from broker.logs.tiered.tiered_read import read_tiered
-from broker.logs.tiered.view import RemoteView
 from controller.image import PartitionState
 from storage.classic.log import Log
 from storage.tiered.copier import history_of
@@ -62,10 +63,10 @@ async def tiered_partition(env: Env, tmp: Path, index: int) -> ClassicPartition:
 
 def slots(
     partitions: list[ClassicPartition], offsets: list[int], max_bytes: int
-) -> list[FetchSlot]:
+) -> list[ClassicSlot]:
     out = []
     for p, offset in zip(partitions, offsets, strict=True):
-        slot = FetchSlot("t", p.index, 0, -1)
+        slot = ClassicSlot("t", p.index)
         slot.classic, slot.offset, slot.max_bytes = p, offset, max_bytes
         out.append(slot)
     return out

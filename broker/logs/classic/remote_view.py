@@ -1,6 +1,7 @@
 """A replica's view of its partition's tiered part: the remote segments of its lineage and
 the whole log's start. Immutable, replaced whole by each refresh, so a fetch in flight
-keeps the one it started with."""
+keeps the one it started with. Held by the classic partition (``partition.remote``), made
+by the tiered part's manager (``broker.logs.tiered.manager``), which sits above it."""
 
 from __future__ import annotations
 
