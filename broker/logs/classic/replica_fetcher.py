@@ -240,8 +240,14 @@ class ReplicaFetcher:
             if not parts:
                 await asyncio.sleep(0.1)
                 return True
+        # What each partition asked from: an answer is applied only to the log it was asked
+        # for (Kafka's fetcher checks the fetch offset and epoch again on the answer). A
+        # truncation meanwhile (a new leader epoch, a log that diverged) makes it stale:
+        # appended, its batches would leave a gap where the truncated ones were.
+        asked: dict[int, tuple[int, int]] = {}
         for p in parts:
             index[(p.topic, p.index)] = p
+            asked[id(p)] = (p.log.log_end_offset, p.leader_epoch)
             by_topic.setdefault(p.topic, []).append(
                 fetch_req.FetchPartition(
                     partition=i32(p.index),
@@ -275,8 +281,9 @@ class ReplicaFetcher:
                     or p.leader != self.leader_id
                     or p.role != FOLLOWER
                     or p.needs_truncation
+                    or asked.get(id(p)) != (p.log.log_end_offset, p.leader_epoch)
                 ):
-                    continue  # the image moved on while the fetch was in flight
+                    continue  # the image or the log moved on while the fetch was in flight
                 error = int(r.error_code)
                 if error == 0:
                     try:
