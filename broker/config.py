@@ -219,6 +219,9 @@ class BrokerConfig:
     # log.segment.bytes, compression.type, min.insync.replicas, ...: TOPIC_DEFAULT_KEYS):
     # a topic without its own value takes them (broker.metadata.topic_config).
     topic_defaults: tuple[tuple[str, str], ...] = ()
+    # The keys the configuration named (load_config), set to their default or not: what
+    # DescribeConfigs reports as STATIC_BROKER_CONFIG, as Kafka does for server.properties.
+    named_keys: frozenset[str] = frozenset()
     # Authorization (Kafka's names; broker/security/authorizer.py). Empty: no authorizer,
     # every request is allowed. Kafka's StandardAuthorizer class name (or "acl") turns ACLs
     # on; they live in the controller's metadata log, so it needs controller mode.
@@ -330,6 +333,7 @@ _KEYS["broker.rack"] = "rack"
 _KEYS["message.max.bytes"] = "message_max_bytes"
 del _KEYS["listener.name.configs"]  # set through listener.name.<listener>.<key> keys
 del _KEYS["topic.defaults"]  # set through the keys of TOPIC_DEFAULT_KEYS
+del _KEYS["named.keys"]  # what load_config was given
 
 
 def _topic_default_keys() -> dict[str, tuple[str, int]]:
@@ -435,6 +439,7 @@ def load_config(*layers: Mapping[str, str], env: Mapping[str, str] | None = None
         values["listener_name_configs"] = tuple(sorted(per_listener))
     if topic_defaults:
         values["topic_defaults"] = tuple(sorted(topic_defaults.items()))
+    values["named_keys"] = frozenset(merged)
     config = BrokerConfig(**values)
     if config.controller_mode:
         # A broker holding a guessable secret lets anyone act as a broker to the controllers.

@@ -179,14 +179,19 @@ def _shown(value: Any) -> str | None:
 
 
 def _static_entry(
-    key: str, value: str | None, default: str | None, type_: int, with_synonyms: bool
+    key: str,
+    value: str | None,
+    default: str | None,
+    type_: int,
+    with_synonyms: bool,
+    named: bool = False,
 ) -> dict[str, Any]:
     """One static broker config as Kafka describes it: source STATIC_BROKER_CONFIG when set
-    (value other than the default), else DEFAULT_CONFIG; synonyms the set value, then the
-    default (Kafka's order), when asked for."""
+    (named in the configuration, or a value other than the default), else DEFAULT_CONFIG;
+    synonyms the set value, then the default (Kafka's order), when asked for."""
     sensitive = is_sensitive(key)
     synonyms = []
-    if value != default and value is not None:
+    if value is not None and (named or value != default):
         synonyms.append(
             {
                 "name": key,
@@ -220,7 +225,7 @@ def _broker_configs(config: BrokerConfig, keys: Any, with_synonyms: bool) -> lis
     out = []
     for f in fields(config):
         key = f.name.replace("_", ".")
-        if f.name in ("listener_name_configs", "topic_defaults"):
+        if f.name in ("listener_name_configs", "topic_defaults", "named_keys"):
             continue  # per-listener overrides and topic defaults are listed by their keys
         if keys is not None and key not in keys:
             continue
@@ -232,6 +237,7 @@ def _broker_configs(config: BrokerConfig, keys: Any, with_synonyms: bool) -> lis
                 _shown(f.default),
                 _broker_type(key, f.default if value is None else value),
                 with_synonyms,
+                key in config.named_keys,
             )
         )
     # Kafka's broker-level topic defaults (log.retention.hours, ...), set or not: Kafka
@@ -249,7 +255,14 @@ def _broker_configs(config: BrokerConfig, keys: Any, with_synonyms: bool) -> lis
         )
         type_ = topic_config_keys.INT if factor != 1 else spec.type
         out.append(
-            _static_entry(key, set_defaults.get(key, default), default, type_, with_synonyms)
+            _static_entry(
+                key,
+                set_defaults.get(key, default),
+                default,
+                type_,
+                with_synonyms,
+                key in set_defaults,
+            )
         )
     return out
 

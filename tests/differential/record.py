@@ -18,7 +18,13 @@ from .wire import Connection, api_versions
 # Both brokers: no auto-creation (a probe of an unknown topic must not create it), and
 # Sluice's short commit interval from the e2e suite (produce latency is bounded by it).
 KAFKA_OVERRIDES = {"auto.create.topics.enable": "false"}
-SLUICE_OPTIONS = {"auto.create.topics.enable": "false", "produce.commit.interval.ms": "20"}
+# num.partitions=1: Kafka's oracle names it in its server.properties (kafka.py), which
+# DescribeConfigs then reports as a static broker config; Sluice's gets the same.
+SLUICE_OPTIONS = {
+    "auto.create.topics.enable": "false",
+    "produce.commit.interval.ms": "20",
+    "num.partitions": "1",
+}
 KINDS = {"diskless": {}, "classic": {"log.diskless.enable": "false"}}
 
 # recordings[session][target] = {label: recorded step}; targets: "kafka", and the kinds.
