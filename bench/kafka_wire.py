@@ -87,3 +87,40 @@ class WireClient:
                 raise ConnectionError(f"closed after {got}/{n} bytes")
             got += k
         return view.toreadonly()
+
+
+def fetch_body(
+    topic: str,
+    partition: int,
+    offset: int,
+    partition_max_bytes: int,
+    min_bytes: int = 1,
+    max_bytes: int = 52_428_800,
+) -> dict[str, object]:
+    """A consumer's Fetch (v12+) of one partition by topic name, answered at once."""
+    return {
+        "replica_id": -1,
+        "max_wait": 0,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": partition_max_bytes,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }

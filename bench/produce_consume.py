@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.records import parse_batches
 
-from .kafka_wire import WireClient
+from .kafka_wire import WireClient, fetch_body
 from .stats import MiB, percentile
 
 RECORD_SIZE = 1024
@@ -245,14 +245,14 @@ def tail_fetch_latencies(
     out: list[float] = []
     with WireClient(host, port) as client:
         # Not timed: the first request of a connection pays for its set-up.
-        client.call(1, FETCH_VERSION, _fetch_body(topic, 0, watermarks[0][0], 1024))
+        client.call(1, FETCH_VERSION, fetch_body(topic, 0, watermarks[0][0], 1024))
         while len(out) < fetches:
             for partition, (low, high) in enumerate(watermarks):
                 offset = max(low, high - window)
                 while offset < high and len(out) < fetches:
                     t0 = time.perf_counter()
                     response = client.call(
-                        1, FETCH_VERSION, _fetch_body(topic, partition, offset, partition_max_bytes)
+                        1, FETCH_VERSION, fetch_body(topic, partition, offset, partition_max_bytes)
                     )
                     out.append(time.perf_counter() - t0)
                     part = response.responses[0].partitions[0]
@@ -263,35 +263,6 @@ def tail_fetch_latencies(
                 break
     out.sort()
     return out
-
-
-def _fetch_body(topic: str, partition: int, offset: int, max_bytes: int) -> dict[str, object]:
-    return {
-        "replica_id": -1,
-        "max_wait": 0,
-        "min_bytes": 1,
-        "max_bytes": 52_428_800,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": partition,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": max_bytes,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
 
 
 def _next_offset(records: bytes | None, offset: int) -> int:

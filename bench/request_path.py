@@ -193,32 +193,9 @@ def _produce(topic: str) -> dict[str, Any]:
 
 
 def _fetch(topic: str, offset: int) -> dict[str, Any]:
-    return {
-        "replica_id": -1,
-        "max_wait": 0,
-        "min_bytes": 0,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 1 << 20,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
+    from bench.kafka_wire import fetch_body
+
+    return fetch_body(topic, 0, offset, 1 << 20, min_bytes=0, max_bytes=1 << 20)
 
 
 def _create(name: str, diskless: bool) -> dict[str, Any]:
