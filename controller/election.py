@@ -120,11 +120,7 @@ def holds_sealed_classic(topic: TopicImage, index: int) -> bool:
     sealed log and make the others truncate acknowledged records. Once retention removed
     the sealed log's records (its size reported as 0), the diskless rule applies again."""
     m = topic.migration
-    if m is None:
-        return False
-    first = m if m.direction == TO_DISKLESS else m.earlier
-    s = None if first is None else first.sealed_partition(index)
-    return s is not None and s.old_bytes != 0
+    return m is not None and m.classic_seal_with_records(index) is not None
 
 
 def keeps_classic_isr(topic: TopicImage, index: int, p: PartitionState) -> bool:

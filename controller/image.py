@@ -697,6 +697,15 @@ class MigrationState:
     def sealed_partitions(self) -> dict[int, SealedPartition]:
         return dict(self.sealed)
 
+    def classic_seal_with_records(self, partition: int) -> SealedPartition | None:
+        """The seal of the classic log below the partition's diskless part (this
+        migration's, to diskless; the earlier one's, back to classic) while that sealed
+        log still has records (its leader reports its size as retention and tiering shrink
+        it); None when there is none or it is empty."""
+        first = self if self.direction == TO_DISKLESS else self.earlier
+        s = None if first is None else first.sealed_partition(partition)
+        return s if s is not None and s.old_bytes != 0 else None
+
 
 def _apply_topic_migration(image: MetadataImage, r: TopicMigration) -> None:
     topic = image._existing_topic(r.topic_id, "TopicMigration")

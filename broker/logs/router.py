@@ -117,15 +117,6 @@ def classic_end_below(m: MigrationState, partition: int) -> int:
     return 0 if first is None else first.boundary
 
 
-def _classic_below_has_records(m: MigrationState, partition: int) -> bool:
-    """Whether the image says a classic log sealed for diskless below the partition's
-    diskless part still has records (its leader reports its size as retention and
-    tiering shrink it)."""
-    first = m if m.direction == TO_DISKLESS else m.earlier
-    s = None if first is None else first.sealed_partition(partition)
-    return s is not None and s.old_bytes != 0
-
-
 def sealed_boundary(broker: RoutingView, topic_id: UUID, partition: int) -> int | None:
     """The end of a sealed classic log below a partition's diskless part (None: none)."""
     m = _migration(broker, topic_id)
@@ -140,7 +131,7 @@ def serves_any_broker(topic: TopicImage, partition: int) -> bool:
     only that log's replicas hold (elsewhere EARLIEST and reads below it are refused)."""
     m = topic.migration
     return m is None or not (
-        classic_end_below(m, partition) and _classic_below_has_records(m, partition)
+        classic_end_below(m, partition) and m.classic_seal_with_records(partition) is not None
     )
 
 
@@ -230,7 +221,7 @@ def list_offset_route(
             )
         if start is not None and start < below:
             return 0, start, -1, epoch
-        if p is None and below and _classic_below_has_records(m, partition):
+        if p is None and below and m.classic_seal_with_records(partition) is not None:
             # The classic part has records but no replica of it here (a client routed by
             # AZ to this broker): retriable, never the diskless start, past them.
             return int(ErrorCode.not_leader_or_follower), -1, -1, -1

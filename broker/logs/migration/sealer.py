@@ -240,10 +240,10 @@ class MigrationSealer:
         """A follower whose log ends below the seal of the earlier migration to diskless,
         whose sealed log has records (the leader does not: it continues at the boundary
         whatever it holds, so the partition takes appends)."""
-        m = topic.migration
+        m = topic.migration  # to classic (on_replica's caller checked)
         state = topic.partitions.get(p.index)
-        first = None if m is None or m.earlier is None else m.earlier.sealed_partition(p.index)
-        if first is None or state is None or first.old_bytes == 0:
+        first = None if m is None else m.classic_seal_with_records(p.index)
+        if first is None or state is None:
             return False
         return p.log.log_end_offset < first.boundary and state.leader != self.broker.config.node_id
 
