@@ -268,23 +268,37 @@ def epochs_route(
 ) -> tuple[int, int, int] | str | None:
     """OffsetForLeaderEpoch of a sealed partition: CLASSIC (the classic epoch cache, for
     replication), DISKLESS (the diskless answer), an answer (error, epoch, end offset), or
-    None (no migration). Consumers never get the classic cache's answer: its epochs before
-    the boundary are not in it, so an end offset from it could look like a truncation.
-    As for a diskless log, every epoch up to the current one ends at the high watermark
-    (the classic leader's, once the topic is classic from the boundary on)."""
+    None (no migration).
+
+    A consumer of a partition migrated to classic gets the classic cache's answer (Kafka's,
+    so a truncation of the classic log is detected) only for an epoch the classic log
+    wrote from the boundary on. Older epochs are the diskless part's and the sealed logs'
+    below it, which the cache does not know (its answer could look like a truncation): they
+    end at the log end, as a diskless log's epochs do; nothing below the boundary is ever
+    truncated. Never the high watermark: a new leader's trails its log end until its
+    followers fetch again, and a consumer whose position is between the two would take it
+    for a truncation and seek back (librdkafka drops what it had fetched ahead: records
+    skipped)."""
     m = _migration(broker, topic_id)
     if m is None:
         return None
     p = classic.get(topic_id, partition)
     if replication and p is not None:
         return CLASSIC  # a follower of the classic log, sealed or not (as reads_classic)
-    if m.boundary(partition) is None:
+    boundary = m.boundary(partition)
+    if boundary is None:
         return None
     if m.direction == TO_DISKLESS:
         return DISKLESS
     if p is None or p.role != "leader":
         return int(ErrorCode.not_leader_or_follower), -1, -1
-    return (0, epoch, p.high_watermark) if epoch <= current else (0, -1, -1)
+    if epoch > current:
+        return 0, -1, -1
+    first = p.log.epochs.first_epoch_from(boundary)
+    if 0 <= first <= epoch:
+        found, end = p.end_offset_for(epoch)
+        return 0, found, end
+    return 0, epoch, p.log.log_end_offset
 
 
 def hosted_classic(image: MetadataImage, classic: set[UUID]) -> set[UUID]:

@@ -59,6 +59,11 @@ class EpochCache:
     def latest_epoch(self) -> int:
         return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
 
+    def first_epoch_from(self, offset: int) -> int:
+        """The first epoch that started at or after ``offset`` (UNDEFINED_EPOCH: none)."""
+        i = bisect.bisect_left(self._starts, offset)
+        return self._epochs[i] if i < len(self._epochs) else UNDEFINED_EPOCH
+
     def assign(self, epoch: int, start_offset: int) -> None:
         """Epoch ``epoch`` wrote from ``start_offset`` on. Entries it contradicts (a
         same-or-newer epoch, or one starting at or after this offset) are dropped first,

@@ -66,6 +66,9 @@ SCHEDULES: dict[str, tuple[str, ...]] = {
     "net": NET_FAULTS,
     "all-net": ALL_FAULTS + NET_FAULTS + MIGRATION,
     "migration": PROCESS_FAULTS + MIGRATION * 4,
+    # The batch coordinator's (PostgreSQL's) outages alone: diskless commits whose outcome
+    # is unknown, idempotent retries across them.
+    "pg": ("kill-postgres", "stop-postgres", "pg-latency", "pg-reset"),
     # The object store's outages alone (diskless produce, transaction markers, tiering).
     "s3": ("kill-s3", "stop-s3", "s3-503", "s3-reset"),
 }

@@ -40,6 +40,10 @@ MESSAGE_TIMEOUT_MS = 120_000
 # librdkafka logs every refused connection at level 3; faults make hundreds of them. What the
 # clients were told arrives through delivery reports and exceptions instead.
 QUIET = {"log_level": 2}
+# SLUICE_NEMESIS_CLIENT_DEBUG=eos,msg,protocol (librdkafka's debug contexts) makes the
+# producers log them to their <name>.out: to see why a client did what the checker flags.
+CLIENT_DEBUG = os.environ.get("SLUICE_NEMESIS_CLIENT_DEBUG", "")
+PRODUCER_LOG = {"debug": CLIENT_DEBUG, "log_level": 7} if CLIENT_DEBUG else QUIET
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,7 @@ class ProducerWorker(Worker):
         self.topic, self.acks, self.rate = topic, acks, rate
         self.kind = "all" if acks == "all" else "one"
         self.config = {
-            **QUIET,
+            **PRODUCER_LOG,
             "bootstrap.servers": bootstrap,
             "acks": acks,
             "enable.idempotence": acks == "all",

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.logs.partition_log import Answered, EpochAnswer, OffsetAnswer
 from broker.logs.router import LogRouter, Purpose
+from storage.classic.epoch_cache import EpochCache
 from tests.unit.test_migration_routing import Manager, migrate, replica, seal, setup
 
 DISKLESS: Any = SimpleNamespace(name="diskless")
@@ -60,9 +61,12 @@ def test_every_purpose_follows_the_rules_through_both_migrations() -> None:
     assert kinds(Purpose.APPEND) == kinds(Purpose.MARKER) == "classic"
     reads = {o: kinds(Purpose.READ, o) for o in (0, 99, 100, 299, 300)}
     assert reads == {0: "classic", 99: "classic", 100: "diskless", 299: "diskless", 300: "classic"}
-    first.high_watermark = 420
+    # A consumer's OffsetForLeaderEpoch for an epoch of the diskless part: the classic
+    # leader's log end (its high watermark may trail it).
+    first.high_watermark, first.log.log_end_offset = 420, 450
+    first.log.epochs = EpochCache(None)
     epochs = kinds(Purpose.EPOCHS, 0)
-    assert isinstance(epochs, Answered) and epochs.epochs == EpochAnswer(0, 0, 420)
+    assert isinstance(epochs, Answered) and epochs.epochs == EpochAnswer(0, 0, 450)
 
 
 def test_a_broker_without_classic_logs_routes_everything_to_the_diskless_log() -> None:

@@ -11,6 +11,7 @@ from broker.logs import router as routing
 from controller.logic_config import ControllerConfig
 from controller.migration import SealReport
 from controller.requests import AlterTopicConfigs, ConfigOp, OpType
+from storage.classic.epoch_cache import EpochCache
 from tests.unit.controller.harness import Cluster, uuids
 
 
@@ -165,12 +166,19 @@ def test_diskless_to_classic_has_three_parts() -> None:
     # Without the old classic log here, the earliest offset is the diskless log's.
     bare = Manager(c.image, {})
     assert routing.list_offset_route(broker, bare, tid, 0, -2, False) == routing.DISKLESS
-    # A consumer's OffsetForLeaderEpoch: the classic leader's high watermark.
+    # A consumer's OffsetForLeaderEpoch: the classic cache's answer for the epochs the
+    # classic log wrote from the boundary (300) on, the log end for older ones (the diskless
+    # part's); never the high watermark, which trails the log end on a new leader.
     leader = replica(300)
     leader.high_watermark = 420
+    epochs = EpochCache(None)
+    epochs.assign(4, 300)
+    epochs.assign(5, 400)
+    leader.log.epochs, leader.log.log_end_offset = epochs, 450
+    leader.end_offset_for = lambda e: epochs.end_offset_for(e, 450)
     led = Manager(c.image, {(tid, 0): leader})
-    assert routing.epochs_route(broker, led, tid, 0, False, 3, 5) == (0, 3, 420)
-    assert routing.epochs_route(broker, led, tid, 0, False, 6, 5) == (0, -1, -1)
+    asked = {e: routing.epochs_route(broker, led, tid, 0, False, e, 5) for e in (3, 4, 5, 6)}
+    assert asked == {3: (0, 3, 450), 4: (0, 4, 400), 5: (0, 5, 450), 6: (0, -1, -1)}
 
 
 # --- a consumer starting from the earliest offset in every window of both seals -------------
