@@ -46,7 +46,8 @@ class _ProducerState:
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
-        # (base_sequence, last_sequence, base_offset, last_offset, log_append_time)
+        # (base_sequence, last_sequence, base_offset, last_offset, timestamp a retry is
+        # answered with: the log append time, else the batch's max timestamp)
         self.entries: deque[tuple[int, int, int, int, int]] = deque(
             maxlen=PRODUCER_BATCHES_RETAINED
         )
@@ -172,9 +173,10 @@ def commit_file_txn(
             )
         )
         if state is not None:
-            state.entries.append(
-                (b.base_sequence, last_sequence, base_offset, last_offset, append_time)
-            )
+            # A retry of this batch is answered with its timestamp (Kafka's BatchMetadata:
+            # the log append time, else the batch's max timestamp), in log_append_time.
+            stamp = append_time if append_time >= 0 else b.max_timestamp
+            state.entries.append((b.base_sequence, last_sequence, base_offset, last_offset, stamp))
             state.appended += 1
         if b.transactional:
             opened.append((tid, b.partition, b.producer_id, base_offset))

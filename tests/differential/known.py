@@ -181,14 +181,6 @@ BUGS: list[Known] = [
     # --- CreateTopics ---
     # --- topic config entries (CreateTopics v5+ and DescribeConfigs) ---
     # --- Produce ---
-    Known(
-        "idempotent_produce",
-        "retry of sequence * (*duplicate)",
-        "*.log_append_time",
-        "a duplicate is acknowledged with log_append_time -1; Kafka answers the original "
-        "batch's timestamp (its BatchMetadata), which the Java client then reports as the "
-        "record's timestamp",
-    ),
     # --- Fetch ---
     # --- OffsetForLeaderEpoch ---
     # --- ListOffsets ---

@@ -293,7 +293,9 @@ class ClassicPartition:
                 # waits for the duplicate's last offset too). Answering at once would
                 # acknowledge a batch that only this leader may hold.
                 base, last = duplicate
-                result = PartitionResult(0, base, -1, self.log_start_offset)
+                result = PartitionResult(
+                    0, base, self._batch_timestamp(base), self.log_start_offset
+                )
                 if acks != -1 or self.high_watermark > last:
                     return result
                 return self._wait_for_high_watermark(last, result, timeout_ms, min_isr)
@@ -326,6 +328,16 @@ class ClassicPartition:
         if acks != -1 or self.high_watermark > last_offset:
             return result
         return self._wait_for_high_watermark(last_offset, result, timeout_ms, min_isr)
+
+    def _batch_timestamp(self, offset: int) -> int:
+        """What Kafka answers a retry of the batch at ``offset`` with as its log append
+        time: the batch's timestamp as written (its BatchMetadata), the log append time
+        or the batch's max timestamp. Read from the log: duplicates are rare."""
+        try:
+            batch = next(iter(walk(self.log.read(offset, 1, min_one=True), check_crc=False)))
+        except (OffsetOutOfRange, StopIteration):
+            return -1
+        return batch.max_timestamp
 
     def append_marker(
         self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int

@@ -303,7 +303,9 @@ BEGIN
             e_last_seq[e_n] := v_last_seq;
             e_base_off[e_n] := v_base;
             e_last_off[e_n] := v_base + p_record_counts[i] - 1;
-            e_append[e_n] := v_append;
+            -- A retry of this batch is answered with its timestamp (Kafka's BatchMetadata:
+            -- the log append time, else the batch's max timestamp).
+            e_append[e_n] := CASE WHEN v_append >= 0 THEN v_append ELSE p_max_timestamps[i] END;
             e_prev[e_n] := s_last[pi];
             s_last[pi] := e_n;
             s_new[pi] := s_new[pi] + 1;

@@ -122,7 +122,10 @@ def test_idempotent_retry_is_not_appended_twice_and_gaps_are_refused(tmp_path: P
         assert produce(p, records(2, pid=9, epoch=0, seq=0)).base_offset == 0
         assert produce(p, records(2, pid=9, epoch=0, seq=2)).base_offset == 2
         # A retry of the first batch: its offset, nothing appended.
-        assert produce(p, records(2, pid=9, epoch=0, seq=0)) == PartitionResult(0, 0, -1, 0)
+        # A retry: its original offset and, as Kafka answers a duplicate, the original
+        # batch's timestamp as the log append time (CreateTime: its max timestamp).
+        retry = records(2, ts=5_000, pid=9, epoch=0, seq=0)
+        assert produce(p, retry) == PartitionResult(0, 0, 1_000, 0)
         assert p.log.log_end_offset == 4
         assert produce(p, records(1, pid=9, epoch=0, seq=7)).error == (
             ErrorCode.out_of_order_sequence_number
