@@ -1,18 +1,24 @@
-"""Classic vs diskless topics on one 3-broker cluster (3 racks, 1 controller), one run.
+"""Classic vs diskless topics on one 3-broker cluster (3 racks, 1 controller), and Apache
+Kafka (3 KRaft nodes, 3 racks) beside them, one run.
 
-Phases, each repeated ``--repeats`` times (medians printed):
+Phases, each repeated ``--repeats`` times (medians printed), the phases of a repeat one after
+the other (so the machine's noise falls on all of them alike), after one unmeasured warm-up
+produce per phase (Kafka's JIT, Sluice's caches):
 
-- classic RF=3 acks=1, classic RF=3 acks=all, diskless acks=all: produce ``--mib`` MiB of
-  1 KiB records (confluent-kafka, linger.ms=5), every record's produce→delivery latency
-  taken (p50/p99 flat out: mostly time queued in the client), broker CPU (all three
-  processes) per MiB moved;
+- classic RF=3 acks=1, classic RF=3 acks=all (min.insync.replicas=2), diskless acks=all, and
+  Kafka RF=3 acks=all (min.insync.replicas=2; ``--no-kafka`` leaves it out): produce
+  ``--mib`` MiB of 1 KiB records (confluent-kafka, linger.ms=5), every record's
+  produce→delivery latency taken (p50/p99 flat out: mostly time queued in the client),
+  broker CPU (all three processes) per MiB moved;
 - the same again, paced at half that phase's throughput for ``--latency-seconds``: the
   latency a producer sees when the brokers are not saturated;
 - consume each topic back from the beginning (MiB/s).
 
 The machine's own fsync'd local write (1 MiB writes, fsync each) is measured in the same
 run; produce rates are also given as a ratio of it, so figures from different machines
-can be compared. ``python -m bench.classic --quick`` or ``bench/run --targets classic``.
+can be compared, and every phase as a ratio of Kafka's in the same run (throughput per
+broker CPU second, p99 at half load), with the brokers' peak RSS (Kafka: its JVM, heap
+and off-heap). ``python -m bench.classic --quick`` or ``bench/run --targets classic``.
 """
 
 from __future__ import annotations
@@ -30,15 +36,19 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.cluster import LocalCluster
+from sluice.launch.kafka import KafkaCluster
 
 from .produce_consume import PARTITIONS, RECORD_SIZE, consume
 from .stats import MiB, ProcStats, med, percentile
 
+# (name, system, acks): system is "classic" / "diskless" (Sluice's topics) or "kafka".
 PHASES = (
-    ("classic acks=1", False, "1"),
-    ("classic acks=all", False, "all"),
-    ("diskless acks=all", True, "all"),
+    ("classic acks=1", "classic", "1"),
+    ("classic acks=all", "classic", "all"),
+    ("diskless acks=all", "diskless", "all"),
+    ("kafka acks=all", "kafka", "all"),
 )
+KAFKA = "kafka acks=all"
 
 
 def fsync_write_mib_s(directory: Path, mib: int = 64) -> float:
@@ -57,13 +67,17 @@ def fsync_write_mib_s(directory: Path, mib: int = 64) -> float:
         path.unlink()
 
 
-def create(bootstrap: str, diskless: bool) -> str:
-    name = f"bench-{'d' if diskless else 'c'}-{uuid.uuid4().hex[:8]}"
+def create(bootstrap: str, system: str) -> str:
+    name = f"bench-{system[0]}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    if diskless:
+    if system == "diskless":
         topic = NewTopic(name, PARTITIONS)
     else:
-        topic = NewTopic(name, PARTITIONS, 3, config={"diskless.enable": "false"})
+        # acks=all waits for two copies of three, as an operator runs RF=3 (both systems).
+        config = {"min.insync.replicas": "2"}
+        if system == "classic":
+            config["diskless.enable"] = "false"
+        topic = NewTopic(name, PARTITIONS, 3, config=config)
     admin.create_topics([topic])[name].result(30)
     time.sleep(1.0)  # leaders and followers in place before the clock starts
     return name
@@ -129,8 +143,13 @@ def produce(
     }
 
 
-def broker_cpu(cluster: LocalCluster) -> float:
-    return sum(ProcStats(b.pid).tree_cpu_seconds() for b in cluster.brokers)
+def cpu_seconds(pids: list[int]) -> float:
+    return sum(ProcStats(pid).tree_cpu_seconds() for pid in pids)
+
+
+def peak_rss_mib(pids: list[int]) -> float:
+    """The largest peak RSS of the processes (one broker's, not their sum)."""
+    return max(ProcStats(pid).peak_rss_mib() for pid in pids)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,9 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--latency-seconds", type=float, default=6.0, help="seconds of the half-load phase"
     )
+    ap.add_argument("--no-kafka", action="store_true", help="without the Apache Kafka phase")
     args = ap.parse_args(argv)
     if args.quick:
         args.mib, args.latency_seconds = 32, 3.0
+    phases = [p for p in PHASES if not (args.no_kafka and p[1] == "kafka")]
     root = Path(tempfile.mkdtemp(prefix="sluice-bench-classic-"))
     print(f"classic vs diskless: {args.mib:g} MiB x {args.repeats} runs, {PARTITIONS} partitions")
     fsync = med([fsync_write_mib_s(root) for _ in range(args.repeats)])
@@ -156,50 +177,85 @@ def main(argv: list[str] | None = None) -> int:
         {"produce.commit.interval.ms": "20"},
         controllers=1,
     )
+    kafka = None if args.no_kafka else KafkaCluster(root / "kafka")
     cluster.up()
     try:
-        results: dict[str, list[dict]] = {name: [] for name, _, _ in PHASES}
+        if kafka is not None:
+            kafka.up()
+        sluice_pids = [b.pid for b in cluster.brokers]
+        # Warm-up, not measured: the JVM's JIT compiles Kafka's hot paths in its first
+        # seconds of load (and Sluice's caches fill), so neither is timed cold.
+        for _name, system, acks in phases:
+            warm = kafka.bootstrap if system == "kafka" and kafka else cluster.bootstrap
+            produce(warm, create(warm, system), min(args.mib, 32), acks, args.budget)
+        results: dict[str, list[dict]] = {name: [] for name, _, _ in phases}
         for _run in range(args.repeats):
-            for name, diskless, acks in PHASES:
-                topic = create(cluster.bootstrap, diskless)
-                cpu0 = broker_cpu(cluster)
-                r = produce(cluster.bootstrap, topic, args.mib, acks, args.budget)
-                r["cpu_s_per_mib"] = (broker_cpu(cluster) - cpu0) / max(r["mib"], 1e-9)
-                got, seconds = consume(cluster.bootstrap, topic, r["records"], args.budget)
+            for name, system, acks in phases:
+                bootstrap, pids = cluster.bootstrap, sluice_pids
+                if system == "kafka":
+                    assert kafka is not None
+                    bootstrap, pids = kafka.bootstrap, kafka.pids
+                topic = create(bootstrap, system)
+                cpu0 = cpu_seconds(pids)
+                r = produce(bootstrap, topic, args.mib, acks, args.budget)
+                r["cpu_s_per_mib"] = (cpu_seconds(pids) - cpu0) / max(r["mib"], 1e-9)
+                got, seconds = consume(bootstrap, topic, r["records"], args.budget)
                 r["consume_mib_s"] = got * RECORD_SIZE / MiB / seconds if seconds else 0.0
                 half = r["mib_s"] / 2
                 paced = produce(
-                    cluster.bootstrap,
-                    topic,
-                    half * args.latency_seconds,
-                    acks,
-                    args.budget,
+                    bootstrap, topic, half * args.latency_seconds, acks, args.budget,
                     rate_mib_s=half,
-                )
+                )  # fmt: skip
                 r["half_p50_ms"], r["half_p99_ms"] = paced["p50_ms"], paced["p99_ms"]
                 r["errors"] += paced["errors"]
+                r["peak_rss_mib"] = peak_rss_mib(pids)
                 results[name].append(r)
-        print(
-            f"  {'phase':<20}{'produce MiB/s':>14}{'x fsync':>9}{'p50 ms':>9}{'p99 ms':>9}"
-            f"{'CPU s/MiB':>11}{'consume MiB/s':>15}{'errors':>8}"
-            f"{'p50/p99 ms at half load':>26}"
-        )
-        for name, _, _ in PHASES:
-            rs = results[name]
-
-            def m(key: str, rs: list[dict] = rs) -> float:
-                return med([r[key] for r in rs])
-
-            print(
-                f"  {name:<20}{m('mib_s'):>14.1f}{m('mib_s') / fsync:>9.2f}{m('p50_ms'):>9.1f}"
-                f"{m('p99_ms'):>9.1f}{m('cpu_s_per_mib'):>11.3f}{m('consume_mib_s'):>15.1f}"
-                f"{sum(r['errors'] for r in rs):>8}"
-                f"{m('half_p50_ms'):>17.1f} / {m('half_p99_ms'):.1f}"
-            )
+        report(results, phases, fsync)
     finally:
         cluster.down()
         cluster.remove_data()
+        if kafka is not None:
+            kafka.down()
     return 0
+
+
+def report(
+    results: dict[str, list[dict]], phases: list[tuple[str, str, str]], fsync: float
+) -> None:
+    """Medians per phase; then each phase against Kafka's of the same run, when it ran:
+    produce MiB per broker CPU second (CPU s/MiB inverted: per core, as issue 29 asks),
+    p99 at half load, the largest broker's peak RSS."""
+
+    def m(name: str, key: str) -> float:
+        return med([r[key] for r in results[name]])
+
+    print(
+        f"  {'phase':<20}{'produce MiB/s':>14}{'x fsync':>9}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'CPU s/MiB':>11}{'consume MiB/s':>15}{'errors':>8}"
+        f"{'p50/p99 ms at half load':>26}{'peak RSS MiB':>14}"
+    )
+    for name, _, _ in phases:
+        print(
+            f"  {name:<20}{m(name, 'mib_s'):>14.1f}{m(name, 'mib_s') / fsync:>9.2f}"
+            f"{m(name, 'p50_ms'):>9.1f}{m(name, 'p99_ms'):>9.1f}{m(name, 'cpu_s_per_mib'):>11.3f}"
+            f"{m(name, 'consume_mib_s'):>15.1f}{sum(r['errors'] for r in results[name]):>8}"
+            f"{m(name, 'half_p50_ms'):>17.1f} / {m(name, 'half_p99_ms'):.1f}"
+            f"{m(name, 'peak_rss_mib'):>14.0f}"
+        )
+    if KAFKA not in results:
+        return
+    print("  ratios to Kafka (same run; > 1 is better for MiB/s per CPU s, < 1 for the rest)")
+    print(f"  {'phase':<20}{'MiB per CPU s':>14}{'MiB/s':>9}{'half-load p99':>15}{'peak RSS':>10}")
+    k_eff = 1 / max(m(KAFKA, "cpu_s_per_mib"), 1e-9)
+    for name, system, _ in phases:
+        if system == "kafka":
+            continue
+        eff = 1 / max(m(name, "cpu_s_per_mib"), 1e-9)
+        print(
+            f"  {name:<20}{eff / k_eff:>14.2f}{m(name, 'mib_s') / m(KAFKA, 'mib_s'):>9.2f}"
+            f"{m(name, 'half_p99_ms') / m(KAFKA, 'half_p99_ms'):>15.2f}"
+            f"{m(name, 'peak_rss_mib') / m(KAFKA, 'peak_rss_mib'):>10.2f}"
+        )
 
 
 if __name__ == "__main__":

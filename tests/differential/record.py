@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sluice.launch.kafka import KafkaBroker
 from sluice.launch.process import SluiceProcess, free_port
 
-from .kafka import KafkaBroker
 from .sessions import KIND_FREE, SESSIONS
 from .side import Side, common_versions
 from .wire import Connection, api_versions

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sluice.cluster import LocalCluster
-from tests.differential.kafka import ensure_jars, java_command
+from sluice.launch.kafka import ensure_jars, java_command
 from tests.fixtures.cluster import fast_cluster
 
 pytestmark = pytest.mark.e2e

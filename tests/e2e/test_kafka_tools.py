@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.cluster import LocalCluster
-from tests.differential.kafka import ensure_jars, java_command
+from sluice.launch.kafka import ensure_jars, java_command
 from tests.fixtures.cluster import fast_cluster
 
 from ._kafka import wait_until

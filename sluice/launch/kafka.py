@@ -1,9 +1,11 @@
-"""A real Apache Kafka broker for the differential tests: one KRaft node (broker and
-controller in one process) on free ports, with a temporary log dir.
+"""Apache Kafka beside Sluice: KRaft nodes (broker and controller in one process each) on
+free ports, with temporary log dirs. The differential tests run one node as the oracle; the
+benchmarks (bench.classic) run three, rack-aware, for the same workload as Sluice's.
 
-The jars come from Maven Central once (pom.xml beside this file, `mvn dependency:copy-dependencies`)
-and are cached outside the repository, in ~/.cache/sluice/kafka-<version>/libs (override the
-root with SLUICE_TEST_KAFKA_CACHE). Nothing of Kafka is committed.
+The jars come from Maven Central once (kafka-pom.xml beside this file, `mvn
+dependency:copy-dependencies`) and are cached outside the repository, in
+~/.cache/sluice/kafka-<version>/libs (override the root with SLUICE_TEST_KAFKA_CACHE).
+Nothing of Kafka is committed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import contextlib
 import hashlib
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -20,10 +24,8 @@ from pathlib import Path
 
 from sluice.launch.process import free_port
 
-from .wire import Connection, api_versions
-
 KAFKA_VERSION = "4.4.0"
-POM = Path(__file__).with_name("pom.xml")
+POM = Path(__file__).with_name("kafka-pom.xml")
 START_TIMEOUT_S = 120.0  # a cold JVM on a loaded 2-core machine takes ~30 s
 STOP_TIMEOUT_S = 20.0
 
@@ -91,14 +93,34 @@ def java() -> str:
     return found
 
 
-class KafkaBroker:
-    """One KRaft node. Only the test's own process is ever signalled."""
+# A short-lived oracle answers a few hundred requests on a shared 2-core machine: small heap,
+# C1 only. A benchmark gets the JVM Kafka ships with (kafka-server-start.sh: 1 GiB, G1).
+ORACLE_JVM = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+BENCH_JVM = ("-Xms1g", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")
 
-    def __init__(self, workdir: Path, overrides: dict[str, str] | None = None) -> None:
+
+class KafkaBroker:
+    """One KRaft node (broker and controller). Alone it is a one-node cluster; a
+    :class:`KafkaCluster` gives each node its id, rack and the quorum's voters. Only the
+    test's own process is ever signalled."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        overrides: dict[str, str] | None = None,
+        *,
+        node_id: int = 1,
+        rack: str | None = None,
+        jvm: tuple[str, ...] = ORACLE_JVM,
+    ) -> None:
         self.workdir = workdir
         self.port = free_port()
         self.controller_port = free_port()
         self.host = "127.0.0.1"
+        self.node_id = node_id
+        self.rack = rack
+        self.jvm = jvm
+        self.voters = f"{node_id}@{self.host}:{self.controller_port}"
         self.log_path = workdir / "kafka.log"
         self.overrides = overrides or {}
         self.proc: subprocess.Popen[bytes] | None = None
@@ -107,11 +129,17 @@ class KafkaBroker:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
     def properties(self) -> dict[str, str]:
-        return {
+        replicas = str(len(self.voters.split(",")))
+        props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters,
             "listeners": f"PLAINTEXT://{self.host}:{self.port},"
             f"CONTROLLER://{self.host}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
@@ -120,32 +148,34 @@ class KafkaBroker:
             "inter.broker.listener.name": "PLAINTEXT",
             "log.dirs": str(self.workdir / "data"),
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
+            "offsets.topic.replication.factor": replicas,
             "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": "1" if replicas == "1" else "2",
             "transaction.state.log.num.partitions": "1",
             "group.initial.rebalance.delay.ms": "0",
-            **self.overrides,
         }
+        if self.rack is not None:
+            props["broker.rack"] = self.rack
+        return {**props, **self.overrides}
 
-    def start(self) -> None:
+    def start(self, cluster_id: str | None = None, wait: bool = True) -> None:
+        self.launch(cluster_id or new_cluster_id())
+        if wait:
+            self._wait_ready()
+
+    def launch(self, cluster_id: str) -> None:
+        """Format the log dir and start the process; :meth:`_wait_ready` waits for it."""
         libs = ensure_jars()
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in self.properties().items()))
-        classpath = f"{libs}/*"
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-        # Small heap and C1 only: this JVM answers a few hundred requests, and the machine is
-        # shared (2 cores).
         jvm = [
             java(),
-            "-Xmx512m",
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
+            *self.jvm,
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
             "-cp",
-            classpath,
+            f"{libs}/*",
         ]
         with open(self.log_path, "ab") as log:
             subprocess.run(
@@ -162,7 +192,6 @@ class KafkaBroker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self._wait_ready()
 
     def _wait_ready(self) -> None:
         """Ready when the broker answers ApiVersions (it accepts connections earlier)."""
@@ -171,15 +200,9 @@ class KafkaBroker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"kafka exited ({self.proc.returncode}):\n{self.log_tail()}")
-            try:
-                conn = Connection(self.host, self.port)
-                try:
-                    api_versions(conn)
-                    return
-                finally:
-                    conn.close()
-            except OSError:
-                time.sleep(0.25)
+            if answers_api_versions(self.host, self.port):
+                return
+            time.sleep(0.25)
         self.stop()
         raise RuntimeError(f"kafka did not answer ApiVersions in {START_TIMEOUT_S}s")
 
@@ -201,3 +224,81 @@ class KafkaBroker:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
             return "(no output)"
+
+
+def new_cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class KafkaCluster:
+    """``n`` KRaft nodes, each broker and controller (a three-voter quorum for n = 3), one
+    rack each: Kafka as an operator would run it on three machines, on this one."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        n: int = 3,
+        racks: tuple[str, ...] = ("az-a", "az-b", "az-c"),
+        overrides: dict[str, str] | None = None,
+        jvm: tuple[str, ...] = BENCH_JVM,
+    ) -> None:
+        self.nodes = [
+            KafkaBroker(
+                workdir / f"kafka-{i}", overrides, node_id=i, rack=racks[(i - 1) % len(racks)],
+                jvm=jvm,
+            )
+            for i in range(1, n + 1)
+        ]  # fmt: skip
+        voters = ",".join(f"{b.node_id}@{b.host}:{b.controller_port}" for b in self.nodes)
+        for b in self.nodes:
+            b.voters = voters
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.nodes)
+
+    @property
+    def pids(self) -> list[int]:
+        return [b.pid for b in self.nodes]
+
+    def up(self) -> None:
+        """All nodes at once (a quorum of three elects its leader only once two run)."""
+        cluster_id = new_cluster_id()
+        try:
+            for b in self.nodes:
+                b.launch(cluster_id)
+            for b in self.nodes:
+                b._wait_ready()
+        except BaseException:
+            self.down()
+            raise
+
+    def down(self) -> None:
+        for b in self.nodes:
+            b.stop()
+
+
+def answers_api_versions(host: str, port: int, timeout: float = 5.0) -> bool:
+    """Whether a Kafka listener answers an ApiVersions v0 request with error 0."""
+    client = b"sluice-launch"
+    body = struct.pack(">hhih", 18, 0, 1, len(client)) + client
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            head = _read(sock, 4)
+            (size,) = struct.unpack(">i", head)
+            answer = _read(sock, size)
+    except OSError:
+        return False
+    # correlation id (int32), then ApiVersions v0's error code (int16)
+    return len(answer) >= 6 and struct.unpack(">ih", answer[:6]) == (1, 0)
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise OSError("connection closed")
+        out += chunk
+    return out
