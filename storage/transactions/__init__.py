@@ -197,7 +197,10 @@ class TransactionStore(ABC):
           epoch 0, state EMPTY, whatever ``expected_producer_id`` says (the id may have
           been forgotten, as Kafka's expiry of transactional ids does).
         - ``expected_producer_id >= 0`` (KIP-360 re-initialisation) that is not the stored
-          (producer id, epoch): PRODUCER_FENCED, nothing changes.
+          (producer id, epoch) nor (producer id, the epoch last bumped from): PRODUCER_FENCED,
+          nothing changes. The epoch last bumped from (a retry whose answer was lost, or
+          the epoch a coordinator abort fenced) is answered the stored epoch, not bumped
+          again, and the id becomes EMPTY with the new ``timeout_ms`` (unless ONGOING).
         - ONGOING with partitions: CONCURRENT_TRANSACTIONS and ``pending``; nothing changes.
         - Otherwise (EMPTY, COMPLETE_*, or ONGOING with only groups, whose pending offsets
           are discarded): epoch + 1 (or, when that would reach MAX_PRODUCER_EPOCH, a new
@@ -259,7 +262,8 @@ class TransactionStore(ABC):
         - state COMPLETE_COMMIT / COMPLETE_ABORT, no partitions, no groups, ``started_ms``
           -1, ``completions`` + 1 (answered in the result), and with ``bump_epoch`` epoch
           + 1 (a coordinator abort fences the producer: its later requests get
-          PRODUCER_FENCED).
+          PRODUCER_FENCED, but its KIP-360 txn_init with the fenced epoch is answered the
+          new one, see txn_init).
 
         The markers (the diskless partitions) and ``pending`` (the classic ones) together
         must name exactly the transaction's partitions (in any order); if they do not, or
