@@ -40,6 +40,7 @@ from storage.transactions import (
 log = logging.getLogger(__name__)
 
 INVALID_TRANSACTION_TIMEOUT = int(ErrorCode.invalid_transaction_timeout)
+INVALID_REQUEST = int(ErrorCode.invalid_request)
 COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
 # Rounds of "read the state, act" before answering CONCURRENT_TRANSACTIONS (retriable):
 # each round lost a race with another request for the same id.
@@ -136,6 +137,8 @@ class TransactionCoordinator:
         partitions: Sequence[PartitionKey] = (),
         groups: Sequence[str] = (),
     ) -> int:
+        if not transactional_id:
+            return INVALID_REQUEST  # Kafka: an empty id is no transaction's (as InitProducerId)
         error = await self._db.txn_add(
             transactional_id, producer_id, producer_epoch, partitions, groups, now_ms()
         )
@@ -147,6 +150,8 @@ class TransactionCoordinator:
     ) -> tuple[int, set[PartitionKey]]:
         """For AddPartitionsToTxn's verify_only (KIP-890): the error for the producer, and
         the partitions its ongoing transaction holds."""
+        if not transactional_id:
+            return INVALID_REQUEST, set()
         [state] = await self._db.txn_get([transactional_id])
         if state is None or state.producer_id != producer_id:
             return INVALID_PRODUCER_ID_MAPPING, set()
@@ -170,6 +175,8 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> int:
         """EndTxn: write the markers and record the outcome (one object, one commit)."""
+        if not transactional_id:
+            return INVALID_REQUEST
         for _ in range(_ATTEMPTS):
             [state] = await self._db.txn_get([transactional_id])
             if state is None or state.producer_id != producer_id:

@@ -68,7 +68,9 @@ class TransactionState:
     producer_epoch: int
     state: str  # one of STATES
     timeout_ms: int
-    started_ms: int  # when the ongoing transaction began; -1 unless ONGOING
+    # When the ongoing (or, once ended, the last) transaction began, as Kafka's
+    # DescribeTransactions shows it; -1 after txn_init (none begun since).
+    started_ms: int
     updated_ms: int  # last state change
     # Only while ONGOING (cleared on completion and on init):
     partitions: list[PartitionKey] = field(default_factory=list)  # sorted by (topic, part)
@@ -260,7 +262,7 @@ class TransactionStore(ABC):
         - on commit the pending offsets of its groups become committed offsets (the
           group store's table), on abort they are dropped;
         - state COMPLETE_COMMIT / COMPLETE_ABORT, no partitions, no groups, ``started_ms``
-          -1, ``completions`` + 1 (answered in the result), and with ``bump_epoch`` epoch
+          kept, ``completions`` + 1 (answered in the result), and with ``bump_epoch`` epoch
           + 1 (a coordinator abort fences the producer: its later requests get
           PRODUCER_FENCED, but its KIP-360 txn_init with the fenced epoch is answered the
           new one, see txn_init).

@@ -496,7 +496,7 @@ def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
     # back instead of PRODUCER_FENCED (Kafka 4.x: a producer whose transaction timed out
     # recovers by InitProducerId with its id and epoch).
     cur.execute(
-        "UPDATE transactions SET state = ?, producer_epoch = ?, started_ms = -1,"
+        "UPDATE transactions SET state = ?, producer_epoch = ?,"
         " updated_ms = ?, completions = completions + 1,"
         " last_producer_epoch = CASE WHEN ? THEN ? ELSE last_producer_epoch END"
         " WHERE transactional_id = ?",

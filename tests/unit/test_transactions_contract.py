@@ -620,9 +620,13 @@ async def test_commit_appends_markers_at_the_high_watermark(coordinator: BatchCo
     # The marker closed the open transaction; a commit records no aborted transaction.
     assert found.last_stable_offset == 6
     assert (await find(c, 0)).aborted == []
+    # The start of the ended transaction stays (Kafka's DescribeTransactions shows it).
     assert await p.state() == TransactionState(
-        "tx", p.pid, p.epoch, COMPLETE_COMMIT, TIMEOUT, -1, NOW
+        "tx", p.pid, p.epoch, COMPLETE_COMMIT, TIMEOUT, NOW, NOW
     )
+    # InitProducerId starts the id afresh: no transaction begun since.
+    assert (await c.txn_init("tx", TIMEOUT, -1, -1, NOW + 1)).error == NONE
+    assert (await p.state()).started_ms == -1
 
 
 async def test_abort_records_an_aborted_transaction_only_where_one_was_open(
