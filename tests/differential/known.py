@@ -192,4 +192,26 @@ BUGS: list[Known] = [
     # --- Fetch ---
     # --- OffsetForLeaderEpoch ---
     # --- ListOffsets ---
+    # --- Transactions ---
+    Known(
+        "txn_end_states",
+        "produce to a partition not added to the transaction",
+        "*.error_code",
+        "Produce v11+ of a transactional batch to a partition the transaction does not hold "
+        "is TRANSACTION_ABORTABLE in Kafka (KIP-890: the producer aborts and goes on); Sluice "
+        "answers INVALID_TXN_STATE (fatal for the client) at every version, as Kafka does up "
+        "to v10 only. The mapping by Produce version belongs in broker/produce (both kinds)",
+    ),
+    # --- Classic groups ---
+    Known(
+        "group_static",
+        "the same instance rejoins without a member id (restart)",
+        "*",
+        "KIP-814: a static leader that rejoins a Stable group with unchanged protocols is "
+        "answered as the leader (leader = its new member id) with the members and "
+        "skip_assignment true, so it knows the members without assigning again; Sluice "
+        "answers the old leader id, no members, skip_assignment false (the client syncs and "
+        "gets its old assignment, so it works, but a leader-side assignor sees no members). "
+        "broker/groups/group_coordinator.py _replace_static_member",
+    ),
 ]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from .catalog import KIND_FREE, SESSIONS
 from .compare import Difference, diff, normalise
 from .known import BUGS, INTENDED, Known
 from .record import KINDS, Recordings
-from .sessions import KIND_FREE, SESSIONS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.differential]
 
