@@ -29,8 +29,11 @@ from storage.groups import CommittedOffset
 from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
 from storage.transactions import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
+    INVALID_TXN_STATE,
     NONE,
     ONGOING,
     PRODUCER_FENCED,
@@ -184,6 +187,11 @@ class TransactionCoordinator:
             if state.producer_epoch != producer_epoch:
                 return PRODUCER_FENCED
             if state.state != ONGOING:
+                outcome = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+                if state.markers_pending and state.state != outcome:
+                    # Kafka's PrepareCommit/PrepareAbort: the other outcome is refused at
+                    # once (the same one is retried until the markers are written).
+                    return INVALID_TXN_STATE
                 # The store answers retries (NONE) and wrong states without markers.
                 state.partitions = []
             error = await self._markers.end(state, commit, bump_epoch=False)
