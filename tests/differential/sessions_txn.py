@@ -16,7 +16,7 @@ from tests.e2e._batches import Record, build_raw_batch, encode_record
 
 from .compare import code
 from .sessions import T0, find_transaction_coordinator, session
-from .sessions_groups import errors, find_group_coordinator, offset_fetch
+from .sessions_groups import Member, errors, find_group_coordinator, offset_fetch
 from .side import TXN_COORDINATOR_WARMING, Side
 
 TRANSACTIONAL = 0x10  # record batch attribute bit 4
@@ -198,7 +198,9 @@ class Txn:
         *,
         epoch: int | None = None,
         version: int | None = None,
+        member: tuple[str, int] = ("", -1),
     ) -> Any:
+        """TxnOffsetCommit; ``member``: the consumer's (member id, generation) (KIP-447)."""
         return self.s.call(
             label,
             "txn_offset_commit",
@@ -207,8 +209,8 @@ class Txn:
                 "group_id": group,
                 "producer_id": self.pid,
                 "producer_epoch": self.epoch if epoch is None else epoch,
-                "generation_id": -1,
-                "member_id": "",
+                "generation_id": member[1],
+                "member_id": member[0],
                 "group_instance_id": None,
                 "topics": [
                     {
@@ -305,6 +307,8 @@ def s_txn_timeout(s: Side) -> None:
     p.init("re-init with the current epoch (KIP-360)", pid=p.pid, epoch=old + 1)
     p.init("the same re-init retried", pid=p.pid, epoch=old + 1)
     p.describe("describe after the re-init")
+    p.init("re-init with an epoch long fenced", pid=p.pid, epoch=old)
+    p.init("re-init with an epoch long fenced, InitProducerId v3", pid=p.pid, epoch=old, version=3)
     p.add_partitions("a new transaction after the re-init", t, [0])
     p.produce("produce in it", t, 0, 0)
     p.init("re-init with the current epoch while it is open (KIP-360)", pid=p.pid, epoch=p.epoch)
@@ -401,6 +405,21 @@ def s_txn_offsets(s: Side) -> None:
     p.end("abort", False)
     fetch_settled("offset fetch after the abort")
     p.add_offsets("add offsets with an empty group id", "")
+    # KIP-447: the consumer's group membership, checked by the group coordinator.
+    m = Member(s, group, t)
+    m.join("a consumer joins the group")
+    m.join("it joins with its member id")
+    m.sync("it syncs")
+    p.add_offsets("add offsets, third transaction", group)
+    member = (m.member_id, m.generation)
+    p.commit_offsets("txn offset commit as the member", group, t, 11, member=member)
+    p.commit_offsets("txn offset commit, wrong generation", group, t, 12, member=(m.member_id, 99))
+    p.commit_offsets(
+        "txn offset commit, unknown member", group, t, 12, member=("unknown-member", 1)
+    )
+    p.end("commit the third", True)
+    fetch_settled("offset fetch after the third")
+    m.leave("the consumer leaves")
 
 
 @session(kind_free=True)
