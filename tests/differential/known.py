@@ -167,6 +167,15 @@ INTENDED: list[Known] = [
         "and reports the static default (source 5)",
     ),
     Known(
+        "txn_end_states",
+        "a second producer's init, its first answer",
+        "*",
+        "InitProducerId while the id's transaction is open: Kafka aborts it (fencing epoch + "
+        "1) and answers CONCURRENT_TRANSACTIONS, and the client's retry bumps again; Sluice "
+        "aborts and re-initialises in the one request (the same epoch, + 2, without the "
+        "round trip and the client's retry backoff). The settled answers are compared",
+    ),
+    Known(
         "create_topics",
         "*assignment*",
         "*",

@@ -362,7 +362,17 @@ def s_txn_end_states(s: Side) -> None:
     p.produce("produce in the third transaction", t, 0, 4)
     first = p.epoch
     q = Txn(s, "diff-txn-end")
-    q.init("a second producer's init (fences the first)")
+    first = s.call(
+        "a second producer's init, its first answer",
+        "init_producer_id",
+        {"transactional_id": q.id, "transaction_timeout": q.timeout_ms},
+    )
+    settled_label = "a second producer's init, once settled (fences the first)"
+    if code(first["error_code"]) in TXN_COORDINATOR_WARMING:
+        q.init(settled_label)  # the client's retry
+    else:  # answered at once: that is the settled answer
+        s.steps[settled_label] = s.steps["a second producer's init, its first answer"]
+        q.pid, q.epoch = first["producer_id"], first["producer_epoch"]
     p.end("the fenced producer's commit", True, epoch=first)
     p.add_partitions("the fenced producer's add partitions", t, [0], epoch=first, retry=False)
     p.produce("the fenced producer's produce", t, 0, 6, epoch=first)
