@@ -103,7 +103,13 @@ class Txn:
         )
 
     def verify(
-        self, label: str, topic: str, partitions: list[int], *, epoch: int | None = None
+        self,
+        label: str,
+        topic: str,
+        partitions: list[int],
+        *,
+        epoch: int | None = None,
+        verify_only: bool = True,
     ) -> Any:
         """AddPartitionsToTxn v4 verify_only: what a partition leader asks (KIP-890)."""
         return self.s.call(
@@ -115,7 +121,7 @@ class Txn:
                         "transactional_id": self.id,
                         "producer_id": self.pid,
                         "producer_epoch": self.epoch if epoch is None else epoch,
-                        "verify_only": True,
+                        "verify_only": verify_only,
                         "topics": [{"name": topic, "partitions": partitions}],
                     }
                 ]
@@ -176,7 +182,9 @@ class Txn:
             until=settled,
         )
 
-    def add_offsets(self, label: str, group: str, *, epoch: int | None = None) -> Any:
+    def add_offsets(
+        self, label: str, group: str, *, epoch: int | None = None, version: int | None = None
+    ) -> Any:
         return self.s.call(
             label,
             "add_offsets_to_txn",
@@ -186,6 +194,7 @@ class Txn:
                 "producer_epoch": self.epoch if epoch is None else epoch,
                 "group_id": group,
             },
+            version=version,
             until=settled,
         )
 
@@ -341,12 +350,31 @@ def s_txn_end_states(s: Side) -> None:
     p.end("commit retried", True)
     p.end("abort after the commit (the other outcome)", False)
     p.verify("verify after the commit", t, [0])
+    p.verify("add by a v4 batch (not verify_only)", t, [0], verify_only=False)
+    p.verify("verify after the v4 add", t, [0])
+    p.end("commit the v4-added transaction", True)
     p.add_partitions("begin a second transaction", t, [0])
     p.produce("produce in the second transaction", t, 0, 2)
     p.end("abort", False)
     p.end("abort retried", False)
     p.end("commit after the abort", True)
     p.end("end with an epoch from the future", True, epoch=p.epoch + 3)
+    p.end("end with an epoch from the future, EndTxn v1", True, epoch=p.epoch + 3, version=1)
+    p.add_partitions(
+        "add with an epoch from the future, AddPartitionsToTxn v1",
+        t,
+        [0],
+        epoch=p.epoch + 3,
+        version=1,
+        retry=False,
+    )
+    p.add_offsets("add offsets with an epoch from the future", "txn-end-group", epoch=p.epoch + 3)
+    p.add_offsets(
+        "add offsets with an epoch from the future, AddOffsetsToTxn v1",
+        "txn-end-group",
+        epoch=p.epoch + 3,
+        version=1,
+    )
     p.end("end with another producer id", True, pid=p.pid + 1000)
     p.end("end an unknown transactional id", True, transactional_id="diff-txn-end-unknown")
     p.end("end with an empty transactional id", True, transactional_id="")
@@ -362,17 +390,17 @@ def s_txn_end_states(s: Side) -> None:
     p.produce("produce in the third transaction", t, 0, 4)
     first = p.epoch
     q = Txn(s, "diff-txn-end")
-    first = s.call(
+    first_answer = s.call(
         "a second producer's init, its first answer",
         "init_producer_id",
         {"transactional_id": q.id, "transaction_timeout": q.timeout_ms},
     )
     settled_label = "a second producer's init, once settled (fences the first)"
-    if code(first["error_code"]) in TXN_COORDINATOR_WARMING:
+    if code(first_answer["error_code"]) in TXN_COORDINATOR_WARMING:
         q.init(settled_label)  # the client's retry
     else:  # answered at once: that is the settled answer
         s.steps[settled_label] = s.steps["a second producer's init, its first answer"]
-        q.pid, q.epoch = first["producer_id"], first["producer_epoch"]
+        q.pid, q.epoch = first_answer["producer_id"], first_answer["producer_epoch"]
     p.end("the fenced producer's commit", True, epoch=first)
     p.add_partitions("the fenced producer's add partitions", t, [0], epoch=first, retry=False)
     p.produce("the fenced producer's produce", t, 0, 6, epoch=first)
