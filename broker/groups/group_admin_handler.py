@@ -53,8 +53,11 @@ async def describe_groups(broker: GroupsView, ctx: RequestContext, request: Any)
             entries.append(_denied_group(group_id))
             continue
         entry = next(described)
-        entry["authorized_operations"] = access.operations(
-            broker, ctx, "group", group_id, with_operations
+        # As Kafka: a Dead (unknown) group's operations are not given, even when asked.
+        entry["authorized_operations"] = (
+            NOT_REQUESTED
+            if entry["group_state"] == "Dead"
+            else access.operations(broker, ctx, "group", group_id, with_operations)
         )
         if entry["error_code"] == ErrorCode.group_id_not_found and version < 6:
             # Before v6 (KIP-1043) an unknown group is told by its Dead state alone.

@@ -25,7 +25,7 @@ from common.acl import AclOperation
 from storage.coordinator import CoordinatorUnavailable
 from storage.groups import CommittedOffset
 from storage.partition_key import PartitionKey
-from storage.transactions import ONGOING, PRODUCER_FENCED, STATES
+from storage.transactions import PRODUCER_FENCED, STATES
 
 if TYPE_CHECKING:
     from broker.security.request_context import RequestContext
@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
 INVALID_TXN_STATE = int(ErrorCode.invalid_txn_state)
+TRANSACTION_ABORTABLE = int(ErrorCode.transaction_abortable)
+INVALID_REQUEST = int(ErrorCode.invalid_request)
 OPERATION_NOT_ATTEMPTED = int(ErrorCode.operation_not_attempted)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
 TRANSACTIONAL_ID_NOT_FOUND = int(ErrorCode.transactional_id_not_found)
@@ -60,13 +62,27 @@ PREPARED = {"PrepareCommit": "CompleteCommit", "PrepareAbort": "CompleteAbort"}
 KAFKA_STATES = (*STATES, *PREPARED, "Dead", "PrepareEpochFence")
 
 # KIP-588: PRODUCER_FENCED exists from these versions on; older clients get
-# INVALID_PRODUCER_EPOCH, which they treat the same way.
-_FENCED_SINCE = {"AddPartitionsToTxn": 2, "AddOffsetsToTxn": 2, "EndTxn": 2, "TxnOffsetCommit": 3}
+# INVALID_PRODUCER_EPOCH, which they treat the same way. Kafka's TxnOffsetCommit is checked
+# by the transaction coordinator's partition verification (KIP-890), which answers a fenced
+# epoch INVALID_PRODUCER_EPOCH at every version, as it does to Produce.
+_NEVER = 1 << 15
+_FENCED_SINCE = {
+    "AddPartitionsToTxn": 2,
+    "AddOffsetsToTxn": 2,
+    "EndTxn": 2,
+    "TxnOffsetCommit": _NEVER,
+}
+# KIP-890: TRANSACTION_ABORTABLE (the client aborts and goes on) from these versions on for
+# what is not in the transaction: a TxnOffsetCommit whose group was not added, a verified
+# partition that was not. Older clients get INVALID_TXN_STATE (fatal for them), as Kafka's.
+_ABORTABLE_SINCE = {"AddPartitionsToTxn": 4, "TxnOffsetCommit": 4}
 
 
 def for_version(api: str, version: int, error: int) -> int:
-    if error == PRODUCER_FENCED and version < _FENCED_SINCE[api]:
+    if error == PRODUCER_FENCED and version < _FENCED_SINCE.get(api, 0):
         return INVALID_PRODUCER_EPOCH
+    if error == INVALID_TXN_STATE and version >= _ABORTABLE_SINCE.get(api, _NEVER):
+        return TRANSACTION_ABORTABLE
     return error
 
 
@@ -352,17 +368,22 @@ async def describe_transactions(broker: TransactionsView, ctx: RequestContext, r
     found = dict(zip(ids, states, strict=True))
     for txn_id in wanted:
         # Every field of an entry, also a refused one: the answer's schema has no optional
-        # fields here (a refusal without them could not be encoded at all).
+        # fields here (a refusal without them could not be encoded at all). Kafka leaves
+        # them at the schema's zeros.
         entry: dict[str, Any] = {
             "error_code": error or TRANSACTIONAL_ID_NOT_FOUND,
             "transactional_id": txn_id,
             "transaction_state": "",
             "transaction_timeout": 0,
-            "transaction_start_time": -1,
-            "producer_id": -1,
-            "producer_epoch": -1,
+            "transaction_start_time": 0,
+            "producer_id": 0,
+            "producer_epoch": 0,
             "topics": [],
         }
+        if not txn_id:
+            entry["error_code"] = INVALID_REQUEST  # as Kafka: an empty id names nothing
+            out.append(entry)
+            continue
         if txn_id not in found:
             entry["error_code"] = TXN_ID_DENIED
             out.append(entry)
@@ -381,7 +402,9 @@ async def describe_transactions(broker: TransactionsView, ctx: RequestContext, r
                 error_code=0,
                 transaction_state=state.shown_state,
                 transaction_timeout=state.timeout_ms,
-                transaction_start_time=state.started_ms if state.state == ONGOING else -1,
+                # As Kafka's: the last transaction's start stays after it ended (-1 once
+                # InitProducerId starts the id afresh).
+                transaction_start_time=state.started_ms,
                 producer_id=state.producer_id,
                 producer_epoch=state.producer_epoch,
                 topics=[{"topic": name, "partitions": parts} for name, parts in topics.items()],

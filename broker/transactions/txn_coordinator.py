@@ -29,8 +29,11 @@ from storage.groups import CommittedOffset
 from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
 from storage.transactions import (
+    COMPLETE_ABORT,
+    COMPLETE_COMMIT,
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
+    INVALID_TXN_STATE,
     NONE,
     ONGOING,
     PRODUCER_FENCED,
@@ -40,6 +43,7 @@ from storage.transactions import (
 log = logging.getLogger(__name__)
 
 INVALID_TRANSACTION_TIMEOUT = int(ErrorCode.invalid_transaction_timeout)
+INVALID_REQUEST = int(ErrorCode.invalid_request)
 COORDINATOR_NOT_AVAILABLE = int(ErrorCode.coordinator_not_available)
 # Rounds of "read the state, act" before answering CONCURRENT_TRANSACTIONS (retriable):
 # each round lost a race with another request for the same id.
@@ -136,6 +140,8 @@ class TransactionCoordinator:
         partitions: Sequence[PartitionKey] = (),
         groups: Sequence[str] = (),
     ) -> int:
+        if not transactional_id:
+            return INVALID_REQUEST  # Kafka: an empty id is no transaction's (as InitProducerId)
         error = await self._db.txn_add(
             transactional_id, producer_id, producer_epoch, partitions, groups, now_ms()
         )
@@ -147,6 +153,8 @@ class TransactionCoordinator:
     ) -> tuple[int, set[PartitionKey]]:
         """For AddPartitionsToTxn's verify_only (KIP-890): the error for the producer, and
         the partitions its ongoing transaction holds."""
+        if not transactional_id:
+            return INVALID_REQUEST, set()
         [state] = await self._db.txn_get([transactional_id])
         if state is None or state.producer_id != producer_id:
             return INVALID_PRODUCER_ID_MAPPING, set()
@@ -170,6 +178,8 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> int:
         """EndTxn: write the markers and record the outcome (one object, one commit)."""
+        if not transactional_id:
+            return INVALID_REQUEST
         for _ in range(_ATTEMPTS):
             [state] = await self._db.txn_get([transactional_id])
             if state is None or state.producer_id != producer_id:
@@ -177,6 +187,11 @@ class TransactionCoordinator:
             if state.producer_epoch != producer_epoch:
                 return PRODUCER_FENCED
             if state.state != ONGOING:
+                outcome = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+                if state.markers_pending and state.state != outcome:
+                    # Kafka's PrepareCommit/PrepareAbort: the other outcome is refused at
+                    # once (the same one is retried until the markers are written).
+                    return INVALID_TXN_STATE
                 # The store answers retries (NONE) and wrong states without markers.
                 state.partitions = []
             error = await self._markers.end(state, commit, bump_epoch=False)

@@ -68,7 +68,9 @@ class TransactionState:
     producer_epoch: int
     state: str  # one of STATES
     timeout_ms: int
-    started_ms: int  # when the ongoing transaction began; -1 unless ONGOING
+    # When the ongoing (or, once ended, the last) transaction began, as Kafka's
+    # DescribeTransactions shows it; -1 after txn_init (none begun since).
+    started_ms: int
     updated_ms: int  # last state change
     # Only while ONGOING (cleared on completion and on init):
     partitions: list[PartitionKey] = field(default_factory=list)  # sorted by (topic, part)
@@ -197,7 +199,10 @@ class TransactionStore(ABC):
           epoch 0, state EMPTY, whatever ``expected_producer_id`` says (the id may have
           been forgotten, as Kafka's expiry of transactional ids does).
         - ``expected_producer_id >= 0`` (KIP-360 re-initialisation) that is not the stored
-          (producer id, epoch): PRODUCER_FENCED, nothing changes.
+          (producer id, epoch) nor (producer id, the epoch last bumped from): PRODUCER_FENCED,
+          nothing changes. The epoch last bumped from (a retry whose answer was lost, or
+          the epoch a coordinator abort fenced) is answered the stored epoch, not bumped
+          again, and the id becomes EMPTY with the new ``timeout_ms`` (unless ONGOING).
         - ONGOING with partitions: CONCURRENT_TRANSACTIONS and ``pending``; nothing changes.
         - Otherwise (EMPTY, COMPLETE_*, or ONGOING with only groups, whose pending offsets
           are discarded): epoch + 1 (or, when that would reach MAX_PRODUCER_EPOCH, a new
@@ -257,9 +262,10 @@ class TransactionStore(ABC):
         - on commit the pending offsets of its groups become committed offsets (the
           group store's table), on abort they are dropped;
         - state COMPLETE_COMMIT / COMPLETE_ABORT, no partitions, no groups, ``started_ms``
-          -1, ``completions`` + 1 (answered in the result), and with ``bump_epoch`` epoch
+          kept, ``completions`` + 1 (answered in the result), and with ``bump_epoch`` epoch
           + 1 (a coordinator abort fences the producer: its later requests get
-          PRODUCER_FENCED).
+          PRODUCER_FENCED, but its KIP-360 txn_init with the fenced epoch is answered the
+          new one, see txn_init).
 
         The markers (the diskless partitions) and ``pending`` (the classic ones) together
         must name exactly the transaction's partitions (in any order); if they do not, or

@@ -306,6 +306,13 @@ def txn_init(
     if _markers_pending(cur, transactional_id):
         return InitResult(CONCURRENT_TRANSACTIONS)
     if retry and state.state != ONGOING:
+        # Answered with the epoch it has, not bumped again; the id starts afresh (Empty, the
+        # new timeout) as Kafka's retried re-initialisation does.
+        cur.execute(
+            "UPDATE transactions SET state = ?, timeout_ms = ?, started_ms = -1, updated_ms = ?"
+            " WHERE transactional_id = ?",
+            (EMPTY, timeout_ms, now_ms, transactional_id),
+        )
         return InitResult(NONE, state.producer_id, state.producer_epoch)
     if state.state == ONGOING:
         _with_sets(cur, state)
@@ -484,13 +491,23 @@ def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
         "INSERT INTO txn_pending_markers (transactional_id, topic_id, partition) VALUES (?, ?, ?)",
         [(r.transactional_id, k.topic_id.bytes, k.partition) for k in set(r.pending)],
     )
-    # A coordinator abort fences the producer: no earlier epoch may re-init (Kafka's fence).
+    # A coordinator abort fences the producer (epoch + 1); the fenced epoch is remembered as
+    # the one bumped from, so that producer's KIP-360 re-initialisation gets the new epoch
+    # back instead of PRODUCER_FENCED (Kafka 4.x: a producer whose transaction timed out
+    # recovers by InitProducerId with its id and epoch).
     cur.execute(
-        "UPDATE transactions SET state = ?, producer_epoch = ?, started_ms = -1,"
+        "UPDATE transactions SET state = ?, producer_epoch = ?,"
         " updated_ms = ?, completions = completions + 1,"
-        " last_producer_epoch = CASE WHEN ? THEN -1 ELSE last_producer_epoch END"
+        " last_producer_epoch = CASE WHEN ? THEN ? ELSE last_producer_epoch END"
         " WHERE transactional_id = ?",
-        (target, r.producer_epoch + r.bump_epoch, r.now_ms, r.bump_epoch, r.transactional_id),
+        (
+            target,
+            r.producer_epoch + r.bump_epoch,
+            r.now_ms,
+            r.bump_epoch,
+            r.producer_epoch,
+            r.transactional_id,
+        ),
     )
     return CompleteResult(NONE, offsets, registered, completions + 1)
 

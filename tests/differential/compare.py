@@ -1,11 +1,12 @@
 """Responses as plain trees, normalised where two correct brokers must differ, and diffed.
 
 Normalised (and only these): node ids, hosts and ports (the two brokers are different
-processes), cluster ids, topic ids and producer ids (random by design), log-append times (the
-wall clock), error messages (free text: clients show it, none parses it; null vs non-null is
-still compared), config documentation strings, and record CRCs (derived from fields that are
-compared). Every other field is compared as the broker sent it, throttle times included.
-Lists of named entries are keyed by name (or partition index) so order does not matter.
+processes), cluster ids, topic ids, producer ids and group member ids (random by design),
+log-append times and transaction start times (the wall clock), error messages (free text:
+clients show it, none parses it; null vs non-null is still compared), config documentation
+strings, and record CRCs (derived from fields that are compared). Every other field is
+compared as the broker sent it, throttle times included. Lists of named entries are keyed by
+name (or partition index, group id, transactional id) so order does not matter.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ NODE_KEYS = {
     "last_known_elr",
 }
 RANDOM_ID_KEYS = {"topic_id", "producer_id"}
+# A group member's id is the broker's choice (Kafka: client id + UUID); only whether there is
+# one is compared. "leader" is JoinGroup's leader member id.
+MEMBER_ID_KEYS = {"member_id", "leader"}
+WALL_CLOCK_KEYS = {"log_append_time", "log_append_time_ms", "transaction_start_time"}
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -98,7 +103,9 @@ def normalise(tree: Any, key: str = "") -> Any:
         return "<cluster>"
     if key in ("host", "port"):
         return f"<{key}>"
-    if key in ("log_append_time", "log_append_time_ms") and isinstance(tree, int) and tree >= 0:
+    if key in MEMBER_ID_KEYS and isinstance(tree, str):
+        return "<member>" if tree else ""
+    if key in WALL_CLOCK_KEYS and isinstance(tree, int) and tree >= 0:
         return "<time>"
     if key in ("error_message", "documentation"):
         return f"<{key}>" if tree else None  # "" and null alike: no message
@@ -110,7 +117,15 @@ def _keyed(items: list[Any]) -> Any:
     an entry one broker has and the other lacks shows up under its own name."""
     if not items or not all(isinstance(i, dict) for i in items):
         return items
-    for field in ("name", "partition_index", "index", "partition", "key"):
+    for field in (
+        "name",
+        "partition_index",
+        "index",
+        "partition",
+        "key",
+        "group_id",
+        "transactional_id",
+    ):
         keys = [i.get(field) for i in items]
         if all(k is not None and not isinstance(k, dict | list) for k in keys):
             out: dict[str, Any] = {}

@@ -167,6 +167,15 @@ INTENDED: list[Known] = [
         "and reports the static default (source 5)",
     ),
     Known(
+        "txn_end_states",
+        "a second producer's init, its first answer",
+        "*",
+        "InitProducerId while the id's transaction is open: Kafka aborts it (fencing epoch + "
+        "1) and answers CONCURRENT_TRANSACTIONS, and the client's retry bumps again; Sluice "
+        "aborts and re-initialises in the one request (the same epoch, + 2, without the "
+        "round trip and the client's retry backoff). The settled answers are compared",
+    ),
+    Known(
         "create_topics",
         "*assignment*",
         "*",
@@ -184,4 +193,26 @@ BUGS: list[Known] = [
     # --- Fetch ---
     # --- OffsetForLeaderEpoch ---
     # --- ListOffsets ---
+    # --- Transactions ---
+    Known(
+        "txn_end_states",
+        "produce to a partition not added to the transaction",
+        "*.error_code",
+        "Produce v11+ of a transactional batch to a partition the transaction does not hold "
+        "is TRANSACTION_ABORTABLE in Kafka (KIP-890: the producer aborts and goes on); Sluice "
+        "answers INVALID_TXN_STATE (fatal for the client) at every version, as Kafka does up "
+        "to v10 only. The mapping by Produce version belongs in broker/produce (both kinds)",
+    ),
+    # --- Classic groups ---
+    Known(
+        "group_static",
+        "the same instance rejoins without a member id (restart)",
+        "*",
+        "KIP-814: a static leader that rejoins a Stable group with unchanged protocols is "
+        "answered as the leader (leader = its new member id) with the members and "
+        "skip_assignment true, so it knows the members without assigning again; Sluice "
+        "answers the old leader id, no members, skip_assignment false (the client syncs and "
+        "gets its old assignment, so it works, but a leader-side assignor sees no members). "
+        "broker/groups/group_coordinator.py _replace_static_member",
+    ),
 ]

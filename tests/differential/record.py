@@ -11,19 +11,25 @@ from typing import Any
 from sluice.launch.kafka import KafkaBroker
 from sluice.launch.process import SluiceProcess, free_port
 
-from .sessions import KIND_FREE, SESSIONS
+from .catalog import KIND_FREE, SESSIONS
 from .side import Side, common_versions
 from .wire import Connection, api_versions
 
 # Both brokers: no auto-creation (a probe of an unknown topic must not create it), and
 # Sluice's short commit interval from the e2e suite (produce latency is bounded by it).
-KAFKA_OVERRIDES = {"auto.create.topics.enable": "false"}
+# Both: the timeout sweep every 500 ms (the transaction sessions let one time out), and a
+# new group's first rebalance without the initial delay (Kafka's oracle has it at 0 in its
+# server.properties, kafka.py).
+SWEEPS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
+KAFKA_OVERRIDES = {"auto.create.topics.enable": "false", **SWEEPS}
 # num.partitions=1: Kafka's oracle names it in its server.properties (kafka.py), which
 # DescribeConfigs then reports as a static broker config; Sluice's gets the same.
 SLUICE_OPTIONS = {
     "auto.create.topics.enable": "false",
     "produce.commit.interval.ms": "20",
     "num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    **SWEEPS,
 }
 KINDS = {"diskless": {}, "classic": {"log.diskless.enable": "false"}}
 

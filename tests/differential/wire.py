@@ -125,6 +125,8 @@ class Connection:
             raise AssertionError(
                 f"correlation id {header.correlation_id}, expected {self.correlation_id}"
             )
+        if request.__api_key__ == DESCRIBE_TRANSACTIONS:
+            return read_describe_transactions(frame, used)
         response, _ = entity_reader(response_cls)(frame, used)
         return response
 
@@ -140,6 +142,76 @@ class Connection:
     def _read_frame(self) -> bytes:
         (size,) = struct.unpack(">i", self._read_exact(4))
         return self._read_exact(size)
+
+
+DESCRIBE_TRANSACTIONS = 65
+
+
+class _Reader:
+    """The flexible-version wire primitives, for the one response kio cannot read."""
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data, self.pos = data, pos
+
+    def fixed(self, fmt: str) -> int:
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return int(value)
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def string(self) -> str:
+        n = self.uvarint() - 1
+        text = self.data[self.pos : self.pos + n].decode()
+        self.pos += n
+        return text
+
+    def array(self, item: typing.Callable[[], Any]) -> list[Any]:
+        return [item() for _ in range(self.uvarint() - 1)]
+
+    def tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
+
+
+def read_describe_transactions(frame: bytes, pos: int) -> dict[str, Any]:
+    """DescribeTransactions v0's answer as a plain dict. kio refuses a negative
+    transaction_start_time, which both brokers send (-1) for a transaction not begun."""
+    from kio.schema.errors import ErrorCode
+
+    r = _Reader(frame, pos)
+
+    def topic() -> dict[str, Any]:
+        out = {"topic": r.string(), "partitions": r.array(lambda: r.fixed(">i"))}
+        r.tags()
+        return out
+
+    def state() -> dict[str, Any]:
+        error = ErrorCode(r.fixed(">h"))
+        out = {
+            "error_code": f"{error.name}({error.value})",
+            "transactional_id": r.string(),
+            "transaction_state": r.string(),
+            "transaction_timeout": r.fixed(">i"),
+            "transaction_start_time": r.fixed(">q"),
+            "producer_id": r.fixed(">q"),
+            "producer_epoch": r.fixed(">h"),
+            "topics": r.array(topic),
+        }
+        r.tags()
+        return out
+
+    throttle = r.fixed(">i")
+    return {"throttle_time": throttle, "transaction_states": r.array(state)}
 
 
 def request_for(api: str, version: int, body: Mapping[str, Any]) -> Any:

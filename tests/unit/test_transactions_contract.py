@@ -363,11 +363,14 @@ async def test_kip360_retry_of_a_bump_gets_the_same_epoch_back(
     assert stale.error == PRODUCER_FENCED
 
 
-async def test_a_coordinator_abort_leaves_no_epoch_to_retry_from(
+async def test_a_producer_fenced_by_a_coordinator_abort_recovers_with_kip360(
     coordinator: BatchCoordinator,
 ) -> None:
-    """The timeout sweep's abort fences the producer, as Kafka's: the epoch before it may not
-    re-initialise, even if it was the one a KIP-360 retry would have been answered for."""
+    """The timeout sweep's abort fences the producer (epoch + 1). As Kafka 4.x (its
+    differential session txn_timeout), that producer's KIP-360 InitProducerId with its id
+    and fenced epoch is answered the new epoch (Empty, the new timeout), not PRODUCER_FENCED:
+    a librdkafka or Java producer cut off past its transaction timeout recovers. An older
+    epoch is still fenced, and the new epoch re-initialises as usual."""
     await setup_logs(coordinator)
     p = Producer(coordinator)
     await p.init()
@@ -375,9 +378,19 @@ async def test_a_coordinator_abort_leaves_no_epoch_to_retry_from(
     p.epoch = r.producer_epoch
     assert await p.add(P10) == NONE
     assert (await p.end(False, P10, bump=True)).error == NONE
-    for epoch in (p.epoch - 1, p.epoch):
-        fenced = await coordinator.txn_init("tx", TIMEOUT, p.pid, epoch, NOW)
-        assert fenced.error == PRODUCER_FENCED
+    fenced = await coordinator.txn_init("tx", TIMEOUT, p.pid, p.epoch - 1, NOW)
+    assert fenced.error == PRODUCER_FENCED
+    for _ in range(2):  # and its retry
+        again = await coordinator.txn_init("tx", 7000, p.pid, p.epoch, NOW + 1)
+        assert (again.error, again.producer_id, again.producer_epoch) == (
+            NONE,
+            p.pid,
+            p.epoch + 1,
+        )
+        s = await p.state()
+        assert (s.state, s.producer_epoch, s.timeout_ms) == (EMPTY, p.epoch + 1, 7000)
+    newer = await coordinator.txn_init("tx", TIMEOUT, p.pid, p.epoch + 1, NOW + 2)
+    assert (newer.error, newer.producer_epoch) == (NONE, p.epoch + 2)
 
 
 async def test_the_timeout_abort_ends_only_the_transaction_it_read(
@@ -607,9 +620,13 @@ async def test_commit_appends_markers_at_the_high_watermark(coordinator: BatchCo
     # The marker closed the open transaction; a commit records no aborted transaction.
     assert found.last_stable_offset == 6
     assert (await find(c, 0)).aborted == []
+    # The start of the ended transaction stays (Kafka's DescribeTransactions shows it).
     assert await p.state() == TransactionState(
-        "tx", p.pid, p.epoch, COMPLETE_COMMIT, TIMEOUT, -1, NOW
+        "tx", p.pid, p.epoch, COMPLETE_COMMIT, TIMEOUT, NOW, NOW
     )
+    # InitProducerId starts the id afresh: no transaction begun since.
+    assert (await c.txn_init("tx", TIMEOUT, -1, -1, NOW + 1)).error == NONE
+    assert (await p.state()).started_ms == -1
 
 
 async def test_abort_records_an_aborted_transaction_only_where_one_was_open(
@@ -684,7 +701,9 @@ async def test_bump_epoch_fences_the_producer(coordinator: BatchCoordinator) -> 
     assert (s.producer_epoch, s.state, s.partitions) == (p.epoch + 1, COMPLETE_ABORT, [])
     assert await p.add(P10) == PRODUCER_FENCED
     assert (await p.send(P10)).error == INVALID_PRODUCER_EPOCH
-    assert (await c.txn_init("tx", TIMEOUT, p.pid, p.epoch, NOW)).error == PRODUCER_FENCED
+    # Its KIP-360 re-initialisation is answered the new epoch (see the test below).
+    r = await c.txn_init("tx", TIMEOUT, p.pid, p.epoch, NOW)
+    assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, p.epoch + 1)
     r = await c.txn_init("tx", TIMEOUT, p.pid, p.epoch + 1, NOW)
     assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, p.epoch + 2)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from uuid import UUID
 
 from broker.logs.classic.classic_markers import ClassicMarkerSender
+from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
 from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
 from storage.objects.block_cache import BlockCache
@@ -18,6 +19,7 @@ from storage.transactions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
     CONCURRENT_TRANSACTIONS,
+    INVALID_TXN_STATE,
     NONE,
     ONGOING,
     TransactionState,
@@ -261,3 +263,23 @@ async def test_markers_carry_their_transactions_number_and_a_resend_the_same_one
     other.resend(listed)
     await asyncio.gather(*other._tasks)
     assert resender.sent == [([CLASSIC], False, 2)]
+
+
+async def test_ending_with_the_other_outcome_while_markers_are_pending_is_refused_at_once(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    """Kafka's PrepareCommit (transaction version 1, TransactionCoordinator.endTransaction):
+    EndTxn of the same outcome is CONCURRENT_TRANSACTIONS, retried until the markers are
+    written (then NONE); of the other outcome INVALID_TXN_STATE at once, as after."""
+    c = coordinator
+    await c.create_logs([CLASSIC])
+    w, _, sender = writer(c, tmp_path, {CLASSIC})
+    state = await begin(c, CLASSIC)
+    tc = TransactionCoordinator(c, w, 7, lambda: [], 900_000, 10_000)
+    pid, epoch = state.producer_id, state.producer_epoch
+    assert await tc.end("tx", pid, epoch, True) == NONE
+    assert await tc.end("tx", pid, epoch, False) == INVALID_TXN_STATE
+    assert await tc.end("tx", pid, epoch, True) == CONCURRENT_TRANSACTIONS
+    await sender.acknowledge.pop()()
+    assert await tc.end("tx", pid, epoch, True) == NONE
+    assert await tc.end("tx", pid, epoch, False) == INVALID_TXN_STATE

@@ -180,10 +180,12 @@ BEGIN
     FROM unnest(p_pending_topic_ids, p_pending_partitions) AS k(topic_id, part)
     ON CONFLICT DO NOTHING;
     UPDATE transactions
-    SET state = v_target, producer_epoch = producer_epoch + v_bump, started_ms = -1,
+    SET state = v_target, producer_epoch = producer_epoch + v_bump,
+        -- started_ms stays: DescribeTransactions shows the last transaction's start (Kafka).
         updated_ms = p_now, completions = completions + 1,
-        -- A coordinator abort fences the producer: no earlier epoch may re-init.
-        last_producer_epoch = CASE WHEN p_bump_epoch THEN -1 ELSE last_producer_epoch END
+        -- A coordinator abort fences the producer; the fenced epoch is the one bumped from,
+        -- so that producer's KIP-360 re-initialisation gets the new epoch (as Kafka 4.x).
+        last_producer_epoch = CASE WHEN p_bump_epoch THEN p_epoch ELSE last_producer_epoch END
     WHERE transactional_id = p_id;
     RETURN QUERY SELECT 0, v_file_id IS NOT NULL, v_offsets, t.completions + 1;
 END $$;

@@ -68,6 +68,10 @@ BEGIN
     END IF;
     IF p_expected_pid >= 0 AND p_expected_epoch <> t.producer_epoch
        AND t.state <> 'Ongoing' THEN
+        -- Not bumped again; the id starts afresh (Empty, the new timeout), as Kafka's.
+        UPDATE transactions
+        SET state = 'Empty', timeout_ms = p_timeout_ms, started_ms = -1, updated_ms = p_now
+        WHERE transactional_id = p_id;
         RETURN QUERY SELECT 0, t.producer_id, t.producer_epoch, NULL::bigint, NULL::integer,
             NULL::text, NULL::bigint, NULL::bigint, NULL::bigint, NULL::uuid[],
             NULL::integer[], NULL::text[];
