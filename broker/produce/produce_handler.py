@@ -288,6 +288,11 @@ async def _with_waits(
     return _encode(ctx.header.api_version, slots, results, throttle_ms, waited)
 
 
+_INVALID_TXN_STATE = int(ErrorCode.invalid_txn_state)
+_TRANSACTION_ABORTABLE = int(ErrorCode.transaction_abortable)
+_TRANSACTION_ABORTABLE_VERSION = 11
+
+
 def _encode(
     version: int,
     slots: list[_Slot],
@@ -302,10 +307,16 @@ def _encode(
             result = results[slot] if slot >= 0 else (waited or [])[-1 - slot]
         else:
             result = slot
+        error = result.error
+        if error == _INVALID_TXN_STATE and version >= _TRANSACTION_ABORTABLE_VERSION:
+            # KIP-890: a transactional batch for a partition its transaction does not hold
+            # is abortable for clients that know TRANSACTION_ABORTABLE (Produce v11+);
+            # older ones get INVALID_TXN_STATE, as Kafka's AddPartitionsToTxnManager maps it.
+            error = _TRANSACTION_ABORTABLE
         topics.setdefault(name, []).append(
             PartitionAnswer(
                 index,
-                result.error,
+                error,
                 result.base_offset,
                 result.log_append_time,
                 result.log_start_offset,

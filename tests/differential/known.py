@@ -194,15 +194,6 @@ BUGS: list[Known] = [
     # --- OffsetForLeaderEpoch ---
     # --- ListOffsets ---
     # --- Transactions ---
-    Known(
-        "txn_end_states",
-        "produce to a partition not added to the transaction",
-        "*.error_code",
-        "Produce v11+ of a transactional batch to a partition the transaction does not hold "
-        "is TRANSACTION_ABORTABLE in Kafka (KIP-890: the producer aborts and goes on); Sluice "
-        "answers INVALID_TXN_STATE (fatal for the client) at every version, as Kafka does up "
-        "to v10 only. The mapping by Produce version belongs in broker/produce (both kinds)",
-    ),
     # --- Classic groups ---
     Known(
         "group_static",
