@@ -164,6 +164,12 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    # KIP-848 consumer groups (group.protocol=consumer): the session timeout and heartbeat
+    # interval the coordinator imposes, and the server-side assignors offered (the first
+    # is the default; "uniform", "range" or Kafka's class names).
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_assignors: str = "uniform,range"
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096

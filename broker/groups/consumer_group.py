@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from uuid import UUID
 
+from kio.schema.errors import ErrorCode
+
 from broker.groups.assignors import Partitions
 from broker.groups.group import Cancellable
 from broker.groups.reconciliation import CurrentAssignment
@@ -74,6 +76,7 @@ class ConsumerMember:
 class MemberTimers:
     session: Cancellable | None = None
     rebalance: Cancellable | None = None
+    rebalance_epoch: int = -1  # the member epoch the rebalance timer was started at
 
     def cancel(self) -> None:
         for timer in (self.session, self.rebalance):
@@ -164,6 +167,24 @@ class ConsumerGroup:
 
     def timers_of(self, member_id: str) -> MemberTimers:
         return self.timers.setdefault(member_id, MemberTimers())
+
+    def validate_member_epoch(self, member_id: str, member_epoch: int) -> ErrorCode:
+        """A member's request that names its epoch (OffsetCommit's generation id, OffsetFetch
+        v9+): UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH as Kafka answers."""
+        member = self.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if member_epoch != member.epoch:
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
+
+    def check_commit(self, member_id: str, member_epoch: int) -> ErrorCode:
+        """OffsetCommit/TxnOffsetCommit: the generation id carries the member epoch
+        (Kafka's ConsumerGroup.validateOffsetCommit). Epoch -1 commits (admin, a
+        consumer outside group management) are allowed while nobody is in the group."""
+        if member_epoch < 0 and not self.members:
+            return ErrorCode.none
+        return self.validate_member_epoch(member_id, member_epoch)
 
     def preferred_assignor(self, default: str) -> str:
         """The server assignor most members ask for (Kafka's choice), else the default."""

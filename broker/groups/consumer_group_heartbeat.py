@@ -88,9 +88,10 @@ def validate(request: HeartbeatRequest, version: int, assignors: Sequence[str]) 
         raise invalid("InstanceId can't be empty.")
     if request.rack_id == "":
         raise invalid("RackId can't be empty.")
-    if request.subscribed_topic_regex is not None:
+    if request.subscribed_topic_regex:
         # Kafka 4 resolves RE2/J regexes; without a linear-time engine here, Sluice
-        # answers as Kafka did before it supported them.
+        # answers as Kafka did before it supported them. An empty one (librdkafka sends
+        # it with a topic list) is no regex, as for Kafka.
         raise invalid("SubscribedTopicRegex is not supported yet.")
     epoch = request.member_epoch
     if version >= 1 and not request.member_id:

@@ -148,8 +148,14 @@ class GroupOffsets:
         if loaded := await self._coordinator.load(group_id):
             return loaded, []
         group = self._coordinator.groups.get(group_id)
+        consumer_group = self._coordinator.consumer_groups.get(group_id)
         errors: list[ErrorCode] = []
-        if group is not None and not group.is_(GroupState.EMPTY):
+        if consumer_group is not None:
+            # Kafka: refused for the topics its members subscribe to.
+            for topic, _key in partitions:
+                subscribed = consumer_group.is_subscribed_to(topic)
+                errors.append(ErrorCode.group_subscribed_to_topic if subscribed else ErrorCode.none)
+        elif group is not None and not group.is_(GroupState.EMPTY):
             if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 # Members of another protocol: no telling which offsets are in use.
                 return ErrorCode.non_empty_group, []
@@ -159,7 +165,11 @@ class GroupOffsets:
         else:
             errors = [ErrorCode.none] * len(partitions)
         try:
-            if group is None and not await self.store.groups_with_offsets([group_id]):
+            if (
+                group is None
+                and consumer_group is None
+                and not await self.store.groups_with_offsets([group_id])
+            ):
                 return ErrorCode.group_id_not_found, []
             deletable = [key for (_, key), e in zip(partitions, errors, strict=True) if not e]
             await self.store.delete_offsets(group_id, deletable)
@@ -203,6 +213,8 @@ class GroupOffsets:
                 # Nothing left of it: forget the group, as Kafka does.
                 if group is not None:
                     self._coordinator.remove_group(group)
+                # expirable() said a consumer group of that id is empty.
+                self._coordinator.drop_consumer_group(group_id)
                 forgotten.append(group_id)
         # An empty group has no snapshot; this only makes sure none survives it.
         await self.store.delete_group_snapshots(forgotten)
@@ -212,11 +224,15 @@ class GroupOffsets:
 
     async def _forget_empty_groups(self) -> None:
         def idle() -> list[str]:
-            return [
+            classic = [
                 g.group_id
                 for g in self._coordinator.groups.values()
                 if g.is_(GroupState.EMPTY) and not g.pending_members
             ]
+            consumer = [
+                g.group_id for g in self._coordinator.consumer_groups.values() if not g.members
+            ]
+            return classic + consumer
 
         candidates = idle()
         if not candidates:
@@ -224,7 +240,9 @@ class GroupOffsets:
         stored = set(await self.store.groups_with_offsets(candidates))
         forgotten = sorted(set(idle()) & set(candidates) - stored)
         for group_id in forgotten:
-            self._coordinator.remove_group(self._coordinator.groups[group_id])
+            if group_id in self._coordinator.groups:
+                self._coordinator.remove_group(self._coordinator.groups[group_id])
+            self._coordinator.drop_consumer_group(group_id)
         await self.store.delete_group_snapshots(forgotten)
 
     async def _load_snapshots(self) -> None:
