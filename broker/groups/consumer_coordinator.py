@@ -214,14 +214,7 @@ class ConsumerCoordinator:
             return store_error(exc, f"storing consumer group {group.group_id}")
         return None
 
-    # ---------------------------------------------------------------- for offsets
-
-    def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
-        """OffsetFetch v9+ from a member (Kafka's ConsumerGroup.validateOffsetFetch)."""
-        group = self.groups.get(group_id)
-        if group is None or (member_id is None and member_epoch < 0):
-            return ErrorCode.none
-        return group.validate_member_epoch(member_id or "", member_epoch)
+    # ---------------------------------------------------------------- for admin
 
     def remove_if_empty(self, group_id: str) -> bool:
         """DeleteGroups: forget an empty group (False when it has members)."""

@@ -736,6 +736,15 @@ class GroupCoordinator(HeldGroups):
             self._schedule_heartbeat(group, group.get(member_id))
         return ErrorCode.none
 
+    def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ naming a member (KIP-848 members do): in a consumer group it
+        must be a member at that epoch (Kafka's ConsumerGroup.validateOffsetFetch). No
+        member and epoch -1 (admins, classic consumers) is always allowed."""
+        group = self.consumer_groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return ErrorCode.none
+        return group.validate_member_epoch(member_id or "", member_epoch)
+
     def expirable(self, group_id: str, cutoff_ms: int) -> bool:
         """Whether the offsets of ``group_id`` may expire: nobody is in the group, and it
         has been empty since before ``cutoff_ms``."""

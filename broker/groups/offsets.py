@@ -110,17 +110,28 @@ class GroupOffsets:
     # ---------------------------------------------------------------- fetch
 
     async def fetch(
-        self, requests: Mapping[str, Sequence[OffsetKey] | None]
+        self,
+        requests: Mapping[str, Sequence[OffsetKey] | None],
+        members: Mapping[str, tuple[str | None, int]] | None = None,
     ) -> dict[str, FetchedGroup]:
         """Committed offsets of several groups (one store call): of the given partitions,
-        or all of a group's when None."""
+        or all of a group's when None. ``members``: the member id and epoch each group's
+        request names (OffsetFetch v9+), checked against consumer groups."""
         out: dict[str, FetchedGroup] = {}
         owned: dict[str, Sequence[OffsetKey] | None] = {}
         for group_id, keys in requests.items():
-            if self._coordinator.owns(group_id):
-                owned[group_id] = keys
-            else:
+            if not self._coordinator.owns(group_id):
                 out[group_id] = FetchedGroup(ErrorCode.not_coordinator, {})
+                continue
+            who = (members or {}).get(group_id)
+            if who is not None and who[0] is not None:
+                error = await self._coordinator.load(group_id) or self._coordinator.check_fetch(
+                    group_id, *who
+                )
+                if error != ErrorCode.none:
+                    out[group_id] = FetchedGroup(error, {})
+                    continue
+            owned[group_id] = keys
         if owned:
             try:
                 found = await self.store.fetch_offsets(owned)

@@ -142,10 +142,13 @@ async def test_commits_carry_the_member_epoch(brokers: Brokers) -> None:
     assert coordinator.check_commit(G, "x", None, epoch) == E.unknown_member_id
     # No member, epoch -1 (an admin): only while the group is empty.
     assert coordinator.check_commit(G, "", None, -1) == E.unknown_member_id
+    assert coordinator.check_fetch(G, "a", epoch) == E.none
+    assert coordinator.check_fetch(G, "a", epoch + 1) == E.stale_member_epoch
+    assert coordinator.check_fetch(G, "x", epoch) == E.unknown_member_id
+    assert coordinator.check_fetch(G, None, -1) == E.none
+    fetched = await brokers.one.offsets.fetch({G: None}, {G: ("a", epoch + 1)})
+    assert fetched[G].error == E.stale_member_epoch
     consumer = brokers.one.consumer
-    assert consumer.check_fetch(G, "a", epoch) == E.none
-    assert consumer.check_fetch(G, "a", epoch + 1) == E.stale_member_epoch
-    assert consumer.check_fetch(G, None, -1) == E.none
     for m, (e, _) in before.items():
         request = HeartbeatRequest(G, m, -1)
         assert (await consumer.heartbeat(request, 1, lookup)).member_epoch == -1, e
