@@ -18,7 +18,7 @@ a partition is given to a member only once its previous holder released it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from uuid import UUID
 
@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from broker.groups.assignors import Partitions
 from broker.groups.group import Cancellable
 from broker.groups.reconciliation import CurrentAssignment
+from broker.groups.topic_regex import matching
 
 GROUP_TYPE = "consumer"
 PROTOCOL_TYPE = "consumer"
@@ -61,6 +62,7 @@ class ConsumerMember:
     client_host: str = ""
     rebalance_timeout_ms: int = 300_000
     subscribed_topic_names: tuple[str, ...] = ()
+    subscribed_topic_regex: str | None = None  # RE2, whole names (broker.groups.topic_regex)
     server_assignor: str | None = None
     current: CurrentAssignment = field(default_factory=CurrentAssignment)
 
@@ -70,6 +72,21 @@ class ConsumerMember:
 
     def with_current(self, current: CurrentAssignment) -> ConsumerMember:
         return replace(self, current=current)
+
+
+def member_subscribes(member: ConsumerMember, topic: str) -> bool:
+    if topic in member.subscribed_topic_names:
+        return True
+    regex = member.subscribed_topic_regex
+    return bool(regex) and bool(matching(regex, (topic,)))
+
+
+def member_topics(member: ConsumerMember, all_names: Iterable[str]) -> set[str]:
+    """The topic names a member subscribes to: its list and what its regex matches."""
+    topics = set(member.subscribed_topic_names)
+    if member.subscribed_topic_regex:
+        topics |= matching(member.subscribed_topic_regex, all_names)
+    return topics
 
 
 @dataclass(slots=True)
@@ -119,11 +136,8 @@ class ConsumerGroup:
                 return member
         return None
 
-    def subscribed_topic_names(self) -> set[str]:
-        return {t for m in self.members.values() for t in m.subscribed_topic_names}
-
     def is_subscribed_to(self, topic: str) -> bool:
-        return topic in self.subscribed_topic_names()
+        return any(member_subscribes(m, topic) for m in self.members.values())
 
     def holder(self, topic_id: UUID, partition: int) -> str | None:
         return self.holders.get((topic_id, partition))

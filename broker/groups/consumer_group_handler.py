@@ -7,6 +7,7 @@ between the wire and it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -25,14 +26,20 @@ if TYPE_CHECKING:
 CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1's member type: 0 classic, 1 consumer
 
 
-def _lookup(broker: GroupsView) -> Any:
-    def lookup(name: str) -> TopicInfo | None:
-        topic = broker.topics.get(name)
+class _Topics:
+    """The broker's topics as the heartbeat resolves subscriptions against them."""
+
+    def __init__(self, broker: GroupsView) -> None:
+        self._registry = broker.topics
+
+    def get(self, name: str) -> TopicInfo | None:
+        topic = self._registry.get(name)
         if topic is None:
             return None
         return TopicInfo(topic.name, topic.topic_id, topic.partitions)
 
-    return lookup
+    def names(self) -> Iterable[str]:
+        return [t.name for t in self._registry.all()]
 
 
 async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
@@ -59,7 +66,7 @@ async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, requ
         client_host=client_host(ctx),
     )
     consumer = broker.groups.consumer
-    result = await consumer.heartbeat(ask, ctx.header.api_version, _lookup(broker))
+    result = await consumer.heartbeat(ask, ctx.header.api_version, _Topics(broker))
     ok = result.error == ErrorCode.none
     return ctx.respond(
         {
@@ -103,7 +110,7 @@ def _member(broker: GroupsView, group: ConsumerGroup, member: ConsumerMember) ->
         "client_id": member.client_id,
         "client_host": member.client_host,
         "subscribed_topic_names": list(member.subscribed_topic_names),
-        "subscribed_topic_regex": None,
+        "subscribed_topic_regex": member.subscribed_topic_regex,
         "assignment": _assignment(broker, member.current.assigned),
         "target_assignment": _assignment(broker, group.target.get(member.member_id, {})),
         "member_type": CONSUMER_MEMBER_TYPE,

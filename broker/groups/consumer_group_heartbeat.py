@@ -19,8 +19,9 @@ or every field set after an error) or when the assignment changed, as Kafka's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -32,11 +33,18 @@ from broker.groups.consumer_group import (
     ConsumerGroup,
     ConsumerMember,
     TopicInfo,
+    member_topics,
 )
 from broker.groups.reconciliation import epoch_is_fenced, reconcile
+from broker.groups.topic_regex import InvalidRegex, compile_regex
 
-# Topic name -> what the broker knows of it (None: no such topic).
-TopicLookup = Callable[[str], TopicInfo | None]
+
+class TopicLookup(Protocol):
+    """The broker's topics, as a heartbeat resolves subscriptions against them."""
+
+    def get(self, name: str) -> TopicInfo | None: ...
+
+    def names(self) -> Iterable[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +97,14 @@ def validate(request: HeartbeatRequest, version: int, assignors: Sequence[str]) 
     if request.rack_id == "":
         raise invalid("RackId can't be empty.")
     if request.subscribed_topic_regex:
-        # Kafka 4 resolves RE2/J regexes; without a linear-time engine here, Sluice
-        # answers as Kafka did before it supported them. An empty one (librdkafka sends
-        # it with a topic list) is no regex, as for Kafka.
-        raise invalid("SubscribedTopicRegex is not supported yet.")
+        try:
+            compile_regex(request.subscribed_topic_regex)
+        except InvalidRegex as exc:
+            raise HeartbeatError(
+                ErrorCode.invalid_regular_expression,
+                f"SubscribedTopicRegex `{request.subscribed_topic_regex}` is not a valid "
+                f"regular expression: {exc}.",
+            ) from None
     epoch = request.member_epoch
     if version >= 1 and not request.member_id:
         raise invalid("MemberId can't be empty.")
@@ -104,8 +116,10 @@ def validate(request: HeartbeatRequest, version: int, assignors: Sequence[str]) 
             raise invalid("RebalanceTimeoutMs must be provided in first request.")
         if request.owned is None or any(request.owned.values()):
             raise invalid("TopicPartitions must be empty when (re-)joining.")
-        if not request.subscribed_topic_names:
-            raise invalid("SubscribedTopicNames must be set in first request.")
+        if not request.subscribed_topic_names and not request.subscribed_topic_regex:
+            raise invalid(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
     elif epoch == STATIC_LEAVE_EPOCH:
         if not request.member_id:
             raise invalid("MemberId can't be empty.")
@@ -194,12 +208,18 @@ def _find_member(group: ConsumerGroup, request: HeartbeatRequest) -> tuple[Consu
 
 
 def subscribed_topics(
-    group: ConsumerGroup, members: Mapping[str, ConsumerMember], lookup: TopicLookup
+    members: Mapping[str, ConsumerMember], lookup: TopicLookup
 ) -> dict[str, TopicInfo]:
-    names = {t for m in members.values() for t in m.subscribed_topic_names}
+    """The existing topics some member subscribes to, by name or regex."""
+    all_names = (
+        list(lookup.names()) if any(m.subscribed_topic_regex for m in members.values()) else []
+    )
+    names: set[str] = set()
+    for member in members.values():
+        names |= member_topics(member, all_names)
     found = {}
     for name in sorted(names):
-        info = lookup(name)
+        info = lookup.get(name)
         if info is not None and info.partitions > 0:
             found[name] = info
     return found
@@ -210,7 +230,7 @@ def compute_target(group: ConsumerGroup, default_assignor: str) -> None:
     assignor = ASSIGNORS[group.preferred_assignor(default_assignor)]
     subscriptions = {
         m.member_id: frozenset(
-            group.topics[t].topic_id for t in m.subscribed_topic_names if t in group.topics
+            group.topics[t].topic_id for t in member_topics(m, group.topics) if t in group.topics
         )
         for m in group.members.values()
     }
@@ -223,7 +243,7 @@ def compute_target(group: ConsumerGroup, default_assignor: str) -> None:
 def refresh_metadata(group: ConsumerGroup, lookup: TopicLookup) -> bool:
     """Bump the group epoch when the subscribed topics changed since the last check
     (created, deleted, more partitions). True when it did."""
-    topics = subscribed_topics(group, group.members, lookup)
+    topics = subscribed_topics(group.members, lookup)
     if topics == group.topics:
         return False
     group.topics = topics
@@ -261,6 +281,11 @@ def heartbeat(
             if request.subscribed_topic_names is not None
             else member.subscribed_topic_names
         ),
+        subscribed_topic_regex=(
+            (request.subscribed_topic_regex or None)
+            if request.subscribed_topic_regex is not None
+            else member.subscribed_topic_regex
+        ),
         client_id=request.client_id,
         client_host=request.client_host,
     )
@@ -269,6 +294,7 @@ def heartbeat(
     bump = (
         is_new
         or updated.subscribed_topic_names != member.subscribed_topic_names
+        or updated.subscribed_topic_regex != member.subscribed_topic_regex
         or updated.server_assignor != member.server_assignor
     )
     group.put(updated)

@@ -54,6 +54,7 @@ def snapshot_of(group: ConsumerGroup, now_ms: int) -> GroupSnapshot:
         member_data: dict[str, Any] = {
             "rack_id": m.rack_id,
             "topics": list(m.subscribed_topic_names),
+            "regex": m.subscribed_topic_regex,
             "assignor": m.server_assignor,
             "epoch": c.epoch,
             "previous_epoch": c.previous_epoch,
@@ -112,6 +113,7 @@ def group_from(snapshot: GroupSnapshot) -> ConsumerGroup:
                 s.client_host,
                 s.rebalance_timeout_ms,
                 tuple(data["topics"]),
+                data["regex"],
                 data["assignor"],
                 current,
             )

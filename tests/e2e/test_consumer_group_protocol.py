@@ -149,3 +149,21 @@ def test_consumer_group_refuses_a_classic_member_and_commits_need_the_member_epo
         assert "UNKNOWN_MEMBER_ID" in str(refused.value), refused.value
     finally:
         outsider.close()
+
+
+def test_regex_subscription_follows_matching_topics(
+    kip848_broker: SluiceBroker, members: Members
+) -> None:
+    bootstrap = kip848_broker.bootstrap
+    prefix = unique_topic("kip848re")
+    confluent_create_topic(bootstrap, f"{prefix}-a", 1)
+    confluent_create_topic(bootstrap, f"x{prefix}-b", 1)  # not a whole-name match
+    produce_round_robin(bootstrap, f"{prefix}-a", 1, 2, tag="a")
+    produce_round_robin(bootstrap, f"x{prefix}-b", 1, 2, tag="x")
+    member = _start(members, kip848_broker, f"g-{prefix}", f"^{prefix}-.*", "re")
+    wait_until(lambda: {v for _, _, v in member.records()} >= {"a0-0", "a0-1"}, "topic a read")
+    # A topic created later that matches joins the subscription (a new group epoch).
+    confluent_create_topic(bootstrap, f"{prefix}-c", 1)
+    produce_round_robin(bootstrap, f"{prefix}-c", 1, 2, tag="c")
+    wait_until(lambda: {v for _, _, v in member.records()} >= {"c0-0", "c0-1"}, "topic c read")
+    assert not [v for _, _, v in member.records() if v.startswith("x")]

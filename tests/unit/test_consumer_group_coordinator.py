@@ -27,8 +27,15 @@ CONSUMER_SESSION_MS = 45_000  # GroupConfig's default, Kafka's
 REBALANCE_MS = 10_000
 
 
-def lookup(name: str) -> TopicInfo | None:
-    return TopicInfo("t", T, 4) if name == "t" else None
+class Topics:
+    def get(self, name: str) -> TopicInfo | None:
+        return TopicInfo("t", T, 4) if name == "t" else None
+
+    def names(self) -> list[str]:
+        return ["t"]
+
+
+lookup = Topics()
 
 
 @pytest.fixture

@@ -135,8 +135,18 @@ def test_member_epoch_fencing_as_kafka() -> None:
 # --------------------------------------------------------------------------- heartbeat
 
 
-def topics(name: str) -> TopicInfo | None:
-    return {"t": TopicInfo("t", T1, 6)}.get(name)
+class Topics:
+    def __init__(self, *infos: TopicInfo) -> None:
+        self.by_name = {i.name: i for i in infos}
+
+    def get(self, name: str) -> TopicInfo | None:
+        return self.by_name.get(name)
+
+    def names(self) -> list[str]:
+        return list(self.by_name)
+
+
+topics = Topics(TopicInfo("t", T1, 6))
 
 
 def join(group: ConsumerGroup, member_id: str, instance_id: str | None = None) -> HeartbeatResult:
@@ -215,7 +225,7 @@ def test_new_partitions_bump_the_group_epoch() -> None:
     join(group, "a")
     epoch = group.group_epoch
     grown = HeartbeatRequest("g", "a", 1, owned={T1: frozenset(range(6))})
-    answer = heartbeat(group, grown, lambda n: TopicInfo("t", T1, 8), "uniform")
+    answer = heartbeat(group, grown, Topics(TopicInfo("t", T1, 8)), "uniform")
     assert group.group_epoch == epoch + 1 and answer.assignment == {T1: frozenset(range(8))}
 
 
@@ -237,3 +247,38 @@ def test_requests_kafka_refuses() -> None:
     assert check(HeartbeatRequest("g", "m", -2)) == ErrorCode.invalid_request
     odd = HeartbeatRequest("g", "m", 3, server_assignor="sticky")
     assert check(odd) == ErrorCode.unsupported_assignor
+
+
+def test_regex_subscriptions_follow_matching_topics() -> None:
+    group = ConsumerGroup("g")
+    first = HeartbeatRequest(
+        "g", "a", 0, rebalance_timeout_ms=1000, subscribed_topic_regex="orders-.*", owned={}
+    )
+    known = Topics(TopicInfo("orders-eu", T1, 2), TopicInfo("payments", T2, 2))
+    answer = heartbeat(group, first, known, "uniform")
+    assert answer.assignment == {T1: frozenset({0, 1})}
+    epoch = group.group_epoch
+    # A new topic the regex matches (whole names only) joins the assignment.
+    t3 = uuid.UUID(int=3)
+    grown = Topics(*known.by_name.values(), TopicInfo("orders-us", t3, 1),
+                   TopicInfo("xorders-us", uuid.UUID(int=4), 1))  # fmt: skip
+    answer = heartbeat(group, HeartbeatRequest("g", "a", 1, owned={T1: frozenset({0, 1})}),
+                       grown, "uniform")  # fmt: skip
+    assert group.group_epoch == epoch + 1
+    assert answer.assignment == {T1: frozenset({0, 1}), t3: frozenset({0})}
+    assert group.is_subscribed_to("orders-us") and not group.is_subscribed_to("payments")
+
+
+def test_an_invalid_regex_is_refused() -> None:
+    bad = HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=1, subscribed_topic_regex="(",
+                           owned={})  # fmt: skip
+    with pytest.raises(HeartbeatError) as refused:
+        validate(bad, 1, ("uniform",))
+    assert refused.value.error == ErrorCode.invalid_regular_expression
+    # Backtracking regexes are no threat to RE2: linear in the name.
+    evil = HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=1, subscribed_topic_regex="(a+)+b",
+                            owned={})  # fmt: skip
+    validate(evil, 1, ("uniform",))
+    group = ConsumerGroup("g")
+    answer = heartbeat(group, evil, Topics(TopicInfo("a" * 5000, T1, 1)), "uniform")
+    assert answer.error == ErrorCode.none and answer.assignment == {}
