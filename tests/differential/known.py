@@ -108,9 +108,7 @@ INTENDED: list[Known] = [
         "describe_delegation_token",
     ),
     *_versions(
-        "no KIP-848 consumer groups and no share groups (documented under Consumer groups)",
-        "consumer_group_heartbeat",
-        "consumer_group_describe",
+        "no share groups (documented under Consumer groups)",
         "share_*",
         "initialize_share_group_state",
         "read_share_group_state*",
