@@ -1,8 +1,8 @@
 """The reference client: Apache Kafka's Java client (kafka-clients 4.4 from Maven Central, the
 jars the differential tests cache) against Sluice, diskless and classic topics: AdminClient,
 an idempotent producer, a transactional producer that commits and aborts, and consumer
-groups reading read_committed and read_uncommitted (classic and KIP-848 protocols). The program is tests/e2e/java/
-ClientCheck.java, run as a single-file source program."""
+groups reading read_committed and read_uncommitted (classic and KIP-848 protocols). The
+program is tests/e2e/java/ClientCheck.java, run as a single-file source program."""
 
 from __future__ import annotations
 
