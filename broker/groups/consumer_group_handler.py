@@ -75,7 +75,12 @@ async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, requ
             "error_message": result.message,
             "member_id": result.member_id if ok else None,
             "member_epoch": result.member_epoch if ok else 0,
-            "heartbeat_interval": consumer.config.consumer_heartbeat_interval_ms if ok else 0,
+            # None after a leave (epoch < 0) either, as Kafka answers.
+            "heartbeat_interval": (
+                consumer.config.consumer_heartbeat_interval_ms
+                if ok and result.member_epoch >= 0
+                else 0
+            ),
             "assignment": (
                 None
                 if result.assignment is None
@@ -110,7 +115,8 @@ def _member(broker: GroupsView, group: ConsumerGroup, member: ConsumerMember) ->
         "client_id": member.client_id,
         "client_host": member.client_host,
         "subscribed_topic_names": list(member.subscribed_topic_names),
-        "subscribed_topic_regex": member.subscribed_topic_regex,
+        # Kafka shows "" for a member without one.
+        "subscribed_topic_regex": member.subscribed_topic_regex or "",
         "assignment": _assignment(broker, member.current.assigned),
         "target_assignment": _assignment(broker, group.target.get(member.member_id, {})),
         "member_type": CONSUMER_MEMBER_TYPE,

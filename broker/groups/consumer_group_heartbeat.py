@@ -387,3 +387,7 @@ def fence(group: ConsumerGroup, member_id: str) -> None:
         return
     group.topics = {n: i for n, i in group.topics.items() if group.is_subscribed_to(n)}
     group.group_epoch += 1
+    if not group.members:
+        # Nothing to assign: the (empty) target is at the new epoch, as Kafka shows it.
+        group.target = {}
+        group.assignment_epoch = group.group_epoch
