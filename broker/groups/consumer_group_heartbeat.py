@@ -116,9 +116,11 @@ def validate(request: HeartbeatRequest, version: int, assignors: Sequence[str]) 
             raise invalid("RebalanceTimeoutMs must be provided in first request.")
         if request.owned is None or any(request.owned.values()):
             raise invalid("TopicPartitions must be empty when (re-)joining.")
-        if not request.subscribed_topic_names and not request.subscribed_topic_regex:
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            # An empty list is a subscription to nothing (Kafka 4.4 accepts it too).
             raise invalid(
-                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                "(re-)joining."
             )
     elif epoch == STATIC_LEAVE_EPOCH:
         if not request.member_id:
