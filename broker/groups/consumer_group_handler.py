@@ -7,7 +7,7 @@ between the wire and it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -16,6 +16,7 @@ from broker.groups.assignors import Partitions
 from broker.groups.consumer_group import ConsumerGroup, ConsumerMember, TopicInfo
 from broker.groups.consumer_group_heartbeat import HeartbeatRequest
 from broker.groups.group_membership import client_host, millis
+from broker.groups.topic_regex import matching
 from broker.security import access
 from common.acl import AclOperation
 
@@ -24,6 +25,31 @@ if TYPE_CHECKING:
     from broker.security.request_context import RequestContext
 
 CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1's member type: 0 classic, 1 consumer
+
+
+class _RegexCache:
+    """Regex subscriptions resolved against every topic name at most once a second per
+    pattern: every heartbeat of every regex member would otherwise scan all topics (Kafka
+    resolves them asynchronously, at most every 10 s unless topics appear)."""
+
+    TTL_S = 1.0
+
+    def __init__(self) -> None:
+        self._resolved: dict[str, tuple[float, set[str]]] = {}
+
+    def matching(self, pattern: str, registry: Any) -> set[str]:
+        now = time.monotonic()
+        hit = self._resolved.get(pattern)
+        if hit is not None and now - hit[0] < self.TTL_S:
+            return hit[1]
+        if len(self._resolved) > 1024:
+            self._resolved.clear()
+        found = matching(pattern, (t.name for t in registry.all()))
+        self._resolved[pattern] = (now, found)
+        return found
+
+
+_regex_cache = _RegexCache()
 
 
 class _Topics:
@@ -38,8 +64,8 @@ class _Topics:
             return None
         return TopicInfo(topic.name, topic.topic_id, topic.partitions)
 
-    def names(self) -> Iterable[str]:
-        return [t.name for t in self._registry.all()]
+    def matching(self, pattern: str) -> set[str]:
+        return _regex_cache.matching(pattern, self._registry)
 
 
 async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:

@@ -19,7 +19,7 @@ or every field set after an error) or when the assignment changed, as Kafka's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 from uuid import UUID
@@ -44,7 +44,9 @@ class TopicLookup(Protocol):
 
     def get(self, name: str) -> TopicInfo | None: ...
 
-    def names(self) -> Iterable[str]: ...
+    def matching(self, pattern: str) -> set[str]:
+        """The topic names a (valid) regex subscription matches."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,12 +215,11 @@ def subscribed_topics(
     members: Mapping[str, ConsumerMember], lookup: TopicLookup
 ) -> dict[str, TopicInfo]:
     """The existing topics some member subscribes to, by name or regex."""
-    all_names = (
-        list(lookup.names()) if any(m.subscribed_topic_regex for m in members.values()) else []
-    )
     names: set[str] = set()
     for member in members.values():
-        names |= member_topics(member, all_names)
+        names.update(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            names |= lookup.matching(member.subscribed_topic_regex)
     found = {}
     for name in sorted(names):
         info = lookup.get(name)

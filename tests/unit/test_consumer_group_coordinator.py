@@ -31,8 +31,8 @@ class Topics:
     def get(self, name: str) -> TopicInfo | None:
         return TopicInfo("t", T, 4) if name == "t" else None
 
-    def names(self) -> list[str]:
-        return ["t"]
+    def matching(self, pattern: str) -> set[str]:
+        return set()
 
 
 lookup = Topics()

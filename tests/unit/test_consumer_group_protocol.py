@@ -29,6 +29,7 @@ from broker.groups.reconciliation import (
     epoch_is_fenced,
     reconcile,
 )
+from broker.groups.topic_regex import matching
 
 T1 = uuid.UUID(int=1)
 T2 = uuid.UUID(int=2)
@@ -142,8 +143,8 @@ class Topics:
     def get(self, name: str) -> TopicInfo | None:
         return self.by_name.get(name)
 
-    def names(self) -> list[str]:
-        return list(self.by_name)
+    def matching(self, pattern: str) -> set[str]:
+        return matching(pattern, self.by_name)
 
 
 topics = Topics(TopicInfo("t", T1, 6))
