@@ -55,7 +55,9 @@ _regex_cache = _RegexCache()
 class _Topics:
     """The broker's topics as the heartbeat resolves subscriptions against them."""
 
-    def __init__(self, broker: GroupsView) -> None:
+    def __init__(self, broker: GroupsView, ctx: RequestContext) -> None:
+        self._broker = broker
+        self._ctx = ctx
         self._registry = broker.topics
 
     def get(self, name: str) -> TopicInfo | None:
@@ -65,7 +67,15 @@ class _Topics:
         return TopicInfo(topic.name, topic.topic_id, topic.partitions)
 
     def matching(self, pattern: str) -> set[str]:
-        return _regex_cache.matching(pattern, self._registry)
+        found = _regex_cache.matching(pattern, self._registry)
+        if not access.enabled(self._broker):
+            return found
+        # Only the topics the member may describe, as Kafka resolves regexes.
+        return {
+            name
+            for name in found
+            if access.topic(self._broker, self._ctx, AclOperation.DESCRIBE, name)
+        }
 
 
 async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
@@ -92,7 +102,7 @@ async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, requ
         client_host=client_host(ctx),
     )
     consumer = broker.groups.consumer
-    result = await consumer.heartbeat(ask, ctx.header.api_version, _Topics(broker))
+    result = await consumer.heartbeat(ask, ctx.header.api_version, _Topics(broker, ctx))
     ok = result.error == ErrorCode.none
     return ctx.respond(
         {
