@@ -167,3 +167,35 @@ def test_regex_subscription_follows_matching_topics(
     produce_round_robin(bootstrap, f"{prefix}-c", 1, 2, tag="c")
     wait_until(lambda: {v for _, _, v in member.records()} >= {"c0-0", "c0-1"}, "topic c read")
     assert not [v for _, _, v in member.records() if v.startswith("x")]
+
+
+def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
+    kip848_broker: SluiceBroker, members: Members
+) -> None:
+    bootstrap = kip848_broker.bootstrap
+    topic = unique_topic("kip848-static")
+    confluent_create_topic(bootstrap, topic, 4)
+    group = f"g-{topic}"
+
+    def start(name: str, instance: str) -> MemberProcess:
+        return members.start(
+            "confluent", bootstrap, group, topic, name, instance_id=instance, protocol="consumer"
+        )
+
+    stays = start("stays", "s-1")
+    restarts = start("restarts", "s-2")
+    wait_until(lambda: partitioned([stays, restarts], 4), "two static members split")
+    before = restarts.assignment
+    stays_events = len(stays.of("assigned")) + len(stays.of("revoked"))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    first = admin.describe_consumer_groups([group])[group].result(timeout=20)
+
+    restarts.stop()  # member epoch -2: it keeps its place for the session timeout
+    again = start("restarts", "s-2")
+    again.wait(lambda: again.assignment == before, "the same partitions back")
+    described = admin.describe_consumer_groups([group])[group].result(timeout=20)
+    assert described.state == ConsumerGroupState.STABLE
+    assert sorted(m.group_instance_id for m in described.members) == ["s-1", "s-2"]
+    assert len(described.members) == len(first.members) == 2
+    # The other member was never asked to give anything up or take more.
+    assert len(stays.of("assigned")) + len(stays.of("revoked")) == stays_events
