@@ -180,3 +180,25 @@ async def test_classic_and_consumer_groups_do_not_mix(brokers: Brokers, clock: M
     # And a classic JoinGroup to it is refused.
     refused_classic = join_classic(coordinator, group=G, session=SESSION)
     assert refused_classic.result().error == E.inconsistent_group_protocol
+
+
+async def test_admin_views_of_a_consumer_group(brokers: Brokers) -> None:
+    admin = brokers.one.admin
+    await join(brokers.one, "a")
+    error, listed = await admin.list_groups([], ["consumer"])
+    assert error == E.none
+    assert listed == [
+        {"group_id": G, "protocol_type": "consumer", "group_state": "Stable",
+         "group_type": "consumer"}
+    ]  # fmt: skip
+    assert (await admin.list_groups([], ["classic"]))[1] == []
+    assert [g["group_id"] for g in (await admin.list_groups(["stable"], []))[1]] == [G]
+    (described,) = await admin.describe_groups([G])
+    assert described["error_code"] == E.group_id_not_found
+    assert described["error_message"] == f"Group {G} is not a classic group."
+    assert await admin.delete_groups([G]) == [(G, E.non_empty_group)]
+    request = HeartbeatRequest(G, "a", -1)
+    assert (await brokers.one.consumer.heartbeat(request, 1, lookup)).error == E.none
+    assert (await admin.list_groups([], ["consumer"]))[1][0]["group_state"] == "Empty"
+    assert await admin.delete_groups([G]) == [(G, E.none)]
+    assert G not in brokers.one.consumer.groups
