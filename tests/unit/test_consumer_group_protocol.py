@@ -283,3 +283,28 @@ def test_an_invalid_regex_is_refused() -> None:
     group = ConsumerGroup("g")
     answer = heartbeat(group, evil, Topics(TopicInfo("a" * 5000, T1, 1)), "uniform")
     assert answer.error == ErrorCode.none and answer.assignment == {}
+
+
+def test_a_subscribed_topic_created_later_is_assigned_and_a_deleted_one_revoked() -> None:
+    group = ConsumerGroup("g")
+    first = HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=1000,
+                             subscribed_topic_names=("t", "later"), owned={})  # fmt: skip
+    answer = heartbeat(group, first, topics, "uniform")
+    assert answer.assignment == {T1: frozenset(range(6))}
+    epoch = group.group_epoch
+    both = Topics(TopicInfo("t", T1, 6), TopicInfo("later", T2, 1))
+    answer = heartbeat(group, HeartbeatRequest("g", "a", 1, owned={T1: frozenset(range(6))}),
+                       both, "uniform")  # fmt: skip
+    assert group.group_epoch == epoch + 1
+    assert answer.assignment == {T1: frozenset(range(6)), T2: frozenset({0})}
+    # "t" deleted: its partitions are revoked (the member acknowledges, then moves on).
+    only_later = Topics(TopicInfo("later", T2, 1))
+    owned = {T1: frozenset(range(6)), T2: frozenset({0})}
+    answer = heartbeat(group, HeartbeatRequest("g", "a", answer.member_epoch, owned=owned),
+                       only_later, "uniform")  # fmt: skip
+    assert answer.assignment == {T2: frozenset({0})}
+    assert group.members["a"].current.state is MemberState.UNREVOKED_PARTITIONS
+    ack = HeartbeatRequest("g", "a", answer.member_epoch, owned={T2: frozenset({0})})
+    done = heartbeat(group, ack, only_later, "uniform")
+    assert done.member_epoch == group.group_epoch
+    assert group.state is ConsumerGroupState.STABLE
