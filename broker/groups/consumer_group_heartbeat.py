@@ -311,6 +311,8 @@ def heartbeat(
         changed = True
     target = group.target.get(updated.member_id, {})
     before = updated.current
+    # Held by any member, this one included, as Kafka's "current partition epoch": a
+    # partition it is still revoking is not given back before it is released.
     current = (
         before
         if before.reconciled_to(group.assignment_epoch)
@@ -318,7 +320,7 @@ def heartbeat(
             before,
             group.assignment_epoch,
             target,
-            lambda t, p: _held_by_other(group, updated.member_id, t, p),
+            lambda t, p: group.holder(t, p) is not None,
             request.owned,
         )
     )
@@ -339,12 +341,6 @@ def heartbeat(
         current.assigned if full or current.assigned != member.current.assigned else None,
         changed,
     )
-
-
-def _held_by_other(group: ConsumerGroup, member_id: str, topic_id: UUID, partition: int) -> bool:
-    # Kafka's "current partition epoch" is set for any holder, this member included (a
-    # partition it is still revoking is not given back before it is released).
-    return group.holder(topic_id, partition) is not None
 
 
 def leave(group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:
