@@ -170,6 +170,9 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_assignors: str = "uniform,range"
+    # Conversion between classic and consumer groups is not implemented: only Kafka's
+    # "disabled" is accepted (classic and consumer members never share a group).
+    group_consumer_migration_policy: str = "disabled"
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
@@ -257,6 +260,20 @@ class BrokerConfig:
             raise ValueError(
                 f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
+            )
+        if self.group_consumer_migration_policy.lower() != "disabled":
+            policy = self.group_consumer_migration_policy
+            raise ValueError(
+                "group.consumer.migration.policy: only disabled is supported (no conversion "
+                f"between classic and consumer groups), not {policy!r}"
+            )
+        if self.group_consumer_session_timeout_ms <= 0 or (
+            self.group_consumer_heartbeat_interval_ms <= 0
+            or self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms
+        ):
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be > 0 and below "
+                "group.consumer.session.timeout.ms"
             )
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
