@@ -164,6 +164,15 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    # KIP-848 consumer groups (group.protocol=consumer): the session timeout and heartbeat
+    # interval the coordinator imposes, and the server-side assignors offered (the first
+    # is the default; "uniform", "range" or Kafka's class names).
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_assignors: str = "uniform,range"
+    # Conversion between classic and consumer groups is not implemented: only Kafka's
+    # "disabled" is accepted (classic and consumer members never share a group).
+    group_consumer_migration_policy: str = "disabled"
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
@@ -251,6 +260,20 @@ class BrokerConfig:
             raise ValueError(
                 f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
+            )
+        if self.group_consumer_migration_policy.lower() != "disabled":
+            policy = self.group_consumer_migration_policy
+            raise ValueError(
+                "group.consumer.migration.policy: only disabled is supported (no conversion "
+                f"between classic and consumer groups), not {policy!r}"
+            )
+        if self.group_consumer_session_timeout_ms <= 0 or (
+            self.group_consumer_heartbeat_interval_ms <= 0
+            or self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms
+        ):
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be > 0 and below "
+                "group.consumer.session.timeout.ms"
             )
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:

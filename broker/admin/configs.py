@@ -147,6 +147,8 @@ _INT_BROKER_KEYS = frozenset(
         "group.min.session.timeout.ms",
         "group.max.session.timeout.ms",
         "group.initial.rebalance.delay.ms",
+        "group.consumer.session.timeout.ms",
+        "group.consumer.heartbeat.interval.ms",
         "offsets.commit.timeout.ms",
         "transaction.max.timeout.ms",
         "transactional.id.expiration.ms",

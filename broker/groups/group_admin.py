@@ -14,6 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.consumer_coordinator import ConsumerCoordinator
+from broker.groups.consumer_group import GROUP_TYPE as CONSUMER_GROUP_TYPE
+from broker.groups.consumer_group import PROTOCOL_TYPE as CONSUMER_PROTOCOL_TYPE
 from broker.groups.group import GroupState
 from broker.groups.group_coordinator import GroupCoordinator
 from broker.groups.offsets import store_error
@@ -33,8 +36,11 @@ def _stored_only(group_id: str) -> dict[str, Any]:
 
 
 class GroupAdmin:
-    def __init__(self, coordinator: GroupCoordinator, store: GroupStore) -> None:
+    def __init__(
+        self, coordinator: GroupCoordinator, consumer: ConsumerCoordinator, store: GroupStore
+    ) -> None:
         self._coordinator = coordinator
+        self._consumer = consumer
         self._store = store
 
     async def list_groups(
@@ -43,8 +49,7 @@ class GroupAdmin:
         """Groups this broker coordinates, filtered by state and type names (case
         insensitive; empty filters keep everything)."""
         wanted_states = {s.lower() for s in states}
-        if types and GROUP_TYPE not in {t.lower() for t in types}:
-            return ErrorCode.none, []
+        wanted_types = {t.lower() for t in types} or {GROUP_TYPE, CONSUMER_GROUP_TYPE}
         self._coordinator.check_ownership()
         try:
             snapshots = await self._store.groups_with_snapshots()
@@ -55,6 +60,13 @@ class GroupAdmin:
             if loaded := await self._coordinator.load(group_id):
                 return loaded, []
         listed: dict[str, dict[str, Any]] = {}
+        for consumer_group in list(self._consumer.groups.values()):
+            listed[consumer_group.group_id] = {
+                "group_id": consumer_group.group_id,
+                "protocol_type": CONSUMER_PROTOCOL_TYPE,
+                "group_state": consumer_group.state.value,
+                "group_type": CONSUMER_GROUP_TYPE,
+            }
         for group in list(self._coordinator.groups.values()):
             listed[group.group_id] = {
                 "group_id": group.group_id,
@@ -77,7 +89,8 @@ class GroupAdmin:
         out = [
             entry
             for _, entry in sorted(listed.items())
-            if not wanted_states or entry["group_state"].lower() in wanted_states
+            if (not wanted_states or entry["group_state"].lower() in wanted_states)
+            and entry["group_type"] in wanted_types
         ]
         return ErrorCode.none, out
 
@@ -98,6 +111,11 @@ class GroupAdmin:
             group = self._coordinator.groups.get(group_id)
             if group is not None:
                 entries[group_id] = {"error_code": 0, **group.describe()}
+            elif group_id in self._consumer.groups:
+                # Kafka 4: DescribeGroups describes classic groups only (v6+ says so;
+                # before, a Dead state); ConsumerGroupDescribe describes this one.
+                entries[group_id] = _error_entry(group_id, ErrorCode.group_id_not_found)
+                entries[group_id]["error_message"] = f"Group {group_id} is not a classic group."
             else:
                 lookup.append(group_id)
         if lookup:
@@ -130,6 +148,10 @@ class GroupAdmin:
             if group is not None and not group.is_(GroupState.EMPTY):
                 errors[group_id] = ErrorCode.non_empty_group
                 continue
+            consumer_group = self._consumer.groups.get(group_id)
+            if consumer_group is not None and consumer_group.members:
+                errors[group_id] = ErrorCode.non_empty_group
+                continue
             deletable.append(group_id)
         if deletable:
             try:
@@ -140,7 +162,12 @@ class GroupAdmin:
             else:
                 for group_id in deletable:
                     group = self._coordinator.groups.get(group_id)
-                    if group is not None and group.is_(GroupState.EMPTY):
+                    was_consumer_group = group_id in self._consumer.groups
+                    if was_consumer_group:
+                        self._consumer.remove_if_empty(group_id)
+                    if group is None and was_consumer_group:
+                        errors[group_id] = ErrorCode.none
+                    elif group is not None and group.is_(GroupState.EMPTY):
                         self._coordinator.remove_group(group)
                         errors[group_id] = ErrorCode.none
                     elif group_id in had_offsets:

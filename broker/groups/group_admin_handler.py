@@ -63,7 +63,9 @@ async def describe_groups(broker: GroupsView, ctx: RequestContext, request: Any)
             # Before v6 (KIP-1043) an unknown group is told by its Dead state alone.
             entry["error_code"] = 0
         elif entry["error_code"] == ErrorCode.group_id_not_found:
-            entry["error_message"] = f"Group {entry['group_id']} not found."
+            entry["error_message"] = (
+                entry.get("error_message") or f"Group {entry['group_id']} not found."
+            )
         entries.append(entry)
     return ctx.respond({"throttle_time": 0, "groups": entries})
 

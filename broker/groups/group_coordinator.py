@@ -108,6 +108,14 @@ class GroupCoordinator(HeldGroups):
         if len(set(names)) != len(names):
             # The same protocol twice would count twice toward "supported by all".
             return fail(ErrorCode.inconsistent_group_protocol)
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                # Classic members in a KIP-848 group need the migration Kafka offers
+                # (group.consumer.migration.policy); Sluice has none.
+                return fail(ErrorCode.inconsistent_group_protocol)
+            log.info("group %s: the empty consumer group becomes a classic group", group_id)
+            self.drop_consumer_group(group_id)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
@@ -703,6 +711,9 @@ class GroupCoordinator(HeldGroups):
         -1, no member id) are allowed while the group has no members."""
         if not self.owns(group_id):
             return ErrorCode.not_coordinator
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            return consumer_group.check_commit(member_id, generation_id)
         group = self.groups.get(group_id)
         managed = generation_id >= 0 or bool(member_id) or group_instance_id is not None
         if group is None:
@@ -725,9 +736,23 @@ class GroupCoordinator(HeldGroups):
             self._schedule_heartbeat(group, group.get(member_id))
         return ErrorCode.none
 
+    def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ naming a member (KIP-848 members do): in a consumer group it
+        must be a member at that epoch (Kafka's ConsumerGroup.validateOffsetFetch). No
+        member and epoch -1 (admins, classic consumers) is always allowed."""
+        group = self.consumer_groups.get(group_id)
+        if group is None or (member_id is None and member_epoch < 0):
+            return ErrorCode.none
+        return group.validate_member_epoch(member_id or "", member_epoch)
+
     def expirable(self, group_id: str, cutoff_ms: int) -> bool:
         """Whether the offsets of ``group_id`` may expire: nobody is in the group, and it
         has been empty since before ``cutoff_ms``."""
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            # Kafka expires a consumer group's offsets once it is empty (it keeps no
+            # "empty since" for them either).
+            return not consumer_group.members
         group = self.groups.get(group_id)
         if group is None:
             return True

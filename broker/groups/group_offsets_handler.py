@@ -223,7 +223,10 @@ async def offset_fetch(broker: OffsetsView, ctx: RequestContext, request: Any) -
             wanted[ask.group_id] = list(ask.keys)
         elif (keys := wanted[ask.group_id]) is not None:
             keys.extend(ask.keys)
-    fetched = await broker.groups.offsets.fetch(wanted) if wanted else {}
+    members = (
+        {g.group_id: (g.member_id, g.member_epoch) for g in request.groups} if version >= 9 else {}
+    )
+    fetched = await broker.groups.offsets.fetch(wanted, members) if wanted else {}
     for group_id in denied_groups:
         fetched[group_id] = FetchedGroup(ErrorCode.group_authorization_failed, {})
     unstable: dict[str, set[OffsetKey]] = {}

@@ -16,6 +16,10 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.assignors import DEFAULT_ASSIGNORS, parse_assignors
+from broker.groups.consumer_group import ConsumerGroup
+from broker.groups.consumer_group_persistence import group_from as consumer_group_from
+from broker.groups.consumer_group_persistence import is_consumer_group
 from broker.groups.group import Cancellable, Group, GroupState, JoinResult, Member, SyncResult
 from broker.groups.persistence import GroupPersistence, group_from, snapshot_of
 from broker.groups.placement import HasNodeId, coordinator_for
@@ -43,6 +47,9 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
 
     @classmethod
     def from_broker(cls, config: Any) -> GroupConfig:
@@ -53,6 +60,9 @@ class GroupConfig:
             offsets_retention_ms=config.offsets_retention_minutes * 60_000,
             offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
+            consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            consumer_assignors=parse_assignors(config.group_consumer_assignors),
         )
 
 
@@ -79,6 +89,11 @@ class HeldGroups:
         self._scheduler = scheduler
         self._wall_ms = wall_ms
         self.groups: dict[str, Group] = {}
+        # KIP-848 groups (broker.groups.consumer_coordinator drives them): one namespace
+        # with the classic ones, a group id is in at most one of the two.
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        # Starts the member timers of a consumer group loaded from its snapshot.
+        self.on_consumer_group_loaded: Callable[[ConsumerGroup], None] | None = None
         self._view: tuple[int, ...] | None = None
         self._persistence = GroupPersistence(store) if store is not None else None
         self._loading: dict[str, asyncio.Future[ErrorCode | None]] = {}
@@ -98,6 +113,17 @@ class HeldGroups:
 
     def _later(self, delay_ms: int, fn: Callable[..., object], *args: Any) -> Cancellable:
         return self.scheduler.call_later(max(delay_ms, 0) / 1000, fn, *args)
+
+    def later(self, delay_ms: int, fn: Callable[..., object], *args: Any) -> Cancellable:
+        """Run ``fn(*args)`` in ``delay_ms`` on the coordinator's scheduler."""
+        return self._later(delay_ms, fn, *args)
+
+    @property
+    def persistence(self) -> GroupPersistence | None:
+        return self._persistence
+
+    def wall_ms(self) -> int:
+        return self._wall_ms()
 
     @staticmethod
     def _future() -> asyncio.Future[Any]:
@@ -140,12 +166,29 @@ class HeldGroups:
             if chosen is None or chosen.node_id != self.node_id:
                 log.info("group %s moved to broker %s", group_id, chosen and chosen.node_id)
                 self._unload(self.groups[group_id], ErrorCode.not_coordinator)
+        for group_id in list(self.consumer_groups):
+            chosen = self.coordinator_of(group_id)
+            if chosen is None or chosen.node_id != self.node_id:
+                log.info("group %s moved to broker %s", group_id, chosen and chosen.node_id)
+                self.drop_consumer_group(group_id)
 
     def resign_all(self) -> None:
         """Shutting down: answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR
         so the members move to the next coordinator at once."""
         for group in list(self.groups.values()):
             self._unload(group, ErrorCode.not_coordinator)
+        for group_id in list(self.consumer_groups):
+            self.drop_consumer_group(group_id)
+
+    def drop_consumer_group(self, group_id: str) -> None:
+        """Forget a consumer group held here (it moved, was deleted or expired): its
+        members' timers stop; its next coordinator loads the snapshot."""
+        group = self.consumer_groups.pop(group_id, None)
+        if group is not None:
+            for timers in group.timers.values():
+                timers.cancel()
+            group.timers.clear()
+        self._absent.discard(group_id)
 
     def _unload(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -170,7 +213,9 @@ class HeldGroups:
         """Before a request on ``group_id``: when this broker coordinates the group but
         does not hold it, bring back its membership snapshot. None when done (or nothing
         to do), else the error to answer the request with."""
-        if self._persistence is None or not group_id or group_id in self.groups:
+        if self._persistence is None or not group_id:
+            return None
+        if group_id in self.groups or group_id in self.consumer_groups:
             return None
         if not self.owns(group_id) or group_id in self._absent:
             return None
@@ -188,10 +233,19 @@ class HeldGroups:
             snapshot = await self._persistence.load(group_id)
         except Exception as exc:
             return store_error(exc, f"loading group {group_id}")
-        if group_id in self.groups or not self.owns(group_id):
+        if group_id in self.groups or group_id in self.consumer_groups:
+            return None
+        if not self.owns(group_id):
             return None  # it moved away meanwhile: the request says NOT_COORDINATOR
         if snapshot is None or not snapshot.members:
             self._absent.add(group_id)
+            return None
+        if is_consumer_group(snapshot):
+            group = consumer_group_from(snapshot)
+            self.consumer_groups[group_id] = group
+            log.info("consumer group %s loaded: %r", group_id, group)
+            if self.on_consumer_group_loaded is not None:
+                self.on_consumer_group_loaded(group)
             return None
         self._adopt(snapshot)
         return None

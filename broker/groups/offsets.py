@@ -110,17 +110,28 @@ class GroupOffsets:
     # ---------------------------------------------------------------- fetch
 
     async def fetch(
-        self, requests: Mapping[str, Sequence[OffsetKey] | None]
+        self,
+        requests: Mapping[str, Sequence[OffsetKey] | None],
+        members: Mapping[str, tuple[str | None, int]] | None = None,
     ) -> dict[str, FetchedGroup]:
         """Committed offsets of several groups (one store call): of the given partitions,
-        or all of a group's when None."""
+        or all of a group's when None. ``members``: the member id and epoch each group's
+        request names (OffsetFetch v9+), checked against consumer groups."""
         out: dict[str, FetchedGroup] = {}
         owned: dict[str, Sequence[OffsetKey] | None] = {}
         for group_id, keys in requests.items():
-            if self._coordinator.owns(group_id):
-                owned[group_id] = keys
-            else:
+            if not self._coordinator.owns(group_id):
                 out[group_id] = FetchedGroup(ErrorCode.not_coordinator, {})
+                continue
+            who = (members or {}).get(group_id)
+            if who is not None and who[0] is not None:
+                error = await self._coordinator.load(group_id) or self._coordinator.check_fetch(
+                    group_id, *who
+                )
+                if error != ErrorCode.none:
+                    out[group_id] = FetchedGroup(error, {})
+                    continue
+            owned[group_id] = keys
         if owned:
             try:
                 found = await self.store.fetch_offsets(owned)
@@ -148,8 +159,14 @@ class GroupOffsets:
         if loaded := await self._coordinator.load(group_id):
             return loaded, []
         group = self._coordinator.groups.get(group_id)
+        consumer_group = self._coordinator.consumer_groups.get(group_id)
         errors: list[ErrorCode] = []
-        if group is not None and not group.is_(GroupState.EMPTY):
+        if consumer_group is not None:
+            # Kafka: refused for the topics its members subscribe to.
+            for topic, _key in partitions:
+                subscribed = consumer_group.is_subscribed_to(topic)
+                errors.append(ErrorCode.group_subscribed_to_topic if subscribed else ErrorCode.none)
+        elif group is not None and not group.is_(GroupState.EMPTY):
             if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 # Members of another protocol: no telling which offsets are in use.
                 return ErrorCode.non_empty_group, []
@@ -159,7 +176,11 @@ class GroupOffsets:
         else:
             errors = [ErrorCode.none] * len(partitions)
         try:
-            if group is None and not await self.store.groups_with_offsets([group_id]):
+            if (
+                group is None
+                and consumer_group is None
+                and not await self.store.groups_with_offsets([group_id])
+            ):
                 return ErrorCode.group_id_not_found, []
             deletable = [key for (_, key), e in zip(partitions, errors, strict=True) if not e]
             await self.store.delete_offsets(group_id, deletable)
@@ -203,6 +224,8 @@ class GroupOffsets:
                 # Nothing left of it: forget the group, as Kafka does.
                 if group is not None:
                     self._coordinator.remove_group(group)
+                # expirable() said a consumer group of that id is empty.
+                self._coordinator.drop_consumer_group(group_id)
                 forgotten.append(group_id)
         # An empty group has no snapshot; this only makes sure none survives it.
         await self.store.delete_group_snapshots(forgotten)
@@ -212,11 +235,15 @@ class GroupOffsets:
 
     async def _forget_empty_groups(self) -> None:
         def idle() -> list[str]:
-            return [
+            classic = [
                 g.group_id
                 for g in self._coordinator.groups.values()
                 if g.is_(GroupState.EMPTY) and not g.pending_members
             ]
+            consumer = [
+                g.group_id for g in self._coordinator.consumer_groups.values() if not g.members
+            ]
+            return classic + consumer
 
         candidates = idle()
         if not candidates:
@@ -224,7 +251,9 @@ class GroupOffsets:
         stored = set(await self.store.groups_with_offsets(candidates))
         forgotten = sorted(set(idle()) & set(candidates) - stored)
         for group_id in forgotten:
-            self._coordinator.remove_group(self._coordinator.groups[group_id])
+            if group_id in self._coordinator.groups:
+                self._coordinator.remove_group(self._coordinator.groups[group_id])
+            self._coordinator.drop_consumer_group(group_id)
         await self.store.delete_group_snapshots(forgotten)
 
     async def _load_snapshots(self) -> None:

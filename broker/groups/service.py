@@ -7,6 +7,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from broker.groups.consumer_coordinator import ConsumerCoordinator
 from broker.groups.group_admin import GroupAdmin
 from broker.groups.group_coordinator import GroupCoordinator
 from broker.groups.held_groups import GroupConfig, Scheduler, wall_clock_ms
@@ -28,8 +29,9 @@ CLOSE_WRITES_S = 5.0
 
 
 class GroupService:
-    """Membership (``coordinator``), committed offsets (``offsets``) and the admin
-    views (``admin``) of the groups this broker coordinates."""
+    """Membership (``coordinator``: classic groups; ``consumer``: KIP-848 consumer
+    groups), committed offsets (``offsets``) and the admin views (``admin``) of the
+    groups this broker coordinates."""
 
     def __init__(
         self,
@@ -44,8 +46,9 @@ class GroupService:
         self.coordinator = GroupCoordinator(
             node_id, live_brokers, config, scheduler, wall_ms, store
         )
+        self.consumer = ConsumerCoordinator(self.coordinator)
         self.offsets = GroupOffsets(self.coordinator, store, config, wall_ms)
-        self.admin = GroupAdmin(self.coordinator, store)
+        self.admin = GroupAdmin(self.coordinator, self.consumer, store)
         self._ownership_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -29,6 +29,7 @@ from broker.admin.topics_admin import TopicsAdminView
 from broker.fetch import fetch_handler, leader_epoch, list_offsets
 from broker.fetch.fetch_handler import FetchView
 from broker.groups import (
+    consumer_group_handler,
     find_coordinator,
     group_admin_handler,
     group_membership,
@@ -119,6 +120,8 @@ def build_api_table(broker: Services) -> ApiTable:
         61: transactions_handler.describe_producers,
         65: transactions_handler.describe_transactions,
         66: transactions_handler.list_transactions,
+        68: consumer_group_handler.consumer_group_heartbeat,
+        69: consumer_group_handler.consumer_group_describe,
         75: describe_topic_partitions.handle,
     }
     table: ApiTable = {}

@@ -64,6 +64,10 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (61, "DescribeProducers", 0, 0),
     (65, "DescribeTransactions", 0, 0),
     (66, "ListTransactions", 0, 2),
+    # KIP-848's consumer group protocol (broker/groups/consumer_group_handler.py); v1
+    # has the client generate its member id.
+    (68, "ConsumerGroupHeartbeat", 0, 1),
+    (69, "ConsumerGroupDescribe", 0, 1),
     (75, "DescribeTopicPartitions", 0, 0),
 ]
 

@@ -30,6 +30,9 @@ ROUTINE = frozenset(
         ErrorCode.member_id_required,
         ErrorCode.unknown_member_id,
         ErrorCode.illegal_generation,
+        # KIP-848: a member behind the group's epochs rejoins or retries.
+        ErrorCode.fenced_member_epoch,
+        ErrorCode.stale_member_epoch,
         ErrorCode.coordinator_load_in_progress,
         ErrorCode.coordinator_not_available,
         ErrorCode.not_coordinator,

@@ -75,6 +75,85 @@ INTENDED: list[Known] = [
         "start) but for the replication throttles; Kafka can change its message.max.bytes "
         "and log.* defaults at run time (read_only false). docs/configuration.md says so",
     ),
+    Known(
+        "consumer_group_heartbeat",
+        "join",
+        "response.member_epoch",
+        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+        "(a new member first joins at the current assignment epoch with nothing assigned); "
+        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    ),
+    Known(
+        "consumer_group_heartbeat",
+        "heartbeat*",
+        "response.member_epoch",
+        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+        "(a new member first joins at the current assignment epoch with nothing assigned); "
+        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    ),
+    Known(
+        "consumer_group_heartbeat",
+        "the first is asked to revoke",
+        "response.member_epoch",
+        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+        "(a new member first joins at the current assignment epoch with nothing assigned); "
+        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    ),
+    Known(
+        "consumer_group_heartbeat",
+        "the first is asked to revoke",
+        "response.assignment",
+        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+        "(a new member first joins at the current assignment epoch with nothing assigned); "
+        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    ),
+    Known(
+        "consumer_group_heartbeat",
+        "describe the*",
+        "response.groups[0].group_epoch",
+        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+        "(a new member first joins at the current assignment epoch with nothing assigned); "
+        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    ),
+    Known(
+        "consumer_group_heartbeat",
+        "describe the*",
+        "response.groups[0].assignment_epoch",
+        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+        "(a new member first joins at the current assignment epoch with nothing assigned); "
+        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    ),
+    Known(
+        "consumer_group_heartbeat",
+        "describe the group",
+        "response.groups[0].group_state",
+        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+        "(a new member first joins at the current assignment epoch with nothing assigned); "
+        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    ),
+    Known(
+        "consumer_group_heartbeat",
+        "describe the group",
+        "response.groups[0].members[*",
+        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+        "(a new member first joins at the current assignment epoch with nothing assigned); "
+        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    ),
+    Known(
+        "consumer_group_heartbeat",
+        "an older epoch",
+        "response.error_code",
+        "the step sends the member's epoch - 1: 0 on Sluice (a join, refused as incomplete: "
+        "INVALID_REQUEST), 1 on Kafka whose first epoch is 2 (FENCED_MEMBER_EPOCH)",
+    ),
     # --- ApiVersions ---
     Known(
         "api_versions",
@@ -108,9 +187,7 @@ INTENDED: list[Known] = [
         "describe_delegation_token",
     ),
     *_versions(
-        "no KIP-848 consumer groups and no share groups (documented under Consumer groups)",
-        "consumer_group_heartbeat",
-        "consumer_group_describe",
+        "no share groups (documented under Consumer groups)",
         "share_*",
         "initialize_share_group_state",
         "read_share_group_state*",

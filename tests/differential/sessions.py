@@ -719,3 +719,80 @@ def s_describe_cluster(s: Side) -> None:
         "describe_cluster",
         {"include_cluster_authorized_operations": False, "endpoint_type": 1},
     )
+
+
+@session()
+def s_consumer_group_heartbeat(s: Side) -> None:
+    """KIP-848's ConsumerGroupHeartbeat and ConsumerGroupDescribe: a member joins, gets every
+    partition, heartbeats, leaves; the errors Kafka answers for bad epochs, unknown members
+    and groups, bad requests."""
+    t = "kip848-topic"
+    s.create_topic(t, partitions=2)
+    topic_id = s.topic_id(t)
+    group = "kip848-group"
+    s.call(
+        "find the group's coordinator",
+        "find_coordinator",
+        {"key_type": 0, "coordinator_keys": [group]},
+        until=lambda r: all(
+            code(c["error_code"]) not in COORDINATOR_WARMING for c in r["coordinators"]
+        ),
+    )
+
+    def beat(label: str, **fields: Any) -> Any:
+        body = {
+            "group_id": group,
+            "member_id": "member-1",
+            "member_epoch": 0,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout": -1,
+            "subscribed_topic_names": None,
+            "subscribed_topic_regex": None,
+            "server_assignor": None,
+            "topic_partitions": None,
+            **fields,
+        }
+        return s.call(
+            label,
+            "consumer_group_heartbeat",
+            body,
+            # Kafka answers NOT_COORDINATOR until it loaded the group's partition.
+            until=lambda r: code(r["error_code"]) not in TXN_COORDINATOR_WARMING,
+        )
+
+    join = {"rebalance_timeout": 30_000, "subscribed_topic_names": [t], "topic_partitions": []}
+    epoch = beat("join", **join)["member_epoch"]
+    owned = [{"topic_id": topic_id, "partitions": [0, 1]}]
+    beat("heartbeat with the owned partitions", member_epoch=epoch, topic_partitions=owned)
+    beat("heartbeat, nothing changed", member_epoch=epoch)
+    beat("an epoch from the future", member_epoch=epoch + 5, topic_partitions=owned)
+    beat("an older epoch", member_epoch=epoch - 1, topic_partitions=owned)
+    beat("unknown member", member_id="member-x", member_epoch=epoch)
+    beat("unknown group", group_id="kip848-none", member_epoch=1)
+    beat("unknown server assignor", member_id="member-2", server_assignor="nope", **join)
+    beat("empty member id", member_id="", **join)
+    beat("join without a subscription", member_id="member-2", rebalance_timeout=30_000,
+         topic_partitions=[])  # fmt: skip
+    beat("join with owned partitions", member_id="member-2", rebalance_timeout=30_000,
+         subscribed_topic_names=[t], topic_partitions=owned)  # fmt: skip
+    beat("invalid member epoch", member_id="member-2", member_epoch=-3)
+    beat("an invalid regex", member_id="member-2", rebalance_timeout=30_000,
+         subscribed_topic_regex="(", topic_partitions=[])  # fmt: skip
+    second = beat("a second member joins", member_id="member-2", **join)["member_epoch"]
+    beat("the first is asked to revoke", member_epoch=epoch, topic_partitions=owned)
+    beat("the second waits for the partition", member_id="member-2", member_epoch=second,
+         topic_partitions=[])  # fmt: skip
+    s.call(
+        "describe the group",
+        "consumer_group_describe",
+        {"group_ids": [group, "kip848-none"], "include_authorized_operations": False},
+    )
+    beat("the second leaves", member_id="member-2", member_epoch=-1)
+    beat("leave", member_epoch=-1)
+    beat("leave again", member_epoch=-1)
+    s.call(
+        "describe the emptied group",
+        "consumer_group_describe",
+        {"group_ids": [group], "include_authorized_operations": False},
+    )

@@ -11,6 +11,7 @@ and reports on stdout, one JSON object per line:
     {"event": "record", "partition": 0, "offset": 7, "value": "..."}
     {"event": "closed"}                                   after a clean close
 
+With ``--protocol consumer`` the confluent member uses KIP-848's consumer group protocol.
 A line "stop" on stdin makes it close cleanly (a dynamic member then sends LeaveGroup).
 With --commit it commits each record's offset synchronously before reporting it (a
 commit that fails, say during a rebalance, is reported as "commit_failed").
@@ -68,11 +69,18 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
         "client.id": args.name,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
-        "session.timeout.ms": args.session_ms,
-        "heartbeat.interval.ms": args.heartbeat_ms,
         "max.poll.interval.ms": args.rebalance_ms,
-        "partition.assignment.strategy": args.strategy or "range,roundrobin",
     }
+    if args.protocol == "consumer":
+        # KIP-848: the broker sets the session timeout and heartbeat interval and assigns
+        # (the client may only name a server assignor).
+        conf["group.protocol"] = "consumer"
+        if args.strategy:
+            conf["group.remote.assignor"] = args.strategy
+    else:
+        conf["session.timeout.ms"] = args.session_ms
+        conf["heartbeat.interval.ms"] = args.heartbeat_ms
+        conf["partition.assignment.strategy"] = args.strategy or "range,roundrobin"
     if args.instance_id:
         conf["group.instance.id"] = args.instance_id
     consumer = Consumer(conf)
@@ -195,6 +203,8 @@ def main() -> None:
     parser.add_argument("--instance-id", default="")
     parser.add_argument("--strategy", default="")
     parser.add_argument("--commit", action="store_true")
+    # confluent only: "consumer" is KIP-848's group.protocol=consumer.
+    parser.add_argument("--protocol", choices=["classic", "consumer"], default="classic")
     args = parser.parse_args()
     CLIENTS[args.client](args, stop_requested())
 

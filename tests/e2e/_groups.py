@@ -49,6 +49,7 @@ class MemberProcess:
         strategy: str = "",
         commit: bool = False,
         rebalance_ms: int = 10_000,
+        protocol: str = "classic",
     ) -> None:
         self.client = client
         self.name = name
@@ -70,6 +71,8 @@ class MemberProcess:
             cmd += ["--strategy", strategy]
         if commit:
             cmd.append("--commit")
+        if protocol != "classic":
+            cmd += ["--protocol", protocol]
         self.events: list[dict[str, Any]] = []
         self.stderr: list[str] = []
         self._lock = threading.RLock()  # predicates of wait() read events under it

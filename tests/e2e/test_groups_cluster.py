@@ -33,8 +33,17 @@ from ._kafka import unique_topic, wait_until
 
 pytestmark = pytest.mark.e2e
 
-# A killed broker leaves the live list (and its groups move) in ~2 s.
-BROKER_OPTIONS = {**GROUP_BROKER_OPTIONS, **FAST_LIVENESS}
+# Long enough for the members to find the new coordinator before their own session
+# (librdkafka rejoins when it gets no heartbeat answer for that long).
+FAILOVER_SESSION_MS = 10_000
+# A killed broker leaves the live list (and its groups move) in ~2 s. KIP-848 members get
+# the failover session timeout from the broker.
+BROKER_OPTIONS = {
+    **GROUP_BROKER_OPTIONS,
+    **FAST_LIVENESS,
+    "group.consumer.session.timeout.ms": str(FAILOVER_SESSION_MS),
+    "group.consumer.heartbeat.interval.ms": "500",
+}
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +117,6 @@ def test_group_survives_the_death_of_its_coordinator(
     )
 
 
-# Long enough for the members to find the new coordinator before their own session
-# (librdkafka rejoins when it gets no heartbeat answer for that long).
-FAILOVER_SESSION_MS = 10_000
-
-
 def _described(bootstrap: str, group: str) -> tuple[int, str, dict[str, list[int]]]:
     """(coordinator id, state, member id -> assigned partitions) as the admin sees them."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -124,17 +128,20 @@ def _described(bootstrap: str, group: str) -> tuple[int, str, dict[str, list[int
     return found.coordinator.id, str(found.state.name), members
 
 
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_members_keep_their_generation_when_the_coordinator_dies(
-    healthy: LocalCluster, members: Members
+    healthy: LocalCluster, members: Members, protocol: str
 ) -> None:
+    """Classic: same member ids and generation. KIP-848 (consumer): same member ids,
+    member epochs and assignments, loaded from the coordinator database."""
     bootstrap = healthy.bootstrap
-    topic = unique_topic("keep-generation")
+    topic = unique_topic(f"keep-generation-{protocol}")
     create_topic(bootstrap, topic, 4)
     group = f"keep-{topic}"
     one, two = (
         members.start(
             "confluent", bootstrap, group, topic, name, commit=True,
-            session_ms=FAILOVER_SESSION_MS,
+            session_ms=FAILOVER_SESSION_MS, protocol=protocol,
         )
         for name in ("one", "two")
     )  # fmt: skip

@@ -1,8 +1,8 @@
 """The reference client: Apache Kafka's Java client (kafka-clients 4.4 from Maven Central, the
 jars the differential tests cache) against Sluice, diskless and classic topics: AdminClient,
 an idempotent producer, a transactional producer that commits and aborts, and consumer
-groups reading read_committed and read_uncommitted. The program is tests/e2e/java/
-ClientCheck.java, run as a single-file source program."""
+groups reading read_committed and read_uncommitted (classic and KIP-848 protocols). The
+program is tests/e2e/java/ClientCheck.java, run as a single-file source program."""
 
 from __future__ import annotations
 
@@ -59,6 +59,11 @@ def test_java_client(cluster: LocalCluster, topic: str, kind: str) -> None:
     # Committed offsets cover the whole log (markers included): 300 + 10 + 10 + 2 markers per
     # partition that took transactional records.
     assert committed["committed_sum"] >= 320
+
+    # The same with KIP-848's consumer group protocol (group.protocol=consumer).
+    kip848 = run_java(boot, name, "consume", f"g-848-{kind}", "read_committed", "310", "consumer")
+    assert sorted(kip848["values"]) == sorted(idem | txn)
+    assert kip848["committed_sum"] >= 320
 
     everything = run_java(boot, name, "consume", f"g-ru-{kind}", "read_uncommitted", "320")
     aborted = {f"aborted-{i}" for i in range(10)}

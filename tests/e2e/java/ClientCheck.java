@@ -19,7 +19,8 @@ public class ClientCheck {
             case "admin" -> admin(bootstrap, topic, args.length > 3 ? args[3] : "");
             case "idempotent" -> idempotent(bootstrap, topic, Integer.parseInt(args[3]));
             case "transactions" -> transactions(bootstrap, topic);
-            case "consume" -> consume(bootstrap, topic, args[3], args[4], Integer.parseInt(args[5]));
+            case "consume" -> consume(bootstrap, topic, args[3], args[4], Integer.parseInt(args[5]),
+                args.length > 6 ? args[6] : "classic");
             default -> throw new IllegalArgumentException(mode);
         }
     }
@@ -81,8 +82,11 @@ public class ClientCheck {
         }
     }
 
-    static void consume(String bootstrap, String topic, String group, String isolation, int expected) {
+    static void consume(String bootstrap, String topic, String group, String isolation, int expected,
+                        String protocol) {
         Properties p = new Properties();
+        // "consumer": KIP-848's group protocol (the broker assigns; ConsumerGroupHeartbeat).
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
         p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);

@@ -1,0 +1,392 @@
+"""ConsumerGroupHeartbeat on one consumer group, as Kafka's GroupMetadataManager does
+it. Pure: it changes the :class:`ConsumerGroup` it is given and says what to answer;
+timers and storage are the caller's (:mod:`broker.groups.consumer_coordinator`).
+
+One heartbeat:
+
+1. finds the member (a member epoch of 0 joins; a static member rejoining under a new
+   member id takes the place of the one that left with epoch -2), checking its epoch
+   (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID);
+2. updates it from the request; a changed subscription, or subscribed topics that
+   appeared, went or grew since the last check, bump the group epoch;
+3. computes a new target assignment when the group epoch is ahead of it;
+4. moves the member's current assignment one step towards its target
+   (:mod:`broker.groups.reconciliation`: revoke before assign).
+
+The answer carries the member's assignment when the request was a full one (joining,
+or every field set after an error) or when the assignment changed, as Kafka's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from broker.groups.assignors import ASSIGNORS, AssignmentSpec, Partitions
+from broker.groups.consumer_group import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    TopicInfo,
+    member_topics,
+)
+from broker.groups.reconciliation import epoch_is_fenced, reconcile
+from broker.groups.topic_regex import InvalidRegex, compile_regex
+
+
+class TopicLookup(Protocol):
+    """The broker's topics, as a heartbeat resolves subscriptions against them."""
+
+    def get(self, name: str) -> TopicInfo | None: ...
+
+    def matching(self, pattern: str) -> set[str]:
+        """The topic names a (valid) regex subscription matches."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1  # -1: unchanged
+    subscribed_topic_names: tuple[str, ...] | None = None  # None: unchanged
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Mapping[UUID, frozenset[int]] | None = None  # None: not sent
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    assignment: Partitions | None = None  # None: not in the answer
+    changed: bool = False  # the group's stored state changed
+
+    @classmethod
+    def failed(cls, error: ErrorCode, message: str) -> HeartbeatResult:
+        return cls(error, message, member_epoch=0)
+
+
+class HeartbeatError(Exception):
+    def __init__(self, error: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def validate(request: HeartbeatRequest, version: int, assignors: Sequence[str]) -> None:
+    """Raise HeartbeatError (INVALID_REQUEST, UNSUPPORTED_ASSIGNOR) as Kafka would."""
+
+    def invalid(message: str) -> HeartbeatError:
+        return HeartbeatError(ErrorCode.invalid_request, message)
+
+    if not request.group_id:
+        raise invalid("GroupId can't be empty.")
+    if request.instance_id == "":
+        raise invalid("InstanceId can't be empty.")
+    if request.rack_id == "":
+        raise invalid("RackId can't be empty.")
+    if request.subscribed_topic_regex:
+        try:
+            compile_regex(request.subscribed_topic_regex)
+        except InvalidRegex as exc:
+            raise HeartbeatError(
+                ErrorCode.invalid_regular_expression,
+                f"SubscribedTopicRegex `{request.subscribed_topic_regex}` is not a valid "
+                f"regular expression: {exc}.",
+            ) from None
+    epoch = request.member_epoch
+    if version >= 1 and not request.member_id:
+        raise invalid("MemberId can't be empty.")
+    if epoch > 0 or epoch == LEAVE_EPOCH:
+        if not request.member_id:
+            raise invalid("MemberId can't be empty.")
+    elif epoch == 0:
+        if request.rebalance_timeout_ms == -1:
+            raise invalid("RebalanceTimeoutMs must be provided in first request.")
+        if request.owned is None or any(request.owned.values()):
+            raise invalid("TopicPartitions must be empty when (re-)joining.")
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            # An empty list is a subscription to nothing (Kafka 4.4 accepts it too).
+            raise invalid(
+                "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when "
+                "(re-)joining."
+            )
+    elif epoch == STATIC_LEAVE_EPOCH:
+        if not request.member_id:
+            raise invalid("MemberId can't be empty.")
+        if request.instance_id is None:
+            raise invalid("InstanceId can't be null.")
+    else:
+        raise invalid("MemberEpoch is invalid.")
+    if request.server_assignor is not None and request.server_assignor not in assignors:
+        raise HeartbeatError(
+            ErrorCode.unsupported_assignor,
+            f"ServerAssignor {request.server_assignor} is not supported. "
+            f"Supported assignors: {', '.join(assignors)}.",
+        )
+
+
+def _fenced(member: ConsumerMember, request: HeartbeatRequest) -> HeartbeatError:
+    side = "greater" if request.member_epoch > member.epoch else "smaller"
+    return HeartbeatError(
+        ErrorCode.fenced_member_epoch,
+        f"The consumer group member has a {side} member epoch ({request.member_epoch}) than "
+        f"the one known by the group coordinator ({member.epoch}). The member must abandon "
+        "all its partitions and rejoin.",
+    )
+
+
+def _check_epoch(member: ConsumerMember, request: HeartbeatRequest) -> None:
+    if epoch_is_fenced(member.current, request.member_epoch, request.owned):
+        raise _fenced(member, request)
+
+
+def _unknown(group: ConsumerGroup, member_id: str) -> HeartbeatError:
+    return HeartbeatError(
+        ErrorCode.unknown_member_id,
+        f"Member {member_id} is not a member of group {group.group_id}.",
+    )
+
+
+def _find_member(group: ConsumerGroup, request: HeartbeatRequest) -> tuple[ConsumerMember, bool]:
+    """The member and whether it is new to the group."""
+    joining = request.member_epoch == 0
+    if request.instance_id is None:
+        member = group.members.get(request.member_id)
+        if member is None:
+            if not joining:
+                raise _unknown(group, request.member_id)
+            return ConsumerMember(request.member_id), True
+        _check_epoch(member, request)
+        return member, False
+    static = group.static_member(request.instance_id)
+    if joining:
+        if static is None:
+            member = group.members.get(request.member_id)
+            if member is None:
+                return ConsumerMember(request.member_id), True
+            _check_epoch(member, request)
+            return member, False
+        if static.epoch != STATIC_LEAVE_EPOCH:
+            raise HeartbeatError(
+                ErrorCode.unreleased_instance_id,
+                f"Static member {request.member_id} with instance id {request.instance_id} "
+                f"cannot join the group because the instance id is owned by "
+                f"{static.member_id} member.",
+            )
+        # The instance comes back (a new member id): it takes the old member's place,
+        # its assignment and target included, without a rebalance.
+        group.remove_keeping_target(static.member_id, request.member_id)
+        back = replace(
+            static,
+            member_id=request.member_id,
+            current=replace(static.current, epoch=0, previous_epoch=0),
+        )
+        group.put(back)
+        return back, False
+    if static is None:
+        raise HeartbeatError(
+            ErrorCode.unknown_member_id, f"Instance id {request.instance_id} is unknown."
+        )
+    if static.member_id != request.member_id:
+        raise HeartbeatError(
+            ErrorCode.fenced_instance_id,
+            f"Static member {request.member_id} with instance id {request.instance_id} "
+            f"was fenced by member {static.member_id}.",
+        )
+    _check_epoch(static, request)
+    return static, False
+
+
+def subscribed_topics(
+    members: Mapping[str, ConsumerMember], lookup: TopicLookup
+) -> dict[str, TopicInfo]:
+    """The existing topics some member subscribes to, by name or regex."""
+    names: set[str] = set()
+    for member in members.values():
+        names.update(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            names |= lookup.matching(member.subscribed_topic_regex)
+    found = {}
+    for name in sorted(names):
+        info = lookup.get(name)
+        if info is not None and info.partitions > 0:
+            found[name] = info
+    return found
+
+
+def compute_target(group: ConsumerGroup, default_assignor: str) -> None:
+    """The target assignment at the group epoch (Kafka's TargetAssignmentBuilder)."""
+    assignor = ASSIGNORS[group.preferred_assignor(default_assignor)]
+    subscriptions = {
+        m.member_id: frozenset(
+            group.topics[t].topic_id for t in member_topics(m, group.topics) if t in group.topics
+        )
+        for m in group.members.values()
+    }
+    counts = {info.topic_id: info.partitions for info in group.topics.values()}
+    spec = AssignmentSpec(subscriptions, counts, dict(group.target))
+    group.target = assignor.assign(spec)
+    group.assignment_epoch = group.group_epoch
+
+
+def refresh_metadata(group: ConsumerGroup, lookup: TopicLookup) -> bool:
+    """Bump the group epoch when the subscribed topics changed since the last check
+    (created, deleted, more partitions). True when it did."""
+    topics = subscribed_topics(group.members, lookup)
+    if topics == group.topics:
+        return False
+    group.topics = topics
+    group.group_epoch += 1
+    return True
+
+
+def heartbeat(
+    group: ConsumerGroup,
+    request: HeartbeatRequest,
+    lookup: TopicLookup,
+    default_assignor: str,
+) -> HeartbeatResult:
+    """A heartbeat with member epoch >= 0 (leaving is :func:`leave`)."""
+    try:
+        member, is_new = _find_member(group, request)
+    except HeartbeatError as exc:
+        return HeartbeatResult.failed(exc.error, exc.message)
+    updated = replace(
+        member,
+        instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
+        rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
+        rebalance_timeout_ms=(
+            request.rebalance_timeout_ms
+            if request.rebalance_timeout_ms != -1
+            else member.rebalance_timeout_ms
+        ),
+        server_assignor=(
+            request.server_assignor
+            if request.server_assignor is not None
+            else member.server_assignor
+        ),
+        subscribed_topic_names=(
+            tuple(sorted(set(request.subscribed_topic_names)))
+            if request.subscribed_topic_names is not None
+            else member.subscribed_topic_names
+        ),
+        subscribed_topic_regex=(
+            (request.subscribed_topic_regex or None)
+            if request.subscribed_topic_regex is not None
+            else member.subscribed_topic_regex
+        ),
+        client_id=request.client_id,
+        client_host=request.client_host,
+    )
+    # A join (new member, rejoin, a static member's return) is always stored.
+    changed = updated != member or request.member_epoch == 0
+    bump = (
+        is_new
+        or updated.subscribed_topic_names != member.subscribed_topic_names
+        or updated.subscribed_topic_regex != member.subscribed_topic_regex
+        or updated.server_assignor != member.server_assignor
+    )
+    group.put(updated)
+    if refresh_metadata(group, lookup):
+        bump = False  # refresh_metadata bumped already
+        changed = True
+    if bump:
+        group.group_epoch += 1
+    if group.group_epoch > group.assignment_epoch:
+        compute_target(group, default_assignor)
+        changed = True
+    target = group.target.get(updated.member_id, {})
+    before = updated.current
+    # Held by any member, this one included, as Kafka's "current partition epoch": a
+    # partition it is still revoking is not given back before it is released.
+    current = (
+        before
+        if before.reconciled_to(group.assignment_epoch)
+        else reconcile(
+            before,
+            group.assignment_epoch,
+            target,
+            lambda t, p: group.holder(t, p) is not None,
+            request.owned,
+        )
+    )
+    if current != before:
+        updated = updated.with_current(current)
+        group.put(updated)
+        changed = True
+    full = request.member_epoch == 0 or (
+        request.rebalance_timeout_ms != -1
+        and request.subscribed_topic_names is not None
+        and request.owned is not None
+    )
+    return HeartbeatResult(
+        ErrorCode.none,
+        None,
+        updated.member_id,
+        updated.epoch,
+        current.assigned if full or current.assigned != member.current.assigned else None,
+        changed,
+    )
+
+
+def leave(group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:
+    """Member epoch -1 (leave) or -2 (a static member leaving for a while)."""
+    if request.instance_id is None:
+        member = group.members.get(request.member_id)
+        if member is None:
+            exc = _unknown(group, request.member_id)
+            return HeartbeatResult.failed(exc.error, exc.message)
+        fence(group, member.member_id)
+        return HeartbeatResult(ErrorCode.none, None, request.member_id, request.member_epoch,
+                               changed=True)  # fmt: skip
+    static = group.static_member(request.instance_id)
+    if static is None:
+        return HeartbeatResult.failed(
+            ErrorCode.unknown_member_id, f"Instance id {request.instance_id} is unknown."
+        )
+    if static.member_id != request.member_id:
+        return HeartbeatResult.failed(
+            ErrorCode.fenced_instance_id,
+            f"Static member {request.member_id} with instance id {request.instance_id} "
+            f"was fenced by member {static.member_id}.",
+        )
+    if request.member_epoch == STATIC_LEAVE_EPOCH:
+        # It keeps its place and assignment for its session timeout; pending revocations
+        # are dropped, as Kafka does.
+        left = static.with_current(
+            replace(static.current, epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
+        )
+        group.put(left)
+        return HeartbeatResult(
+            ErrorCode.none, None, static.member_id, STATIC_LEAVE_EPOCH, changed=True
+        )
+    fence(group, static.member_id)
+    return HeartbeatResult(ErrorCode.none, None, request.member_id, request.member_epoch,
+                           changed=True)  # fmt: skip
+
+
+def fence(group: ConsumerGroup, member_id: str) -> None:
+    """Remove a member (left, session or rebalance timeout): its partitions are free at
+    once and the group epoch goes up, so the others get them on their next heartbeat."""
+    if group.remove(member_id) is None:
+        return
+    group.topics = {n: i for n, i in group.topics.items() if group.is_subscribed_to(n)}
+    group.group_epoch += 1
+    if not group.members:
+        # Nothing to assign: the (empty) target is at the new epoch, as Kafka shows it.
+        group.target = {}
+        group.assignment_epoch = group.group_epoch
