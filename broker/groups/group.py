@@ -68,6 +68,7 @@ class JoinResult:
     protocol_name: str | None = None
     leader: str = ""
     members: list[JoinedMember] = field(default_factory=list)
+    skip_assignment: bool = False  # KIP-814: a returning static leader keeps the assignment
 
     @classmethod
     def failed(cls, error: ErrorCode, member_id: str = "") -> JoinResult:

@@ -92,7 +92,11 @@ class GroupCoordinator(HeldGroups):
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool,
+        skips_assignment: bool = False,
     ) -> asyncio.Future[JoinResult]:
+        """``skips_assignment``: the request's version has KIP-814's skip_assignment
+        (JoinGroup v9+)."""
+
         def fail(error: ErrorCode, answer_id: str = member_id) -> asyncio.Future[JoinResult]:
             return self._done(JoinResult.failed(error, answer_id))
 
@@ -137,6 +141,7 @@ class GroupCoordinator(HeldGroups):
                 protocols,
                 require_known_member_id,
                 future,
+                skips_assignment,
             )
         else:
             self._join_current_member(
@@ -167,6 +172,7 @@ class GroupCoordinator(HeldGroups):
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool,
         future: asyncio.Future[JoinResult],
+        skips_assignment: bool = False,
     ) -> None:
         # Kafka's member ids: the client id and a UUID, so logs say who is who.
         new_id = f"{client_id}-{uuid.uuid4()}"
@@ -175,7 +181,7 @@ class GroupCoordinator(HeldGroups):
             if old_id is not None:
                 self._replace_static_member(
                     group, instance_id, old_id, new_id, protocols,
-                    rebalance_timeout_ms, session_timeout_ms, future,
+                    rebalance_timeout_ms, session_timeout_ms, future, skips_assignment,
                 )  # fmt: skip
                 return
         elif require_known_member_id:
@@ -329,6 +335,7 @@ class GroupCoordinator(HeldGroups):
         rebalance_timeout_ms: int,
         session_timeout_ms: int,
         future: asyncio.Future[JoinResult],
+        skips_assignment: bool = False,
     ) -> None:
         leader_before = group.leader_id
         log.info(
@@ -342,12 +349,25 @@ class GroupCoordinator(HeldGroups):
         self._schedule_heartbeat(group, member)
         if group.is_(S.STABLE):
             if group.protocol_name == group.select_protocol():
-                # No rebalance. The answer names the leader as it was: a restarted
-                # leader then does not take itself for the leader and compute an
-                # assignment nobody would receive (a Stable group hands out no new
-                # assignment); it syncs and gets its old one.
-                member.answer_join(
-                    JoinResult(
+                # No rebalance. KIP-814 (v9+): a returning leader is told it leads, with
+                # the members (its client needs them, e.g. to know their subscriptions)
+                # and skip_assignment, so it syncs and gets its old assignment. Before
+                # v9 the answer names the leader as it was: a restarted leader then does
+                # not compute an assignment nobody would receive (Kafka answers alike).
+                if skips_assignment:
+                    leads = group.leader_id == new_id
+                    answer = JoinResult(
+                        NONE,
+                        new_id,
+                        group.generation_id,
+                        group.protocol_type,
+                        group.protocol_name,
+                        group.leader_id or "",
+                        group.current_member_metadata() if leads else [],
+                        skip_assignment=leads,
+                    )
+                else:
+                    answer = JoinResult(
                         NONE,
                         new_id,
                         group.generation_id,
@@ -355,7 +375,7 @@ class GroupCoordinator(HeldGroups):
                         group.protocol_name,
                         leader_before or "",
                     )
-                )
+                member.answer_join(answer)
                 # The member's new id must be known to the next coordinator too.
                 self._store_snapshot(group)
             else:

@@ -53,6 +53,7 @@ async def join_group(broker: GroupsView, ctx: RequestContext, request: Any) -> A
             request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols],
             require_known_member_id=version >= 4,
+            skips_assignment=version >= 9,
         )
         if loaded is None
         else coordinator.failed(JoinResult.failed(loaded, request.member_id))
@@ -69,7 +70,7 @@ async def join_group(broker: GroupsView, ctx: RequestContext, request: Any) -> A
                 # Nullable from v7 on; before, "no protocol" is the empty string.
                 "protocol_name": name if name is not None or version >= 7 else "",
                 "leader": result.leader,
-                "skip_assignment": False,
+                "skip_assignment": result.skip_assignment,
                 "member_id": result.member_id,
                 "members": [
                     {

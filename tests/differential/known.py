@@ -114,7 +114,7 @@ INTENDED: list[Known] = [
     Known(
         "consumer_group_heartbeat",
         "describe the*",
-        "response.groups[0].group_epoch",
+        "response.groups[kip848-group].group_epoch",
         "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
         "(a new member first joins at the current assignment epoch with nothing assigned); "
         "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
@@ -123,7 +123,7 @@ INTENDED: list[Known] = [
     Known(
         "consumer_group_heartbeat",
         "describe the*",
-        "response.groups[0].assignment_epoch",
+        "response.groups[kip848-group].assignment_epoch",
         "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
         "(a new member first joins at the current assignment epoch with nothing assigned); "
         "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
@@ -132,7 +132,7 @@ INTENDED: list[Known] = [
     Known(
         "consumer_group_heartbeat",
         "describe the group",
-        "response.groups[0].group_state",
+        "response.groups[kip848-group].group_state",
         "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
         "(a new member first joins at the current assignment epoch with nothing assigned); "
         "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
@@ -141,7 +141,7 @@ INTENDED: list[Known] = [
     Known(
         "consumer_group_heartbeat",
         "describe the group",
-        "response.groups[0].members[*",
+        "response.groups[kip848-group].members[*",
         "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
         "(a new member first joins at the current assignment epoch with nothing assigned); "
         "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
@@ -272,15 +272,4 @@ BUGS: list[Known] = [
     # --- ListOffsets ---
     # --- Transactions ---
     # --- Classic groups ---
-    Known(
-        "group_static",
-        "the same instance rejoins without a member id (restart)",
-        "*",
-        "KIP-814: a static leader that rejoins a Stable group with unchanged protocols is "
-        "answered as the leader (leader = its new member id) with the members and "
-        "skip_assignment true, so it knows the members without assigning again; Sluice "
-        "answers the old leader id, no members, skip_assignment false (the client syncs and "
-        "gets its old assignment, so it works, but a leader-side assignor sees no members). "
-        "broker/groups/group_coordinator.py _replace_static_member",
-    ),
 ]

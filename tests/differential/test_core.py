@@ -67,22 +67,29 @@ def test_no_unexplained_difference(recordings: Recordings, session: str, target:
     )
 
 
-@pytest.mark.parametrize(
-    "bug",
-    [pytest.param(b, id=b.id, marks=pytest.mark.xfail(strict=True, reason=b.reason)) for b in BUGS],
-)
-def test_known_bug(recordings: Recordings, bug: Known) -> None:
-    """Passes (and so, strict, fails the run) once Sluice answers as Kafka does."""
-    still = [
-        f"[{target}] {label} :: {d}"
-        for session, target in CASES
-        if session in recordings
-        for label, d in differences(recordings, session, target)
-        if bug.matches(session, target, label, d.path)
-    ]
-    if not still and set(recordings) != set(SESSIONS):
-        pytest.skip("only some sessions recorded (SLUICE_TEST_DIFFERENTIAL_ONLY)")
-    assert not still, f"{bug.reason}\n" + "\n".join(still)
+# Defined only while known.py lists Sluice bugs (none is left now): an empty parameter set
+# would show as a skipped test.
+if BUGS:
+
+    @pytest.mark.parametrize(
+        "bug",
+        [
+            pytest.param(b, id=b.id, marks=pytest.mark.xfail(strict=True, reason=b.reason))
+            for b in BUGS
+        ],
+    )
+    def test_known_bug(recordings: Recordings, bug: Known) -> None:
+        """Passes (and so, strict, fails the run) once Sluice answers as Kafka does."""
+        still = [
+            f"[{target}] {label} :: {d}"
+            for session, target in CASES
+            if session in recordings
+            for label, d in differences(recordings, session, target)
+            if bug.matches(session, target, label, d.path)
+        ]
+        if not still and set(recordings) != set(SESSIONS):
+            pytest.skip("only some sessions recorded (SLUICE_TEST_DIFFERENTIAL_ONLY)")
+        assert not still, f"{bug.reason}\n" + "\n".join(still)
 
 
 def test_intended_entries_still_match(recordings: Recordings) -> None:
