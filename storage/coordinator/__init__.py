@@ -372,6 +372,17 @@ class BatchCoordinator(TransactionStore, ABC):
         """
 
     @abstractmethod
+    async def commit_outcome(
+        self, object_key: str, batches: Sequence[BatchToCommit]
+    ) -> list[CommitResult] | None:
+        """What became of a :meth:`commit_file` whose answer was lost (CoordinatorUnavailable
+        with ``outcome_unknown``): None if ``object_key`` was never committed, else per
+        batch in the given order the answer it got (NONE with its offsets when appended or
+        recognised as a duplicate; REQUEST_TIMED_OUT for one refused then, whose error is
+        not kept). A commit of the same logs still running in the backend ends first, so
+        None is final: committing the object again cannot append anything twice."""
+
+    @abstractmethod
     async def find_batches(
         self, requests: Sequence[FindRequest], max_total_bytes: int, read_committed: bool = False
     ) -> list[FindResult]:

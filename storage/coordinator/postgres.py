@@ -55,6 +55,7 @@ _COMMIT = (
     "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
 )
 _FIND = "SELECT * FROM sluice_find_batches($1, $2, $3, $4, $5, $6, $7)"
+_COMMIT_OUTCOME = "SELECT * FROM sluice_commit_outcome($1, $2, $3, $4, $5, $6, $7, $8)"
 _CREATE_LOGS = (
     "INSERT INTO logs (topic_id, partition)"
     " SELECT DISTINCT k.topic_id, k.part"
@@ -346,6 +347,27 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
         # A set-returning function's rows come in the order it returned them: input order.
         if len(rows) != len(batches):
             raise RuntimeError(f"sluice_commit_file answered {len(rows)} of {len(batches)}")
+        return [CommitResult(r[1], r[2], r[3], r[4]) for r in rows]
+
+    async def commit_outcome(
+        self, object_key: str, batches: Sequence[BatchToCommit]
+    ) -> list[CommitResult] | None:
+        rows = await self._pool.fetch(
+            _COMMIT_OUTCOME,
+            object_key,
+            [b.topic_id for b in batches],
+            [b.partition for b in batches],
+            [b.byte_offset for b in batches],
+            [b.record_count for b in batches],
+            [b.producer_id for b in batches],
+            [b.producer_epoch for b in batches],
+            [b.base_sequence for b in batches],
+            write=False,  # row locks only: nothing is changed
+        )
+        if not rows:
+            return None
+        if len(rows) != len(batches):
+            raise RuntimeError(f"sluice_commit_outcome answered {len(rows)} of {len(batches)}")
         return [CommitResult(r[1], r[2], r[3], r[4]) for r in rows]
 
     async def find_batches(

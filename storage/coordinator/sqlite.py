@@ -59,7 +59,13 @@ from storage.transactions.sqlite import (
     last_stable_offset,
 )
 
-from .sqlite_produce import INSERT_BATCH, INSERT_PRODUCER, SELECT_LOG, commit_file_txn
+from .sqlite_produce import (
+    INSERT_BATCH,
+    INSERT_PRODUCER,
+    SELECT_LOG,
+    commit_file_txn,
+    commit_outcome_txn,
+)
 from .sqlite_schema import MIGRATIONS
 
 T = TypeVar("T")
@@ -173,6 +179,12 @@ class SqliteCoordinator(SqliteUser, SqliteTransactions, BatchCoordinator):
         return await self._write(
             commit_file_txn, object_key, object_size, uploader_broker_id, batches, now_ms
         )
+
+    async def commit_outcome(
+        self, object_key: str, batches: Sequence[BatchToCommit]
+    ) -> list[CommitResult] | None:
+        # One writer at a time (a read after every commit that started has ended).
+        return await self._read(commit_outcome_txn, object_key, batches)
 
     async def find_batches(
         self, requests: Sequence[FindRequest], max_total_bytes: int, read_committed: bool = False

@@ -269,3 +269,47 @@ def _store_producers(
         trims.append((*k, s.entries[0][2]))
     cur.executemany(INSERT_PRODUCER, inserts)
     cur.executemany(_TRIM_PRODUCER, trims)
+
+
+def commit_outcome_txn(
+    cur: sqlite3.Cursor, object_key: str, batches: Sequence[BatchToCommit]
+) -> list[CommitResult] | None:
+    """BatchCoordinator.commit_outcome: None if the object was never committed, else each
+    batch's answer (appended: its row under the file; a duplicate: its original in
+    producer_state; refused then: REQUEST_TIMED_OUT, the error not being kept)."""
+    row = cur.execute("SELECT file_id FROM files WHERE object_key = ?", (object_key,)).fetchone()
+    if row is None:
+        return None
+    file_id = row[0]
+    out = []
+    for b in batches:
+        tid = b.topic_id.bytes
+        log = cur.execute(
+            "SELECT log_start_offset FROM logs WHERE topic_id = ? AND partition = ?",
+            (tid, b.partition),
+        ).fetchone()
+        start = log[0] if log is not None else -1
+        found = cur.execute(
+            "SELECT base_offset, log_append_time FROM batches"
+            " WHERE file_id = ? AND topic_id = ? AND partition = ? AND byte_offset = ?",
+            (file_id, tid, b.partition, b.byte_offset),
+        ).fetchone()
+        if found is None and b.producer_id >= 0:
+            found = cur.execute(
+                "SELECT base_offset, log_append_time FROM producer_state"
+                " WHERE topic_id = ? AND partition = ? AND producer_id = ?"
+                " AND producer_epoch = ? AND base_sequence = ? AND last_sequence = ?",
+                (
+                    tid,
+                    b.partition,
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.base_sequence,
+                    _increment_sequence(b.base_sequence, b.record_count - 1),
+                ),
+            ).fetchone()
+        if found is None:
+            out.append(CommitResult(int(ErrorCode.request_timed_out), -1, -1, start))
+        else:
+            out.append(CommitResult(NONE, found[0], found[1], start))
+    return out

@@ -1115,3 +1115,31 @@ async def test_deleting_a_topic_forgets_its_seals(coordinator: BatchCoordinator)
     # The same id again (only tests reuse ids): a fresh, unsealed log.
     await setup_logs(coordinator, (T1, 0))
     assert [r.error for r in await commit(coordinator, batch())] == [NONE]
+
+
+# --------------------------------------------------------------------------- lost answers
+
+
+async def test_commit_outcome_recovers_every_answer_of_a_commit_whose_answer_was_lost(
+    coordinator: BatchCoordinator,
+) -> None:
+    """A commit whose answer was lost (the connection died after it was sent) is looked up
+    before anything else is committed: the broker must answer the producers what that
+    commit decided, or know it never happened and commit it now (see
+    broker/logs/diskless/diskless_append.Appender._resolve)."""
+    await setup_logs(coordinator, (T1, 0), (T2, 0))
+    assert await coordinator.commit_outcome("never-committed", [batch()]) is None
+    await commit(coordinator, batch(count=2, pid=PID, epoch=0, seq=0))  # offsets 0-1
+    lost = [
+        batch(count=1, byte_offset=0),  # appended: offset 2
+        batch(count=2, byte_offset=100, pid=PID, epoch=0, seq=0),  # a duplicate of 0-1
+        batch(count=1, byte_offset=200, pid=PID, epoch=0, seq=9),  # refused: out of order
+        batch(topic=T2, count=3, byte_offset=300, ts_type=LOG_APPEND_TIME),  # T2 offset 0
+    ]
+    answered = await commit(coordinator, *lost, object_key="lost", now=NOW + 5)
+    assert [r.error for r in answered] == [NONE, NONE, OUT_OF_ORDER, NONE]
+    recovered = await coordinator.commit_outcome("lost", lost)
+    # The refusal's error is not kept: a retriable one the producer retries instead.
+    timed_out = CommitResult(int(ErrorCode.request_timed_out), -1, -1, 0)
+    assert recovered == [answered[0], answered[1], timed_out, answered[3]]
+    assert recovered[3] == CommitResult(NONE, 0, NOW + 5, 0)

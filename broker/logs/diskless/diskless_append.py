@@ -68,6 +68,13 @@ class _Buffer:
 
 CommitListener = Callable[[Sequence[tuple[UUID, int, int]]], None]
 
+# A commit whose answer was lost is resolved (Appender._resolve) before the next one runs:
+# its producers are answered within RESOLVE_ANSWER_S (REQUEST_TIMED_OUT if still open then:
+# they retry, and the retry is judged after the resolution), and the resolution is given up
+# after RESOLVE_GIVE_UP_S of a coordinator that does not answer.
+RESOLVE_ANSWER_S = 5.0
+RESOLVE_GIVE_UP_S = 120.0
+
 
 class Appender:
     def __init__(
@@ -106,6 +113,7 @@ class Appender:
         self._last_flush_at = float("-inf")
         self._previous_commit: asyncio.Future[None] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
+        self._resolutions: set[asyncio.Future[object]] = set()  # _resolve tasks still running
 
     def submit(self, appends: list[PartitionAppend]) -> asyncio.Future[list[PartitionResult]]:
         """Queue a request's partitions; the future resolves after their commit."""
@@ -179,8 +187,9 @@ class Appender:
                 ended = True
                 self._upload_ended()
 
+        resolving: list[asyncio.Future[object]] = []
         try:
-            results = await self._write(buffer, previous, upload_ended)
+            results = await self._write(buffer, previous, upload_ended, resolving)
             self._outage.succeeded()
         except FlushFailed as exc:
             self._outage.failed(exc)
@@ -191,7 +200,11 @@ class Appender:
             results = [PartitionResult(int(ErrorCode.kafka_storage_error))] * len(buffer.appends)
         finally:
             upload_ended()
-            done.set_result(None)
+            if resolving:
+                # The next commit waits until this one's outcome is known (see _resolve).
+                resolving[0].add_done_callback(lambda _f: done.set_result(None))
+            else:
+                done.set_result(None)
         pos = 0
         for future, count in buffer.waiters:
             if not future.done():
@@ -203,6 +216,7 @@ class Appender:
         buffer: _Buffer,
         previous: asyncio.Future[None] | None,
         upload_ended: Callable[[], None],
+        resolving: list[asyncio.Future[object]],
     ) -> list[PartitionResult]:
         now_ms = int(time.time() * 1000)
         chunks: list[bytes | memoryview | bytearray] = []
@@ -254,24 +268,75 @@ class Appender:
                 key, position, self._node_id, to_commit, now_ms
             )
         except CoordinatorUnavailable as exc:
-            await self._discard_uncommitted(key, exc)
-            error = (
-                ErrorCode.request_timed_out
-                if exc.outcome_unknown
-                else ErrorCode.kafka_storage_error
-            )
-            raise FlushFailed(error, f"commit failed: {exc}") from exc
+            if not exc.outcome_unknown:
+                await self._discard_uncommitted(key, exc)
+                raise FlushFailed(ErrorCode.kafka_storage_error, f"commit failed: {exc}") from exc
+            task = asyncio.ensure_future(self._resolve(key, position, to_commit, now_ms))
+            self._resolutions.add(task)
+            task.add_done_callback(self._resolutions.discard)
+            try:
+                committed = await asyncio.wait_for(asyncio.shield(task), RESOLVE_ANSWER_S)
+            except TimeoutError:
+                resolving.append(task)
+                raise FlushFailed(
+                    ErrorCode.request_timed_out, f"commit outcome unknown: {exc}"
+                ) from exc
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # this flush is cancelled, not only the resolution (close)
+                committed = None
+            if committed is None:
+                raise FlushFailed(
+                    ErrorCode.request_timed_out, f"commit outcome unknown: {exc}"
+                ) from exc
         METRICS.commit_seconds.observe(time.perf_counter() - started)
         METRICS.produced_bytes.inc(position)
         return self._per_partition(buffer.appends, committed)
 
+    async def _resolve(
+        self, key: str, size: int, batches: list[BatchToCommit], now_ms: int
+    ) -> list[CommitResult] | None:
+        """The outcome of a commit whose answer was lost: asked of the coordinator until it
+        answers (committed: each batch's answer then; never committed: committed now, the
+        object is still there). None once RESOLVE_GIVE_UP_S has passed.
+
+        Until then the next flush's commit waits (commits stay in flush order). Without
+        that, a later request of the same producer could be committed while an earlier
+        one's fate is open, and be refused OUT_OF_ORDER_SEQUENCE_NUMBER because a request
+        between them failed: librdkafka then bumps its epoch and sends again, with new
+        sequence numbers, every record not yet acknowledged, the earlier request's too,
+        which a duplicate check can then no longer catch (a duplicate record in the log,
+        seen by the long nemesis run). Resolved first, the earlier request is acknowledged
+        or certainly absent before anything after it is judged."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + RESOLVE_GIVE_UP_S
+        delay = 0.05
+        while True:
+            try:
+                found = await self._coordinator.commit_outcome(key, batches)
+                if found is None:
+                    found = await self._coordinator.commit_file(
+                        key, size, self._node_id, batches, now_ms
+                    )
+                    log.warning("commit of %s had not happened; committed now", key)
+                else:
+                    log.warning("commit of %s had happened; its answers recovered", key)
+                return found
+            except CoordinatorUnavailable as exc:
+                if loop.time() >= give_up:
+                    log.warning(
+                        "commit outcome of %s still unknown after %.0f s; keeping the "
+                        "object: %s", key, RESOLVE_GIVE_UP_S, exc,
+                    )  # fmt: skip
+                    return None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
     async def _discard_uncommitted(self, key: str, exc: CoordinatorUnavailable) -> None:
-        """Delete an object whose commit certainly did not happen. When the outcome is
-        unknown the object may be referenced, so it stays (an orphan at worst)."""
+        """Delete an object whose commit certainly did not happen (``exc``). One whose
+        outcome is unknown is resolved instead (:meth:`_resolve`); given up, it stays (an
+        orphan at worst)."""
         self._cache.invalidate(key)
-        if exc.outcome_unknown:
-            log.warning("commit outcome of %s unknown; keeping the object", key)
-            return
         try:
             await self._store.delete_many([key])
         except ObjectStoreError:
@@ -315,7 +380,11 @@ class Appender:
         return out
 
     async def close(self) -> None:
-        """Flush what is buffered and wait for in-flight flushes."""
+        """Flush what is buffered and wait for in-flight flushes. A commit outcome still
+        being resolved is given up (the object stays): shutting down does not wait for
+        the coordinator to come back."""
+        for task in list(self._resolutions):
+            task.cancel()
         self._flush()
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
