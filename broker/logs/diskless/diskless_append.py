@@ -6,8 +6,12 @@ batches. When to flush is the group-commit policy (``produce.commit.mode``):
 
 - adaptive (default): an idle broker flushes at once (``produce.commit.min.ms`` after the
   first batch, 0 by default), so a lone producer waits about one PUT plus one commit. While
-  an upload is in flight, new batches gather in the buffer and are flushed the moment it
-  ends: objects grow with the load, and there is one upload at a time at moderate load.
+  the pipeline is busy, new batches gather in the buffer and are flushed the moment it frees:
+  objects grow with the load, with one upload at a time at moderate load. Busy means an
+  upload in flight, or two objects not committed yet. Commits are serial (in flush order),
+  so the next upload may overlap the commit before it, but objects started faster than
+  commits end would only queue behind each other's commits: when commit_file is slower
+  than a PUT (a loaded database, small objects), objects grow instead.
 - fixed: every buffer waits ``produce.commit.interval.ms`` from its first batch.
 
 In both modes no batch waits longer than ``produce.commit.interval.ms``, and a buffer
@@ -144,6 +148,7 @@ class Appender:
         self._timer: asyncio.Handle | None = None
         self._timer_when = 0.0
         self._uploading = 0  # flushes whose upload has not ended
+        self._uncommitted = 0  # flushes whose commit has not ended
         self._previous_commit: asyncio.Future[None] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
 
@@ -163,7 +168,7 @@ class Appender:
         buffer.waiters.append((future, len(appends)))
         if buffer.size >= self._max_bytes:
             self._flush_at(loop.time(), full=True)
-        elif self._adaptive and not self._uploading:
+        elif self._adaptive and self._pipeline_free():
             self._flush_at(self._buffer_started + self._min_wait)
         else:
             self._flush_at(self._buffer_started + self._interval)
@@ -197,10 +202,22 @@ class Appender:
                 return
         self._flush()
 
+    def _pipeline_free(self) -> bool:
+        """Adaptive: whether a new object may start now. No upload in flight, and at most
+        one earlier object still to commit (this upload overlaps its commit)."""
+        return not self._uploading and self._uncommitted <= 1
+
     def _upload_ended(self) -> None:
         self._uploading -= 1
-        if self._adaptive and not self._uploading and self._buffer.appends:
-            # What gathered during the upload goes now: it has waited one upload already.
+        self._pipeline_moved()
+
+    def _commit_ended(self) -> None:
+        self._uncommitted -= 1
+        self._pipeline_moved()
+
+    def _pipeline_moved(self) -> None:
+        if self._adaptive and self._buffer.appends and self._pipeline_free():
+            # What gathered meanwhile goes now: it has waited for the pipeline already.
             self._flush_at(self._buffer_started)
 
     def _flush(self) -> None:
@@ -212,6 +229,7 @@ class Appender:
             return
         self._budget.spend(asyncio.get_running_loop().time())
         self._uploading += 1
+        self._uncommitted += 1
         previous = self._previous_commit
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._previous_commit = done
@@ -246,6 +264,7 @@ class Appender:
         finally:
             upload_ended()
             done.set_result(None)
+            self._commit_ended()
         pos = 0
         for future, count in buffer.waiters:
             if not future.done():
