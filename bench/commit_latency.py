@@ -9,7 +9,8 @@ LocalCluster on SeaweedFS + PostgreSQL) and each ``produce.commit.mode`` (adapti
 1. a lone producer (confluent-kafka, linger.ms=0, acks=all, one record of 1 KiB at a time,
    waiting for each acknowledgement): the latency a quiet application sees;
 2. flat out (16 KiB batches): the saturation throughput, broker CPU per MiB, PUTs per second;
-3. paced at 1 %, 10 %, 50 % and 90 % of that saturation: latency p50/p99 from produce() to
+3. paced at 1 %, 10 %, 50 % and 90 % of that saturation (or of ``--saturation-mib-s``, the
+   same absolute rates for every mode and run): latency p50/p99 from produce() to
    the delivery report, the broker's upload and commit p99, PUTs and GETs per second and
    broker CPU per MiB at that load, and what those requests cost at S3's list prices
    (PUT $0.005 and GET $0.0004 per 1,000): per hour at that load, and per GiB produced.
@@ -196,7 +197,9 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, Phase]:
         delta,
     )
     for load in LOADS:
-        rate = sat * load
+        # Loads are fractions of this run's own saturation unless a common reference is
+        # given: then every mode and run meets the same absolute rates.
+        rate = (args.saturation_mib_s or sat) * load
         mib = max(rate * args.seconds, 200 * RECORD_SIZE / 1024 / 1024)
         paced, cpu, delta = _phase(
             broker,
@@ -261,6 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=float, default=128, help="MiB produced flat out per run")
     ap.add_argument("--seconds", type=float, default=8, help="seconds per paced load")
     ap.add_argument("--lone-records", type=int, default=200)
+    ap.add_argument(
+        "--saturation-mib-s",
+        type=float,
+        default=None,
+        help="pace the loads as fractions of this MiB/s instead of each run's own flat-out "
+        "throughput, so that modes (and runs on a busy machine) are compared at the same rates",
+    )
     ap.add_argument("--budget", type=float, default=120, help="seconds cap per produce phase")
     ap.add_argument(
         "-o",

@@ -73,9 +73,10 @@ class BrokerConfig:
     queued_max_request_bytes: int = 512 * MiB
     # Group commit (broker/logs/diskless/diskless_append.py). adaptive: an idle broker
     # flushes a produce at once (after produce.commit.min.ms); while an upload is in flight
-    # new data gathers for the next flush, which starts when that upload ends. fixed: every
-    # flush waits the interval.
-    # Either way no batch waits longer than produce.commit.interval.ms.
+    # (or two objects wait for their commits) new data gathers for the next flush, which
+    # starts when the pipeline frees. fixed: every flush waits the interval.
+    # Either way no batch waits longer than produce.commit.interval.ms, and flushes keep to
+    # the PUT budget (produce.objects.per.second.max) but for full buffers.
     produce_commit_mode: str = "adaptive"
     produce_commit_min_ms: int = 0
     produce_commit_interval_ms: int = 250

@@ -14,8 +14,9 @@ batches. When to flush is the group-commit policy (``produce.commit.mode``):
   than a PUT (a loaded database, small objects), objects grow instead.
 - fixed: every buffer waits ``produce.commit.interval.ms`` from its first batch.
 
-In both modes no batch waits longer than ``produce.commit.interval.ms``, and a buffer
-holding ``produce.buffer.max.bytes`` is flushed at once (uploads may then overlap). Commits
+In both modes no batch waits longer than ``produce.commit.interval.ms`` (or one period of
+an explicit PUT budget set below one object per interval), and a buffer holding
+``produce.buffer.max.bytes`` is flushed at once (uploads may then overlap). Commits
 happen strictly in flush order, so a producer's pipelined requests keep their sequence order.
 
 The PUT budget (``produce.objects.per.second.max``, resolved by BrokerConfig: 5 per second on
