@@ -196,7 +196,7 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, Phase]:
         cpu / max(flat.mib, 1e-9) * 1000,  # type: ignore[attr-defined]
         delta,
     )
-    for load in LOADS:
+    for load in args.loads:
         # Loads are fractions of this run's own saturation unless a common reference is
         # given: then every mode and run meets the same absolute rates.
         rate = (args.saturation_mib_s or sat) * load
@@ -264,6 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=float, default=128, help="MiB produced flat out per run")
     ap.add_argument("--seconds", type=float, default=8, help="seconds per paced load")
     ap.add_argument("--lone-records", type=int, default=200)
+    ap.add_argument(
+        "--loads",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=list(LOADS),
+        help="paced loads as fractions of the saturation (default 0.01,0.1,0.5,0.9)",
+    )
     ap.add_argument(
         "--saturation-mib-s",
         type=float,
