@@ -194,6 +194,8 @@ class Appender:
 
     def _on_timer(self) -> None:
         self._timer = None
+        if not self._buffer.appends:
+            return
         now = asyncio.get_running_loop().time()
         if self._buffer.size < self._max_bytes:
             # A full buffer's flush may have taken the token this one was planned for.
