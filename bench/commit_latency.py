@@ -9,11 +9,18 @@ LocalCluster on SeaweedFS + PostgreSQL) and each ``produce.commit.mode`` (adapti
 1. a lone producer (confluent-kafka, linger.ms=0, acks=all, one record of 1 KiB at a time,
    waiting for each acknowledgement): the latency a quiet application sees;
 2. flat out (16 KiB batches): the saturation throughput, broker CPU per MiB, PUTs per second;
-3. paced at 1 %, 10 %, 50 % and 90 % of that saturation: latency p50/p99 from produce() to
-   the delivery report, PUTs per second and broker CPU per MiB at that load.
+3. paced at 1 %, 10 %, 50 % and 90 % of that saturation (or of ``--saturation-mib-s``, the
+   same absolute rates for every mode and run): latency p50/p99 from produce() to
+   the delivery report, the broker's upload and commit p99, PUTs and GETs per second and
+   broker CPU per MiB at that load, and what those requests cost at S3's list prices
+   (PUT $0.005 and GET $0.0004 per 1,000): per hour at that load, and per GiB produced.
 
-Figures are medians of --repeats runs; the saturation of the fixed mode is the reference
-the adaptive mode's throughput is given against, in the same run.
+PUTs are the flushes the broker timed (``sluice_upload_seconds``: one object each), GETs the
+blocks its fetch cache loaded from the store (``sluice_fetch_cache_miss_blocks``); a
+produce-only run has none unless something reads. Figures are medians of --repeats runs;
+the saturation of the fixed mode is the reference the adaptive mode's throughput is given
+against, in the same run. ``-o key=value`` sets a broker config for every mode (e.g.
+``-o produce.objects.per.second.max=0``, the PUT budget off).
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ MODES = ("adaptive", "fixed")
 LOADS = (0.01, 0.10, 0.50, 0.90)
 BATCH = 16 * 1024
 QUEUE_KIB = 128 * 1024
+# S3 Standard list prices, USD per request (us-east-1): PUT/COPY/POST/LIST, GET/SELECT.
+PUT_USD = 0.005 / 1000
+GET_USD = 0.0004 / 1000
 
 
 def _print(line: str = "") -> None:
@@ -49,6 +59,40 @@ class Phase:
     p99_ms: float
     puts_per_s: float
     cpu_ms_per_mib: float
+    gets_per_s: float = float("nan")
+    upload_p99_ms: float = float("nan")
+    commit_p99_ms: float = float("nan")
+
+    @property
+    def usd_per_hour(self) -> float:
+        """S3 request cost of this load, per hour."""
+        return (self.puts_per_s * PUT_USD + self.gets_per_s * GET_USD) * 3600
+
+    @property
+    def usd_per_gib(self) -> float:
+        """S3 request cost per GiB produced at this load."""
+        return self.usd_per_hour / 3600 / (self.mib_s / 1024) if self.mib_s else float("nan")
+
+
+def _phase_figures(
+    mib_s: float,
+    p50_ms: float,
+    p99_ms: float,
+    seconds: float,
+    cpu_ms_per_mib: float,
+    delta: MetricsDelta,
+) -> Phase:
+    upload = delta.histogram("sluice_upload_seconds")
+    return Phase(
+        mib_s,
+        p50_ms,
+        p99_ms,
+        upload.count / seconds,
+        cpu_ms_per_mib,
+        delta.counter("sluice_fetch_cache_miss_blocks") / seconds,
+        upload.quantile(0.99) * 1000,
+        delta.histogram("sluice_commit_seconds").quantile(0.99) * 1000,
+    )
 
 
 @dataclass
@@ -75,12 +119,14 @@ def _scrape_url(url: str) -> Callable[[], dict[str, float]]:
 
 
 @contextlib.contextmanager
-def dev_broker(wd: Path, mode: str) -> Iterator[Broker]:
+def dev_broker(wd: Path, mode: str, options: dict[str, str]) -> Iterator[Broker]:
     from sluice.launch.process import SluiceProcess, free_port
 
     port, http = free_port(), free_port()
     cmd = ["dev", "--port", str(port), "--data-dir", str(wd / f"dev-{mode}")]
     cmd += ["-o", f"produce.commit.mode={mode}", "-o", f"http.port={http}"]
+    for key, value in options.items():
+        cmd += ["-o", f"{key}={value}"]
     process = SluiceProcess(cmd, wd / f"dev-{mode}.log", port)
     process.start()
     try:
@@ -92,19 +138,20 @@ def dev_broker(wd: Path, mode: str) -> Iterator[Broker]:
 
 
 @contextlib.contextmanager
-def s3_broker(wd: Path, mode: str) -> Iterator[Broker]:
+def s3_broker(wd: Path, mode: str, options: dict[str, str]) -> Iterator[Broker]:
     from sluice.cluster import LocalCluster
 
     cluster = LocalCluster(
-        wd / f"s3-{mode}", brokers=1, broker_options={"produce.commit.mode": mode}
+        wd / f"s3-{mode}", brokers=1, broker_options={"produce.commit.mode": mode, **options}
     )
     with cluster:
         b = cluster.brokers[0]
         yield Broker(b.bootstrap, b.pid, b.metrics)
 
 
-def lone_producer_ms(bootstrap: str, topic: str, records: int) -> tuple[float, float]:
-    """p50 and p99 of one 1 KiB record at a time, linger 0, acks=all."""
+def lone_producer(bootstrap: str, topic: str, records: int) -> tuple[float, float, float]:
+    """p50 and p99 of one 1 KiB record at a time, linger 0, acks=all; and the seconds the
+    ``records`` took."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
@@ -118,7 +165,8 @@ def lone_producer_ms(bootstrap: str, topic: str, records: int) -> tuple[float, f
         producer.flush(30)
         times.append((time.perf_counter() - started) * 1000)
     times.sort()
-    return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]
+    p50, p99 = times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]
+    return p50, p99, sum(times) / 1000
 
 
 def _phase(broker: Broker, run: Callable[[], object]) -> tuple[object, float, MetricsDelta]:
@@ -131,21 +179,27 @@ def _phase(broker: Broker, run: Callable[[], object]) -> tuple[object, float, Me
 def measure(broker: Broker, args: argparse.Namespace) -> dict[str, Phase]:
     topic = create_topic(broker.bootstrap)
     out: dict[str, Phase] = {}
-    p50, p99 = lone_producer_ms(broker.bootstrap, topic, args.lone_records)
-    out["lone"] = Phase(float("nan"), p50, p99, float("nan"), float("nan"))
+    (p50, p99, seconds), cpu, delta = _phase(
+        broker, lambda: lone_producer(broker.bootstrap, topic, args.lone_records)
+    )
+    mib = args.lone_records * RECORD_SIZE / 1024 / 1024
+    out["lone"] = _phase_figures(mib / seconds, p50, p99, seconds, cpu / mib * 1000, delta)
     flat, cpu, delta = _phase(
         broker, lambda: produce(broker.bootstrap, topic, args.mib, BATCH, args.budget, QUEUE_KIB)
     )
     sat = flat.mib_s  # type: ignore[attr-defined]
-    out["saturation"] = Phase(
+    out["saturation"] = _phase_figures(
         sat,
         float("nan"),
         float("nan"),
-        delta.histogram("sluice_upload_seconds").count / flat.seconds,  # type: ignore[attr-defined]
+        flat.seconds,  # type: ignore[attr-defined]
         cpu / max(flat.mib, 1e-9) * 1000,  # type: ignore[attr-defined]
+        delta,
     )
-    for load in LOADS:
-        rate = sat * load
+    for load in args.loads:
+        # Loads are fractions of this run's own saturation unless a common reference is
+        # given: then every mode and run meets the same absolute rates.
+        rate = (args.saturation_mib_s or sat) * load
         mib = max(rate * args.seconds, 200 * RECORD_SIZE / 1024 / 1024)
         paced, cpu, delta = _phase(
             broker,
@@ -153,21 +207,27 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, Phase]:
                 broker.bootstrap, topic, mib, BATCH, args.budget, QUEUE_KIB, rate_mib_s=rate
             ),
         )
-        out[f"{load:.0%}"] = Phase(
+        out[f"{load:.0%}"] = _phase_figures(
             paced.mib_s,  # type: ignore[attr-defined]
             paced.latency_ms(0.5),  # type: ignore[attr-defined]
             paced.latency_ms(0.99),  # type: ignore[attr-defined]
-            delta.histogram("sluice_upload_seconds").count / paced.seconds,  # type: ignore[attr-defined]
+            paced.seconds,  # type: ignore[attr-defined]
             cpu / max(paced.mib, 1e-9) * 1000,  # type: ignore[attr-defined]
+            delta,
         )
     return out
 
 
 def report(target: str, results: dict[str, list[dict[str, Phase]]]) -> None:
-    _print(f"\n== group commit: {target}, 1 KiB records, {BATCH // 1024} KiB batches")
+    runs_n = len(next(iter(results.values())))
     _print(
-        f"  {'mode':<9}{'load':<11}{'MiB/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'PUT/s':>8}"
-        f"{'CPU ms/MiB':>12}"
+        f"\n== group commit: {target}, 1 KiB records, {BATCH // 1024} KiB batches; medians of "
+        f"{runs_n} runs (p99 runs: min-max); S3 list prices: PUT $0.005, GET $0.0004 per 1,000"
+    )
+    _print(
+        f"  {'mode':<9}{'load':<16}{'MiB/s':>7}{'p50 ms':>8}{'p99 ms':>8}{'p99 min-max':>13}"
+        f"{'upl p99':>8}{'cmt p99':>8}{'PUT/s':>7}{'GET/s':>6}{'$/hour':>8}{'$/GiB':>9}"
+        f"{'CPU ms/MiB':>11}"
     )
     ref = med([r["saturation"].mib_s for r in results["fixed"]]) if "fixed" in results else 0
     for mode, runs in results.items():
@@ -180,11 +240,16 @@ def report(target: str, results: dict[str, list[dict[str, Phase]]]) -> None:
             ) -> float:
                 return med([get(r[phase]) for r in runs])
 
+            p99s = [r[phase].p99_ms for r in runs]
+            spread = f"{min(p99s):.0f}-{max(p99s):.0f}" if len(p99s) > 1 else ""
             label = "lone (linger 0)" if phase == "lone" else phase
             line = (
-                f"  {mode:<9}{label:<11}{m(lambda p: p.mib_s):>8.1f}{m(lambda p: p.p50_ms):>9.1f}"
-                f"{m(lambda p: p.p99_ms):>9.1f}{m(lambda p: p.puts_per_s):>8.1f}"
-                f"{m(lambda p: p.cpu_ms_per_mib):>12.2f}"
+                f"  {mode:<9}{label:<16}{m(lambda p: p.mib_s):>7.1f}{m(lambda p: p.p50_ms):>8.1f}"
+                f"{m(lambda p: p.p99_ms):>8.1f}{spread:>13}"
+                f"{m(lambda p: p.upload_p99_ms):>8.1f}{m(lambda p: p.commit_p99_ms):>8.1f}"
+                f"{m(lambda p: p.puts_per_s):>7.1f}{m(lambda p: p.gets_per_s):>6.1f}"
+                f"{m(lambda p: p.usd_per_hour):>8.4f}{m(lambda p: p.usd_per_gib):>9.5f}"
+                f"{m(lambda p: p.cpu_ms_per_mib):>11.2f}"
             )
             if phase == "saturation" and ref:
                 line += f"   = {m(lambda p: p.mib_s) / ref:.0%} of fixed"
@@ -199,8 +264,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=float, default=128, help="MiB produced flat out per run")
     ap.add_argument("--seconds", type=float, default=8, help="seconds per paced load")
     ap.add_argument("--lone-records", type=int, default=200)
+    ap.add_argument(
+        "--loads",
+        type=lambda text: [float(x) for x in text.split(",")],
+        default=list(LOADS),
+        help="paced loads as fractions of the saturation (default 0.01,0.1,0.5,0.9)",
+    )
+    ap.add_argument(
+        "--saturation-mib-s",
+        type=float,
+        default=None,
+        help="pace the loads as fractions of this MiB/s instead of each run's own flat-out "
+        "throughput, so that modes (and runs on a busy machine) are compared at the same rates",
+    )
     ap.add_argument("--budget", type=float, default=120, help="seconds cap per produce phase")
+    ap.add_argument(
+        "-o",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="broker config override (every mode and target)",
+    )
     args = ap.parse_args(argv)
+    options = dict(kv.split("=", 1) for kv in args.options)
     wd = Path(tempfile.mkdtemp(prefix="sluice-bench-commit-"))
     wd.chmod(0o755)  # PostgreSQL runs as its own user and must reach its directory
     try:
@@ -210,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode in args.modes.split(","):
                 runs = []
                 for _ in range(args.repeats):
-                    with start(wd, mode) as broker:
+                    with start(wd, mode, options) as broker:
                         runs.append(measure(broker, args))
                     shutil.rmtree(wd / f"{target}-{mode}", ignore_errors=True)
                 results[mode] = runs

@@ -560,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
             commit_latency.main(
                 ["--repeats", str(args.repeats), "--mib", str(min(args.mib, 128))]
                 + (["--seconds", "3", "--lone-records", "50"] if args.quick else [])
+                + [arg for k, v in args.options for arg in ("-o", f"{k}={v}")]
             )
         if "scale" in targets:
             from . import scale_out

@@ -17,6 +17,11 @@ from common.topic_config_validation import InvalidConfig, validate
 
 MiB = 1024 * 1024
 
+# produce.objects.per.second.max=auto on S3: PUTs per second per broker below saturation
+# (≈ $65 a month at S3's list price, $0.005 per 1,000 PUTs), about the 4 a second of
+# WarpStream and Inkless, and frequent enough that a batch waits 200 ms at most for its turn.
+AUTO_S3_OBJECTS_PER_SECOND = 5
+
 # What authorizer.class.name accepts (broker/security/authorizer.py): Kafka's names for its
 # authorizer, and the short one Sluice also accepts.
 AUTHORIZER_NAMES = frozenset(
@@ -68,15 +73,17 @@ class BrokerConfig:
     queued_max_request_bytes: int = 512 * MiB
     # Group commit (broker/logs/diskless/diskless_append.py). adaptive: an idle broker
     # flushes a produce at once (after produce.commit.min.ms); while an upload is in flight
-    # new data gathers for the next flush, which starts when that upload ends. fixed: every
-    # flush waits the interval.
-    # Either way no batch waits longer than produce.commit.interval.ms.
+    # (or two objects wait for their commits) new data gathers for the next flush, which
+    # starts when the pipeline frees. fixed: every flush waits the interval.
+    # Either way no batch waits longer than produce.commit.interval.ms, and flushes keep to
+    # the PUT budget (produce.objects.per.second.max) but for full buffers.
     produce_commit_mode: str = "adaptive"
     produce_commit_min_ms: int = 0
     produce_commit_interval_ms: int = 250
     produce_buffer_max_bytes: int = 8 * MiB
-    # At most this many objects (PUTs) per second from this broker's flushes; 0: no cap.
-    produce_objects_per_second_max: int = 0
+    # The PUT budget of this broker's flushes, objects per second (a full buffer is written
+    # whatever it says): "auto" (produce_objects_per_second), a number, or 0 for none.
+    produce_objects_per_second_max: str = "auto"
     fetch_cache_max_bytes: int = 64 * MiB  # with the rest, keeps RSS under 250 MiB (bench)
     fetch_cache_block_bytes: int = 8 * MiB  # one GET per 8 MiB flush object (bench: fetch CPU)
     fetch_max_bytes: int = 55 * MiB  # broker-side cap on one fetch answer
@@ -247,6 +254,9 @@ class BrokerConfig:
             raise ValueError(
                 f"produce.commit.mode must be adaptive or fixed, not {self.produce_commit_mode!r}"
             )
+        if self.produce_commit_interval_ms < 1:
+            raise ValueError("produce.commit.interval.ms must be >= 1")
+        self.produce_objects_per_second  # noqa: B018 - a bad value is a config error at start
         if self.diskless_transformer_hash not in ("abs", "to_positive"):
             raise ValueError(
                 "diskless.transformer.hash must be abs or to_positive, not "
@@ -311,6 +321,27 @@ class BrokerConfig:
                 return value
         attr = _KEYS.get(key)
         return str(getattr(self, attr)) if attr is not None else ""
+
+    @property
+    def produce_objects_per_second(self) -> int:
+        """``produce.objects.per.second.max`` resolved: PUTs per second, 0 for no budget.
+
+        auto: none on the embedded store (its writes cost nothing, so each goes at once);
+        on S3, where every PUT is billed, AUTO_S3_OBJECTS_PER_SECOND, or one per
+        produce.commit.interval.ms if that is shorter, so that the interval an operator
+        set stays the longest a batch waits."""
+        raw = str(self.produce_objects_per_second_max).strip()
+        if raw == "auto":
+            if self.object_store != "s3":
+                return 0
+            per_interval = -(-1000 // self.produce_commit_interval_ms)  # ceil
+            return max(AUTO_S3_OBJECTS_PER_SECOND, per_interval)
+        if not raw.isdigit():
+            raise ValueError(
+                "produce.objects.per.second.max must be auto or an integer >= 0 (0: no "
+                f"budget), not {self.produce_objects_per_second_max!r}"
+            )
+        return int(raw)
 
     @property
     def advertised(self) -> str:

@@ -114,7 +114,7 @@ class Broker:
             self.watch.notify,
             commit_mode=config.produce_commit_mode,
             commit_min_ms=config.produce_commit_min_ms,
-            objects_per_second_max=config.produce_objects_per_second_max,
+            objects_per_second_max=config.produce_objects_per_second,
         )
         self.fetcher = Fetcher(coordinator, self.cache)
         self.producer_ids = ProducerIdAllocator(coordinator)

@@ -6,14 +6,26 @@ batches. When to flush is the group-commit policy (``produce.commit.mode``):
 
 - adaptive (default): an idle broker flushes at once (``produce.commit.min.ms`` after the
   first batch, 0 by default), so a lone producer waits about one PUT plus one commit. While
-  an upload is in flight, new batches gather in the buffer and are flushed the moment it
-  ends: objects grow with the load, and there is one upload at a time at moderate load.
+  the pipeline is busy, new batches gather in the buffer and are flushed the moment it frees:
+  objects grow with the load, with one upload at a time at moderate load. Busy means an
+  upload in flight, or two objects not committed yet. Commits are serial (in flush order),
+  so the next upload may overlap the commit before it, but objects started faster than
+  commits end would only queue behind each other's commits: when commit_file is slower
+  than a PUT (a loaded database, small objects), objects grow instead.
 - fixed: every buffer waits ``produce.commit.interval.ms`` from its first batch.
 
-In both modes no batch waits longer than ``produce.commit.interval.ms``, a buffer holding
-``produce.buffer.max.bytes`` is flushed at once (uploads may then overlap), and
-``produce.objects.per.second.max`` spaces flushes out to cap the PUT rate. Commits happen
-strictly in flush order, so a producer's pipelined requests keep their sequence order.
+In both modes no batch waits longer than ``produce.commit.interval.ms`` (or one period of
+an explicit PUT budget set below one object per interval), and a buffer holding
+``produce.buffer.max.bytes`` is flushed at once (uploads may then overlap). Commits
+happen strictly in flush order, so a producer's pipelined requests keep their sequence order.
+
+The PUT budget (``produce.objects.per.second.max``, resolved by BrokerConfig: 5 per second on
+S3 by default, none on the embedded store) is a token bucket: a quiet broker has a burst of
+objects saved up, so the first batch after a quiet period is still written at once; under
+steady load objects go out at the budget's rate and gather what arrives in between. A full
+buffer is written at once whatever the budget says: past budget x buffer size per second
+(40 MiB/s at the defaults) the broker keeps up with its producers and spends more PUTs, each
+of a full object, rather than holding back acknowledgements without bound.
 """
 
 from __future__ import annotations
@@ -75,6 +87,40 @@ CommitListener = Callable[[Sequence[tuple[UUID, int, int]]], None]
 RESOLVE_ANSWER_S = 5.0
 RESOLVE_GIVE_UP_S = 120.0
 
+# Objects a quiet broker may write back to back before the budget's rate applies: the first
+# batch after a quiet period, and one more request arriving right behind it, go out at once.
+PUT_BURST = 2
+
+
+class PutBudget:
+    """A token bucket of PUTs: ``rate`` per second, at most ``burst`` saved up; rate 0 is
+    no budget. Times are event-loop times."""
+
+    __slots__ = ("_at", "_burst", "_rate", "_tokens")
+
+    def __init__(self, rate: float, burst: int = PUT_BURST) -> None:
+        self._rate = rate
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._at = float("-inf")
+
+    def _level(self, now: float) -> float:
+        return min(self._burst, self._tokens + (now - self._at) * self._rate)
+
+    def ready_at(self, now: float) -> float:
+        """The earliest time from ``now`` on at which an object is within budget."""
+        if self._rate <= 0:
+            return now
+        missing = 1.0 - self._level(now)
+        return now if missing <= 0 else now + missing / self._rate
+
+    def spend(self, now: float) -> None:
+        """An object was written (a full buffer's too: it takes a token when there is one,
+        and is never delayed nor run into debt for lack of one)."""
+        if self._rate > 0:
+            self._tokens = max(0.0, self._level(now) - 1.0)
+            self._at = now
+
 
 class Appender:
     def __init__(
@@ -88,7 +134,7 @@ class Appender:
         on_commit: CommitListener,
         commit_mode: str = ADAPTIVE,
         commit_min_ms: int = 0,
-        objects_per_second_max: int = 0,
+        objects_per_second_max: float = 0,
     ) -> None:
         if commit_mode not in COMMIT_MODES:
             raise ValueError(
@@ -102,7 +148,7 @@ class Appender:
         self._adaptive = commit_mode == ADAPTIVE
         self._interval = commit_interval_ms / 1000
         self._min_wait = min(commit_min_ms, commit_interval_ms) / 1000
-        self._min_gap = 1 / objects_per_second_max if objects_per_second_max > 0 else 0.0
+        self._budget = PutBudget(objects_per_second_max)
         self._max_bytes = buffer_max_bytes
         self._on_commit = on_commit
         self._buffer = _Buffer()
@@ -110,7 +156,7 @@ class Appender:
         self._timer: asyncio.Handle | None = None
         self._timer_when = 0.0
         self._uploading = 0  # flushes whose upload has not ended
-        self._last_flush_at = float("-inf")
+        self._uncommitted = 0  # flushes whose commit has not ended
         self._previous_commit: asyncio.Future[None] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._resolutions: set[asyncio.Future[object]] = set()  # _resolve tasks still running
@@ -130,31 +176,59 @@ class Appender:
             buffer.size += len(append.records)
         buffer.waiters.append((future, len(appends)))
         if buffer.size >= self._max_bytes:
-            self._flush_at(loop.time())
-        elif self._adaptive and not self._uploading:
+            self._flush_at(loop.time(), full=True)
+        elif self._adaptive and self._pipeline_free():
             self._flush_at(self._buffer_started + self._min_wait)
         else:
             self._flush_at(self._buffer_started + self._interval)
         return future
 
-    def _flush_at(self, when: float) -> None:
+    def _flush_at(self, when: float, full: bool = False) -> None:
         """Flush at loop time ``when`` (or at the earlier time already planned), no sooner
-        than the PUT rate cap allows. A time already past still waits for the next loop
-        iteration, so batches that arrived in the same one share the object."""
-        when = max(when, self._last_flush_at + self._min_gap)
+        than the PUT budget allows unless the buffer is ``full``. A time already past still
+        waits for the next loop iteration, so batches that arrived in the same one share
+        the object."""
+        loop = asyncio.get_running_loop()
+        if not full:
+            when = max(when, self._budget.ready_at(loop.time()))
         if self._timer is not None:
             if self._timer_when <= when:
                 return
             self._timer.cancel()
         # (uvloop answers call_at for a time already past with a plain Handle, which has
         # no when(): the planned time is kept here.)
-        self._timer = asyncio.get_running_loop().call_at(when, self._flush)
+        self._timer = loop.call_at(when, self._on_timer)
         self._timer_when = when
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if not self._buffer.appends:
+            return
+        now = asyncio.get_running_loop().time()
+        if self._buffer.size < self._max_bytes:
+            # A full buffer's flush may have taken the token this one was planned for.
+            ready = self._budget.ready_at(now)
+            if ready > now + 0.001:
+                self._flush_at(ready)
+                return
+        self._flush()
+
+    def _pipeline_free(self) -> bool:
+        """Adaptive: whether a new object may start now. No upload in flight, and at most
+        one earlier object still to commit (this upload overlaps its commit)."""
+        return not self._uploading and self._uncommitted <= 1
 
     def _upload_ended(self) -> None:
         self._uploading -= 1
-        if self._adaptive and not self._uploading and self._buffer.appends:
-            # What gathered during the upload goes now: it has waited one upload already.
+        self._pipeline_moved()
+
+    def _commit_ended(self) -> None:
+        self._uncommitted -= 1
+        self._pipeline_moved()
+
+    def _pipeline_moved(self) -> None:
+        if self._adaptive and self._buffer.appends and self._pipeline_free():
+            # What gathered meanwhile goes now: it has waited for the pipeline already.
             self._flush_at(self._buffer_started)
 
     def _flush(self) -> None:
@@ -164,8 +238,9 @@ class Appender:
         buffer, self._buffer = self._buffer, _Buffer()
         if not buffer.appends:
             return
-        self._last_flush_at = asyncio.get_running_loop().time()
+        self._budget.spend(asyncio.get_running_loop().time())
         self._uploading += 1
+        self._uncommitted += 1
         previous = self._previous_commit
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._previous_commit = done
@@ -202,9 +277,14 @@ class Appender:
             upload_ended()
             if resolving:
                 # The next commit waits until this one's outcome is known (see _resolve).
-                resolving[0].add_done_callback(lambda _f: done.set_result(None))
+                def resolved(_f: object) -> None:
+                    done.set_result(None)
+                    self._commit_ended()
+
+                resolving[0].add_done_callback(resolved)
             else:
                 done.set_result(None)
+                self._commit_ended()
         pos = 0
         for future, count in buffer.waiters:
             if not future.done():
