@@ -35,6 +35,8 @@ from broker.groups import (
     group_offsets_handler,
 )
 from broker.groups.group_offsets_handler import OffsetsView
+from broker.groups.share import handlers as share_handlers
+from broker.groups.share.service import ShareView
 from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
 from broker.metadata.metadata_handler import MetadataView
 from broker.produce import produce_handler
@@ -59,6 +61,7 @@ class Services(
     TopicsAdminView,
     LogDirsView,
     MetadataView,
+    ShareView,
     Protocol,
 ):
     """Everything the handlers use: the union of their Protocols."""
@@ -120,6 +123,10 @@ def build_api_table(broker: Services) -> ApiTable:
         65: transactions_handler.describe_transactions,
         66: transactions_handler.list_transactions,
         75: describe_topic_partitions.handle,
+        76: share_handlers.heartbeat,
+        77: share_handlers.describe,
+        78: share_handlers.share_fetch,
+        79: share_handlers.share_acknowledge,
     }
     table: ApiTable = {}
     for key, name, low, high in VERSIONS:

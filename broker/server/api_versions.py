@@ -65,6 +65,11 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (65, "DescribeTransactions", 0, 0),
     (66, "ListTransactions", 0, 2),
     (75, "DescribeTopicPartitions", 0, 0),
+    # Share groups (KIP-932), as Kafka 4.2 serves them: broker/groups/share/.
+    (76, "ShareGroupHeartbeat", 1, 1),
+    (77, "ShareGroupDescribe", 1, 1),
+    (78, "ShareFetch", 1, 2),
+    (79, "ShareAcknowledge", 1, 2),
 ]
 
 
