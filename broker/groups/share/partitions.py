@@ -11,6 +11,7 @@ group take turns (one lock per group), so the kept states stay what was written.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -21,7 +22,11 @@ R = TypeVar("R")
 # A change: the state (None when the share-partition has none yet) -> the state to write
 # (None: nothing changed) and the answer for the caller.
 Change = Callable[[ShareKey, SharePartitionState | None], tuple[SharePartitionState | None, R]]
-ATTEMPTS = 8
+ATTEMPTS = 12
+# Between attempts after a conflict: a random pause, doubling (brokers that collided
+# once should not collide again in lock step).
+BACKOFF_S = 0.002
+BACKOFF_MAX_S = 0.1
 
 
 class ShareConflict(Exception):
@@ -72,7 +77,10 @@ class SharePartitions:
         results: dict[ShareKey, R] = {}
         async with self._lock(group_id):
             pending = list(dict.fromkeys(keys))
-            for _ in range(ATTEMPTS):
+            for attempt in range(ATTEMPTS):
+                if attempt:
+                    pause = min(BACKOFF_MAX_S, BACKOFF_S * 2**attempt)
+                    await asyncio.sleep(random.uniform(0, pause))
                 await self._fill(group_id, pending)
                 writes: list[StateWrite] = []
                 changed: dict[ShareKey, tuple[int, SharePartitionState]] = {}
