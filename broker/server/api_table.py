@@ -35,6 +35,7 @@ from broker.groups import (
     group_offsets_handler,
 )
 from broker.groups.group_offsets_handler import OffsetsView
+from broker.groups.share import admin as share_admin
 from broker.groups.share import handlers as share_handlers
 from broker.groups.share.service import ShareView
 from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
@@ -127,6 +128,9 @@ def build_api_table(broker: Services) -> ApiTable:
         77: share_handlers.describe,
         78: share_handlers.share_fetch,
         79: share_handlers.share_acknowledge,
+        90: share_admin.describe_offsets,
+        91: share_admin.alter_offsets,
+        92: share_admin.delete_offsets,
     }
     table: ApiTable = {}
     for key, name, low, high in VERSIONS:

@@ -70,6 +70,9 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (77, "ShareGroupDescribe", 1, 1),
     (78, "ShareFetch", 1, 2),
     (79, "ShareAcknowledge", 1, 2),
+    (90, "DescribeShareGroupOffsets", 0, 1),
+    (91, "AlterShareGroupOffsets", 0, 0),
+    (92, "DeleteShareGroupOffsets", 0, 0),
 ]
 
 

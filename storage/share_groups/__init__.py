@@ -13,6 +13,7 @@ Every backend passes one contract suite (tests/unit/test_share_store_contract.py
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -35,6 +36,10 @@ class StateWrite(NamedTuple):
     state: str
 
 
+def first_version() -> int:
+    return secrets.randbits(48) + 1
+
+
 class ShareStateStore(ABC):
     async def start(self) -> None:  # noqa: B027 - optional hook
         pass
@@ -47,10 +52,12 @@ class ShareStateStore(ABC):
         """The stored state of these share-partitions (missing ones are left out)."""
 
     @abstractmethod
-    async def write(self, group_id: str, writes: Sequence[StateWrite]) -> set[ShareKey]:
+    async def write(self, group_id: str, writes: Sequence[StateWrite]) -> dict[ShareKey, int]:
         """Store each state whose row still has ``expected_version`` (or, for 0, does not
-        exist), at that version + 1; returns the keys written. The others changed
-        meanwhile: read them again."""
+        exist); returns the keys written with their new versions. The others changed
+        meanwhile: read them again. A new row starts at a random version (``first_version``),
+        so a broker that read a row since deleted (DeleteShareGroupOffsets) cannot write
+        over the one made again in its place."""
 
     @abstractmethod
     async def group_states(self, group_id: str) -> dict[ShareKey, StoredState]:

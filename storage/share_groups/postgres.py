@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from uuid import UUID
 
 from storage.postgres.pool import PoolUser, PostgresPool
-from storage.share_groups import ShareKey, ShareStateStore, StateWrite, StoredState
+from storage.share_groups import (
+    ShareKey,
+    ShareStateStore,
+    StateWrite,
+    StoredState,
+    first_version,
+)
 
 _LOAD = (
     "SELECT s.topic_id, s.partition, s.version, s.state"
@@ -21,15 +27,16 @@ _LOAD = (
 # others are updated only at the version read. A concurrent update of the same row waits
 # for the first one's lock, then finds the version changed and updates nothing.
 _WRITE = (
-    "WITH w AS (SELECT * FROM unnest($2::uuid[], $3::integer[], $4::bigint[], $5::text[])"
-    "  AS w(t, p, v, s)),"
+    "WITH w AS (SELECT * FROM unnest($2::uuid[], $3::integer[], $4::bigint[], $5::text[],"
+    "  $6::bigint[]) AS w(t, p, v, s, first)),"
     " ins AS (INSERT INTO share_partitions (group_id, topic_id, partition, version, state)"
-    "  SELECT $1, w.t, w.p, 1, w.s FROM w WHERE w.v = 0 ORDER BY w.t, w.p"
-    "  ON CONFLICT DO NOTHING RETURNING topic_id, partition),"
+    "  SELECT $1, w.t, w.p, w.first, w.s FROM w WHERE w.v = 0 ORDER BY w.t, w.p"
+    "  ON CONFLICT DO NOTHING RETURNING topic_id, partition, version),"
     " upd AS (UPDATE share_partitions s SET version = s.version + 1, state = w.s FROM w"
     "  WHERE w.v > 0 AND s.group_id = $1 AND s.topic_id = w.t AND s.partition = w.p"
-    "  AND s.version = w.v RETURNING s.topic_id, s.partition)"
-    " SELECT topic_id, partition FROM ins UNION ALL SELECT topic_id, partition FROM upd"
+    "  AND s.version = w.v RETURNING s.topic_id, s.partition, s.version)"
+    " SELECT topic_id, partition, version FROM ins"
+    " UNION ALL SELECT topic_id, partition, version FROM upd"
 )
 _GROUP_STATES = (
     "SELECT topic_id, partition, version, state FROM share_partitions WHERE group_id = $1"
@@ -65,9 +72,9 @@ class PostgresShareStateStore(PoolUser, ShareStateStore):
         )
         return {_key(r): StoredState(r[2], r[3]) for r in rows}
 
-    async def write(self, group_id: str, writes: Sequence[StateWrite]) -> set[ShareKey]:
+    async def write(self, group_id: str, writes: Sequence[StateWrite]) -> dict[ShareKey, int]:
         if not writes:
-            return set()
+            return {}
         rows = await self._pool.fetch(
             _WRITE,
             group_id,
@@ -75,9 +82,10 @@ class PostgresShareStateStore(PoolUser, ShareStateStore):
             [w.key.partition for w in writes],
             [w.expected_version for w in writes],
             [w.state for w in writes],
+            [first_version() for _ in writes],
             write=True,
         )
-        return {_key(r) for r in rows}
+        return {_key(r): int(r[2]) for r in rows}
 
     async def group_states(self, group_id: str) -> dict[ShareKey, StoredState]:
         rows = await self._pool.fetch(_GROUP_STATES, group_id, write=False)

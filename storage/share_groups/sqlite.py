@@ -7,7 +7,13 @@ import sqlite3
 from collections.abc import Sequence
 from uuid import UUID
 
-from storage.share_groups import ShareKey, ShareStateStore, StateWrite, StoredState
+from storage.share_groups import (
+    ShareKey,
+    ShareStateStore,
+    StateWrite,
+    StoredState,
+    first_version,
+)
 from storage.sqlite import SqliteUser
 
 MIGRATIONS: list[list[str]] = [
@@ -32,9 +38,9 @@ class SqliteShareStateStore(SqliteUser, ShareStateStore):
     async def load(self, group_id: str, keys: Sequence[ShareKey]) -> dict[ShareKey, StoredState]:
         return await self._read(_load, group_id, list(keys))
 
-    async def write(self, group_id: str, writes: Sequence[StateWrite]) -> set[ShareKey]:
+    async def write(self, group_id: str, writes: Sequence[StateWrite]) -> dict[ShareKey, int]:
         if not writes:
-            return set()
+            return {}
         return await self._write(_write, group_id, list(writes))
 
     async def group_states(self, group_id: str) -> dict[ShareKey, StoredState]:
@@ -74,23 +80,25 @@ def _load(cur: sqlite3.Cursor, group_id: str, keys: list[ShareKey]) -> dict[Shar
     return out
 
 
-def _write(cur: sqlite3.Cursor, group_id: str, writes: list[StateWrite]) -> set[ShareKey]:
-    done: set[ShareKey] = set()
+def _write(cur: sqlite3.Cursor, group_id: str, writes: list[StateWrite]) -> dict[ShareKey, int]:
+    done: dict[ShareKey, int] = {}
     for w in writes:
         if w.expected_version == 0:
+            version = first_version()
             changed = cur.execute(
                 "INSERT INTO share_partitions (group_id, topic_id, partition, version, state)"
-                " VALUES (?, ?, ?, 1, ?) ON CONFLICT DO NOTHING",
-                (group_id, w.key.topic_id.bytes, w.key.partition, w.state),
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (group_id, w.key.topic_id.bytes, w.key.partition, version, w.state),
             ).rowcount
         else:
+            version = w.expected_version + 1
             changed = cur.execute(
                 "UPDATE share_partitions SET version = version + 1, state = ?"
                 " WHERE group_id = ? AND topic_id = ? AND partition = ? AND version = ?",
                 (w.state, group_id, w.key.topic_id.bytes, w.key.partition, w.expected_version),
             ).rowcount
         if changed:
-            done.add(w.key)
+            done[w.key] = version
     return done
 
 

@@ -20,6 +20,8 @@ from confluent_kafka import AcknowledgeType as Ack
 from confluent_kafka import Producer, ShareConsumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.differential.kafka import ensure_jars, java_command
+
 from ._kafka import unique_topic
 from .conftest import SluiceBroker
 
@@ -217,3 +219,52 @@ def test_records_of_a_killed_consumer_come_back_after_the_lock(
             victim.kill()
         if survivor is not None:
             survivor.close()
+
+
+def java_tool(main: str, *args: str, timeout: float = 120) -> list[str]:
+    """Run one of Kafka 4.4's tools (kafka-share-groups.sh, kafka-console-share-consumer.sh
+    are these classes); its output lines without the client's config dump."""
+    done = subprocess.run(
+        java_command(main, *args), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{main} {args} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return [ln for ln in done.stdout.splitlines() if ln.strip() and not ln.startswith("\t")]
+
+
+SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_kafka_share_groups_tool_and_the_java_share_consumer(
+    share_broker: SluiceBroker, kind: str
+) -> None:
+    ensure_jars()
+    topic = create(share_broker, kind, "tool")
+    group = unique_topic("sg-java")
+    boot = ["--bootstrap-server", bootstrap(share_broker)]
+
+    def tool(*args: str) -> list[str]:
+        return java_tool(SHARE_GROUPS, *boot, *args)
+
+    produce(share_broker, topic, [b"j%d" % i for i in range(10)])
+    # A new group would start at the log end (share.auto.offset.reset latest): start it at
+    # the beginning instead, as kafka-share-groups.sh does.
+    reset = tool("--reset-offsets", "--to-earliest", "--group", group, "--topic", topic,
+                 "--execute")  # fmt: skip
+    assert reset[-1].split() == [group, topic, "0", "0"]
+    assert group in tool("--list")
+    consumed = java_tool(
+        CONSOLE_SHARE_CONSUMER, *boot, "--topic", topic, "--group", group,
+        "--max-messages", "10", "--timeout-ms", "30000",
+    )  # fmt: skip
+    assert sorted(ln for ln in consumed if ln.startswith("j")) == [f"j{i}" for i in range(10)]
+    # Everything accepted: the start offset is past the last record, nothing lags.
+    assert tool("--describe", "--group", group)[-1].split() == [group, topic, "0", "10", "0"]
+    assert tool("--describe", "--group", group, "--state")[-1].split()[-2:] == ["Empty", "0"]
+    deleted = tool("--delete-offsets", "--group", group, "--topic", topic)
+    assert deleted[-1].split() == [topic, "Successful"]
+    tool("--reset-offsets", "--to-latest", "--group", group, "--topic", topic, "--execute")
+    removed = tool("--delete", "--group", group)
+    assert any("successful" in ln for ln in removed), removed
+    assert group not in tool("--list")

@@ -92,10 +92,10 @@ class SharePartitions:
                         changed[key] = (version, new)
                         # Changed in place, perhaps: what is kept is settled below.
                         del self._kept[(group_id, key)]
-                written = await self.store.write(group_id, writes) if writes else set()
-                for key, (version, new) in changed.items():
+                written = await self.store.write(group_id, writes) if writes else {}
+                for key, (_, new) in changed.items():
                     if key in written:
-                        self._kept[(group_id, key)] = (version + 1, new)
+                        self._kept[(group_id, key)] = (written[key], new)
                 pending = [k for k in changed if k not in written]
                 if not pending:
                     return results
