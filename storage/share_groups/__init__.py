@@ -1,6 +1,9 @@
 """Share groups' share-partition state (KIP-932), kept in the batch coordinator's database
 next to the consumer groups' offsets: SQLite embedded, PostgreSQL in production.
 
+Also the configs set on groups (``share.auto.offset.reset``, ...: Kafka's group configs,
+which Kafka keeps in its metadata log).
+
 One row per (group, topic id, partition): the state as text (JSON, written and read by
 ``broker.groups.share.partition_state``) and a version. Every broker serves share
 fetches of diskless partitions, so two brokers may change one share-partition at once:
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 from uuid import UUID
 
@@ -74,3 +77,11 @@ class ShareStateStore(ABC):
     @abstractmethod
     async def delete_topics(self, topic_ids: Sequence[UUID]) -> None:
         """Forget every group's state of these (deleted) topics."""
+
+    @abstractmethod
+    async def group_configs(self, group_id: str) -> dict[str, str]:
+        """The configs set on a group (IncrementalAlterConfigs on a GROUP resource)."""
+
+    @abstractmethod
+    async def alter_group_configs(self, group_id: str, changes: Mapping[str, str | None]) -> None:
+        """Set (a value) or remove (None) configs of a group, all or nothing."""

@@ -6,7 +6,7 @@ statement (one round trip), the compare-and-set write of many partitions include
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from uuid import UUID
 
 from storage.postgres.pool import PoolUser, PostgresPool
@@ -51,6 +51,14 @@ _DELETE_SOME = (
     "WITH d AS (DELETE FROM share_partitions s USING unnest($2::uuid[], $3::integer[])"
     "  AS k(t, p) WHERE s.group_id = $1 AND s.topic_id = k.t AND s.partition = k.p"
     "  RETURNING 1) SELECT count(*) FROM d"
+)
+_GROUP_CONFIGS = "SELECT name, value FROM group_configs WHERE group_id = $1"
+# Removals and settings in one statement (they name different keys).
+_ALTER_CONFIGS = (
+    "WITH d AS (DELETE FROM group_configs WHERE group_id = $1 AND name = ANY($2::text[]))"
+    " INSERT INTO group_configs (group_id, name, value)"
+    " SELECT $1, k.n, k.v FROM unnest($3::text[], $4::text[]) AS k(n, v)"
+    " ON CONFLICT (group_id, name) DO UPDATE SET value = excluded.value"
 )
 _DELETE_TOPICS = "DELETE FROM share_partitions WHERE topic_id = ANY($1::uuid[])"
 
@@ -106,6 +114,24 @@ class PostgresShareStateStore(PoolUser, ShareStateStore):
                 write=True,
             )
         return int(row[0]) if row is not None else 0
+
+    async def group_configs(self, group_id: str) -> dict[str, str]:
+        rows = await self._pool.fetch(_GROUP_CONFIGS, group_id, write=False)
+        return {r[0]: r[1] for r in rows}
+
+    async def alter_group_configs(self, group_id: str, changes: Mapping[str, str | None]) -> None:
+        if not changes:
+            return
+        removed = [n for n, v in changes.items() if v is None]
+        kept = [(n, v) for n, v in changes.items() if v is not None]
+        await self._pool.fetch(
+            _ALTER_CONFIGS,
+            group_id,
+            removed,
+            [n for n, _ in kept],
+            [v for _, v in kept],
+            write=True,
+        )
 
     async def delete_topics(self, topic_ids: Sequence[UUID]) -> None:
         if topic_ids:

@@ -4,7 +4,7 @@ connection and migration component, "share_groups", as storage/groups/sqlite.py)
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from uuid import UUID
 
 from storage.share_groups import (
@@ -27,6 +27,12 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (group_id, topic_id, partition)
         ) WITHOUT ROWID""",
         "CREATE INDEX share_partitions_topic ON share_partitions (topic_id)",
+        """CREATE TABLE group_configs (
+            group_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            value TEXT NOT NULL,
+            PRIMARY KEY (group_id, name)
+        ) WITHOUT ROWID""",
     ],
 ]
 
@@ -57,6 +63,19 @@ class SqliteShareStateStore(SqliteUser, ShareStateStore):
     async def delete(self, group_id: str, keys: Sequence[ShareKey] | None) -> int:
         return await self._write(_delete, group_id, None if keys is None else list(keys))
 
+    async def group_configs(self, group_id: str) -> dict[str, str]:
+        return await self._read(
+            lambda cur: dict(
+                cur.execute(
+                    "SELECT name, value FROM group_configs WHERE group_id = ?", (group_id,)
+                ).fetchall()
+            )
+        )
+
+    async def alter_group_configs(self, group_id: str, changes: Mapping[str, str | None]) -> None:
+        if changes:
+            await self._write(_alter_configs, group_id, list(changes.items()))
+
     async def delete_topics(self, topic_ids: Sequence[UUID]) -> None:
         if topic_ids:
             await self._write(
@@ -64,6 +83,22 @@ class SqliteShareStateStore(SqliteUser, ShareStateStore):
                     "DELETE FROM share_partitions WHERE topic_id = ?",
                     [(t.bytes,) for t in topic_ids],
                 )
+            )
+
+
+def _alter_configs(
+    cur: sqlite3.Cursor, group_id: str, changes: list[tuple[str, str | None]]
+) -> None:
+    for name, value in changes:
+        if value is None:
+            cur.execute(
+                "DELETE FROM group_configs WHERE group_id = ? AND name = ?", (group_id, name)
+            )
+        else:
+            cur.execute(
+                "INSERT INTO group_configs (group_id, name, value) VALUES (?, ?, ?)"
+                " ON CONFLICT (group_id, name) DO UPDATE SET value = excluded.value",
+                (group_id, name, value),
             )
 
 

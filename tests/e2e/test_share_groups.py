@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import AcknowledgeType as Ack
 from confluent_kafka import Producer, ShareConsumer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from tests.differential.kafka import ensure_jars, java_command
 
@@ -268,3 +275,51 @@ def test_kafka_share_groups_tool_and_the_java_share_consumer(
     removed = tool("--delete", "--group", group)
     assert any("successful" in ln for ln in removed), removed
     assert group not in tool("--list")
+
+
+def set_group_configs(broker: SluiceBroker, group: str, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap(broker)})
+    ops = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=ops)
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    [described] = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)]).values()
+    shown = described.result(30)
+    assert {k: shown[k].value for k in configs} == configs
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_earliest_and_read_committed_group_configs(share_broker: SluiceBroker, kind: str) -> None:
+    topic = create(share_broker, kind, "txn")
+    group = unique_topic("sg")
+    set_group_configs(
+        share_broker,
+        group,
+        {"share.auto.offset.reset": "earliest", "share.isolation.level": "read_committed"},
+    )
+    producer = Producer(
+        {"bootstrap.servers": bootstrap(share_broker), "transactional.id": unique_topic("tx")}
+    )
+    producer.init_transactions(30)
+    for prefix, commit in (("c", True), ("a", False), ("d", True)):
+        producer.begin_transaction()
+        for i in range(5):
+            producer.produce(topic, value=f"{prefix}{i}".encode())
+        assert producer.flush(30) == 0  # in the log before the abort
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    # Produced before the group existed: earliest delivers it; read_committed leaves out
+    # the aborted transaction (and the markers).
+    c = consumer(share_broker, group, topic)
+    try:
+        got: list[bytes] = []
+        end = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < end:
+            got += [v for _, v, _ in accept_all(c, 0.5)]
+        got += [v for _, v, _ in accept_all(c, 1.0)]
+        assert sorted(got) == sorted(f"{p}{i}".encode() for p in "cd" for i in range(5))
+    finally:
+        c.close()

@@ -116,3 +116,15 @@ async def test_groups_group_states_and_deletes(
     await a.write("g3", [StateWrite(K1, 0, "a"), StateWrite(K2, 0, "b")])
     assert await a.delete("g3", None) == 2
     assert await a.group_states("g3") == {}
+
+
+async def test_group_configs(two: tuple[ShareStateStore, ShareStateStore]) -> None:
+    a, b = two
+    assert await a.group_configs("g") == {}
+    await a.alter_group_configs("g", {"share.auto.offset.reset": "earliest", "x": "1"})
+    await b.alter_group_configs("g", {"x": None, "share.isolation.level": "read_committed"})
+    assert await a.group_configs("g") == {
+        "share.auto.offset.reset": "earliest",
+        "share.isolation.level": "read_committed",
+    }
+    assert await a.group_configs("other") == {}

@@ -8,10 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.share.group_configs import BY_DURATION, ShareSettings, duration_ms
+from broker.groups.share.group_configs import EARLIEST as EARLIEST_RESET
 from broker.groups.share.membership import ASSIGNOR_NAME, DEAD
 from broker.groups.share.partition_state import (
     Acquired,
     InvalidRecordState,
+    Limits,
     SharePartitionState,
 )
 from broker.groups.share.partitions import ShareConflict
@@ -54,6 +57,7 @@ async def heartbeat(broker: ShareView, ctx: RequestContext, request: Any) -> Any
     subscribed = request.subscribed_topic_names
     if subscribed:
         await broker.topics.ensure((name, None) for name in subscribed)
+    settings = await share.configs.settings(request.group_id)
     result = share.groups.heartbeat(
         request.group_id,
         request.member_id,
@@ -63,6 +67,7 @@ async def heartbeat(broker: ShareView, ctx: RequestContext, request: Any) -> Any
         ctx.header.client_id or "",
         _client_host(ctx),
         share.clock_ms(),
+        settings.session_timeout_ms,
     )
     if result.error:
         return ctx.respond(_heartbeat_error(result.error, result.message))
@@ -80,7 +85,7 @@ async def heartbeat(broker: ShareView, ctx: RequestContext, request: Any) -> Any
             "error_message": None,
             "member_id": result.member_id,
             "member_epoch": result.member_epoch,
-            "heartbeat_interval": share.config.heartbeat_interval_ms,
+            "heartbeat_interval": settings.heartbeat_interval_ms,
             "assignment": assignment,
         }
     )
@@ -204,12 +209,11 @@ async def _resolve(broker: ShareView, ctx: RequestContext, topics: Sequence[Any]
 
 
 async def _acknowledge(
-    broker: ShareView, group_id: str, member_id: str, asked: Sequence[_Asked]
+    broker: ShareView, group_id: str, member_id: str, asked: Sequence[_Asked], limits: Limits
 ) -> dict[ShareKey, int]:
     """Apply each partition's acknowledgement batches, all partitions in one write; each
     partition's batches are applied whole or not at all (INVALID_RECORD_STATE)."""
     share = broker.share
-    limits = share.config.limits
     acks = {a.key: a.acks for a in asked if a.acks and not a.error}
     if not acks:
         return {}
@@ -239,9 +243,10 @@ async def _acknowledge(
         return {key: int(ErrorCode.kafka_storage_error) for key in acks}
 
 
-async def _release(broker: ShareView, group_id: str, member_id: str, keys: list[ShareKey]) -> None:
+async def _release(
+    broker: ShareView, group_id: str, member_id: str, keys: list[ShareKey], limits: Limits
+) -> None:
     share = broker.share
-    limits = share.config.limits
 
     def change(key: ShareKey, state: SharePartitionState | None) -> tuple[Any, None]:
         if state is None or not state.release_member(member_id, limits):
@@ -253,26 +258,28 @@ async def _release(broker: ShareView, group_id: str, member_id: str, keys: list[
 
 
 async def _initialize(
-    broker: ShareView, group_id: str, asked: Sequence[_Asked], read_committed: bool
+    broker: ShareView, group_id: str, asked: Sequence[_Asked], settings: ShareSettings
 ) -> None:
-    """Share-partitions fetched for the first time start at the log's end
-    (``share.auto.offset.reset`` latest, Kafka's default)."""
+    """Share-partitions fetched for the first time start where ``share.auto.offset.reset``
+    says: the log end (latest, Kafka's default), its start (earliest), or the first
+    record at most that long ago (by_duration:)."""
     share = broker.share
     keys = [a.key for a in asked]
     states = await share.partitions.peek(group_id, keys)
+    reset = settings.auto_offset_reset
+    if reset == EARLIEST_RESET:
+        timestamp = EARLIEST
+    elif reset.startswith(BY_DURATION):
+        timestamp = share.clock_ms() - duration_ms(reset[len(BY_DURATION) :])
+    else:
+        timestamp = LATEST
     starts: dict[ShareKey, int] = {}
     for a in asked:
         if states[a.key] is not None or a.topic is None:
             continue
-        log = broker.router.route(
-            a.key.topic_id, a.key.partition, Purpose.LIST_OFFSETS, LATEST,
-            read_committed=read_committed,
-        )  # fmt: skip
-        [answer] = await log.list_offsets(
-            [OffsetAsk(a.key.topic_id, a.key.partition, LATEST)], read_committed
-        )
-        if not answer.error:
-            starts[a.key] = answer.offset
+        offset = await _offset_for(broker, a.key, timestamp, settings.read_committed)
+        if offset >= 0:
+            starts[a.key] = offset
 
     def change(key: ShareKey, state: SharePartitionState | None) -> tuple[Any, None]:
         if state is not None:
@@ -283,6 +290,21 @@ async def _initialize(
         await share.partitions.update(group_id, list(starts), change)
 
 
+async def _offset_for(broker: ShareView, key: ShareKey, timestamp: int, committed: bool) -> int:
+    """ListOffsets of one partition (-1 on an error); a timestamp past every record
+    answers the log end."""
+    for ask in (timestamp, LATEST) if timestamp >= 0 else (timestamp,):
+        log = broker.router.route(
+            key.topic_id, key.partition, Purpose.LIST_OFFSETS, ask, read_committed=committed
+        )
+        [answer] = await log.list_offsets([OffsetAsk(key.topic_id, key.partition, ask)], committed)
+        if answer.error:
+            return -1
+        if answer.offset >= 0:
+            return answer.offset
+    return -1
+
+
 async def _acquire(
     broker: ShareView,
     group_id: str,
@@ -291,15 +313,16 @@ async def _acquire(
     max_records: int,
     max_bytes: int,
     max_wait_s: float,
+    settings: ShareSettings,
 ) -> dict[ShareKey, tuple[ReadResult | None, list[Acquired], bytes]]:
     """Read each partition where its next deliverable record is and acquire what it
     holds; wait (up to ``max_wait_s``) while there is nothing."""
     share = broker.share
-    limits = share.config.limits
-    read_committed = False  # share.isolation.level (a group config): read_uncommitted
+    limits = settings.limits
+    read_committed = settings.read_committed  # share.isolation.level
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
-    await _initialize(broker, group_id, asked, read_committed)
+    await _initialize(broker, group_id, asked, settings)
     by_key = {a.key: a for a in asked}
     while True:
         now = share.clock_ms()
@@ -408,7 +431,8 @@ async def share_fetch(broker: ShareView, ctx: RequestContext, request: Any) -> A
     error, session = share.sessions.check(group_id, member_id, epoch)
     if error:
         return _top_error(ctx, error)
-    ack_errors = await _acknowledge(broker, group_id, member_id, asked)
+    settings = await share.configs.settings(group_id)
+    ack_errors = await _acknowledge(broker, group_id, member_id, asked, settings.limits)
     entries: dict[ShareKey, dict[str, Any]] = {}
     by_key = {a.key: a for a in asked}
 
@@ -432,7 +456,7 @@ async def share_fetch(broker: ShareView, ctx: RequestContext, request: Any) -> A
             entry(a)["acknowledge_error_code"] = ack_errors.get(a.key, a.error if a.acks else 0)
     if epoch == FINAL_EPOCH:
         assert session is not None
-        await _release(broker, group_id, member_id, list(session.partitions))
+        await _release(broker, group_id, member_id, list(session.partitions), settings.limits)
         share.sessions.close(session)
     else:
         if session is None:
@@ -464,7 +488,7 @@ async def share_fetch(broker: ShareView, ctx: RequestContext, request: Any) -> A
         if fetching:
             try:
                 got = await _acquire(
-                    broker, group_id, member_id, fetching, max_records, max_bytes, wait_s
+                    broker, group_id, member_id, fetching, max_records, max_bytes, wait_s, settings
                 )
             except (ShareConflict, CoordinatorUnavailable):
                 for a in fetching:
@@ -494,7 +518,7 @@ async def share_fetch(broker: ShareView, ctx: RequestContext, request: Any) -> A
             "throttle_time": 0,
             "error_code": 0,
             "error_message": None,
-            "acquisition_lock_timeout": share.config.lock_ms,
+            "acquisition_lock_timeout": settings.limits.lock_ms,
             "responses": [{"topic_id": t, "partitions": p} for t, p in topics.items()],
             "node_endpoints": _node_endpoints(broker, ctx, all_entries),
         }
@@ -516,9 +540,10 @@ async def share_acknowledge(broker: ShareView, ctx: RequestContext, request: Any
     if error or session is None:
         return _top_error(ctx, error)
     asked = await _resolve(broker, ctx, request.topics)
-    ack_errors = await _acknowledge(broker, group_id, member_id, asked)
+    settings = await share.configs.settings(group_id)
+    ack_errors = await _acknowledge(broker, group_id, member_id, asked, settings.limits)
     if epoch == FINAL_EPOCH:
-        await _release(broker, group_id, member_id, list(session.partitions))
+        await _release(broker, group_id, member_id, list(session.partitions), settings.limits)
         share.sessions.close(session)
     else:
         share.sessions.advance(session, [], [])
@@ -538,7 +563,7 @@ async def share_acknowledge(broker: ShareView, ctx: RequestContext, request: Any
             "throttle_time": 0,
             "error_code": 0,
             "error_message": None,
-            "acquisition_lock_timeout": share.config.lock_ms,
+            "acquisition_lock_timeout": settings.limits.lock_ms,
             "responses": [{"topic_id": t, "partitions": p} for t, p in topics.items()],
             "node_endpoints": _node_endpoints(broker, ctx, entries),
         }

@@ -83,6 +83,7 @@ class ShareGroups:
         client_id: str,
         client_host: str,
         now_ms: int,
+        session_timeout_ms: int | None = None,
     ) -> HeartbeatResult:
         if not group_id:
             return HeartbeatResult(int(ErrorCode.invalid_group_id), "GroupId can't be empty.")
@@ -121,7 +122,7 @@ class ShareGroups:
                 group.epoch += 1
             if rack_id is not None:
                 member.rack_id = rack_id
-        member.deadline_ms = now_ms + self.session_timeout_ms
+        member.deadline_ms = now_ms + (session_timeout_ms or self.session_timeout_ms)
         self._refresh(group)
         member.epoch = group.assignment_epoch
         changed = member.sent != member.assignment

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
+from broker.groups.share.group_configs import GroupConfigs
 from broker.groups.share.membership import ShareGroups
 from broker.groups.share.partition_state import Limits
 from broker.groups.share.partitions import SharePartitions
@@ -65,6 +66,7 @@ class ShareService:
         self.groups = ShareGroups(config.session_timeout_ms, topics)
         self.sessions = ShareSessions()
         self.partitions = SharePartitions(store)
+        self.configs = GroupConfigs(config, store)
         self.store = store
         self._sweeper: asyncio.Task[None] | None = None
 

@@ -13,3 +13,12 @@ CREATE TABLE share_partitions (
 
 -- Deleting a topic removes its share-partitions from every group.
 CREATE INDEX share_partitions_topic ON share_partitions (topic_id);
+
+-- Configs set on groups (IncrementalAlterConfigs on a GROUP resource: share.auto.offset.reset,
+-- share.isolation.level, ...).
+CREATE TABLE group_configs (
+    group_id text NOT NULL,
+    name text NOT NULL,
+    value text NOT NULL,
+    PRIMARY KEY (group_id, name)
+);
