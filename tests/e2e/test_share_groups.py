@@ -323,3 +323,37 @@ def test_earliest_and_read_committed_group_configs(share_broker: SluiceBroker, k
         assert sorted(got) == sorted(f"{p}{i}".encode() for p in "cd" for i in range(5))
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_share_state_survives_a_broker_restart(tmp_path: Path, kind: str) -> None:
+    """The share-partition state and the group's configs are in the coordinator database:
+    after a restart the group goes on where it was (accepted records stay done)."""
+    broker = SluiceBroker(tmp_path / "sluice")
+    broker.start()
+    try:
+        topic = create(broker, kind, "restart")
+        group = unique_topic("sg")
+        set_group_configs(broker, group, {"share.auto.offset.reset": "earliest"})
+        produce(broker, topic, [b"s%02d" % i for i in range(20)])
+        first = consumer(broker, group, topic, **{"max.poll.records": "5"})
+        accepted: list[bytes] = []
+        end = time.monotonic() + 30
+        while not accepted and time.monotonic() < end:
+            accepted = [v for _, v, _ in accept_all(first, 0.5)]
+        first.close()  # what it had acquired and not accepted goes back
+        assert 0 < len(accepted) < 20
+        broker.stop()
+        broker.start()
+        second = consumer(broker, group, topic)
+        try:
+            rest: list[bytes] = []
+            end = time.monotonic() + 30
+            while len(rest) < 20 - len(accepted) and time.monotonic() < end:
+                rest += [v for _, v, _ in accept_all(second, 0.5)]
+            rest += [v for _, v, _ in accept_all(second, 1.0)]
+            assert sorted(accepted + rest) == [b"s%02d" % i for i in range(20)]
+        finally:
+            second.close()
+    finally:
+        broker.stop()
