@@ -19,7 +19,8 @@ from broker.fetch.fetch_sessions import FetchSessionCache
 from broker.groups.held_groups import GroupConfig
 from broker.groups.lag import LATEST_OFFSET, group_lags, lag_loop
 from broker.groups.service import GroupService
-from broker.groups.share.service import ShareConfig, ShareService
+from broker.groups.share.group_configs import ShareConfig
+from broker.groups.share.service import ShareService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.logs.classic.kafka_client import KafkaConnection
 from broker.logs.classic.replica_manager import ReplicaManager

@@ -240,6 +240,7 @@ def java_tool(main: str, *args: str, timeout: float = 120) -> list[str]:
 
 SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
+CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -272,6 +273,11 @@ def test_kafka_share_groups_tool_and_the_java_share_consumer(
     deleted = tool("--delete-offsets", "--group", group, "--topic", topic)
     assert deleted[-1].split() == [topic, "Successful"]
     tool("--reset-offsets", "--to-latest", "--group", group, "--topic", topic, "--execute")
+    # kafka-configs.sh --entity-type groups: the group's own settings.
+    config = [*boot, "--entity-type", "groups", "--entity-name", group]
+    java_tool(CONFIG_COMMAND, *config, "--alter", "--add-config", "share.delivery.count.limit=3")
+    described = java_tool(CONFIG_COMMAND, *config, "--describe")
+    assert any(ln.strip().startswith("share.delivery.count.limit=3 ") for ln in described)
     removed = tool("--delete", "--group", group)
     assert any("successful" in ln for ln in removed), removed
     assert group not in tool("--list")

@@ -8,10 +8,10 @@ import pytest
 from broker.groups.share.group_configs import (
     GroupConfigs,
     InvalidGroupConfig,
+    ShareConfig,
     duration_ms,
     settings,
 )
-from broker.groups.share.service import ShareConfig
 
 
 def test_iso_durations() -> None:

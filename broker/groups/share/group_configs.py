@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from broker.groups.share.partition_state import Limits
 
 if TYPE_CHECKING:
-    from broker.groups.share.service import ShareConfig
     from storage.share_groups import ShareStateStore
 
 CACHE_S = 1.0
@@ -42,6 +41,29 @@ _DURATION = re.compile(
     r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?",
     re.IGNORECASE,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConfig:
+    lock_ms: int = 30_000
+    delivery_count_limit: int = 5
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    max_record_locks: int = 2000
+
+    @classmethod
+    def from_broker(cls, config: Any) -> ShareConfig:
+        return cls(
+            config.group_share_record_lock_duration_ms,
+            config.group_share_delivery_count_limit,
+            config.group_share_session_timeout_ms,
+            config.group_share_heartbeat_interval_ms,
+            config.group_share_partition_max_record_locks,
+        )
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(self.lock_ms, self.delivery_count_limit, self.max_record_locks)
 
 
 class InvalidGroupConfig(ValueError):

@@ -1,4 +1,4 @@
-"""Reading a partition's log for a share fetch: the Fetch read path itself (the router
+"""Reading a partition's log for a share fetch: the Fetch read path's logs (the router
 picks the diskless log, this broker's classic replica or a refusal such as
 NOT_LEADER_OR_FOLLOWER), then the batches walked for their offsets and, under
 read_committed, which ones an aborted transaction or a control record makes
@@ -13,15 +13,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 from uuid import UUID
 
-from broker.fetch.fetch_handler import _collect
+from kio.schema.errors import ErrorCode
+
 from broker.groups.share.partition_state import LogBatch
-from broker.logs.fetch_slots import FetchSlot
+from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from broker.logs.partition_log import PartitionLog, ReadPlan
 from broker.logs.router import Purpose
 from protocol.codec import RecordChunks
+from storage.coordinator import CoordinatorUnavailable
+from storage.objects import ObjectStoreError
 
 if TYPE_CHECKING:
-    from broker.fetch.fetch_handler import FetchView
+    from broker.logs.router import RoutedView
     from storage.catalog import Topic
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -58,10 +61,10 @@ class ReadResult:
 
 
 async def read(
-    broker: FetchView, asks: Sequence[ReadAsk], max_bytes: int, read_committed: bool
+    broker: RoutedView, asks: Sequence[ReadAsk], max_bytes: int, read_committed: bool
 ) -> tuple[list[ReadResult], list[tuple[UUID, int, int]]]:
-    """One read of each partition at its offset, without waiting; the results and what to
-    wait on (the long poll's interests) when they hold nothing."""
+    """One read of each partition at its offset, without waiting (one round of the Fetch
+    path's, within ``max_bytes``); the results and what a long poll would wait on."""
     plan = ReadPlan(-1, _FETCH_VERSION, None, None, broker.router.log_start)
     slots: list[FetchSlot] = []
     readers: list[PartitionLog] = []
@@ -70,18 +73,30 @@ async def read(
         part = _Part(ask.partition, ask.offset, ask.max_bytes)
         slots.append(log.open_read(ask.topic.topic_id, ask.topic, part, plan))
         readers.append(log)
-    await _collect(broker, slots, readers, plan, max_bytes, 0, 0.0, read_committed)
     groups: dict[int, tuple[PartitionLog, list[FetchSlot]]] = {}
     for slot, reader in zip(slots, readers, strict=True):
         groups.setdefault(id(reader), (reader, []))[1].append(slot)
-    for reader, group in groups.values():
-        await reader.describe(group, plan)
-    results: list[ReadResult] = []
     interests: list[tuple[UUID, int, int]] = []
+    try:
+        budget = FetchBudget(max_bytes)
+        for reader, group in groups.values():
+            await reader.read_below(group, budget, read_committed)
+        for reader, group in groups.values():
+            await reader.start_round(group, budget, plan, read_committed)
+        for slot, reader in zip(slots, readers, strict=True):
+            reader.read_round(slot, budget, plan, read_committed)
+            interests += reader.interests(slot, plan)
+        for reader, group in groups.values():
+            await reader.end_reads(group, plan)
+        for reader, group in groups.values():
+            await reader.describe(group, plan)
+    except (CoordinatorUnavailable, ObjectStoreError):
+        # Retriable: the consumer fetches again.
+        return [ReadResult(int(ErrorCode.kafka_storage_error)) for _ in asks], []
+    results: list[ReadResult] = []
     for slot, reader in zip(slots, readers, strict=True):
         entry: dict[str, Any] = {"error_code": slot.error, "records": b""}
         entry.update(reader.entry(slot, plan, read_committed))
-        interests += reader.interests(slot, plan)
         records = entry["records"]
         data = (
             b"".join(bytes(p) for p in records.parts)

@@ -8,13 +8,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
-from broker.groups.share.group_configs import GroupConfigs
+from broker.groups.share.group_configs import GroupConfigs, ShareConfig
 from broker.groups.share.membership import ShareGroups
-from broker.groups.share.partition_state import Limits
 from broker.groups.share.partitions import SharePartitions
 from broker.groups.share.sessions import ShareSessions
 from broker.metadata.view import HandlerView
@@ -28,29 +26,6 @@ SWEEP_S = 1.0
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True, slots=True)
-class ShareConfig:
-    lock_ms: int = 30_000
-    delivery_count_limit: int = 5
-    session_timeout_ms: int = 45_000
-    heartbeat_interval_ms: int = 5_000
-    max_record_locks: int = 2000
-
-    @classmethod
-    def from_broker(cls, config: Any) -> ShareConfig:
-        return cls(
-            config.group_share_record_lock_duration_ms,
-            config.group_share_delivery_count_limit,
-            config.group_share_session_timeout_ms,
-            config.group_share_heartbeat_interval_ms,
-            config.group_share_partition_max_record_locks,
-        )
-
-    @property
-    def limits(self) -> Limits:
-        return Limits(self.lock_ms, self.delivery_count_limit, self.max_record_locks)
 
 
 class ShareService:
