@@ -657,6 +657,7 @@ class BrokerStorageListener:
         # As DeleteTopics does without a controller (broker/admin/topics_admin.py).
         await self._broker.coordinator.delete_logs(topic_ids, int(time.time() * 1000))
         await self._broker.groups.offsets.topics_deleted(topic_ids)
+        await self._broker.share.topics_deleted(topic_ids)
 
     async def image_changed(self) -> None:
         await self._broker.topics.load()

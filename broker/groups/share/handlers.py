@@ -349,12 +349,13 @@ async def _acquire(
             result = results[key]
             if state is None or result.error:
                 return None, ([], [])
-            moved = 0 <= state.start < result.log_start
-            if moved:
+            before = state.to_json()
+            if 0 <= state.start < result.log_start:
                 state.move_start(result.log_start)
             batches = [b for b, _, _ in result.batches]
             got, sent = state.acquire(member_id, batches, max_records, now, limits)
-            return (state if got or moved or batches else None), (got, sent)
+            # Written only when it changed (a poll finding nothing new writes nothing).
+            return (state if got or state.to_json() != before else None), (got, sent)
 
         acquired = await share.partitions.update(group_id, list(results), change)
         out: dict[ShareKey, tuple[ReadResult | None, list[Acquired], bytes]] = {}

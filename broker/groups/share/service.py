@@ -54,6 +54,14 @@ class ShareService:
         self._sweeper = None
         await self.store.close()
 
+    async def topics_deleted(self, topic_ids: Sequence[UUID]) -> None:
+        """DeleteTopics: the share-partitions of these topics go with them (only logged on
+        a failure, as committed offsets: rows keyed by a deleted topic's id are never read)."""
+        try:
+            await self.store.delete_topics(topic_ids)
+        except Exception:
+            log.exception("removing share-partition state of deleted topics %s failed", topic_ids)
+
     async def _sweep(self) -> None:
         outage = OutageLog("expiring share-group members", log)
         while True:
