@@ -46,6 +46,15 @@ def test_acquire_takes_whole_batches_until_max_records() -> None:
     assert all(state_of(s, o) == ACQUIRED and s.records[o].owner == "m1" for o in range(6))
 
 
+def test_record_limit_mode_stops_inside_a_batch() -> None:
+    s = SharePartitionState(0, 0)
+    got, sent = s.acquire("m1", batches((0, 2), (3, 5)), 4, T0, LIMITS, record_limit=True)
+    assert got == [Acquired(0, 3, 1)] and sent == [0, 1]
+    assert s.next == 4  # 4 and 5 were never acquired: the next fetch starts there
+    got, _ = s.acquire("m2", batches((3, 5)), 10, T0, LIMITS)
+    assert got == [Acquired(4, 5, 1)]
+
+
 def test_acquired_records_are_not_acquired_again() -> None:
     s = SharePartitionState(0, 0)
     s.acquire("m1", batches((0, 4)), 10, T0, LIMITS)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 LATEST = -1
 EARLIEST = -2
+RECORD_LIMIT = 1  # ShareFetch v2's ShareAcquireMode
 # How long a share fetch waiting for records sleeps at most before looking again (locks
 # running out and other brokers' changes wake nobody).
 POLL_S = 0.25
@@ -314,6 +315,7 @@ async def _acquire(
     max_bytes: int,
     max_wait_s: float,
     settings: ShareSettings,
+    record_limit: bool = False,
 ) -> dict[ShareKey, tuple[ReadResult | None, list[Acquired], bytes]]:
     """Read each partition where its next deliverable record is and acquire what it
     holds; wait (up to ``max_wait_s``) while there is nothing."""
@@ -353,7 +355,7 @@ async def _acquire(
             if 0 <= state.start < result.log_start:
                 state.move_start(result.log_start)
             batches = [b for b, _, _ in result.batches]
-            got, sent = state.acquire(member_id, batches, max_records, now, limits)
+            got, sent = state.acquire(member_id, batches, max_records, now, limits, record_limit)
             # Written only when it changed (a poll finding nothing new writes nothing).
             return (state if got or state.to_json() != before else None), (got, sent)
 
@@ -486,11 +488,16 @@ async def share_fetch(broker: ShareView, ctx: RequestContext, request: Any) -> A
         max_records = max(1, int(getattr(request, "max_records", 500) or 500))
         max_bytes = min(int(request.max_bytes), broker.config.fetch_max_bytes)
         wait_s = max(0, int(request.max_wait.total_seconds() * 1000)) / 1000
-        if fetching:
+        # ShareFetch v2: a request carrying renew acknowledgements only renews (Kafka's
+        # IsRenewAck); acquire mode 1 is record-limit.
+        renew_only = bool(getattr(request, "is_renew_ack", False))
+        record_limit = getattr(request, "share_acquire_mode", 0) == RECORD_LIMIT
+        if fetching and not renew_only:
             try:
                 got = await _acquire(
-                    broker, group_id, member_id, fetching, max_records, max_bytes, wait_s, settings
-                )
+                    broker, group_id, member_id, fetching, max_records, max_bytes, wait_s,
+                    settings, record_limit,
+                )  # fmt: skip
             except (ShareConflict, CoordinatorUnavailable):
                 for a in fetching:
                     entry(a)["error_code"] = int(ErrorCode.kafka_storage_error)

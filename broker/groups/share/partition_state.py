@@ -140,11 +140,13 @@ class SharePartitionState:
         max_records: int,
         now_ms: int,
         limits: Limits,
+        record_limit: bool = False,
     ) -> tuple[list[Acquired], list[int]]:
         """Acquire for ``member_id`` what ``batches`` (read from the log, in order) hold that
         is available, whole batches at a time until ``max_records`` is reached (Kafka's
-        batch-optimized mode may exceed it to keep batches whole). Returns the acquired
-        runs and the indexes of the batches that hold them (the ones to send)."""
+        batch-optimized mode may exceed it to keep batches whole; ``record_limit``, ShareFetch
+        v2's record-limit mode, stops at ``max_records`` inside a batch). Returns the
+        acquired runs and the indexes of the batches that hold them (the ones to send)."""
         self.expire_locks(now_ms, limits)
         lock_until = now_ms + limits.lock_ms
         acquired: list[int] = []
@@ -167,6 +169,8 @@ class SharePartitionState:
                 break
             taken = False
             for offset in range(max(batch.base_offset, self.start), batch.last_offset + 1):
+                if record_limit and len(acquired) >= max_records:
+                    break
                 if offset >= self.next:
                     rec = self.records[offset] = Record(ACQUIRED, 1, member_id, lock_until)
                     self.next = offset + 1
