@@ -23,6 +23,7 @@ R = TypeVar("R")
 # (None: nothing changed) and the answer for the caller.
 Change = Callable[[ShareKey, SharePartitionState | None], tuple[SharePartitionState | None, R]]
 ATTEMPTS = 12
+MAX_KEPT = 50_000  # share-partition states kept in memory
 # Between attempts after a conflict: a random pause, doubling (brokers that collided
 # once should not collide again in lock step).
 BACKOFF_S = 0.002
@@ -47,6 +48,10 @@ class SharePartitions:
         return lock
 
     async def _fill(self, group_id: str, keys: Sequence[ShareKey]) -> None:
+        if len(self._kept) > MAX_KEPT:
+            # What is kept is only a head start (every write compares versions): past the
+            # bound, start over rather than grow with every group ever served.
+            self._kept.clear()
         missing = [k for k in keys if (group_id, k) not in self._kept]
         if not missing:
             return

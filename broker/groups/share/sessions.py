@@ -1,7 +1,8 @@
 """Share sessions (KIP-932's ShareSessionEpoch), in this broker's memory: a member's
 ShareFetch with epoch 0 opens one with the partitions it names; the next requests
 carry epochs 1, 2, ... and add partitions (or forget them) incrementally; epoch -1 closes
-it, and the member's acquired records of its partitions are given back."""
+it, and the member's acquired records of its partitions are given back. When the cache
+is full, opening a session drops the least recently used one."""
 
 from __future__ import annotations
 
@@ -47,15 +48,20 @@ class ShareSessions:
     def open(self, group_id: str, member_id: str) -> tuple[int, ShareSession | None]:
         key = (group_id, member_id)
         if key not in self._sessions and len(self._sessions) >= self.max_sessions:
-            return int(ErrorCode.share_session_limit_reached), None
+            # A member that died never closes its session: the least recently used one
+            # goes (its records' locks run out on their own).
+            del self._sessions[next(iter(self._sessions))]
         # Epoch 0 opened it; the request's own advance() makes the next one 1.
         session = self._sessions[key] = ShareSession(group_id, member_id, next_epoch=0)
         return 0, session
 
-    @staticmethod
     def advance(
-        session: ShareSession, added: Iterable[ShareKey], forgotten: Iterable[ShareKey]
+        self, session: ShareSession, added: Iterable[ShareKey], forgotten: Iterable[ShareKey]
     ) -> None:
+        key = (session.group_id, session.member_id)
+        if self._sessions.get(key) is session:  # most recently used last
+            del self._sessions[key]
+            self._sessions[key] = session
         for key in added:
             session.partitions[key] = None
         for key in forgotten:
