@@ -260,10 +260,11 @@ async def _release(
 
 async def _initialize(
     broker: ShareView, group_id: str, asked: Sequence[_Asked], settings: ShareSettings
-) -> None:
+) -> dict[ShareKey, int]:
     """Share-partitions fetched for the first time start where ``share.auto.offset.reset``
     says: the log end (latest, Kafka's default), its start (earliest), or the first
-    record at most that long ago (by_duration:)."""
+    record at most that long ago (by_duration:). Returns the errors of those whose log
+    could not say (NOT_LEADER_OR_FOLLOWER on a classic partition's follower, ...)."""
     share = broker.share
     keys = [a.key for a in asked]
     states = await share.partitions.peek(group_id, keys)
@@ -275,11 +276,14 @@ async def _initialize(
     else:
         timestamp = LATEST
     starts: dict[ShareKey, int] = {}
+    errors: dict[ShareKey, int] = {}
     for a in asked:
         if states[a.key] is not None or a.topic is None:
             continue
-        offset = await _offset_for(broker, a.key, timestamp, settings.read_committed)
-        if offset >= 0:
+        error, offset = await _offset_for(broker, a.key, timestamp, settings.read_committed)
+        if error:
+            errors[a.key] = error
+        else:
             starts[a.key] = offset
 
     def change(key: ShareKey, state: SharePartitionState | None) -> tuple[Any, None]:
@@ -289,10 +293,13 @@ async def _initialize(
 
     if starts:
         await share.partitions.update(group_id, list(starts), change)
+    return errors
 
 
-async def _offset_for(broker: ShareView, key: ShareKey, timestamp: int, committed: bool) -> int:
-    """ListOffsets of one partition (-1 on an error); a timestamp past every record
+async def _offset_for(
+    broker: ShareView, key: ShareKey, timestamp: int, committed: bool
+) -> tuple[int, int]:
+    """ListOffsets of one partition: (error, offset); a timestamp past every record
     answers the log end."""
     for ask in (timestamp, LATEST) if timestamp >= 0 else (timestamp,):
         log = broker.router.route(
@@ -300,10 +307,10 @@ async def _offset_for(broker: ShareView, key: ShareKey, timestamp: int, committe
         )
         [answer] = await log.list_offsets([OffsetAsk(key.topic_id, key.partition, ask)], committed)
         if answer.error:
-            return -1
+            return answer.error, -1
         if answer.offset >= 0:
-            return answer.offset
-    return -1
+            return 0, answer.offset
+    return int(ErrorCode.unknown_server_error), -1
 
 
 async def _acquire(
@@ -324,8 +331,10 @@ async def _acquire(
     read_committed = settings.read_committed  # share.isolation.level
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
-    await _initialize(broker, group_id, asked, settings)
-    by_key = {a.key: a for a in asked}
+    # Partitions whose start could not be found are answered with the error at once (the
+    # client looks for the partition's leader and comes back).
+    failed = await _initialize(broker, group_id, asked, settings)
+    by_key = {a.key: a for a in asked if a.key not in failed}
     while True:
         now = share.clock_ms()
         states = await share.partitions.peek(group_id, list(by_key))
@@ -360,7 +369,9 @@ async def _acquire(
             return (state if got or state.to_json() != before else None), (got, sent)
 
         acquired = await share.partitions.update(group_id, list(results), change)
-        out: dict[ShareKey, tuple[ReadResult | None, list[Acquired], bytes]] = {}
+        out: dict[ShareKey, tuple[ReadResult | None, list[Acquired], bytes]] = {
+            key: (ReadResult(error), [], b"") for key, error in failed.items()
+        }
         for key, result in results.items():
             got, sent = acquired.get(key, ([], []))
             data = b"".join(
