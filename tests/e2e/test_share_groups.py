@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import AcknowledgeType as Ack
-from confluent_kafka import Producer, ShareConsumer
+from confluent_kafka import KafkaError, KafkaException, Producer, ShareConsumer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -60,8 +60,19 @@ def create(broker: SluiceBroker, kind: str, hint: str) -> str:
     topic = unique_topic(f"share-{kind}-{hint}")
     config = {"diskless.enable": "false"} if kind == "classic" else {}
     admin = AdminClient({"bootstrap.servers": bootstrap(broker)})
-    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
-    return topic
+    end = time.monotonic() + 30
+    while True:
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
+            return topic
+        except KafkaException as exc:
+            # A broker just started listens before the controller unfenced it (the same
+            # on main): classic placement refuses until then.
+            if exc.args[0].code() != KafkaError.INVALID_REPLICATION_FACTOR:
+                raise
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
 
 
 def consumer(broker: SluiceBroker, group: str, topic: str, **extra: str) -> ShareConsumer:
