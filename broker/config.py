@@ -183,6 +183,15 @@ class BrokerConfig:
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+    # Share groups (KIP-932; Kafka's names and defaults): how long a delivered record stays
+    # locked to its consumer, how often a record is delivered before it is archived, the
+    # members' session timeout and heartbeat interval, and the most records in flight per
+    # share-partition.
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_delivery_count_limit: int = 5
+    group_share_session_timeout_ms: int = 45_000
+    group_share_heartbeat_interval_ms: int = 5_000
+    group_share_partition_max_record_locks: int = 2000
     # Transactions (Kafka's names and defaults): the longest transaction.timeout.ms a
     # producer may ask for, and how often the coordinator aborts timed-out transactions.
     transaction_max_timeout_ms: int = 900_000

@@ -10,6 +10,7 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Sequence
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
@@ -18,6 +19,8 @@ from broker.fetch.fetch_sessions import FetchSessionCache
 from broker.groups.held_groups import GroupConfig
 from broker.groups.lag import LATEST_OFFSET, group_lags, lag_loop
 from broker.groups.service import GroupService
+from broker.groups.share.group_configs import ShareConfig
+from broker.groups.share.service import ShareService
 from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.logs.classic.kafka_client import KafkaConnection
 from broker.logs.classic.replica_manager import ReplicaManager
@@ -129,6 +132,15 @@ class Broker:
             GroupConfig.from_broker(config),
             group_store,
         )
+        # Share groups (KIP-932): membership in memory, share-partition state in the
+        # coordinator database (storage/share_groups).
+        from storage.backends import share_state_store
+
+        self.share = ShareService(
+            ShareConfig.from_broker(config),
+            share_state_store(config, coordinator),
+            self._share_topics,
+        )
         # Transactions: all state in the coordinator database; markers as one object each.
         marker_writer = MarkerWriter(
             store, coordinator, self.cache, config.node_id, self.watch.notify
@@ -207,6 +219,15 @@ class Broker:
         metadata = remote_log_metadata(self.config, self.coordinator)
         self._tiered = TieringManager(replicas, metadata)  # type: ignore[arg-type]
         return self._tiered
+
+    def _share_topics(self, names: Sequence[str]) -> dict[str, tuple[uuid.UUID, int]]:
+        """The subscribed topics a share group's assignor sees: id and partition count."""
+        found = {}
+        for name in names:
+            topic = self.topics.get(name)
+            if topic is not None:
+                found[name] = (topic.topic_id, topic.partitions)
+        return found
 
     @property
     def port(self) -> int:
@@ -323,6 +344,7 @@ class Broker:
         await self.coordinator.start()
         await self.catalog.start()
         await self.groups.start()
+        await self.share.start()
         self.cluster_id = await self.coordinator.cluster_id(_proposed_cluster_id(self.config))
         if self.controller is not None:
             # Topics come from the image: follow the metadata log before serving.
@@ -453,6 +475,7 @@ class Broker:
         if self._http is not None:
             await self._http.close()
         await self.groups.close()
+        await self.share.close()
         await self.catalog.close()
         await self.coordinator.close()
         await self.store.close()
@@ -634,6 +657,7 @@ class BrokerStorageListener:
         # As DeleteTopics does without a controller (broker/admin/topics_admin.py).
         await self._broker.coordinator.delete_logs(topic_ids, int(time.time() * 1000))
         await self._broker.groups.offsets.topics_deleted(topic_ids)
+        await self._broker.share.topics_deleted(topic_ids)
 
     async def image_changed(self) -> None:
         await self._broker.topics.load()

@@ -17,6 +17,7 @@ from storage.catalog import TopicCatalog
 from storage.coordinator import BatchCoordinator
 from storage.groups import GroupStore
 from storage.objects import ObjectStore
+from storage.share_groups import ShareStateStore
 
 
 class StorageConfig(Protocol):
@@ -140,3 +141,18 @@ def remote_log_metadata(config: StorageConfig, coordinator: BatchCoordinator) ->
     if isinstance(coordinator, PostgresCoordinator):
         return PostgresRemoteLogMetadata(coordinator.pool)  # share its pool
     return PostgresRemoteLogMetadata(config.coordinator_dsn)
+
+
+def share_state_store(config: StorageConfig, coordinator: BatchCoordinator) -> ShareStateStore:
+    """Share groups' share-partition state (storage.share_groups), in the coordinator's
+    database."""
+    if config.coordinator == "sqlite":
+        from storage.share_groups.sqlite import SqliteShareStateStore
+
+        return SqliteShareStateStore(os.path.join(config.data_dir, "coordinator.db"))
+    from storage.coordinator.postgres import PostgresCoordinator
+    from storage.share_groups.postgres import PostgresShareStateStore
+
+    if isinstance(coordinator, PostgresCoordinator):
+        return PostgresShareStateStore(coordinator.pool)  # share its pool
+    return PostgresShareStateStore(config.coordinator_dsn)

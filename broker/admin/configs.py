@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from broker.config import SENSITIVE_KEYS, TOPIC_DEFAULT_KEYS, BrokerConfig, is_sensitive
+from broker.groups.share.group_configs import InvalidGroupConfig
 from broker.metadata import topic_config
 from broker.metadata.controller_client import ControllerRefused
 from broker.security import access
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32  # group configs: share groups' (broker/groups/share/group_configs.py)
 # Never shown (broker/config.py is_sensitive): passwords, JAAS configs, a DSN's password.
 SENSITIVE_BROKER_KEYS = SENSITIVE_KEYS
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -316,6 +318,11 @@ async def describe_configs(broker: HandlerView, ctx: RequestContext, request: An
                     _broker_configs(broker.config, keys, with_synonyms) if res.resource_name else []
                 )
                 entry["configs"] = static + _dynamic_broker_configs(broker, res.resource_name, keys)
+        elif res.resource_type == RESOURCE_GROUP:
+            share_configs = broker.share.configs  # type: ignore[attr-defined]
+            entry["configs"] = await share_configs.describe(
+                res.resource_name, keys, with_docs, with_synonyms
+            )
         else:
             entry.update(
                 error_code=int(ErrorCode.invalid_request),
@@ -420,6 +427,10 @@ def _denied(broker: HandlerView, ctx: RequestContext, res: Any, operation: AclOp
         return access.topic_error(broker, ctx, operation, res.resource_name)
     if res.resource_type == RESOURCE_BROKER and not access.cluster(broker, ctx, operation):
         return int(ErrorCode.cluster_authorization_failed)
+    if res.resource_type == RESOURCE_GROUP and not access.group(
+        broker, ctx, operation, res.resource_name
+    ):
+        return int(ErrorCode.group_authorization_failed)
     return 0
 
 
@@ -454,6 +465,12 @@ async def _alter(
             if res.resource_type == RESOURCE_BROKER:
                 await _alter_broker_resource(broker, res, request.validate_only)
                 continue
+            if res.resource_type == RESOURCE_GROUP:
+                share_configs = broker.share.configs  # type: ignore[attr-defined]
+                await share_configs.alter_resource(
+                    res.resource_name, res.configs, request.validate_only
+                )
+                continue
             if res.resource_type != RESOURCE_TOPIC:
                 raise _Refused(
                     ErrorCode.invalid_request, f"Unsupported resource type {res.resource_type}"
@@ -468,7 +485,7 @@ async def _alter(
             await broker.topics.alter_configs(res.resource_name, changes, request.validate_only)
         except _Refused as exc:
             entry.update(error_code=int(exc.code), error_message=exc.message)
-        except InvalidConfig as exc:
+        except (InvalidConfig, InvalidGroupConfig) as exc:
             entry.update(error_code=int(ErrorCode.invalid_config), error_message=str(exc))
         except TopicNotFound:
             entry.update(error_code=int(ErrorCode.unknown_topic_or_partition))

@@ -189,6 +189,7 @@ async def delete_topics(broker: TopicsAdminView, ctx: RequestContext, request: A
             topic = await broker.topics.delete(name, int(time.time() * 1000))
             entry["topic_id"] = topic.topic_id
             await broker.groups.offsets.topics_deleted([topic.topic_id])
+            await broker.share.topics_deleted([topic.topic_id])  # type: ignore[attr-defined]
         except TopicNotFound:
             entry["error_code"] = int(ErrorCode.unknown_topic_or_partition)
             entry["error_message"] = "This server does not host this topic-partition."

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.share.admin import delete_share_groups, list_share_groups
 from broker.security import access
 from broker.security.authorized_operations import NOT_REQUESTED
 from common.acl import AclOperation
@@ -16,9 +17,10 @@ if TYPE_CHECKING:
 
 
 async def list_groups(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
-    error, groups = await broker.groups.admin.list_groups(
-        getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
-    )
+    states, types = getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
+    error, groups = await broker.groups.admin.list_groups(states, types)
+    if not error:  # share groups (KIP-932): broker/groups/share/admin.py
+        groups = [*groups, *await list_share_groups(broker, states, types)]  # type: ignore[arg-type]
     if access.enabled(broker) and not access.cluster(broker, ctx, AclOperation.DESCRIBE):
         # Without DESCRIBE on the cluster, only the groups the caller may describe (Kafka).
         groups = [
@@ -74,6 +76,9 @@ async def delete_groups(broker: GroupsView, ctx: RequestContext, request: Any) -
     wanted = list(request.groups_names)
     allowed = [g for g in wanted if access.group(broker, ctx, AclOperation.DELETE, g)]
     done = dict(await broker.groups.admin.delete_groups(allowed)) if allowed else {}
+    unknown = [g for g, e in done.items() if e == ErrorCode.group_id_not_found]
+    if unknown:  # share groups (KIP-932): broker/groups/share/admin.py
+        done.update(await delete_share_groups(broker, unknown))  # type: ignore[arg-type]
     denied = int(ErrorCode.group_authorization_failed)
     return ctx.respond(
         {

@@ -36,6 +36,9 @@ from broker.groups import (
     group_offsets_handler,
 )
 from broker.groups.group_offsets_handler import OffsetsView
+from broker.groups.share import admin as share_admin
+from broker.groups.share import handlers as share_handlers
+from broker.groups.share.service import ShareView
 from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
 from broker.metadata.metadata_handler import MetadataView
 from broker.produce import produce_handler
@@ -60,6 +63,7 @@ class Services(
     TopicsAdminView,
     LogDirsView,
     MetadataView,
+    ShareView,
     Protocol,
 ):
     """Everything the handlers use: the union of their Protocols."""
@@ -123,6 +127,13 @@ def build_api_table(broker: Services) -> ApiTable:
         68: consumer_group_handler.consumer_group_heartbeat,
         69: consumer_group_handler.consumer_group_describe,
         75: describe_topic_partitions.handle,
+        76: share_handlers.heartbeat,
+        77: share_handlers.describe,
+        78: share_handlers.share_fetch,
+        79: share_handlers.share_acknowledge,
+        90: share_admin.describe_offsets,
+        91: share_admin.alter_offsets,
+        92: share_admin.delete_offsets,
     }
     table: ApiTable = {}
     for key, name, low, high in VERSIONS:

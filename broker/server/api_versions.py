@@ -69,6 +69,14 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (68, "ConsumerGroupHeartbeat", 0, 1),
     (69, "ConsumerGroupDescribe", 0, 1),
     (75, "DescribeTopicPartitions", 0, 0),
+    # Share groups (KIP-932), as Kafka 4.2 serves them: broker/groups/share/.
+    (76, "ShareGroupHeartbeat", 1, 1),
+    (77, "ShareGroupDescribe", 1, 1),
+    (78, "ShareFetch", 1, 2),
+    (79, "ShareAcknowledge", 1, 2),
+    (90, "DescribeShareGroupOffsets", 0, 1),
+    (91, "AlterShareGroupOffsets", 0, 0),
+    (92, "DeleteShareGroupOffsets", 0, 0),
 ]
 
 

@@ -187,15 +187,12 @@ INTENDED: list[Known] = [
         "describe_delegation_token",
     ),
     *_versions(
-        "no share groups (documented under Consumer groups)",
-        "share_*",
+        "the share coordinator's inter-broker APIs: share groups keep their state in the "
+        "coordinator database, which every broker reads and writes (docs/share-groups.md)",
         "initialize_share_group_state",
         "read_share_group_state*",
         "write_share_group_state",
         "delete_share_group_state",
-        "describe_share_group_offsets",
-        "alter_share_group_offsets",
-        "delete_share_group_offsets",
     ),
     *_versions(
         "no Kafka Streams groups (KIP-1071): the streams protocol is not served, Streams "

@@ -11,7 +11,8 @@ admin, produce with each compression type, consumer groups with commits, offsets
 deletes), transactions (commit with offsets, abort, an admin abort), the admin APIs each
 client has (groups, records, ACLs, configs, log dirs, elections, reassignments, client
 quotas, SCRAM users, transactions, producers), OffsetForLeaderEpoch on a classic topic,
-and PLAIN/SCRAM logins on the SASL listener.
+PLAIN/SCRAM logins on the SASL listener, and share groups (confluent-kafka's ShareConsumer,
+and kafka-share-groups.sh for the share-group admin APIs when Kafka's jars are there).
 
 The corpus is committed so the CI fuzz run is deterministic; re-run this only to refresh it.
 Frames are grouped per (client, API, version) and at most a few of each are kept. By
@@ -672,6 +673,75 @@ def _kcat_sasl(bootstrap: str, sasl_bootstrap: str) -> None:
         )
 
 
+def _confluent_share(bootstrap: str) -> None:
+    """Share groups (KIP-932): ShareGroupHeartbeat, ShareFetch and ShareAcknowledge from
+    confluent-kafka's ShareConsumer, group configs from its AdminClient."""
+    from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    topic, group = f"cap-share-{uuid.uuid4().hex[:6]}", f"cap-sg-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET
+    )
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+    _attempt(
+        "group config", lambda: admin.incremental_alter_configs([resource])[resource].result(10)
+    )
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(5):
+        producer.produce(topic, value=f"s{i}".encode())
+    producer.flush(10)
+    consumer = ShareConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "share.acknowledgement.mode": "explicit",
+        }
+    )
+    consumer.subscribe([topic])
+    end = time.monotonic() + 10
+    got = 0
+    while got < 5 and time.monotonic() < end:
+        for i, m in enumerate(consumer.poll(0.5)):
+            got += 1
+            consumer.acknowledge(m, AcknowledgeType.RELEASE if i == 0 else AcknowledgeType.ACCEPT)
+        consumer.commit_sync(10)
+    consumer.close()
+    _SHARED.append((group, topic))
+
+
+_SHARED: list[tuple[str, str]] = []  # (group, topic) the share workload left for the Java tool
+
+
+def _java_share_groups(bootstrap: str) -> None:
+    """kafka-share-groups.sh (Kafka's Java admin): ShareGroupDescribe and the share-group
+    offsets APIs, which no Python client sends. Skipped without Kafka's jars."""
+    try:
+        from tests.differential.kafka import ensure_jars, java_command
+
+        ensure_jars()
+    except Exception as exc:
+        print(f"skipping kafka-share-groups.sh: {exc}", file=sys.stderr)
+        return
+    tool = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+    group, topic = _SHARED[-1]
+    base = ["--bootstrap-server", bootstrap, "--group", group]
+    for args in (
+        ["--describe", "--members"],
+        ["--describe"],
+        ["--reset-offsets", "--to-earliest", "--topic", topic, "--execute"],
+        ["--delete-offsets", "--topic", topic],
+    ):
+        subprocess.run(java_command(tool, *base, *args), capture_output=True, timeout=120)
+
+
 def _plain(run: Callable[[str], None]) -> Callable[[str, str], None]:
     return lambda bootstrap, _sasl: run(bootstrap)
 
@@ -689,6 +759,8 @@ WORKLOADS: list[tuple[str, Callable[[str, str], None]]] = [
     ("kafka-python", _kafka_python_sasl),
     ("aiokafka", _aiokafka_sasl),
     ("kcat", _kcat_sasl),
+    ("confluent", _plain(_confluent_share)),
+    ("java", _plain(_java_share_groups)),
 ]
 
 

@@ -21,9 +21,12 @@ from broker.groups import group_admin_handler as groups_admin
 from broker.groups import group_offsets_handler as group_offsets
 from broker.groups.held_groups import GroupConfig
 from broker.groups.service import GroupService
+from broker.groups.share.group_configs import ShareConfig
+from broker.groups.share.service import ShareService
 from broker.server.api_table import VERSIONS
 from storage.catalog import Topic
 from storage.groups.sqlite import SqliteGroupStore
+from storage.share_groups.sqlite import SqliteShareStateStore
 from tests.unit._handlers import decode_answer, request_and_context, settled
 
 E = ErrorCode
@@ -53,8 +56,9 @@ class Topics:
 class FakeBroker:
     """What the group handlers use of a Broker: its groups and its topics (no authorizer)."""
 
-    def __init__(self, groups: GroupService) -> None:
+    def __init__(self, groups: GroupService, share: ShareService) -> None:
         self.groups = groups
+        self.share = share  # ListGroups and DeleteGroups cover share groups too
         self.topics = Topics()
         self.authorizer = None
 
@@ -67,10 +71,15 @@ async def broker(tmp_path: Path) -> AsyncIterator[FakeBroker]:
         GroupConfig(initial_rebalance_delay_ms=0, min_session_timeout_ms=1000),
         SqliteGroupStore(str(tmp_path / "coordinator.db")),
     )
+    share = ShareService(
+        ShareConfig(), SqliteShareStateStore(str(tmp_path / "coordinator.db")), lambda n: {}
+    )
     await groups.start()
+    await share.start()
     try:
-        yield FakeBroker(groups)
+        yield FakeBroker(groups, share)
     finally:
+        await share.close()
         await groups.close()
 
 
