@@ -36,7 +36,12 @@ from broker.groups import (
     group_offsets_handler,
 )
 from broker.groups.group_offsets_handler import OffsetsView
-from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
+from broker.metadata import (
+    describe_cluster,
+    describe_quorum,
+    describe_topic_partitions,
+    metadata_handler,
+)
 from broker.metadata.metadata_handler import MetadataView
 from broker.produce import produce_handler
 from broker.produce.produce_handler import ProduceView
@@ -116,6 +121,7 @@ def build_api_table(broker: Services) -> ApiTable:
         49: client_quotas_handler.alter_client_quotas,
         50: scram_credentials.describe,
         51: scram_credentials.alter,
+        55: describe_quorum.handle,
         60: describe_cluster.handle,
         61: transactions_handler.describe_producers,
         65: transactions_handler.describe_transactions,
