@@ -356,6 +356,35 @@ def test_verifiable_producer_and_consumer(tools: Tools, topic: str) -> None:
         reader.close()
     assert committed == ends and sum(ends) == 100, (committed, ends)
 
+    # kafka-consumer-groups on the group the verifiable consumer left: described with no
+    # lag, rewound to the start, deleted.
+    groups = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+    described = tools.admin_tool(groups, "--describe", "--group", group)
+    rows = [line.split() for line in described.splitlines() if line.startswith(group)]
+    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+    lags = {int(r[2]): r[5] for r in rows}
+    # A partition the producer left empty has no committed offset: shown as "-" if at all.
+    assert {p: lag for p, lag in lags.items() if lag != "-"} == {
+        p: "0" for p in range(2) if ends[p]
+    }, described
+    reset = tools.admin_tool(
+        groups, "--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+        "--execute",
+    )  # fmt: skip
+    new_offsets = [line.split() for line in reset.splitlines() if line.startswith(group)]
+    assert new_offsets and all(r[-1] == "0" for r in new_offsets), reset
+    reader = Consumer({**tools.admin_conf, "group.id": group})
+    try:
+        rewound = reader.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)
+    finally:
+        reader.close()
+    assert [max(tp.offset, 0) for tp in rewound] == [0, 0], rewound
+    deleted = tools.admin_tool(groups, "--delete", "--group", group)
+    assert f"Deletion of requested consumer groups ('{group}') was successful." in deleted
+    admin = tools.admin()
+    listed = admin.list_consumer_groups().result(10).valid
+    assert group not in {g.group_id for g in listed}
+
 
 def test_metadata_quorum(tools: Tools) -> None:
     quorum = "org.apache.kafka.tools.MetadataQuorumCommand"
