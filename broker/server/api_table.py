@@ -23,7 +23,6 @@ from broker.admin import (
     records_admin,
     scram_credentials,
     topics_admin,
-    unregister_broker,
 )
 from broker.admin.log_dirs import LogDirsView
 from broker.admin.topics_admin import TopicsAdminView
@@ -125,7 +124,6 @@ def build_api_table(broker: Services) -> ApiTable:
         55: describe_quorum.handle,
         60: describe_cluster.handle,
         61: transactions_handler.describe_producers,
-        64: unregister_broker.handle,
         65: transactions_handler.describe_transactions,
         66: transactions_handler.list_transactions,
         68: consumer_group_handler.consumer_group_heartbeat,

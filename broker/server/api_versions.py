@@ -64,8 +64,6 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (55, "DescribeQuorum", 0, 2),
     (60, "DescribeCluster", 0, 1),
     (61, "DescribeProducers", 0, 0),
-    # Forwarded to the controller (broker/admin/unregister_broker.py).
-    (64, "UnregisterBroker", 0, 0),
     (65, "DescribeTransactions", 0, 0),
     (66, "ListTransactions", 0, 2),
     # KIP-848's consumer group protocol (broker/groups/consumer_group_handler.py); v1

@@ -206,10 +206,11 @@ INTENDED: list[Known] = [
     *_versions(
         "KRaft quorum and feature administration: Sluice's controller quorum is its own Raft "
         "(static membership, documented), not Kafka's, so these are not served (DescribeQuorum "
-        "and UnregisterBroker are: the broker answers them with the controllers' help)",
+        "is: the broker answers it from the controllers' Raft status)",
         "add_raft_voter",
         "remove_raft_voter",
         "update_features",
+        "unregister_broker",
     ),
     *_versions("no JBOD: one log dir per broker (documented)", "alter_replica_log_dirs"),
     *_versions(
