@@ -10,7 +10,7 @@ confluent-kafka, kafka-python, aiokafka and kcat run an ordinary workload (metad
 admin, produce with each compression type, consumer groups with commits, offsets, configs,
 deletes), transactions (commit with offsets, abort, an admin abort), the admin APIs each
 client has (groups, records, ACLs, configs, log dirs, elections, reassignments, client
-quotas, SCRAM users, transactions, producers), OffsetForLeaderEpoch on a classic topic,
+quotas, SCRAM users, transactions, producers, the metadata quorum), OffsetForLeaderEpoch on a classic topic,
 and PLAIN/SCRAM logins on the SASL listener.
 
 The corpus is committed so the CI fuzz run is deterministic; re-run this only to refresh it.
@@ -490,6 +490,7 @@ def _kafka_python_admin(bootstrap: str, sasl_bootstrap: str) -> None:
     _attempt("describe log dirs", admin.describe_log_dirs)
     _attempt("describe log dirs of a topic", lambda: admin.describe_log_dirs([topic]))
     _attempt("describe topic partitions", lambda: admin.describe_topic_partitions([topic]))
+    _attempt("describe metadata quorum", admin.describe_metadata_quorum)
     _attempt("elect leaders", lambda: admin.elect_leaders(0, [TopicPartition(topic, 0)]))
     _attempt(
         "alter reassignments",
