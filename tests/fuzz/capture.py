@@ -10,8 +10,8 @@ confluent-kafka, kafka-python, aiokafka and kcat run an ordinary workload (metad
 admin, produce with each compression type, consumer groups with commits, offsets, configs,
 deletes), transactions (commit with offsets, abort, an admin abort), the admin APIs each
 client has (groups, records, ACLs, configs, log dirs, elections, reassignments, client
-quotas, SCRAM users, transactions, producers, the metadata quorum), OffsetForLeaderEpoch on a classic topic,
-and PLAIN/SCRAM logins on the SASL listener.
+quotas, SCRAM users, transactions, producers, the metadata quorum), OffsetForLeaderEpoch on
+a classic topic, and PLAIN/SCRAM logins on the SASL listener.
 
 The corpus is committed so the CI fuzz run is deterministic; re-run this only to refresh it.
 Frames are grouped per (client, API, version) and at most a few of each are kept. By
