@@ -46,8 +46,10 @@ async def describe(broker: HandlerView, ctx: RequestContext, request: Any) -> An
             {"mechanism": scram.MECHANISM_ID[mechanism], "iterations": entry.iterations}
         )
     results = []
-    # users null: every user with a credential.
-    names = list(by_user) if request.users is None else [u.name for u in request.users]
+    # Null or empty: every user with a credential (Kafka's schema says so, and its Java
+    # AdminClient sends an empty list to describe all, as `kafka-configs --describe
+    # --entity-type users` does).
+    names = list(by_user) if not request.users else [u.name for u in request.users]
     seen: set[str] = set()
     for name in names:
         if name in seen:

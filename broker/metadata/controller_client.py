@@ -264,6 +264,22 @@ class ControllerClient:
     def _results(cls: type[T], data: Any) -> list[T]:
         return [from_json(cls, item) for item in data.get("results", [])]
 
+    # --- the quorum ----------------------------------------------------------------------
+
+    async def quorum_status(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """Every configured controller's ``GET /v1/status`` (its Raft role, term, indexes;
+        the leader's view of its followers), asked at once: (base URL, answer or None when
+        it did not answer in time). No retries: a status is a snapshot for an operator."""
+
+        async def one(url: str) -> tuple[str, dict[str, Any] | None]:
+            try:
+                code, data = await self._attempt("GET", url + "/v1/status", None, None, 2.0)
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                return url, None
+            return url, data if code == 200 and isinstance(data, dict) else None
+
+        return list(await asyncio.gather(*(one(u) for u in self._urls)))
+
     # --- brokers -------------------------------------------------------------------------
 
     async def register(self, request: BrokerRegistrationRequest) -> tuple[RegistrationResult, int]:

@@ -39,7 +39,12 @@ from broker.groups.group_offsets_handler import OffsetsView
 from broker.groups.share import admin as share_admin
 from broker.groups.share import handlers as share_handlers
 from broker.groups.share.service import ShareView
-from broker.metadata import describe_cluster, describe_topic_partitions, metadata_handler
+from broker.metadata import (
+    describe_cluster,
+    describe_quorum,
+    describe_topic_partitions,
+    metadata_handler,
+)
 from broker.metadata.metadata_handler import MetadataView
 from broker.produce import produce_handler
 from broker.produce.produce_handler import ProduceView
@@ -120,6 +125,7 @@ def build_api_table(broker: Services) -> ApiTable:
         49: client_quotas_handler.alter_client_quotas,
         50: scram_credentials.describe,
         51: scram_credentials.alter,
+        55: describe_quorum.handle,
         60: describe_cluster.handle,
         61: transactions_handler.describe_producers,
         65: transactions_handler.describe_transactions,

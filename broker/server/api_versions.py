@@ -60,6 +60,8 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (49, "AlterClientQuotas", 0, 1),
     (50, "DescribeUserScramCredentials", 0, 0),
     (51, "AlterUserScramCredentials", 0, 0),
+    # Answered from the controllers' Raft status (broker/metadata/describe_quorum.py).
+    (55, "DescribeQuorum", 0, 2),
     (60, "DescribeCluster", 0, 1),
     (61, "DescribeProducers", 0, 0),
     (65, "DescribeTransactions", 0, 0),

@@ -202,6 +202,13 @@ class RaftCore:
     def is_leader(self) -> bool:
         return self.role == Role.LEADER
 
+    def follower_matches(self) -> dict[int, int]:
+        """The leader's view of each follower's log: the last index known to match its own
+        (0 until the follower answered). Empty unless leader."""
+        if self.role != Role.LEADER:
+            return {}
+        return {peer: pr.match for peer, pr in self._progress.items()}
+
     def hard_state(self) -> HardState:
         return HardState(self.term, self.vote, self.commit)
 

@@ -250,6 +250,10 @@ class RaftNode:
             "last_index": core.log.last_index,
             "snapshot_index": core.snapshot.index if core.snapshot else 0,
             "leader_changes": self.leader_changes,
+            "voters": sorted(self.config.voters),
+            # The leader's view of its followers (DescribeQuorum's voters, as Kafka's
+            # leader reports them): {voter id: last index known replicated there}.
+            "follower_match": {str(k): v for k, v in core.follower_matches().items()},
         }
 
     # --- the loop -----------------------------------------------------------------------------

@@ -202,8 +202,8 @@ INTENDED: list[Known] = [
     ),
     *_versions(
         "KRaft quorum and feature administration: Sluice's controller quorum is its own Raft "
-        "(static membership, documented), not Kafka's, so these are not served",
-        "describe_quorum",
+        "(static membership, documented), not Kafka's, so these are not served (DescribeQuorum "
+        "is: the broker answers it from the controllers' Raft status)",
         "add_raft_voter",
         "remove_raft_voter",
         "update_features",

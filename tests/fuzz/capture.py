@@ -10,9 +10,10 @@ confluent-kafka, kafka-python, aiokafka and kcat run an ordinary workload (metad
 admin, produce with each compression type, consumer groups with commits, offsets, configs,
 deletes), transactions (commit with offsets, abort, an admin abort), the admin APIs each
 client has (groups, records, ACLs, configs, log dirs, elections, reassignments, client
-quotas, SCRAM users, transactions, producers), OffsetForLeaderEpoch on a classic topic,
-PLAIN/SCRAM logins on the SASL listener, and share groups (confluent-kafka's ShareConsumer,
-and kafka-share-groups.sh for the share-group admin APIs when Kafka's jars are there).
+quotas, SCRAM users, transactions, producers, the metadata quorum), OffsetForLeaderEpoch on
+a classic topic, PLAIN/SCRAM logins on the SASL listener, and share groups (confluent-kafka's
+ShareConsumer, and kafka-share-groups.sh for the share-group admin APIs when Kafka's jars are
+there).
 
 The corpus is committed so the CI fuzz run is deterministic; re-run this only to refresh it.
 Frames are grouped per (client, API, version) and at most a few of each are kept. By
@@ -491,6 +492,7 @@ def _kafka_python_admin(bootstrap: str, sasl_bootstrap: str) -> None:
     _attempt("describe log dirs", admin.describe_log_dirs)
     _attempt("describe log dirs of a topic", lambda: admin.describe_log_dirs([topic]))
     _attempt("describe topic partitions", lambda: admin.describe_topic_partitions([topic]))
+    _attempt("describe metadata quorum", admin.describe_metadata_quorum)
     _attempt("elect leaders", lambda: admin.elect_leaders(0, [TopicPartition(topic, 0)]))
     _attempt(
         "alter reassignments",

@@ -28,6 +28,7 @@ from broker.fetch import leader_epoch, list_offsets
 from broker.fetch.fetch_sessions import FetchSessionCache
 from broker.logs.engines import log_router
 from broker.metadata import describe_cluster as cluster
+from broker.metadata import describe_quorum
 from broker.metadata import metadata_handler as metadata
 from broker.security.authorizer import Authorizer
 from broker.server.client_quotas import ClientQuotas
@@ -304,6 +305,18 @@ async def test_cluster_apis_need_cluster_operations() -> None:
     assert [p.error_code for p in answer.replica_election_results[0].partition_result] == [
         E.cluster_authorization_failed
     ] * 2
+
+
+async def test_quorum_needs_describe_on_the_cluster() -> None:
+    # Refused before the controllers are asked (FakeBroker's controller is untouchable).
+    answer = await call(
+        describe_quorum.handle,
+        FakeBroker(),
+        55,
+        2,
+        {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+    )
+    assert answer.error_code == E.cluster_authorization_failed and answer.topics == ()
 
 
 async def test_log_dirs_need_describe_on_the_cluster() -> None:

@@ -294,3 +294,31 @@ async def test_default_timeouts_replace_a_lost_leader_within_two_seconds(tmp_pat
     finally:
         for n in nodes.values():
             await n.stop()
+
+
+async def test_the_leaders_status_shows_what_each_follower_has(tmp_path: Path) -> None:
+    # DescribeQuorum (broker/metadata/describe_quorum.py) reports the voters' log end
+    # offsets from this: the leader's view of its followers, as Kafka's Raft leader does.
+    pairs = make_nodes(tmp_path)
+    nodes = [n for n, _ in pairs]
+    for n in nodes:
+        await n.start()
+    try:
+        leader = await wait_for_leader(nodes)
+        for i in range(5):
+            await leader.propose(b"v%d" % i, timeout=5)
+        last = leader.status()["last_index"]
+        followers = {str(n.node_id) for n in nodes if n is not leader}
+
+        def caught_up() -> bool:
+            matches = leader.status()["follower_match"]
+            assert isinstance(matches, dict)
+            return set(matches) == followers and all(m == last for m in matches.values())
+
+        await eventually(caught_up)
+        assert leader.status()["voters"] == [1, 2, 3]
+        follower = next(n for n in nodes if n is not leader)
+        assert follower.status()["follower_match"] == {}  # only a leader knows
+    finally:
+        for n in nodes:
+            await n.stop()
