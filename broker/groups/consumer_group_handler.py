@@ -95,7 +95,8 @@ async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, requ
         rack_id=request.rack_id,
         rebalance_timeout_ms=millis(request.rebalance_timeout),
         subscribed_topic_names=None if names is None else tuple(names),
-        subscribed_topic_regex=request.subscribed_topic_regex,
+        # v1+ (KIP-848 regular expressions): v0 has no such field.
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
         server_assignor=request.server_assignor,
         owned=owned,
         client_id=ctx.header.client_id or "",

@@ -719,6 +719,37 @@ def _confluent_share(bootstrap: str) -> None:
     _SHARED.append((group, topic))
 
 
+def _confluent_consumer_protocol(bootstrap: str) -> None:
+    """KIP-848 (group.protocol=consumer): ConsumerGroupHeartbeat from a consumer that joins,
+    consumes, commits and leaves; ConsumerGroupDescribe from the AdminClient."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
+
+    topic, group = f"cap-cg-{uuid.uuid4().hex[:6]}", f"cap-kip848-{uuid.uuid4().hex[:6]}"
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        producer.produce(topic, value=f"c{i}".encode())
+    producer.flush(10)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    end, got = time.monotonic() + 15, 0
+    while got < 3 and time.monotonic() < end:
+        if (m := consumer.poll(0.5)) is not None and not m.error():
+            got += 1
+    _attempt("commit", lambda: consumer.commit(asynchronous=False))
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    _attempt("describe", lambda: _results(admin.describe_consumer_groups([group])))
+    consumer.close()
+
+
 _SHARED: list[tuple[str, str]] = []  # (group, topic) the share workload left for the Java tool
 
 
@@ -726,7 +757,7 @@ def _java_share_groups(bootstrap: str) -> None:
     """kafka-share-groups.sh (Kafka's Java admin): ShareGroupDescribe and the share-group
     offsets APIs, which no Python client sends. Skipped without Kafka's jars."""
     try:
-        from tests.differential.kafka import ensure_jars, java_command
+        from sluice.launch.kafka import ensure_jars, java_command
 
         ensure_jars()
     except Exception as exc:
@@ -761,6 +792,7 @@ WORKLOADS: list[tuple[str, Callable[[str, str], None]]] = [
     ("kafka-python", _kafka_python_sasl),
     ("aiokafka", _aiokafka_sasl),
     ("kcat", _kcat_sasl),
+    ("confluent", _plain(_confluent_consumer_protocol)),
     ("confluent", _plain(_confluent_share)),
     ("java", _plain(_java_share_groups)),
 ]
