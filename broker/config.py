@@ -182,6 +182,11 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # A transactional id without an ongoing transaction for this long is forgotten.
     transactional_id_expiration_ms: int = 604_800_000
+    # The finalized level of Kafka's transaction.version feature that ApiVersions
+    # advertises: 2 is KIP-890 part 2 (Produce v12 adds partitions to the transaction
+    # itself, EndTxn v5 bumps the producer epoch at every end), which Kafka 4.x clients
+    # then use; 1 keeps them on AddPartitionsToTxn and one epoch per producer session.
+    transaction_version: int = 1
     # The classic topics' log cleaner (cleanup.policy=compact; Kafka's names): how long it
     # rests between rounds over the compacted partitions, and whether it runs at all.
     log_cleaner_backoff_ms: int = 15_000

@@ -219,3 +219,32 @@ async def test_describe_transactions_entries_as_kafka_fills_them() -> None:
     for entry in (unknown, empty):
         assert (entry.producer_id, entry.producer_epoch) == (0, 0)
         assert entry.transaction_start_time.timestamp() == 0
+
+
+class EndingTransactions(StubTransactions):
+    """EndTxn's two coordinator calls: up to v4 ``end``, from v5 ``end_tv2``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def end(self, *args: Any) -> int:
+        self.calls.append("end")
+        return NONE
+
+    async def end_tv2(self, tid: str, pid: int, epoch: int, commit: bool) -> tuple[int, int, int]:
+        self.calls.append("end_tv2")
+        return NONE, pid, epoch + 1
+
+
+async def test_end_txn_v5_bumps_the_epoch_and_answers_the_new_one() -> None:
+    """KIP-890 part 2: EndTxn v5 ends with an epoch bump and answers the producer id and
+    epoch to go on with; v4 ends without one (its answer has no such fields)."""
+    txns = EndingTransactions()
+    broker = Broker(txns)
+    request = {"transactional_id": "tx", "producer_id": 9, "producer_epoch": 3, "committed": True}
+    got = await answer(transactions.end_txn, broker, 26, 5, request)
+    assert (got.error_code, got.producer_id, got.producer_epoch) == (E.none, 9, 4)
+    got = await answer(transactions.end_txn, broker, 26, 4, request)
+    assert got.error_code == E.none
+    assert txns.calls == ["end_tv2", "end"]
