@@ -75,7 +75,9 @@ VERSIONS: list[tuple[int, str, int, int]] = [
 
 
 # KIP-890 part 2's versions, served (and advertised) with transaction.version 2.
-TV2_MAX_VERSIONS = {0: 12, 26: 5}
+# TxnOffsetCommit v5: the group joins the transaction with its first offsets (TV2 clients
+# send no AddOffsetsToTxn).
+TV2_MAX_VERSIONS = {0: 12, 26: 5, 28: 5}
 TRANSACTION_VERSION_FEATURE = "transaction.version"
 # Finalized features change only with a broker's configuration: one epoch (Kafka's is the
 # metadata offset; clients only compare epochs, and -1 would mean "unknown").

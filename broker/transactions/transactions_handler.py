@@ -78,8 +78,11 @@ _FENCED_SINCE = {
 _ABORTABLE_SINCE = {"AddPartitionsToTxn": 4, "TxnOffsetCommit": 4}
 
 
-# EndTxn v5 is KIP-890 part 2's: the producer's epoch is bumped at every end.
+# KIP-890 part 2's versions: EndTxn v5 bumps the producer's epoch at every end;
+# TxnOffsetCommit v5 adds the group to the transaction itself.
 TV2_END_TXN_VERSION = 5
+TV2_TXN_OFFSET_COMMIT_VERSION = 5
+NONE = int(ErrorCode.none)
 
 
 def for_version(api: str, version: int, error: int) -> int:
@@ -344,13 +347,24 @@ async def txn_offset_commit(broker: TransactionsView, ctx: RequestContext, reque
             pending.append(answer)
     if rows:
         try:
-            error = await broker.transactions.commit_offsets(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                request.group_id,
-                rows,
-            )
+            error = NONE
+            if version >= TV2_TXN_OFFSET_COMMIT_VERSION:
+                # KIP-890 part 2: the group joins the transaction here (the client sent
+                # no AddOffsetsToTxn), as Kafka's group coordinator adds it.
+                error = await broker.transactions.add(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    groups=[request.group_id],
+                )
+            if error == NONE:
+                error = await broker.transactions.commit_offsets(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    request.group_id,
+                    rows,
+                )
         except Exception as exc:
             error = _unavailable(exc, f"transactional offset commit of {request.group_id!r}")
         for answer in pending:

@@ -35,7 +35,7 @@ async def test_transaction_version_1_keeps_clients_on_version_1() -> None:
     got = await ask(1)
     assert finalized(got) == {"transaction.version": 1}
     assert got.finalized_features_epoch >= 0  # the client ignores an unknown epoch (-1)
-    assert ranges(got)[0] == (3, 11) and ranges(got)[26] == (0, 4)
+    assert ranges(got)[0] == (3, 11) and ranges(got)[26] == (0, 4) and ranges(got)[28] == (0, 4)
 
 
 async def test_transaction_version_2_is_finalized_with_produce_v12_and_end_txn_v5() -> None:
@@ -44,6 +44,6 @@ async def test_transaction_version_2_is_finalized_with_produce_v12_and_end_txn_v
     assert [(f.name, f.min_version, f.max_version) for f in got.supported_features] == [
         ("transaction.version", 0, 2)
     ]
-    assert ranges(got)[0] == (3, 12) and ranges(got)[26] == (0, 5)
+    assert ranges(got)[0] == (3, 12) and ranges(got)[26] == (0, 5) and ranges(got)[28] == (0, 5)
     # Older ApiVersions answers carry no features, only the ranges.
     assert ranges(await ask(2, version=2))[26] == (0, 5)
