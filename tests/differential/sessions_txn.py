@@ -49,6 +49,11 @@ def txn_batch(pid: int, epoch: int, seq: int, n: int = 2, ts: int = T0) -> bytes
     )
 
 
+# Without an explicit version the sessions speak transaction version 1, as written: the
+# newest versions before KIP-890 part 2 (s_txn_v2 asks for its own versions).
+_TV1_MAX = {"produce": 11, "end_txn": 4, "txn_offset_commit": 4}
+
+
 class Txn:
     """One transactional producer's requests, recorded under labels."""
 
@@ -58,6 +63,9 @@ class Txn:
         self.timeout_ms = timeout_ms
         self.pid = -1
         self.epoch = -1
+
+    def _tv1(self, api: str, version: int | None) -> int:
+        return min(self.s.version(api), _TV1_MAX[api]) if version is None else version
 
     def init(
         self, label: str, *, pid: int = -1, epoch: int = -1, version: int | None = None
@@ -156,7 +164,7 @@ class Txn:
                     }
                 ],
             },
-            version=version,
+            version=self._tv1("produce", version),
         )
 
     def end(
@@ -178,7 +186,7 @@ class Txn:
                 "producer_epoch": self.epoch if epoch is None else epoch,
                 "committed": commit,
             },
-            version=version,
+            version=self._tv1("end_txn", version),
             until=settled,
         )
 
@@ -235,7 +243,7 @@ class Txn:
                     }
                 ],
             },
-            version=version,
+            version=self._tv1("txn_offset_commit", version),
             until=lambda r: all(
                 code(p["error_code"]) not in TXN_COORDINATOR_WARMING
                 for t in r["topics"]
