@@ -198,6 +198,13 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # A transactional id without an ongoing transaction for this long is forgotten.
     transactional_id_expiration_ms: int = 604_800_000
+    # The finalized level of Kafka's transaction.version feature that ApiVersions
+    # advertises: 2 is KIP-890 part 2 (Produce v12 adds partitions to the transaction
+    # itself, EndTxn v5 bumps the producer epoch at every end), which Kafka 4.x clients
+    # then use; 0 or 1 keep them on AddPartitionsToTxn and one epoch per producer session.
+    # Every broker of a cluster must say the same: during a rolling upgrade from a version
+    # without it, 1 until all brokers run this one (as Kafka's kafka-features upgrade).
+    transaction_version: int = 2
     # The classic topics' log cleaner (cleanup.policy=compact; Kafka's names): how long it
     # rests between rounds over the compacted partitions, and whether it runs at all.
     log_cleaner_backoff_ms: int = 15_000
@@ -279,6 +286,10 @@ class BrokerConfig:
             raise ValueError(
                 f"authorizer.class.name {self.authorizer_class_name!r} is not supported: use "
                 "org.apache.kafka.metadata.authorizer.StandardAuthorizer (or acl)"
+            )
+        if self.transaction_version not in (0, 1, 2):
+            raise ValueError(
+                f"transaction.version must be 0, 1 or 2, not {self.transaction_version}"
             )
         if self.group_consumer_migration_policy.lower() != "disabled":
             policy = self.group_consumer_migration_policy

@@ -5,7 +5,7 @@ Through kio it costs ~70 µs (dict → entity via protocol.build, then kio's Pyt
 writer walking the schema), several times the rest of the request's handling when a
 producer sends small batches (16 KiB, the Java client's default, is ~60 requests per
 MiB). The layout is small and fixed per version, so it is written directly here; the
-unit tests hold it byte for byte to kio's encoding of every version served (3-11).
+unit tests hold it byte for byte to kio's encoding of every version served (3-12).
 Tagged fields (current_leader, node_endpoints) are never set by this broker and so
 are not written, as Kafka omits tagged fields at their defaults.
 """
@@ -65,7 +65,7 @@ class PartitionAnswer:
 def encode_produce_response(
     version: int, topics: Sequence[tuple[str, Sequence[PartitionAnswer]]], throttle_ms: int = 0
 ) -> EncodedResponse:
-    """The response body of ProduceResponse ``version`` (0-11)."""
+    """The response body of ProduceResponse ``version`` (0-12; v12 is v11's layout)."""
     flexible = version >= FLEXIBLE_VERSION
     fields = _PARTITION[5 if version >= 5 else 2 if version >= 2 else 0]
     out = bytearray()

@@ -14,7 +14,7 @@ from broker.logs.classic.txn_verification import Verification, verify_transactio
 from broker.logs.partition_log import AppendPlan, PartitionResult
 from broker.logs.router import Purpose, RoutedView
 from broker.metadata.client_az import az_from_client_id, count_bytes
-from broker.produce import recompress
+from broker.produce import implicit_add, recompress
 from broker.security import access
 from broker.security.principal import user_of
 from broker.server.client_quotas import throttle_connection
@@ -26,6 +26,7 @@ from protocol.compression import CODEC_MASK, ZSTD
 from protocol.produce_response import PartitionAnswer, encode_produce_response
 from protocol.records import BatchHeader, InvalidRecords, parse_batches
 from storage.catalog import Topic
+from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
     from broker.logs.diskless.diskless_append import Appender
@@ -79,6 +80,16 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     plan = AppendPlan(acks, int(request.timeout.total_seconds() * 1000))
     # KIP-890 verification of this request's transactional producer, asked at most once.
     verified: tuple[tuple[int, int], Verification] | None = None
+    # KIP-890 part 2: Produce v12+ adds the partitions to the transaction itself (the add
+    # is the classic partitions' verification); the refused ones answer why.
+    not_added: dict[PartitionKey, int] = {}
+    if (
+        precheck_error is None
+        and request.transactional_id is not None
+        and ctx.header.api_version >= implicit_add.TV2_PRODUCE_VERSION
+    ):
+        not_added, verified = await implicit_add.add_partitions(broker, ctx, request)
+        known = {}  # the topics may have changed meanwhile: looked up again
     for topic_data in request.topic_data:
         name = topic_data.name
         topic = known[name] if name in known else topics.get(name)
@@ -129,6 +140,9 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
                     f"{name}-{part.index}: {exc}",
                     reason=name,
                 )
+                continue
+            if not_added and (refused := not_added.get(PartitionKey(topic.topic_id, part.index))):
+                slots.append((name, part.index, PartitionResult(refused), None, ()))
                 continue
             log = logs.route(topic.topic_id, part.index, Purpose.APPEND)
             if log.needs_verification(topic, part.index, batches):

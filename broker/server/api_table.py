@@ -49,7 +49,7 @@ from broker.metadata.metadata_handler import MetadataView
 from broker.produce import produce_handler
 from broker.produce.produce_handler import ProduceView
 from broker.server import api_versions
-from broker.server.api_versions import VERSIONS
+from broker.server.api_versions import VERSIONS, versions  # noqa: F401 (tests import it here)
 from broker.server.connection import Api, ApiTable
 from broker.transactions import init_producer_id, transactions_handler, write_txn_markers
 from broker.transactions.init_producer_id import InitProducerIdView
@@ -142,7 +142,7 @@ def build_api_table(broker: Services) -> ApiTable:
         92: share_admin.delete_offsets,
     }
     table: ApiTable = {}
-    for key, name, low, high in VERSIONS:
+    for key, name, low, high in versions(broker.config.transaction_version):
         table[key] = Api(key, name, low, high, functools.partial(handlers[key], broker))
     table[18] = Api(
         18, "ApiVersions", 0, 3, table[18].handler, api_versions.unsupported_version_response

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 # key, name, min, max
 VERSIONS: list[tuple[int, str, int, int]] = [
+    # v12 is KIP-890 part 2 (the broker adds the partition to the transaction itself):
+    # served with transaction.version 2 only (versions()).
     (0, "Produce", 3, 11),
     (1, "Fetch", 4, 16),
     (2, "ListOffsets", 1, 8),
@@ -36,7 +38,7 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (23, "OffsetForLeaderEpoch", 2, 4),
     (24, "AddPartitionsToTxn", 0, 5),
     (25, "AddOffsetsToTxn", 0, 4),
-    # v5 is KIP-890 part 2 (an epoch bump per transaction), which needs transaction.version 2.
+    # v5 is KIP-890 part 2 (an epoch bump per transaction), with transaction.version 2 only.
     (26, "EndTxn", 0, 4),
     # Sent by transaction coordinators to the leaders of classic partitions.
     (27, "WriteTxnMarkers", 1, 1),
@@ -82,12 +84,54 @@ VERSIONS: list[tuple[int, str, int, int]] = [
 ]
 
 
-def _api_keys() -> list[dict[str, int]]:
-    return [{"api_key": k, "min_version": lo, "max_version": hi} for k, _, lo, hi in VERSIONS]
+# KIP-890 part 2's versions, served (and advertised) with transaction.version 2.
+# TxnOffsetCommit v5: the group joins the transaction with its first offsets (TV2 clients
+# send no AddOffsetsToTxn).
+TV2_MAX_VERSIONS = {0: 12, 26: 5, 28: 5}
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+# Finalized features change only with a broker's configuration: one epoch (Kafka's is the
+# metadata offset; clients only compare epochs, and -1 would mean "unknown").
+FINALIZED_FEATURES_EPOCH = 1
 
 
-async def handle(broker: object, ctx: RequestContext, request: Any) -> Any:
-    return ctx.respond({"error_code": 0, "api_keys": _api_keys(), "throttle_time": 0})
+def versions(transaction_version: int = 1) -> list[tuple[int, str, int, int]]:
+    """VERSIONS as served at this finalized transaction.version."""
+    if transaction_version < 2:
+        return list(VERSIONS)
+    return [(k, name, lo, TV2_MAX_VERSIONS.get(k, hi)) for k, name, lo, hi in VERSIONS]
+
+
+def _api_keys(transaction_version: int = 1) -> list[dict[str, int]]:
+    return [
+        {"api_key": k, "min_version": lo, "max_version": hi}
+        for k, _, lo, hi in versions(transaction_version)
+    ]
+
+
+def _features(transaction_version: int) -> dict[str, Any]:
+    """ApiVersions v3's features (tagged fields): transaction.version is what Kafka 4.x
+    producers read to choose KIP-890 part 2 (TransactionManager)."""
+    return {
+        "supported_features": [
+            {"name": TRANSACTION_VERSION_FEATURE, "min_version": 0, "max_version": 2}
+        ],
+        "finalized_features_epoch": FINALIZED_FEATURES_EPOCH,
+        "finalized_features": [
+            {
+                "name": TRANSACTION_VERSION_FEATURE,
+                "max_version_level": transaction_version,
+                "min_version_level": transaction_version,
+            }
+        ],
+    }
+
+
+async def handle(broker: Any, ctx: RequestContext, request: Any) -> Any:
+    tv = broker.config.transaction_version
+    body: dict[str, Any] = {"error_code": 0, "api_keys": _api_keys(tv), "throttle_time": 0}
+    if ctx.header.api_version >= 3:
+        body.update(_features(tv))
+    return ctx.respond(body)
 
 
 def unsupported_version_response() -> Any:

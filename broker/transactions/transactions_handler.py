@@ -78,6 +78,13 @@ _FENCED_SINCE = {
 _ABORTABLE_SINCE = {"AddPartitionsToTxn": 4, "TxnOffsetCommit": 4}
 
 
+# KIP-890 part 2's versions: EndTxn v5 bumps the producer's epoch at every end;
+# TxnOffsetCommit v5 adds the group to the transaction itself.
+TV2_END_TXN_VERSION = 5
+TV2_TXN_OFFSET_COMMIT_VERSION = 5
+NONE = int(ErrorCode.none)
+
+
 def for_version(api: str, version: int, error: int) -> int:
     if error == PRODUCER_FENCED and version < _FENCED_SINCE.get(api, 0):
         return INVALID_PRODUCER_EPOCH
@@ -248,21 +255,34 @@ async def end_txn(broker: TransactionsView, ctx: RequestContext, request: Any) -
                 "producer_epoch": request.producer_epoch,
             }
         )
+    version = ctx.header.api_version
+    # Up to v4 the answer has no producer fields (they are encoded from v5 only).
+    producer_id, producer_epoch = request.producer_id, request.producer_epoch
     try:
-        error = await broker.transactions.end(
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            request.committed,
-        )
+        if version >= TV2_END_TXN_VERSION:
+            # KIP-890 part 2: the end bumps the epoch; the answer names the new one.
+            error, producer_id, producer_epoch = await broker.transactions.end_tv2(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.committed,
+            )
+        else:
+            error = await broker.transactions.end(
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.committed,
+            )
     except Exception as exc:
         error = _unavailable(exc, f"ending the transaction of {request.transactional_id!r}")
+        producer_id = producer_epoch = -1
     return ctx.respond(
         {
             "throttle_time": 0,
-            "error_code": for_version("EndTxn", ctx.header.api_version, error),
-            "producer_id": request.producer_id,
-            "producer_epoch": request.producer_epoch,
+            "error_code": for_version("EndTxn", version, error),
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
         }
     )
 
@@ -327,13 +347,24 @@ async def txn_offset_commit(broker: TransactionsView, ctx: RequestContext, reque
             pending.append(answer)
     if rows:
         try:
-            error = await broker.transactions.commit_offsets(
-                request.transactional_id,
-                request.producer_id,
-                request.producer_epoch,
-                request.group_id,
-                rows,
-            )
+            error = NONE
+            if version >= TV2_TXN_OFFSET_COMMIT_VERSION:
+                # KIP-890 part 2: the group joins the transaction here (the client sent
+                # no AddOffsetsToTxn), as Kafka's group coordinator adds it.
+                error = await broker.transactions.add(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    groups=[request.group_id],
+                )
+            if error == NONE:
+                error = await broker.transactions.commit_offsets(
+                    request.transactional_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    request.group_id,
+                    rows,
+                )
         except Exception as exc:
             error = _unavailable(exc, f"transactional offset commit of {request.group_id!r}")
         for answer in pending:

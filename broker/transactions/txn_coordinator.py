@@ -32,6 +32,7 @@ from storage.transactions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
     CONCURRENT_TRANSACTIONS,
+    EMPTY,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
     NONE,
@@ -67,6 +68,8 @@ class Markers(Protocol):
     async def end(
         self, state: TransactionState, commit: bool, bump_epoch: bool, timed_out: bool = False
     ) -> int: ...
+
+    async def end_tv2(self, state: TransactionState, commit: bool) -> tuple[int, int, int]: ...
 
     def resend(self, state: TransactionState) -> None: ...
 
@@ -203,6 +206,62 @@ class TransactionCoordinator:
                 self._kick(error)
                 return error
         return CONCURRENT_TRANSACTIONS
+
+    async def end_tv2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> tuple[int, int, int]:
+        """EndTxn v5+ (KIP-890 part 2, transaction version 2): every end bumps the producer
+        epoch (the markers carry the bumped one, so a late batch of the ended transaction
+        is fenced everywhere), and the answer names the producer id and epoch to go on
+        with; (error, -1, -1) on error.
+
+        Kafka's rules for the epoch asked with (TransactionCoordinator.endTransaction,
+        transaction version 2): Ongoing and Empty take only the stored epoch; a completed
+        transaction takes the stored epoch (an abort then ends an empty transaction: the
+        producer may have begun one the coordinator never saw, e.g. when its first batch
+        was refused) or the one before (a retry: the same outcome is answered NONE with the
+        stored epoch, the other INVALID_TXN_STATE); while its classic markers are pending
+        (Kafka's Prepare*) only the retry is taken (the same outcome is
+        CONCURRENT_TRANSACTIONS until they are written). Any other epoch is PRODUCER_FENCED.
+        """
+        if not transactional_id:
+            return INVALID_REQUEST, -1, -1
+        outcome = COMPLETE_COMMIT if commit else COMPLETE_ABORT
+        for _ in range(_ATTEMPTS):
+            [state] = await self._db.txn_get([transactional_id])
+            if state is None or state.producer_id != producer_id:
+                return INVALID_PRODUCER_ID_MAPPING, -1, -1
+            retry = state.producer_epoch == producer_epoch + 1
+            current = state.producer_epoch == producer_epoch
+            if state.state in (ONGOING, EMPTY):
+                valid = current
+            elif state.markers_pending:
+                valid = retry
+            else:
+                valid = retry or current
+            if not valid:
+                return PRODUCER_FENCED, -1, -1
+            if state.markers_pending:
+                if state.state != outcome:
+                    return INVALID_TXN_STATE, -1, -1
+                self._kick(CONCURRENT_TRANSACTIONS)
+                return CONCURRENT_TRANSACTIONS, -1, -1
+            if state.state != ONGOING:
+                if retry:
+                    if state.state == outcome:
+                        return NONE, state.producer_id, state.producer_epoch
+                    return INVALID_TXN_STATE, -1, -1
+                if commit:
+                    return INVALID_TXN_STATE, -1, -1
+                state.partitions = []  # an empty transaction's abort: no markers
+            # The store asks the same of the epoch (the state may have moved meanwhile).
+            error, pid, epoch = await self._markers.end_tv2(state, commit)
+            if error != CONCURRENT_TRANSACTIONS:
+                return (error, pid, epoch) if error == NONE else (error, -1, -1)
+            if state.state != ONGOING:
+                self._kick(error)
+                return error, -1, -1
+        return CONCURRENT_TRANSACTIONS, -1, -1
 
     async def get(self, transactional_ids: Sequence[str]) -> list[TransactionState | None]:
         return await self._db.txn_get(transactional_ids)

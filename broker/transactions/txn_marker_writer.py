@@ -68,8 +68,20 @@ class MarkerWriter:
         """End ``state``'s ongoing transaction; returns the Kafka error code. ``timed_out``:
         the timeout sweep's abort, of that transaction only (the one started at
         ``state.started_ms``), not of one the producer began since."""
+        error, _, _ = await self._end(state, commit, bump_epoch, timed_out, tv2=False)
+        return error
+
+    async def end_tv2(self, state: TransactionState, commit: bool) -> tuple[int, int, int]:
+        """The producer's own end under KIP-890 part 2 (EndTxn v5+): the epoch is bumped
+        (see CompleteRequest.tv2). (error, producer id, epoch to go on with; -1 on error)."""
+        return await self._end(state, commit, bump_epoch=True, timed_out=False, tv2=True)
+
+    async def _end(
+        self, state: TransactionState, commit: bool, bump_epoch: bool, timed_out: bool, tv2: bool
+    ) -> tuple[int, int, int]:
         now_ms = int(time.time() * 1000)
-        # A coordinator abort fences the producer: its markers carry the bumped epoch.
+        # A coordinator abort fences the producer, and a TV2 end starts the producer's next
+        # epoch: either way its markers carry the bumped epoch.
         epoch = state.producer_epoch + 1 if bump_epoch else state.producer_epoch
         # Classic partitions' markers are sent to their leaders after the outcome is
         # recorded; recording them as pending in the same call lets another coordinator
@@ -95,7 +107,7 @@ class MarkerWriter:
                 await self._store.put(object_key, chunks)
             except ObjectStoreError as exc:
                 log.warning("uploading markers of %s failed: %s", state.transactional_id, exc)
-                return COORDINATOR_NOT_AVAILABLE
+                return COORDINATOR_NOT_AVAILABLE, -1, -1
         try:
             result = await self._coordinator.txn_complete(
                 CompleteRequest(
@@ -111,13 +123,14 @@ class MarkerWriter:
                     now_ms=now_ms,
                     pending=classic,
                     started_ms=state.started_ms if timed_out else -1,
+                    tv2=tv2,
                 )
             )
         except CoordinatorUnavailable as exc:
             log.warning("ending transaction %s failed: %s", state.transactional_id, exc)
             if markers and not exc.outcome_unknown:
                 await self._discard(object_key)
-            return COORDINATOR_NOT_AVAILABLE
+            return COORDINATOR_NOT_AVAILABLE, -1, -1
         if result.error == 0 and classic:
             # The outcome is decided (and the diskless partitions marked): the classic
             # partitions' leaders append theirs. EndTxn answers once they are replicated
@@ -130,13 +143,14 @@ class MarkerWriter:
                 commit,
                 marker_number(result.completions),
             )
+        answer = (result.error, result.producer_id, result.producer_epoch)
         if not result.registered:
             if markers:
                 await self._discard(object_key)
-            return result.error
+            return answer
         self._cache.put_object(object_key, chunks)
         self._notify(markers, result.offsets)
-        return result.error
+        return answer
 
     async def send_classic(
         self,

@@ -132,6 +132,12 @@ class CompleteRequest:
     # The timeout sweep's: end only the transaction that started then (>= 0), not a newer
     # one of the same producer epoch begun since the sweep read it (CONCURRENT_TRANSACTIONS).
     started_ms: int = -1
+    # KIP-890 part 2 (EndTxn v5+, with ``bump_epoch``): the producer's own end of a
+    # transaction bumps its epoch; an abort at the stored epoch when nothing is ongoing
+    # (Empty, Complete*) ends an empty transaction the same way; and a bump reaching
+    # MAX_PRODUCER_EPOCH moves the id to a new producer id at epoch 0 (the markers keep the
+    # old id and the bumped epoch). The result names the id and epoch to go on with.
+    tv2: bool = False
 
 
 @dataclass(slots=True)
@@ -147,6 +153,10 @@ class CompleteResult:
     # the transaction just ended (or, for a retry, of the one that ended it): its classic
     # markers carry it.
     completions: int = 0
+    # With NONE: the id's producer id and epoch after the call (a TV2 end's bumped ones,
+    # which EndTxn v5 answers); -1 otherwise.
+    producer_id: int = field(default=-1, compare=False)
+    producer_epoch: int = field(default=-1, compare=False)
 
 
 @dataclass(slots=True)

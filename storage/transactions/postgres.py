@@ -101,7 +101,7 @@ _ADD = "SELECT sluice_txn_add($1, $2, $3, $4, $5, $6, $7)"
 _COMMIT_OFFSETS = "SELECT sluice_txn_commit_offsets($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 _COMPLETE = (
     "SELECT * FROM sluice_txn_complete($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
-    " $14, $15, $16, $17)"
+    " $14, $15, $16, $17, $18)"
 )
 # sluice_refuse_sealed_batch (0011): a batch, here a marker, for a log sealed for classic.
 SEALED_LOG_SQLSTATE = "SL001"
@@ -261,6 +261,7 @@ class PostgresTransactions:
                 [k.topic_id for k in r.pending],
                 [k.partition for k in r.pending],
                 r.started_ms,
+                r.tv2,
                 write=True,
             )
         except asyncpg.PostgresError as exc:
@@ -269,7 +270,7 @@ class PostgresTransactions:
                 raise SealedLogRefused(str(exc)) from exc
             raise
         assert row is not None, "sluice_txn_complete answers one row"
-        return CompleteResult(row[0], list(row[2]), bool(row[1]), row[3])
+        return CompleteResult(row[0], list(row[2]), bool(row[1]), row[3], row[4], row[5])
 
     async def txn_pending_markers(self, limit: int) -> list[TransactionState]:
         rows = await self._pool.fetch(_PENDING_MARKERS, limit, write=False)

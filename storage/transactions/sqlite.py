@@ -433,10 +433,17 @@ def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
     (completions,) = cur.execute(_COMPLETIONS, (r.transactional_id,)).fetchone()
     if state.state == target and state.producer_epoch == r.producer_epoch + r.bump_epoch:
         # A retried EndTxn (or abort) whose first attempt completed: same answer, no change.
-        return CompleteResult(NONE, nothing, completions=completions)
+        return CompleteResult(
+            NONE,
+            nothing,
+            completions=completions,
+            producer_id=state.producer_id,
+            producer_epoch=state.producer_epoch,
+        )
     if state.producer_epoch != r.producer_epoch:
         return CompleteResult(PRODUCER_FENCED, nothing)
-    if state.state != ONGOING:
+    # KIP-890 part 2: a TV2 producer's abort with nothing ongoing ends an empty transaction.
+    if state.state != ONGOING and not (r.tv2 and not r.commit):
         return CompleteResult(INVALID_TXN_STATE, nothing)
     if r.started_ms >= 0 and state.started_ms != r.started_ms:
         # The timeout sweep read a transaction that has ended since; this is a new one
@@ -495,21 +502,21 @@ def txn_complete(cur: sqlite3.Cursor, r: CompleteRequest) -> CompleteResult:
     # the one bumped from, so that producer's KIP-360 re-initialisation gets the new epoch
     # back instead of PRODUCER_FENCED (Kafka 4.x: a producer whose transaction timed out
     # recovers by InitProducerId with its id and epoch).
+    producer_id, epoch, last_epoch = r.producer_id, r.producer_epoch + r.bump_epoch, -2
+    if r.tv2 and epoch >= MAX_PRODUCER_EPOCH:
+        # KIP-890 part 2: epochs never wrap; the id goes on with a new producer id.
+        (producer_id,) = cur.execute(_ALLOCATE_ONE).fetchone()
+        epoch, last_epoch = 0, -1
+    elif r.bump_epoch:
+        last_epoch = r.producer_epoch
     cur.execute(
-        "UPDATE transactions SET state = ?, producer_epoch = ?,"
+        "UPDATE transactions SET state = ?, producer_id = ?, producer_epoch = ?,"
         " updated_ms = ?, completions = completions + 1,"
-        " last_producer_epoch = CASE WHEN ? THEN ? ELSE last_producer_epoch END"
+        " last_producer_epoch = CASE WHEN ? = -2 THEN last_producer_epoch ELSE ? END"
         " WHERE transactional_id = ?",
-        (
-            target,
-            r.producer_epoch + r.bump_epoch,
-            r.now_ms,
-            r.bump_epoch,
-            r.producer_epoch,
-            r.transactional_id,
-        ),
+        (target, producer_id, epoch, r.now_ms, last_epoch, last_epoch, r.transactional_id),
     )
-    return CompleteResult(NONE, offsets, registered, completions + 1)
+    return CompleteResult(NONE, offsets, registered, completions + 1, producer_id, epoch)
 
 
 def txn_expired(cur: sqlite3.Cursor, now_ms: int, limit: int) -> list[TransactionState]:

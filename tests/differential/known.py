@@ -163,8 +163,9 @@ INTENDED: list[Known] = [
         "only (documented: Produce 3-11)",
     ),
     *_versions(
-        "transaction version 2 (KIP-890 part 2) is not offered (documented): Produce v12, "
-        "EndTxn v5, TxnOffsetCommit v5+ and WriteTxnMarkers v2 belong to it",
+        "transaction version 2 (KIP-890 part 2) is served with Produce v12, EndTxn v5 and "
+        "TxnOffsetCommit v5 (transaction.version, documented); Produce v13 (topic ids) and "
+        "WriteTxnMarkers v2 are not, nor with transaction.version 1 the TV2 versions",
         "produce[1]",
         "end_txn",
         "txn_offset_commit",
@@ -221,8 +222,9 @@ INTENDED: list[Known] = [
         "api_versions",
         "*",
         "supported_features*",
-        "Sluice advertises no feature flags: without transaction.version 2 and group.version "
-        "clients use transaction version 1 and classic groups, as documented",
+        "Sluice advertises one feature, transaction.version (its finalized level is the "
+        "broker's transaction.version config, documented), not Kafka's metadata.version, "
+        "group.version, kraft.version and others",
     ),
     Known("api_versions", "*", "finalized_features*", "as supported_features"),
     # --- topic kinds and configs ---

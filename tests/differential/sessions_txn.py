@@ -49,6 +49,11 @@ def txn_batch(pid: int, epoch: int, seq: int, n: int = 2, ts: int = T0) -> bytes
     )
 
 
+# Without an explicit version the sessions speak transaction version 1, as written: the
+# newest versions before KIP-890 part 2 (s_txn_v2 asks for its own versions).
+_TV1_MAX = {"produce": 11, "end_txn": 4, "txn_offset_commit": 4}
+
+
 class Txn:
     """One transactional producer's requests, recorded under labels."""
 
@@ -58,6 +63,9 @@ class Txn:
         self.timeout_ms = timeout_ms
         self.pid = -1
         self.epoch = -1
+
+    def _tv1(self, api: str, version: int | None) -> int:
+        return min(self.s.version(api), _TV1_MAX[api]) if version is None else version
 
     def init(
         self, label: str, *, pid: int = -1, epoch: int = -1, version: int | None = None
@@ -156,7 +164,7 @@ class Txn:
                     }
                 ],
             },
-            version=version,
+            version=self._tv1("produce", version),
         )
 
     def end(
@@ -178,7 +186,7 @@ class Txn:
                 "producer_epoch": self.epoch if epoch is None else epoch,
                 "committed": commit,
             },
-            version=version,
+            version=self._tv1("end_txn", version),
             until=settled,
         )
 
@@ -235,7 +243,7 @@ class Txn:
                     }
                 ],
             },
-            version=version,
+            version=self._tv1("txn_offset_commit", version),
             until=lambda r: all(
                 code(p["error_code"]) not in TXN_COORDINATOR_WARMING
                 for t in r["topics"]
@@ -505,3 +513,39 @@ def s_txn_admin(s: Side) -> None:
         producer_id_filters=[p.pid],
         state_filters=["CompleteCommit"],
     )
+
+
+@session()
+def s_txn_v2(s: Side) -> None:
+    """Transaction version 2 (KIP-890 part 2), as Kafka 4.x clients use it: Produce v12
+    adds the partition itself (no AddPartitionsToTxn), EndTxn v5 bumps the epoch and answers
+    it; retries with the old epoch, the other outcome, a late batch of the ended
+    transaction, an end with nothing ongoing, TxnOffsetCommit v5 without AddOffsetsToTxn."""
+    t, group = "txn-v2", "txn-v2-group"
+    s.create_topic(t)
+    find_transaction_coordinator(s, "diff-txn-v2")
+    find_group_coordinator(s, group)
+    p = Txn(s, "diff-txn-v2")
+    p.init("init")
+
+    def went_on(answer: Any) -> None:
+        # The epoch an EndTxn v5 answered is the one to go on with.
+        if isinstance(answer, dict) and str(answer.get("error_code", "")).startswith("none"):
+            p.epoch = answer["producer_epoch"]
+
+    p.produce("produce v12 without AddPartitionsToTxn", t, 0, 0, version=12)
+    first = p.epoch
+    done = p.end("commit (EndTxn v5)", True, version=5)
+    p.end("commit retried with the old epoch", True, version=5)
+    p.end("abort retried with the old epoch (the other outcome)", False, version=5)
+    went_on(done)
+    p.produce("a late batch of the ended transaction", t, 0, 1, epoch=first, version=12)
+    p.end("commit with the new epoch, nothing ongoing", True, version=5)
+    went_on(p.end("abort with the new epoch, nothing ongoing", False, version=5))
+    p.end("an epoch two behind", True, epoch=p.epoch - 2, version=5)
+    p.produce("produce v12 at the newest epoch", t, 0, 0, version=12)
+    p.commit_offsets("offsets v5 without AddOffsetsToTxn", group, t, 1, version=5)
+    went_on(p.end("commit (EndTxn v5) with offsets", True, version=5))
+    p.commit_offsets("offsets v5 with nothing ongoing at the new epoch", group, t, 1, version=5)
+    p.end("abort the transaction the offsets began", False, version=5)
+    _committed_offsets(s, "last stable offset", t)

@@ -37,7 +37,12 @@ def run_java(bootstrap: str, topic: str, mode: str, *args: str) -> dict[str, Any
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     ensure_jars()
     with fast_cluster(
-        tmp_path_factory, "java", brokers=3, racks=("az-a", "az-b", "az-c"), controllers=1
+        tmp_path_factory,
+        "java",
+        brokers=3,
+        racks=("az-a", "az-b", "az-c"),
+        controllers=1,
+        broker_options={"transaction.version": "2"},
     ) as local:
         yield local
 
@@ -50,7 +55,9 @@ def test_java_client(cluster: LocalCluster, topic: str, kind: str) -> None:
     assert admin["brokers"] == 3 and admin["partitions"] == 3 and admin["listed"]
     assert admin["cluster_id"]
     assert run_java(boot, name, "idempotent", "300") == {"acknowledged": 300}
-    assert run_java(boot, name, "transactions") == {"committed": 10, "aborted": 10}
+    # Transaction version 2 (KIP-890 part 2), which the cluster finalizes: the client adds
+    # partitions through Produce v12 and every end bumps the epoch (0 -> 2 here).
+    assert run_java(boot, name, "transactions") == {"committed": 10, "aborted": 10, "epoch": 2}
 
     committed = run_java(boot, name, "consume", f"g-rc-{kind}", "read_committed", "310")
     idem = {f"idem-{i}" for i in range(300)}
@@ -68,3 +75,41 @@ def test_java_client(cluster: LocalCluster, topic: str, kind: str) -> None:
     everything = run_java(boot, name, "consume", f"g-ru-{kind}", "read_uncommitted", "320")
     aborted = {f"aborted-{i}" for i in range(10)}
     assert sorted(everything["values"]) == sorted(idem | txn | aborted)
+
+    # Consume-transform-produce with the input offsets in each transaction (every third one
+    # aborted and read again): the output, read_committed, has each input value once.
+    run_java(boot, f"{name}-out", "admin", kind)
+    ctp = run_java(boot, name, "ctp", f"g-ctp-{kind}", "310")
+    assert ctp["processed"] == 310 and ctp["aborted_transactions"] >= 1
+    out = run_java(boot, f"{name}-out", "consume", f"g-out-{kind}", "read_committed", "310")
+    assert sorted(out["values"]) == sorted(v.upper() for v in idem | txn)
+
+
+@pytest.mark.parametrize("kind", ["diskless", "classic"])
+def test_java_producer_killed_mid_transaction_is_fenced_by_its_next_instance(
+    cluster: LocalCluster, topic: str, kind: str
+) -> None:
+    """SIGKILL of a transactional producer with records sent in its open transaction: the
+    next instance (same transactional.id) aborts it at initTransactions and commits its own;
+    a zombie of that instance cannot commit once a third one initialises. read_committed
+    sees exactly the committed records."""
+    boot = cluster.bootstrap
+    name = f"{topic}-kill-{kind}"
+    run_java(boot, name, "admin", kind)
+    tid = f"java-kill-{name}"
+    hung = subprocess.Popen(
+        java_command(str(PROGRAM), boot, name, "hang", tid),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert hung.stdout is not None
+        ready = hung.stdout.readline()  # printed once its records are acknowledged
+        assert ready.startswith('{"ready"'), hung.stderr.read() if hung.stderr else ready
+    finally:
+        hung.kill()
+        hung.wait(30)
+    assert run_java(boot, name, "fence", tid) == {"committed": 10, "fenced": True}
+    got = run_java(boot, name, "consume", f"g-kill-{kind}", "read_committed", "10")
+    assert sorted(got["values"]) == sorted(f"next-{i}" for i in range(10))

@@ -44,7 +44,7 @@ def _kio(version: int, topics: list[tuple[str, list[PartitionAnswer]]]) -> list[
     return encode_response(7, response)
 
 
-@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("version", range(3, 13))
 @pytest.mark.parametrize("seed", range(5))
 def test_same_bytes_as_kio(version: int, seed: int) -> None:
     # Every case has at least one topic with at least one partition (an empty answer would

@@ -219,3 +219,67 @@ async def test_describe_transactions_entries_as_kafka_fills_them() -> None:
     for entry in (unknown, empty):
         assert (entry.producer_id, entry.producer_epoch) == (0, 0)
         assert entry.transaction_start_time.timestamp() == 0
+
+
+class EndingTransactions(StubTransactions):
+    """EndTxn's two coordinator calls: up to v4 ``end``, from v5 ``end_tv2``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def end(self, *args: Any) -> int:
+        self.calls.append("end")
+        return NONE
+
+    async def end_tv2(self, tid: str, pid: int, epoch: int, commit: bool) -> tuple[int, int, int]:
+        self.calls.append("end_tv2")
+        return NONE, pid, epoch + 1
+
+
+async def test_end_txn_v5_bumps_the_epoch_and_answers_the_new_one() -> None:
+    """KIP-890 part 2: EndTxn v5 ends with an epoch bump and answers the producer id and
+    epoch to go on with; v4 ends without one (its answer has no such fields)."""
+    txns = EndingTransactions()
+    broker = Broker(txns)
+    request = {"transactional_id": "tx", "producer_id": 9, "producer_epoch": 3, "committed": True}
+    got = await answer(transactions.end_txn, broker, 26, 5, request)
+    assert (got.error_code, got.producer_id, got.producer_epoch) == (E.none, 9, 4)
+    got = await answer(transactions.end_txn, broker, 26, 4, request)
+    assert got.error_code == E.none
+    assert txns.calls == ["end_tv2", "end"]
+
+
+class AddingTransactions(StubTransactions):
+    """Records the groups added to the transaction; offsets commit only once added."""
+
+    def __init__(self, add_error: int = NONE) -> None:
+        super().__init__()
+        self.add_error = add_error
+        self.added: list[str] = []
+
+    async def add(
+        self, tid: str, pid: int, epoch: int, partitions: Any = (), groups: Any = ()
+    ) -> int:
+        if self.add_error == NONE:
+            self.added.extend(groups)
+        return self.add_error
+
+    async def commit_offsets(self, tid: str, pid: int, epoch: int, group: str, rows: Any) -> int:
+        return NONE if group in self.added else INVALID_TXN_STATE
+
+
+async def test_txn_offset_commit_v5_adds_the_group_to_the_transaction_itself() -> None:
+    """KIP-890 part 2: a TV2 client sends no AddOffsetsToTxn; TxnOffsetCommit v5 adds the
+    group (as Kafka's group coordinator does); v4 does not (the group must be added)."""
+    txns = AddingTransactions()
+    broker = Broker(txns)
+    got = await answer(transactions.txn_offset_commit, broker, 28, 4, txn_offset_commit(4))
+    assert got.topics[0].partitions[0].error_code == E.transaction_abortable
+    got = await answer(transactions.txn_offset_commit, broker, 28, 5, txn_offset_commit(5))
+    assert got.topics[0].partitions[0].error_code == E.none
+    assert txns.added == ["g"]
+    # A refused add is the answer: a fenced producer's commit is INVALID_PRODUCER_EPOCH.
+    fenced = Broker(AddingTransactions(PRODUCER_FENCED))
+    got = await answer(transactions.txn_offset_commit, fenced, 28, 5, txn_offset_commit(5))
+    assert got.topics[0].partitions[0].error_code == E.invalid_producer_epoch

@@ -148,6 +148,7 @@ class Producer:
         bump: bool = False,
         epoch: int | None = None,
         object_key: str | None = None,
+        tv2: bool = False,
     ) -> CompleteResult:
         return await self.c.txn_complete(
             CompleteRequest(
@@ -155,12 +156,13 @@ class Producer:
                 self.pid,
                 self.epoch if epoch is None else epoch,
                 commit,
-                bump,
+                bump or tv2,
                 object_key or key(),
                 1000,
                 7,
                 [marker(k) for k in parts],
                 NOW,
+                tv2=tv2,
             )
         )
 
@@ -706,6 +708,74 @@ async def test_bump_epoch_fences_the_producer(coordinator: BatchCoordinator) -> 
     assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, p.epoch + 1)
     r = await c.txn_init("tx", TIMEOUT, p.pid, p.epoch + 1, NOW)
     assert (r.error, r.producer_id, r.producer_epoch) == (NONE, p.pid, p.epoch + 2)
+
+
+async def test_a_tv2_end_bumps_the_epoch_and_the_next_transaction_starts_at_sequence_0(
+    coordinator: BatchCoordinator,
+) -> None:
+    """KIP-890 part 2: every end bumps the epoch (answered in the result); a late batch
+    of the ended transaction is fenced; the next one, at the new epoch, starts at 0."""
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10)
+    assert (await p.send(P10)).error == NONE
+    done = await p.end(True, P10, tv2=True)
+    assert (done.error, done.registered) == (NONE, True)
+    assert (done.producer_id, done.producer_epoch) == (p.pid, p.epoch + 1)
+    s = await p.state()
+    assert (s.state, s.producer_epoch) == (COMPLETE_COMMIT, p.epoch + 1)
+    # A retry of the ended transaction's batch (its old epoch) cannot reopen it.
+    assert (await commit(c, batch(P10, p.pid, p.epoch, 1)))[0].error == INVALID_PRODUCER_EPOCH
+    # A retried end with the old epoch is answered the same, with the new epoch.
+    again = await p.end(True, P10, tv2=True)
+    assert (again.error, again.registered) == (NONE, False)
+    assert (again.producer_id, again.producer_epoch) == (p.pid, p.epoch + 1)
+    p.epoch += 1
+    p.seq.clear()
+    assert await p.add(P10) == NONE
+    assert (await p.send(P10)).error == NONE  # sequence 0 at the new epoch
+    assert (await p.end(False, P10, tv2=True)).producer_epoch == p.epoch + 1
+    assert (await hwm(c), await lso(c)) == (4, 4)
+    assert (await find(c, 0)).aborted == [AbortedTransaction(p.pid, 2)]
+
+
+async def test_a_tv2_abort_with_nothing_ongoing_ends_an_empty_transaction(
+    coordinator: BatchCoordinator,
+) -> None:
+    """A TV2 producer may abort a transaction the coordinator never saw (its first batch
+    was refused): at the stored epoch that bumps it; a commit is INVALID_TXN_STATE."""
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.init()
+    # Without TV2 there is nothing to abort (as before).
+    assert (await p.end(False)).error == INVALID_TXN_STATE
+    assert (await p.end(True, tv2=True)).error == INVALID_TXN_STATE
+    done = await p.end(False, tv2=True)
+    assert (done.error, done.registered, done.producer_epoch) == (NONE, False, p.epoch + 1)
+    s = await p.state()
+    assert (s.state, s.producer_epoch) == (COMPLETE_ABORT, p.epoch + 1)
+    # Again from CompleteAbort at the new epoch: another empty transaction ended.
+    p.epoch += 1
+    assert (await p.end(False, tv2=True)).producer_epoch == p.epoch + 1
+    assert await count_rows(coordinator, "batches") == 0
+
+
+async def test_a_tv2_end_at_the_last_epoch_moves_to_a_new_producer_id(
+    coordinator: BatchCoordinator,
+) -> None:
+    await setup_logs(coordinator)
+    p = Producer(coordinator)
+    await p.init()
+    await _set_epoch(coordinator, "tx", 32766)
+    p.epoch = 32766
+    assert await p.add(P10) == NONE
+    done = await p.end(True, P10, tv2=True)
+    assert done.error == NONE and done.producer_id > p.pid and done.producer_epoch == 0
+    s = await p.state()
+    assert (s.producer_id, s.producer_epoch, s.state) == (done.producer_id, 0, COMPLETE_COMMIT)
+    # The marker closed the old producer id's transaction (at the int16 maximum epoch).
+    assert await lso(coordinator) == await hwm(coordinator)
 
 
 async def test_complete_errors_change_nothing(coordinator: BatchCoordinator) -> None:

@@ -11,6 +11,7 @@ from uuid import UUID
 from broker.logs.classic.classic_markers import ClassicMarkerSender
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
+from protocol.control_batch import parse_marker
 from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
 from storage.objects.block_cache import BlockCache
 from storage.objects.local import LocalObjectStore
@@ -19,9 +20,11 @@ from storage.transactions import (
     COMPLETE_ABORT,
     COMPLETE_COMMIT,
     CONCURRENT_TRANSACTIONS,
+    INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
     NONE,
     ONGOING,
+    PRODUCER_FENCED,
     TransactionState,
 )
 
@@ -283,3 +286,42 @@ async def test_ending_with_the_other_outcome_while_markers_are_pending_is_refuse
     await sender.acknowledge.pop()()
     assert await tc.end("tx", pid, epoch, True) == NONE
     assert await tc.end("tx", pid, epoch, False) == INVALID_TXN_STATE
+
+
+async def test_tv2_end_bumps_the_epoch_its_markers_carry_and_answers_retries_as_kafka(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    """KIP-890 part 2 (EndTxn v5, Kafka's TransactionCoordinator.endTransaction under
+    transaction version 2): the end bumps the epoch, the diskless marker and the classic
+    leaders' markers carry the bumped one; a retry with the old epoch gets NONE and the new
+    epoch (the other outcome INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS while the classic
+    markers are pending); a commit with the new epoch and nothing ongoing is
+    INVALID_TXN_STATE, an abort ends an empty transaction; older epochs are fenced."""
+    c = coordinator
+    await c.create_logs([DISKLESS, CLASSIC])
+    w, store, sender = writer(c, tmp_path, {CLASSIC})
+    state = await begin(c, DISKLESS, CLASSIC)
+    tc = TransactionCoordinator(c, w, 7, lambda: [], 900_000, 10_000)
+    pid, e = state.producer_id, state.producer_epoch
+    assert await tc.end_tv2("tx", pid, e + 1, True) == (PRODUCER_FENCED, -1, -1)
+    assert await tc.end_tv2("tx", pid + 1, e, True) == (INVALID_PRODUCER_ID_MAPPING, -1, -1)
+    assert await tc.end_tv2("tx", pid, e, True) == (NONE, pid, e + 1)
+    [key] = await objects(store)
+    assert parse_marker(await store.get_range(key, 0, 1 << 20)) == (pid, e + 1, True)
+    # Classic markers pending: the retry waits, the other outcome is refused at once.
+    assert await tc.end_tv2("tx", pid, e, True) == (CONCURRENT_TRANSACTIONS, -1, -1)
+    assert await tc.end_tv2("tx", pid, e, False) == (INVALID_TXN_STATE, -1, -1)
+    assert await tc.end_tv2("tx", pid, e + 1, False) == (PRODUCER_FENCED, -1, -1)
+    await sender.acknowledge.pop()()
+    assert await tc.end_tv2("tx", pid, e, True) == (NONE, pid, e + 1)
+    assert await tc.end_tv2("tx", pid, e, False) == (INVALID_TXN_STATE, -1, -1)
+    assert await tc.end_tv2("tx", pid, e - 1, True) == (PRODUCER_FENCED, -1, -1)
+    assert await tc.end_tv2("tx", pid, e + 1, True) == (INVALID_TXN_STATE, -1, -1)
+    assert await tc.end_tv2("tx", pid, e + 1, False) == (NONE, pid, e + 2)
+    assert await tc.end_tv2("tx", pid, e + 1, False) == (NONE, pid, e + 2)  # its retry
+    [got] = await c.txn_get(["tx"])
+    assert got is not None and (got.state, got.producer_epoch) == (COMPLETE_ABORT, e + 2)
+    # The next transaction at the new epoch ends with the next bump.
+    assert await c.txn_add("tx", pid, e + 2, [DISKLESS], [], NOW) == NONE
+    assert await tc.end_tv2("tx", pid, e + 2, True) == (NONE, pid, e + 3)
+    assert await batches(c, DISKLESS) == [0, 1]

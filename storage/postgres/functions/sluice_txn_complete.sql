@@ -4,7 +4,9 @@
 -- partitions (p_pending_*) as pending markers and the outcome, atomically. Arrays p_topic_ids
 -- .. p_timestamps: one element per marker. One row: r_error, r_registered, r_offsets (per
 -- marker, -1 when its log is gone or nothing was appended), r_completions (with r_error 0:
--- the id's completed-transaction count, the number its classic markers carry).
+-- the id's completed-transaction count, the number its classic markers carry),
+-- r_producer_id / r_producer_epoch (with r_error 0: the id's producer id and epoch after
+-- the call). p_tv2: KIP-890 part 2, see storage.transactions.CompleteRequest.tv2.
 CREATE OR REPLACE FUNCTION sluice_txn_complete(
     p_id text,
     p_pid bigint,
@@ -22,9 +24,10 @@ CREATE OR REPLACE FUNCTION sluice_txn_complete(
     p_now bigint,
     p_pending_topic_ids uuid[],
     p_pending_partitions integer[],
-    p_started_ms bigint
+    p_started_ms bigint,
+    p_tv2 boolean
 ) RETURNS TABLE (r_error integer, r_registered boolean, r_offsets bigint[],
-               r_completions integer)
+               r_completions integer, r_producer_id bigint, r_producer_epoch integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     n integer := coalesce(cardinality(p_topic_ids), 0);
@@ -37,6 +40,9 @@ DECLARE
     v_first bigint;
     v_min_open bigint;
     v_error integer;
+    v_pid bigint;
+    v_epoch integer;
+    v_last_epoch integer;
     t transactions%ROWTYPE;
     i integer;
 BEGIN
@@ -47,32 +53,34 @@ BEGIN
     SELECT * INTO t FROM transactions WHERE transactional_id = p_id FOR UPDATE;
     v_error := sluice_txn_check_producer(t, FOUND, p_pid, p_epoch);
     IF v_error = 49 THEN
-        RETURN QUERY SELECT 49, false, v_none, 0;
+        RETURN QUERY SELECT 49, false, v_none, 0, -1::bigint, -1;
         RETURN;
     END IF;
     IF sluice_txn_markers_pending(p_id) THEN
         -- The previous transaction's classic markers are not all written yet (Kafka's
         -- PrepareCommit/PrepareAbort): the client retries.
-        RETURN QUERY SELECT 51, false, v_none, 0;
+        RETURN QUERY SELECT 51, false, v_none, 0, -1::bigint, -1;
         RETURN;
     END IF;
     IF t.state = v_target AND t.producer_epoch = p_epoch + v_bump THEN
         -- A retry whose first attempt completed: the same answer, nothing changes.
-        RETURN QUERY SELECT 0, false, v_none, t.completions;
+        RETURN QUERY SELECT 0, false, v_none, t.completions, t.producer_id,
+            t.producer_epoch;
         RETURN;
     END IF;
     IF v_error <> 0 THEN
-        RETURN QUERY SELECT v_error, false, v_none, 0;
+        RETURN QUERY SELECT v_error, false, v_none, 0, -1::bigint, -1;
         RETURN;
     END IF;
-    IF t.state <> 'Ongoing' THEN
-        RETURN QUERY SELECT 48, false, v_none, 0;
+    -- KIP-890 part 2: a TV2 producer's abort with nothing ongoing ends an empty one.
+    IF t.state <> 'Ongoing' AND NOT (p_tv2 AND NOT p_commit) THEN
+        RETURN QUERY SELECT 48, false, v_none, 0, -1::bigint, -1;
         RETURN;
     END IF;
     IF p_started_ms >= 0 AND t.started_ms <> p_started_ms THEN
         -- The timeout sweep read a transaction that has ended since; this is a new one of
         -- the same producer epoch (maybe the same partitions): not the one that timed out.
-        RETURN QUERY SELECT 51, false, v_none, 0;
+        RETURN QUERY SELECT 51, false, v_none, 0, -1::bigint, -1;
         RETURN;
     END IF;
     -- The markers (each once) and the pending classic partitions must name exactly the
@@ -96,7 +104,7 @@ BEGIN
                SELECT 1 FROM txn_partitions p
                WHERE p.transactional_id = p_id AND p.topic_id = k.topic_id
                  AND p.partition = k.part)) THEN
-        RETURN QUERY SELECT 51, false, v_none, 0;
+        RETURN QUERY SELECT 51, false, v_none, 0, -1::bigint, -1;
         RETURN;
     END IF;
     -- A partition named classic holding the producer's open transaction in its diskless
@@ -107,7 +115,7 @@ BEGIN
         JOIN open_txns o ON o.topic_id = k.topic_id AND o.partition = k.part
         WHERE o.producer_id = p_pid
     ) THEN
-        RETURN QUERY SELECT 51, false, v_none, 0;
+        RETURN QUERY SELECT 51, false, v_none, 0, -1::bigint, -1;
         RETURN;
     END IF;
 
@@ -179,13 +187,23 @@ BEGIN
     SELECT DISTINCT p_id, k.topic_id, k.part
     FROM unnest(p_pending_topic_ids, p_pending_partitions) AS k(topic_id, part)
     ON CONFLICT DO NOTHING;
+    v_pid := p_pid;
+    v_epoch := p_epoch + v_bump;
+    v_last_epoch := CASE WHEN p_bump_epoch THEN p_epoch ELSE t.last_producer_epoch END;
+    IF p_tv2 AND v_epoch >= 32767 THEN
+        -- KIP-890 part 2: epochs never wrap; the id goes on with a new producer id.
+        UPDATE producer_id_blocks SET next_id = next_id + 1 WHERE id = 1
+        RETURNING next_id - 1 INTO v_pid;
+        v_epoch := 0;
+        v_last_epoch := -1;
+    END IF;
     UPDATE transactions
-    SET state = v_target, producer_epoch = producer_epoch + v_bump,
+    SET state = v_target, producer_id = v_pid, producer_epoch = v_epoch,
         -- started_ms stays: DescribeTransactions shows the last transaction's start (Kafka).
         updated_ms = p_now, completions = completions + 1,
         -- A coordinator abort fences the producer; the fenced epoch is the one bumped from,
         -- so that producer's KIP-360 re-initialisation gets the new epoch (as Kafka 4.x).
-        last_producer_epoch = CASE WHEN p_bump_epoch THEN p_epoch ELSE last_producer_epoch END
+        last_producer_epoch = v_last_epoch
     WHERE transactional_id = p_id;
-    RETURN QUERY SELECT 0, v_file_id IS NOT NULL, v_offsets, t.completions + 1;
+    RETURN QUERY SELECT 0, v_file_id IS NOT NULL, v_offsets, t.completions + 1, v_pid, v_epoch;
 END $$;

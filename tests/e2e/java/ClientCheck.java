@@ -14,11 +14,24 @@ import org.apache.kafka.common.serialization.*;
 
 public class ClientCheck {
     public static void main(String[] args) throws Exception {
+        try {
+            run(args);
+        } catch (Throwable e) {
+            // Printed here: the source launcher's own trace of it can fail (JDK-8311830).
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    static void run(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1], mode = args[2];
         switch (mode) {
             case "admin" -> admin(bootstrap, topic, args.length > 3 ? args[3] : "");
             case "idempotent" -> idempotent(bootstrap, topic, Integer.parseInt(args[3]));
             case "transactions" -> transactions(bootstrap, topic);
+            case "ctp" -> consumeTransformProduce(bootstrap, topic, args[3], Integer.parseInt(args[4]));
+            case "hang" -> hang(bootstrap, topic, args[3]);
+            case "fence" -> fence(bootstrap, topic, args[3]);
             case "consume" -> consume(bootstrap, topic, args[3], args[4], Integer.parseInt(args[5]),
                 args.length > 6 ? args[6] : "classic");
             default -> throw new IllegalArgumentException(mode);
@@ -78,8 +91,115 @@ public class ClientCheck {
             for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(topic, "a" + i, "aborted-" + i));
             producer.flush();
             producer.abortTransaction();
-            System.out.println("{\"committed\": 10, \"aborted\": 10}");
         }
+        // Transaction version 2 (KIP-890 part 2) bumps the epoch at every end: 2 after the
+        // commit and the abort of a new id; version 1 keeps epoch 0.
+        System.out.printf("{\"committed\": 10, \"aborted\": 10, \"epoch\": %d}%n",
+            producerEpoch(bootstrap, "java-check-" + topic));
+    }
+
+    static int producerEpoch(String bootstrap, String transactionalId) throws Exception {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(p)) {
+            return admin.describeTransactions(List.of(transactionalId)).description(transactionalId)
+                .get().producerEpoch();
+        }
+    }
+
+    // Consume-transform-produce: the topic's committed values, upper-cased into topic-out,
+    // each batch with its input offsets in the transaction (sendOffsetsToTransaction with the
+    // group's metadata, KIP-447); every third transaction is aborted and its input read again.
+    static void consumeTransformProduce(String bootstrap, String topic, String group, int expected)
+            throws Exception {
+        Properties c = new Properties();
+        c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "7");
+        c.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        Properties p = producerProps(bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "java-ctp-" + topic);
+        int done = 0, transactions = 0, aborted = 0;
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(c);
+             Producer<String, String> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            consumer.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 90_000;
+            while (done < expected && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(500));
+                if (records.isEmpty()) continue;
+                producer.beginTransaction();
+                Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                for (ConsumerRecord<String, String> r : records) {
+                    producer.send(new ProducerRecord<>(topic + "-out", r.key(), r.value().toUpperCase()));
+                    offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                }
+                producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                if (++transactions % 3 == 0) {
+                    producer.abortTransaction();
+                    aborted++;
+                    // Read the batch again: from the group's committed offsets (or the start).
+                    Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(offsets.keySet());
+                    for (TopicPartition tp : offsets.keySet()) {
+                        OffsetAndMetadata at = committed.get(tp);
+                        if (at == null) consumer.seekToBeginning(List.of(tp));
+                        else consumer.seek(tp, at.offset());
+                    }
+                } else {
+                    producer.commitTransaction();
+                    done += records.count();
+                }
+            }
+        }
+        System.out.printf("{\"processed\": %d, \"aborted_transactions\": %d}%n", done, aborted);
+    }
+
+    // A producer killed mid-transaction: its records are sent (flushed) and it waits to be
+    // killed; "fence" is the next instance with the same transactional id.
+    static void hang(String bootstrap, String topic, String transactionalId) throws Exception {
+        Properties p = producerProps(bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "600000");
+        Producer<String, String> producer = new KafkaProducer<>(p);
+        producer.initTransactions();
+        producer.beginTransaction();
+        for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(topic, "h" + i, "hung-" + i));
+        producer.flush();
+        System.out.println("{\"ready\": true}");
+        System.out.flush();
+        Thread.sleep(600_000);
+    }
+
+    // The next instance: initTransactions aborts the killed one's transaction; it commits its
+    // own records. A zombie of this instance (a third producer's init fences it) cannot commit.
+    static void fence(String bootstrap, String topic, String transactionalId) throws Exception {
+        Properties p = producerProps(bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, transactionalId);
+        boolean fenced = false;
+        try (Producer<String, String> producer = new KafkaProducer<>(p)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(topic, "n" + i, "next-" + i));
+            producer.commitTransaction();
+            producer.beginTransaction();
+            producer.send(new ProducerRecord<>(topic, "z", "zombie")).get();
+            try (Producer<String, String> successor = new KafkaProducer<>(p)) {
+                successor.initTransactions();
+                try {
+                    producer.commitTransaction();
+                } catch (org.apache.kafka.common.errors.ProducerFencedException
+                         | org.apache.kafka.common.errors.InvalidProducerEpochException e) {
+                    fenced = true;
+                }
+            }
+        } catch (org.apache.kafka.common.KafkaException e) {
+            if (!fenced) throw e;
+        }
+        System.out.printf("{\"committed\": 10, \"fenced\": %b}%n", fenced);
     }
 
     static void consume(String bootstrap, String topic, String group, String isolation, int expected,
