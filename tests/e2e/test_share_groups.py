@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.differential.kafka import ensure_jars, java_command
+from sluice.launch.kafka import ensure_jars, java_command
 
 from ._kafka import unique_topic
 from .conftest import SluiceBroker
