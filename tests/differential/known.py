@@ -52,6 +52,14 @@ DOCUMENTED_RANGES = (
     "clients negotiate down to Sluice's maximum"
 )
 
+# KIP-848's target assignment: computed by Kafka 4.4 asynchronously, by Sluice on the heartbeat.
+_KIP848_ASYNC_ASSIGNMENT = (
+    "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
+    "(a new member first joins at the current assignment epoch with nothing assigned); "
+    "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
+    "Epoch numbers differ (clients only compare them with what the coordinator said)"
+)
+
 INTENDED: list[Known] = [
     Known(
         "*",
@@ -75,77 +83,18 @@ INTENDED: list[Known] = [
         "start) but for the replication throttles; Kafka can change its message.max.bytes "
         "and log.* defaults at run time (read_only false). docs/configuration.md says so",
     ),
-    Known(
-        "consumer_group_heartbeat",
-        "join",
-        "response.member_epoch",
-        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
-        "(a new member first joins at the current assignment epoch with nothing assigned); "
-        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
-        "Epoch numbers differ (clients only compare them with what the coordinator said)",
-    ),
-    Known(
-        "consumer_group_heartbeat",
-        "heartbeat*",
-        "response.member_epoch",
-        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
-        "(a new member first joins at the current assignment epoch with nothing assigned); "
-        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
-        "Epoch numbers differ (clients only compare them with what the coordinator said)",
-    ),
-    Known(
-        "consumer_group_heartbeat",
-        "the first is asked to revoke",
-        "response.member_epoch",
-        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
-        "(a new member first joins at the current assignment epoch with nothing assigned); "
-        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
-        "Epoch numbers differ (clients only compare them with what the coordinator said)",
-    ),
-    Known(
-        "consumer_group_heartbeat",
-        "the first is asked to revoke",
-        "response.assignment",
-        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
-        "(a new member first joins at the current assignment epoch with nothing assigned); "
-        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
-        "Epoch numbers differ (clients only compare them with what the coordinator said)",
-    ),
-    Known(
-        "consumer_group_heartbeat",
-        "describe the*",
-        "response.groups[kip848-group].group_epoch",
-        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
-        "(a new member first joins at the current assignment epoch with nothing assigned); "
-        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
-        "Epoch numbers differ (clients only compare them with what the coordinator said)",
-    ),
-    Known(
-        "consumer_group_heartbeat",
-        "describe the*",
-        "response.groups[kip848-group].assignment_epoch",
-        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
-        "(a new member first joins at the current assignment epoch with nothing assigned); "
-        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
-        "Epoch numbers differ (clients only compare them with what the coordinator said)",
-    ),
-    Known(
-        "consumer_group_heartbeat",
-        "describe the group",
-        "response.groups[kip848-group].group_state",
-        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
-        "(a new member first joins at the current assignment epoch with nothing assigned); "
-        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
-        "Epoch numbers differ (clients only compare them with what the coordinator said)",
-    ),
-    Known(
-        "consumer_group_heartbeat",
-        "describe the group",
-        "response.groups[kip848-group].members[*",
-        "Kafka 4.4 computes a consumer group's target assignment asynchronously, batched "
-        "(a new member first joins at the current assignment epoch with nothing assigned); "
-        "Sluice computes it on the heartbeat that bumped the group epoch, as Kafka 4.0 did. "
-        "Epoch numbers differ (clients only compare them with what the coordinator said)",
+    *(
+        Known("consumer_group_heartbeat", step, field, _KIP848_ASYNC_ASSIGNMENT)
+        for step, field in (
+            ("join", "response.member_epoch"),
+            ("heartbeat*", "response.member_epoch"),
+            ("the first is asked to revoke", "response.member_epoch"),
+            ("the first is asked to revoke", "response.assignment"),
+            ("describe the*", "response.groups[kip848-group].group_epoch"),
+            ("describe the*", "response.groups[kip848-group].assignment_epoch"),
+            ("describe the group", "response.groups[kip848-group].group_state"),
+            ("describe the group", "response.groups[kip848-group].members[*"),
+        )
     ),
     Known(
         "consumer_group_heartbeat",
@@ -167,7 +116,6 @@ INTENDED: list[Known] = [
         "TxnOffsetCommit v5 (transaction.version, documented); Produce v13 (topic ids) and "
         "WriteTxnMarkers v2 are not, nor with transaction.version 1 the TV2 versions",
         "produce[1]",
-        "end_txn",
         "txn_offset_commit",
         "write_txn_markers",
     ),
