@@ -420,10 +420,13 @@ def test_features_and_cluster(tools: Tools) -> None:
     out = tools.run(cluster_tool, "cluster-id", *login)  # the subcommand first
     assert out.strip() == f"Cluster ID: {cluster_id}", out
 
-    # Sluice advertises no feature flags (docs/compatibility-and-limits.md): describe lists
-    # none, and changing one is refused as by a broker without UpdateFeatures.
+    # Sluice advertises one feature flag, transaction.version (finalized at 2 by default:
+    # KIP-890 part 2, docs/compatibility-and-limits.md); changing it with the tool is refused
+    # as by a broker without UpdateFeatures.
     features = "org.apache.kafka.tools.FeatureCommand"
-    assert tools.admin_tool(features, "describe").strip() == ""
+    listed = [line for line in tools.admin_tool(features, "describe").splitlines() if line]
+    assert len(listed) == 1 and "Feature: transaction.version" in listed[0], listed
+    assert "FinalizedVersionLevel: 2" in listed[0], listed
     refused = tools.admin_tool(features, "upgrade", "--feature", "group.version=1", ok=False)
     assert "does not support UPDATE_FEATURES" in refused, refused
 
