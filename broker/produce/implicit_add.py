@@ -17,20 +17,28 @@ A refusal of the add is the partition's answer, as Kafka maps the coordinator's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.txn_verification import Verification
 from broker.logs.diskless.diskless_log import DisklessLog
-from broker.logs.router import Purpose
+from broker.logs.router import Purpose, RoutedView
 from broker.security import access
 from common.acl import AclOperation
 from protocol.records import InvalidRecords, parse_batches
 from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
-    from broker.produce.produce_handler import ProduceView
+    from broker.transactions.txn_coordinator import TransactionCoordinator
+
+
+class ImplicitAddView(RoutedView, Protocol):
+    """What the implicit add asks of the broker (the Produce handler's view extends it)."""
+
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+
 
 TV2_PRODUCE_VERSION = 12
 
@@ -67,7 +75,7 @@ def produce_error(add_error: int) -> int:
 
 
 async def add_partitions(
-    broker: ProduceView, ctx: Any, request: Any
+    broker: ImplicitAddView, ctx: Any, request: Any
 ) -> tuple[dict[PartitionKey, int], tuple[tuple[int, int], Verification] | None]:
     """Add the request's transactional partitions to the producer's transaction. Returns
     the produce error of each partition whose add was refused, and the verification the

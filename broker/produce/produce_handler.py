@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.txn_verification import Verification, verify_transaction
 from broker.logs.partition_log import AppendPlan, PartitionResult
-from broker.logs.router import Purpose, RoutedView
+from broker.logs.router import Purpose
 from broker.metadata.client_az import az_from_client_id, count_bytes
 from broker.produce import implicit_add, recompress
 from broker.security import access
@@ -33,18 +33,15 @@ if TYPE_CHECKING:
     from broker.metadata.topics import TopicRegistry
     from broker.security.request_context import RequestContext
     from broker.server.client_quotas import ClientQuotas
-    from broker.transactions.txn_coordinator import TransactionCoordinator
 
 
-class ProduceView(RoutedView, Protocol):
+class ProduceView(implicit_add.ImplicitAddView, Protocol):
+    # transactions (from ImplicitAddView): KIP-890 verification and part 2's implicit add
     @property
     def quotas(self) -> ClientQuotas: ...
 
     @property
     def appender(self) -> Appender: ...  # the diskless partitions' appends, once a request
-
-    @property
-    def transactions(self) -> TransactionCoordinator: ...  # KIP-890 verification
 
 
 VALID_ACKS = (-1, 0, 1)

@@ -80,7 +80,9 @@ class ClassicPartition:
         # fetches from a new leader.
         self.needs_truncation = False
         # acks=all produces: (last offset, future); completed when the HW passes them.
-        self._waiters: list[tuple[int, int, asyncio.Future[PartitionResult]]] = []
+        # (last offset, the answer once replicated, its future): acks=all produces waiting
+        # for the high watermark
+        self._waiters: list[tuple[int, PartitionResult, asyncio.Future[PartitionResult]]] = []
         # An ISR change asked of the controller and not answered yet (one at a time).
         self.isr_change_pending = False
         self.isr_retry_at = 0.0  # ms: a refused ISR change is not asked again before
@@ -384,9 +386,8 @@ class ClassicPartition:
     def _wait_for_high_watermark(
         self, last_offset: int, result: PartitionResult, timeout_ms: int, min_isr: int | None
     ) -> asyncio.Future[PartitionResult]:
-        base = result.base_offset
         future: asyncio.Future[PartitionResult] = asyncio.get_running_loop().create_future()
-        self._waiters.append((last_offset, base, future))
+        self._waiters.append((last_offset, result, future))
         loop = asyncio.get_running_loop()
         handle = loop.call_later(
             max(timeout_ms, 0) / 1000,
@@ -411,14 +412,16 @@ class ClassicPartition:
         done = [w for w in self._waiters if w[0] < hw]
         self._waiters = [w for w in self._waiters if w[0] >= hw]
         short = len(self.isr) < self._min_isr
-        for _last, base, future in done:
+        for _last, result, future in done:
             if not future.done():
                 if short:
                     future.set_result(
                         PartitionResult(int(ErrorCode.not_enough_replicas_after_append))
                     )
                 else:
-                    future.set_result(PartitionResult(0, base, -1, self.log_start_offset))
+                    # The answer as appended (its log append time on a LogAppendTime topic,
+                    # a duplicate's original timestamp), with the log start of now.
+                    future.set_result(result._replace(log_start_offset=self.log_start_offset))
 
     # ---------------------------------------------------------------- leader: fetch
 

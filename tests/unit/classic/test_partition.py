@@ -4,6 +4,7 @@ progress, idempotent producers, min.insync.replicas, offsets, follower appends."
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,13 +165,39 @@ def test_acks_all_retry_of_a_batch_above_the_high_watermark_waits_for_it(
         p.read(1, 1 << 20, 2)
         assert not retry.done()  # one follower is not enough: 3 is still in the ISR
         p.read(1, 1 << 20, 3)
-        assert first.result() == retry.result() == PartitionResult(0, 0, -1, 0)
+        # The original offset; a duplicate carries the original batch's timestamp as its
+        # log append time (Kafka's BatchMetadata), the original -1 (CreateTime).
+        assert first.result() == PartitionResult(0, 0, -1, 0)
+        assert retry.result() == PartitionResult(0, 0, 1_000, 0)
         # Once replicated, a retry is answered at once with the original offset.
-        assert produce(p, records(1, pid=9, epoch=0, seq=0)) == PartitionResult(0, 0, -1, 0)
+        assert produce(p, records(1, pid=9, epoch=0, seq=0)) == PartitionResult(0, 0, 1_000, 0)
         # acks=1 never waited for replication, for a retry either.
         pending = produce(p, records(1, pid=9, epoch=0, seq=1), acks=1)
         assert pending == PartitionResult(0, 1, -1, 0)
-        assert produce(p, records(1, pid=9, epoch=0, seq=1), acks=1) == pending
+        # (the retry answered as a duplicate: the original batch's timestamp)
+        assert produce(p, records(1, pid=9, epoch=0, seq=1), acks=1) == pending._replace(
+            log_append_time=1_000
+        )
+
+    asyncio.run(run())
+
+
+def test_acks_all_on_a_log_append_time_topic_answers_the_append_time(tmp_path: Path) -> None:
+    """Kafka answers LogAppendTime produces with the time it stamped, acks=all too (the
+    answer once replicated used to say -1)."""
+
+    async def run() -> None:
+        p = partition(tmp_path)
+        lead(p)
+        view = memoryview(records(1))
+        before = int(time.time() * 1000)
+        pending = p.append(view, parse_batches(view, 1 << 20), True, -1, 1, 5_000)
+        assert isinstance(pending, asyncio.Future)
+        p.read(1, 1 << 20, 2)
+        p.read(1, 1 << 20, 3)
+        answer = await pending
+        assert (answer.error, answer.base_offset) == (0, 0)
+        assert before <= answer.log_append_time <= int(time.time() * 1000)
 
     asyncio.run(run())
 
@@ -211,7 +238,7 @@ def test_a_new_leader_answers_a_retry_of_a_replicated_batch_only_past_its_high_w
         assert isinstance(retry, asyncio.Future) and not retry.done()
         assert new.log.log_end_offset == 2
         new.read(2, 1 << 20, 3)
-        assert retry.result() == PartitionResult(0, 0, -1, 0)
+        assert retry.result() == PartitionResult(0, 0, 1_000, 0)  # a duplicate: its timestamp
 
     asyncio.run(run())
 
