@@ -182,19 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if kafka is not None:
             kafka.up()
-        sluice_pids = [b.pid for b in cluster.brokers]
+        # Each system's bootstrap servers and broker processes, chosen once.
+        sluice = (cluster.bootstrap, [b.pid for b in cluster.brokers])
+        target = {"kafka": (kafka.bootstrap, kafka.pids)} if kafka is not None else {}
         # Warm-up, not measured: the JVM's JIT compiles Kafka's hot paths in its first
         # seconds of load (and Sluice's caches fill), so neither is timed cold.
         for _name, system, acks in phases:
-            warm = kafka.bootstrap if system == "kafka" and kafka else cluster.bootstrap
+            warm, _pids = target.get(system, sluice)
             produce(warm, create(warm, system), min(args.mib, 32), acks, args.budget)
         results: dict[str, list[dict]] = {name: [] for name, _, _ in phases}
         for _run in range(args.repeats):
             for name, system, acks in phases:
-                bootstrap, pids = cluster.bootstrap, sluice_pids
-                if system == "kafka":
-                    assert kafka is not None
-                    bootstrap, pids = kafka.bootstrap, kafka.pids
+                bootstrap, pids = target.get(system, sluice)
                 topic = create(bootstrap, system)
                 cpu0 = cpu_seconds(pids)
                 r = produce(bootstrap, topic, args.mib, acks, args.budget)

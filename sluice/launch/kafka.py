@@ -35,16 +35,18 @@ def cache_dir(version: str = KAFKA_VERSION) -> Path:
     return root / f"kafka-{version}"
 
 
-def ensure_jars(version: str = KAFKA_VERSION) -> Path:
-    """The directory of Kafka's runtime jars, fetched with Maven on first use."""
-    libs = cache_dir(version) / "libs"
-    stamp = cache_dir(version) / ".complete"
+def ensure_jars(version: str = KAFKA_VERSION, pom: Path = POM, name: str = "kafka") -> Path:
+    """The directory of the runtime jars ``pom`` names (Kafka's by default; the e2e suite's
+    Kafka Streams has its own pom and ``name``), fetched with Maven on first use into
+    ~/.cache/sluice/<name>-<version>/libs."""
+    root = cache_dir(version).with_name(f"{name}-{version}")
+    libs, stamp = root / "libs", root / ".complete"
     # The stamp names the pom it was fetched with: a dependency added later is fetched.
-    wanted = f"{version} {hashlib.sha256(POM.read_bytes()).hexdigest()[:16]}\n"
+    wanted = f"{version} {hashlib.sha256(pom.read_bytes()).hexdigest()[:16]}\n"
     if stamp.exists() and stamp.read_text() == wanted:
         return libs
     if shutil.which("mvn") is None:
-        raise RuntimeError("mvn not found: the differential tests fetch Apache Kafka with Maven")
+        raise RuntimeError(f"mvn not found: {name} {version} is fetched with Maven")
     partial = libs.with_name("libs.partial")
     shutil.rmtree(partial, ignore_errors=True)
     subprocess.run(
@@ -54,13 +56,14 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
             "-B",
             "-Dstyle.color=never",
             "-f",
-            str(POM),
+            str(pom),
             "dependency:copy-dependencies",
             f"-Dkafka.version={version}",
             f"-DoutputDirectory={partial}",
             "-DincludeScope=runtime",
         ],
         check=True,
+        timeout=900,
     )
     shutil.rmtree(libs, ignore_errors=True)
     partial.rename(libs)

@@ -9,7 +9,6 @@ The program is tests/e2e/java/StreamsCheck.java; kafka-streams comes from Maven 
 from __future__ import annotations
 
 import collections
-import hashlib
 import shutil
 import subprocess
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from sluice.launch.kafka import KAFKA_VERSION, cache_dir, ensure_jars, java
+from sluice.launch.kafka import KAFKA_VERSION, ensure_jars, java
 
 from ._kafka import confluent_create_topic
 from .conftest import SluiceBroker
@@ -37,35 +36,9 @@ PAUSE_MS = 20  # per input line: ~12 s of processing, so the kill lands mid-stre
 
 def ensure_streams_jars() -> Path:
     """kafka-streams and its dependencies, fetched with Maven on first use."""
-    root = cache_dir(KAFKA_VERSION).with_name(f"kafka-streams-{KAFKA_VERSION}")
-    libs, stamp = root / "libs", root / ".complete"
-    wanted = f"{KAFKA_VERSION} {hashlib.sha256(POM.read_bytes()).hexdigest()[:16]}\n"
-    if stamp.exists() and stamp.read_text() == wanted:
-        return libs
     if shutil.which("mvn") is None:
         pytest.skip("mvn not found: Kafka Streams is fetched with Maven")
-    partial = root / "libs.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            "-Dstyle.color=never",
-            "-f",
-            str(POM),
-            "dependency:copy-dependencies",
-            f"-Dkafka.version={KAFKA_VERSION}",
-            f"-DoutputDirectory={partial}",
-            "-DincludeScope=runtime",
-        ],
-        check=True,
-        timeout=900,
-    )
-    shutil.rmtree(libs, ignore_errors=True)
-    partial.rename(libs)
-    stamp.write_text(wanted)
-    return libs
+    return ensure_jars(KAFKA_VERSION, POM, "kafka-streams")
 
 
 @pytest.fixture(scope="module")

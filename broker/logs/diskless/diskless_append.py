@@ -349,7 +349,7 @@ class Appender:
             )
         except CoordinatorUnavailable as exc:
             if not exc.outcome_unknown:
-                await self._discard_uncommitted(key, exc)
+                await self._discard_uncommitted(key)
                 raise FlushFailed(ErrorCode.kafka_storage_error, f"commit failed: {exc}") from exc
             task = asyncio.ensure_future(self._resolve(key, position, to_commit, now_ms))
             self._resolutions.add(task)
@@ -412,8 +412,8 @@ class Appender:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _discard_uncommitted(self, key: str, exc: CoordinatorUnavailable) -> None:
-        """Delete an object whose commit certainly did not happen (``exc``). One whose
+    async def _discard_uncommitted(self, key: str) -> None:
+        """Delete an object whose commit certainly did not happen. One whose
         outcome is unknown is resolved instead (:meth:`_resolve`); given up, it stays (an
         orphan at worst)."""
         self._cache.invalidate(key)
