@@ -132,9 +132,11 @@ class ReadPlan:
 class PartitionLog(Protocol):
     """One engine's answers for the partitions the router sends it."""
 
-    def needs_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
-        """KIP-890: the batches open a transaction in this partition, so the producer's
-        transaction must be verified with its coordinator before they are appended."""
+    def begin_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
+        """KIP-890: whether the batches open a transaction in this partition, so the
+        producer's transaction must be verified with its coordinator before they are
+        appended; the engine notes that the verification began (the lowest sequence it
+        saw: a batch with a higher one is refused until the transaction has one here)."""
         ...
 
     def append(
@@ -265,7 +267,7 @@ class Answered:
         # or in its log layer (null), which a fetch answer shows.
         self.by_request_handler = by_request_handler
 
-    def needs_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
+    def begin_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
         return False
 
     def append(

@@ -10,7 +10,7 @@ One coordinator call per request adds every partition that needs it:
   to it stays in it until it ends. Skipping is only a saving: the batch coordinator still
   checks the batch against the transaction when it commits it;
 - a classic partition whose leader sees no open transaction of the producer (KIP-890 part
-  1's verification: ``needs_verification``); the add's answer is that verification.
+  1's verification: ``begin_verification``); the add's answer is that verification.
 
 A refusal of the add is the partition's answer, as Kafka maps the coordinator's.
 """
@@ -114,7 +114,7 @@ async def add_partitions(
                 if key not in _ADDED.get((transactional_id, *producer), ()):
                     wanted.append(key)
                     diskless.append(key)
-            elif log.needs_verification(topic, part.index, batches):
+            elif log.begin_verification(topic, part.index, batches):
                 wanted.append(key)
                 classic = True
     if producer is None or not wanted:

@@ -142,7 +142,7 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
                 slots.append((name, part.index, PartitionResult(refused), None, ()))
                 continue
             log = logs.route(topic.topic_id, part.index, Purpose.APPEND)
-            if log.needs_verification(topic, part.index, batches):
+            if log.begin_verification(topic, part.index, batches):
                 first = batches[0]
                 if verified is None or verified[0] != (first.producer_id, first.producer_epoch):
                     # Awaited before this handler returns, so the connection's next

@@ -16,7 +16,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from storage.coordinator import BatchToCommit, CommitResult
-from storage.transactions.sqlite import TxnVerifier, open_transactions
+from storage.transactions.sqlite import TxnVerifier, VerificationGuard, open_transactions
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
@@ -124,6 +124,7 @@ def commit_file_txn(
         if log is None:
             results.append(CommitResult(UNKNOWN_TOPIC_OR_PARTITION))
             continue
+        guard: VerificationGuard | None = None
         if b.transactional:
             # Before the idempotence checks: a retry of a batch whose transaction has
             # ended is refused like any late batch, never answered as a duplicate.
@@ -133,6 +134,8 @@ def commit_file_txn(
             if error:
                 results.append(CommitResult(error))
                 continue
+            guard = verifier.guard(tid, b.partition, b.producer_id)
+            guard.note(b.base_sequence)
 
         state: _ProducerState | None = None
         last_sequence = -1
@@ -143,12 +146,11 @@ def commit_file_txn(
             else:
                 state = producers[pkey] = _load_producer(cur, pkey)
             last_sequence = _increment_sequence(b.base_sequence, b.record_count - 1)
-            if state is not None:
-                verdict = _check_sequence(state, b, last_sequence)
-                if verdict is not None:
-                    # Refusals carry the log start offset too, as Kafka's do.
-                    results.append(_with_start(verdict, log[0]))
-                    continue
+            verdict = _check_sequence(state, b, last_sequence, guard)
+            if verdict is not None:
+                # Refusals carry the log start offset too, as Kafka's do.
+                results.append(_with_start(verdict, log[0]))
+                continue
             if state is None or b.producer_epoch != state.epoch:
                 # First batch seen from this producer, or an accepted epoch bump.
                 state = producers[pkey] = _ProducerState(b.producer_epoch)
@@ -180,8 +182,12 @@ def commit_file_txn(
             state.appended += 1
         if b.transactional:
             opened.append((tid, b.partition, b.producer_id, base_offset))
+            if guard is not None:
+                guard.opened = True
         results.append(CommitResult(NONE, base_offset, append_time, log[0]))
 
+    if verifier is not None:
+        verifier.store()
     if batch_rows:
         cur.executemany(INSERT_BATCH, batch_rows)
         # Only logs that took batches changed (unknown logs are None in ``logs``).
@@ -233,21 +239,32 @@ def _load_producer(cur: sqlite3.Cursor, pkey: tuple[bytes, int, int]) -> _Produc
 
 
 def _check_sequence(
-    state: _ProducerState, b: BatchToCommit, last_sequence: int
+    state: _ProducerState | None,
+    b: BatchToCommit,
+    last_sequence: int,
+    guard: VerificationGuard | None,
 ) -> CommitResult | None:
-    """Kafka's ProducerStateManager checks; None means "append it".
+    """Kafka's ProducerStateManager checks (``state``: None for a producer new to the
+    partition), in its order: the epoch, a duplicate, a transaction's verification (the
+    guard), the sequence. None means "append it".
 
     A duplicate is answered as success (error NONE) with the original offset; the
     caller fills in the log start offset (of refusals too).
     """
-    if b.producer_epoch < state.epoch:
-        return CommitResult(INVALID_PRODUCER_EPOCH)
+    if state is not None:
+        if b.producer_epoch < state.epoch:
+            return CommitResult(INVALID_PRODUCER_EPOCH)
+        if b.producer_epoch == state.epoch:
+            for base_seq, last_seq, base_offset, _last_offset, append_time in state.entries:
+                if base_seq == b.base_sequence and last_seq == last_sequence:
+                    return CommitResult(NONE, base_offset, append_time)
+    if guard is not None and guard.refuses(b.base_sequence):
+        return CommitResult(OUT_OF_ORDER_SEQUENCE_NUMBER)
+    if state is None:
+        return None
     if b.producer_epoch > state.epoch:
         # A bumped epoch restarts sequences at 0.
         return None if b.base_sequence == 0 else CommitResult(OUT_OF_ORDER_SEQUENCE_NUMBER)
-    for base_seq, last_seq, base_offset, _last_offset, append_time in state.entries:
-        if base_seq == b.base_sequence and last_seq == last_sequence:
-            return CommitResult(NONE, base_offset, append_time)
     if state.entries and b.base_sequence != _increment_sequence(state.entries[-1][1], 1):
         return CommitResult(OUT_OF_ORDER_SEQUENCE_NUMBER)
     return None

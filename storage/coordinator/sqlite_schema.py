@@ -197,4 +197,7 @@ MIGRATIONS: list[list[str]] = [
     # number goes in its classic markers so that a leader can refuse a late copy of an
     # earlier one (see TransactionState.completions).
     ["ALTER TABLE transactions ADD COLUMN completions INTEGER NOT NULL DEFAULT 0"],
+    # 11: the lowest sequence a transaction's batches showed in a partition before one was
+    # written there (KIP-890's verification; as postgres 0017, see TxnVerifier.guard).
+    ["ALTER TABLE txn_partitions ADD COLUMN lowest_sequence INTEGER"],
 ]

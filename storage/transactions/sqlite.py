@@ -66,7 +66,13 @@ _VERIFY_PRODUCER = (
     "SELECT transactional_id, producer_epoch, state FROM transactions WHERE producer_id = ?"
 )
 _VERIFY_PARTITION = (
-    "SELECT 1 FROM txn_partitions WHERE transactional_id = ? AND topic_id = ? AND partition = ?"
+    "SELECT lowest_sequence FROM txn_partitions"
+    " WHERE transactional_id = ? AND topic_id = ? AND partition = ?"
+)
+_OPENED = "SELECT 1 FROM open_txns WHERE topic_id = ? AND partition = ? AND producer_id = ?"
+_SET_LOWEST = (
+    "UPDATE txn_partitions SET lowest_sequence = ?"
+    " WHERE transactional_id = ? AND topic_id = ? AND partition = ?"
 )
 # The first transactional batch of a producer in a partition opens its transaction there;
 # later ones (and retries) leave the first offset as it is.
@@ -157,6 +163,35 @@ def _check_producer(state: TransactionState | None, producer_id: int, epoch: int
 # --------------------------------------------------------------------------- commit_file
 
 
+class VerificationGuard:
+    """KIP-890's VerificationStateEntry for one producer's transaction in one partition:
+    until a batch of the transaction is written there, the lowest sequence its batches
+    showed, and a batch with a higher one is refused (OUT_OF_ORDER_SEQUENCE_NUMBER) so the
+    lower one is written first. Without it, a client that gives a new transaction the
+    sequence of a record it purged from its aborted one (librdkafka does, when that
+    record's request failed in transport) has the new record answered as a duplicate of
+    the aborted one, and the rest of the transaction committed without it."""
+
+    __slots__ = ("changed", "lowest", "opened")
+
+    def __init__(self, lowest: int | None, opened: bool) -> None:
+        self.lowest = lowest
+        self.opened = opened  # a batch of the transaction is in the partition already
+        self.changed = False
+
+    def note(self, sequence: int) -> None:
+        """A batch of the transaction comes for the partition (before its idempotence
+        checks, as Kafka starts a verification before it looks for a duplicate)."""
+        if not self.opened and (self.lowest is None or sequence < self.lowest):
+            self.lowest = sequence
+            self.changed = True
+
+    def refuses(self, sequence: int) -> bool:
+        """Whether a batch starting at ``sequence`` (not a duplicate) must wait for a lower
+        one."""
+        return not self.opened and self.lowest is not None and sequence > self.lowest
+
+
 class TxnVerifier:
     """KIP-890's verification of the transactional batches of one commit_file call.
 
@@ -165,12 +200,15 @@ class TxnVerifier:
     producer and partition costs one index probe at most.
     """
 
-    __slots__ = ("_cur", "_members", "_producers")
+    __slots__ = ("_cur", "_guards", "_members", "_producers")
 
     def __init__(self, cur: sqlite3.Cursor) -> None:
         self._cur = cur
         self._producers: dict[int, tuple[str, int, str] | None] = {}
-        self._members: dict[tuple[str, bytes, int], bool] = {}
+        # (transactional id, topic id, partition) -> the partition's lowest sequence (a
+        # tuple, so that None is "in the transaction, no sequence yet"), None: not in it
+        self._members: dict[tuple[str, bytes, int], tuple[int | None] | None] = {}
+        self._guards: dict[tuple[str, bytes, int], VerificationGuard] = {}
 
     def check(self, tid: bytes, partition: int, producer_id: int, epoch: int) -> int:
         if producer_id not in self._producers:
@@ -186,12 +224,31 @@ class TxnVerifier:
         if state != ONGOING:
             return INVALID_TXN_STATE
         key = (transactional_id, tid, partition)
-        member = self._members.get(key)
-        if member is None:
-            member = self._members[key] = (
-                self._cur.execute(_VERIFY_PARTITION, key).fetchone() is not None
+        if key not in self._members:
+            row = self._cur.execute(_VERIFY_PARTITION, key).fetchone()
+            self._members[key] = None if row is None else (row[0],)
+        return NONE if self._members[key] is not None else INVALID_TXN_STATE
+
+    def guard(self, tid: bytes, partition: int, producer_id: int) -> VerificationGuard:
+        """The verification guard of a batch :meth:`check` accepted."""
+        txn = self._producers[producer_id]
+        assert txn is not None
+        key = (txn[0], tid, partition)
+        guard = self._guards.get(key)
+        if guard is None:
+            member = self._members[key]
+            assert member is not None
+            opened = (
+                self._cur.execute(_OPENED, (tid, partition, producer_id)).fetchone() is not None
             )
-        return NONE if member else INVALID_TXN_STATE
+            guard = self._guards[key] = VerificationGuard(member[0], opened)
+        return guard
+
+    def store(self) -> None:
+        """Write back the lowest sequences this call changed."""
+        changed = [(g.lowest, *key) for key, g in self._guards.items() if g.changed]
+        if changed:
+            self._cur.executemany(_SET_LOWEST, changed)
 
 
 def open_transactions(cur: sqlite3.Cursor, opened: list[tuple[bytes, int, int, int]]) -> None:

@@ -549,3 +549,31 @@ def s_txn_v2(s: Side) -> None:
     p.commit_offsets("offsets v5 with nothing ongoing at the new epoch", group, t, 1, version=5)
     p.end("abort the transaction the offsets began", False, version=5)
     _committed_offsets(s, "last stable offset", t)
+
+
+@session()
+def s_txn_sequence_reused(s: Side) -> None:
+    """A batch of an aborted transaction written, then its sequence numbers used again by the
+    producer's next transaction (same epoch): what librdkafka sends when it purged a record
+    whose request failed in transport ("possibly persisted") while aborting, and reuses its
+    sequence in the next transaction (seen in the nemesis: the new record was answered as a
+    duplicate of the aborted one, a committed transaction missing a record)."""
+    t = "txn-seq-reused"
+    s.create_topic(t)
+    find_transaction_coordinator(s, "diff-txn-seq-reused")
+    p = Txn(s, "diff-txn-seq-reused")
+    p.init("init")
+    p.add_partitions("add partition 0", t, [0])
+    p.produce("produce seq 0 in the first transaction", t, 0, 0)
+    p.end("abort", False)
+    p.wait_ended()
+    p.add_partitions("add partition 0 in the second transaction", t, [0])
+    p.produce("seq 0 again in the second transaction", t, 0, 0)
+    p.produce("seq 2 in the second transaction", t, 0, 2)
+    p.end("commit", True)
+    p.wait_ended()
+    _committed_offsets(s, "last stable offset", t)
+    p.add_partitions("add partition 0 in the third transaction", t, [0])
+    p.produce("seq 2 again in the third transaction (a committed batch's)", t, 0, 2)
+    p.produce("seq 4 in the third transaction", t, 0, 4)
+    p.end("commit the third", True)

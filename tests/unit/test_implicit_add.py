@@ -39,7 +39,7 @@ class Classic:
     def __init__(self, verify: bool) -> None:
         self.verify = verify
 
-    def needs_verification(self, topic: Any, partition: int, batches: Any) -> bool:
+    def begin_verification(self, topic: Any, partition: int, batches: Any) -> bool:
         return self.verify
 
 

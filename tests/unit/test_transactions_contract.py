@@ -60,6 +60,7 @@ from storage.transactions import (
 from .conftest import CoordinatorFactory
 
 UNKNOWN = 3
+OUT_OF_ORDER = 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
 OUT_OF_RANGE = 1
 NOW = 1_700_000_000_000
 BIG = 1 << 62
@@ -905,12 +906,18 @@ async def test_duplicate_retries_do_not_reopen_a_transaction(coordinator: BatchC
     (dup,) = await commit(c, first)
     assert (dup.error, dup.base_offset) == (NONE, 0)
     assert await lso(c) == 2 == await hwm(c)
-    # A duplicate within one call, after its original: the transaction opens at 2 once.
+    # As on Kafka (its verification keeps the lowest sequence seen, 0), the transaction's
+    # own next batch may not come first now: abortable, the producer bumps its epoch.
+    assert (await commit(c, p.batch(P10)))[0].error == OUT_OF_ORDER
+    assert (await p.end(False, P10)).error == NONE  # marker at 2
+    await p.init()
+    assert await p.add(P10) == NONE
+    # A duplicate within one call, after its original: the transaction opens at 3 once.
     b = p.batch(P10, count=2)
-    assert [(r.error, r.base_offset) for r in await commit(c, b, b)] == [(NONE, 2), (NONE, 2)]
-    assert await lso(c) == 2
-    assert (await p.send(P10)).base_offset == 4
-    assert await lso(c) == 2
+    assert [(r.error, r.base_offset) for r in await commit(c, b, b)] == [(NONE, 3), (NONE, 3)]
+    assert await lso(c) == 3
+    assert (await p.send(P10)).base_offset == 5
+    assert await lso(c) == 3
 
 
 async def test_several_batches_of_one_call_open_at_the_first(coordinator: BatchCoordinator) -> None:
@@ -1600,3 +1607,38 @@ async def test_each_completion_has_the_next_number_and_its_markers_carry_it(
         CompleteRequest("tx", p.pid, p.epoch, False, True, key(), 0, 7, [], NOW, pending=[C1])
     )
     assert aborted.completions == 3
+
+
+async def test_a_reused_sequence_of_an_aborted_batch_blocks_the_rest_of_the_transaction(
+    coordinator: BatchCoordinator,
+) -> None:
+    """KIP-890's verification (Kafka's VerificationStateEntry): until a batch of a
+    transaction is written in a partition, the lowest sequence its batches showed there is
+    kept and a higher one is refused. The nemesis found a committed transaction missing
+    records without it: librdkafka purged a record whose request had failed in transport
+    while aborting, and gave its sequence to the next transaction's first record, which
+    was answered as a duplicate of the aborted one (as Kafka answers); the next records
+    were then written and committed. Kafka refuses them (OUT_OF_ORDER_SEQUENCE_NUMBER),
+    an abortable error: the producer aborts instead of committing without the record."""
+    await setup_logs(coordinator)
+    c = coordinator
+    p = Producer(c)
+    await p.begin(P10, P11)
+    assert (await commit(c, batch(P10, p.pid, p.epoch, 0)))[0].error == NONE  # offset 0
+    assert (await p.end(False, P10, P11)).error == NONE  # aborted: marker at 1
+    assert await p.add(P10, P11) == NONE
+    # The next transaction's first record reuses sequence 0: the aborted one's duplicate.
+    dup = (await commit(c, batch(P10, p.pid, p.epoch, 0)))[0]
+    assert (dup.error, dup.base_offset) == (NONE, 0)
+    # Its next record is refused, in a later call and in the same call as a lower one.
+    assert (await commit(c, batch(P10, p.pid, p.epoch, 1)))[0].error == OUT_OF_ORDER
+    both = await commit(c, batch(P10, p.pid, p.epoch, 0), batch(P10, p.pid, p.epoch, 1))
+    assert [r.error for r in both] == [NONE, OUT_OF_ORDER]
+    assert await hwm(c) == 2
+    # A new epoch (librdkafka's bump after the abortable error) starts the partition
+    # again at sequence 0, in a new transaction.
+    assert (await p.end(False, P10, P11)).error == NONE
+    await p.init()
+    assert await p.add(P10) == NONE
+    assert (await commit(c, batch(P10, p.pid, p.epoch, 0)))[0].base_offset == 3
+    assert (await commit(c, batch(P10, p.pid, p.epoch, 1)))[0].base_offset == 4

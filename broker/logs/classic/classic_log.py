@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.classic_markers import mark
 from broker.logs.classic.classic_offsets import delete_records, end_offset_for_epoch, list_offset
-from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition
+from broker.logs.classic.partition import FOLLOWER, LEADER, ClassicPartition, now_ms
 from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot
 from broker.logs.partition_log import (
     AppendPlan,
@@ -77,8 +77,8 @@ class ClassicLog:
         assert manager is not None
         return manager
 
-    def needs_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
-        return needs_verification(self._manager, topic, partition, batches)
+    def begin_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
+        return begin_verification(self._manager, topic, partition, batches)
 
     def append(
         self,
@@ -209,16 +209,25 @@ def _reads_here(slot: FetchSlot) -> TypeGuard[ClassicSlot]:
 # -- Produce
 
 
-def needs_verification(
+def begin_verification(
     manager: ReplicaManager, topic: Topic, partition: int, batches: list[BatchHeader]
 ) -> bool:
     """KIP-890 part 1: the first transactional batch of a producer's transaction in this
     partition is checked against the transaction coordinator before it is appended (later
-    ones extend a transaction the partition already has open). Headers only."""
+    ones extend a transaction the partition already has open). Headers only. When it is,
+    the leader notes the batch's sequence as the lowest seen for that verification (Kafka's
+    VerificationStateEntry, whether the verification then succeeds or not): until a batch
+    of the transaction is appended here, one with a higher sequence is refused."""
     if not batches or not batches[0].is_transactional:
         return False
     p, _error = manager.leader_partition(topic.topic_id, partition)
-    return p is not None and batches[0].producer_id not in p.txns.ongoing
+    first = batches[0]
+    if p is None or first.producer_id in p.txns.ongoing:
+        return False
+    p.producers.begin_verification(
+        first.producer_id, first.base_sequence, first.producer_epoch, now_ms()
+    )
+    return True
 
 
 def classic_append(

@@ -26,7 +26,13 @@ from broker.logs.partition_log import PartitionResult
 from controller.image import PartitionState
 from protocol.control_batch import marker_batch
 from protocol.record_scan import first_at_or_after, max_timestamp_record
-from protocol.records import CONTROL_BIT, BatchHeader, parse_batches, stamp_log_append_time
+from protocol.records import (
+    CONTROL_BIT,
+    TRANSACTIONAL_BIT,
+    BatchHeader,
+    parse_batches,
+    stamp_log_append_time,
+)
 from replication.leader import LeaderState, Progress
 from storage.classic.batches import StoredBatch, walk
 from storage.classic.log import Log, OffsetOutOfRange
@@ -154,6 +160,10 @@ class ClassicPartition:
         self.txns.observe(attributes, pid, kind, b.base_offset, b.last_offset)
         if not producers:
             return
+        if attributes & TRANSACTIONAL_BIT:
+            # Its transaction here is open (data) or over (a marker), as Kafka clears a
+            # verification whatever wrote the batch (a replica copying it too).
+            self.producers.end_verification(pid)
         if attributes & CONTROL_BIT:
             self.producers.fence(pid, producer_fields(batch)[1])
             self.producers.marker(pid, marker_coordinator_epoch(batch), b.base_offset)
@@ -324,6 +334,7 @@ class ClassicPartition:
             if b.is_transactional:
                 # Clients never send control batches (validated): data of a transaction.
                 self.txns.observe(b.attributes, b.producer_id, -1, offset, offset)
+                self.producers.end_verification(b.producer_id)
             offset += b.record_count
         self._advance()
         result = PartitionResult(0, base, append_time, self.log_start_offset)
@@ -376,6 +387,7 @@ class ClassicPartition:
         base, last_offset = self.log.append_as_leader(view, batches, self.leader_epoch)
         self.producers.fence(producer_id, producer_epoch)
         self.producers.marker(producer_id, coordinator_epoch, base)
+        self.producers.end_verification(producer_id)
         self.txns.observe(batches[0].attributes, producer_id, int(commit), base, last_offset)
         self._advance()
         result = PartitionResult(0, base, -1, self.log_start_offset)

@@ -20,6 +20,9 @@ _PRODUCER = struct.Struct(">qhi")
 PRODUCER_OFFSET = 43
 NO_PRODUCER_ID = -1
 RETAINED_BATCHES = 5  # Kafka keeps the last five per producer (max.in.flight <= 5)
+# How long a transaction verification's lowest sequence is kept when nothing of that
+# transaction is ever appended (Kafka: producer.id.expiration.ms, 1 day by default).
+VERIFICATION_EXPIRY_MS = 86_400_000
 # Transaction numbers in a marker's coordinator epoch (an int32): 1 .. 2**31 - 1, wrapping
 # (a transactional id completing 1000 transactions a second would pass 2**31 in 25 days),
 # compared as serial numbers: a number up to half the range behind the last one is older.
@@ -65,6 +68,36 @@ class ProducerState:
         # field: the transactional id's completion count, see storage.transactions) and
         # offset. Kept apart from the epoch entry: an epoch bump keeps counting.
         self._markers: dict[int, tuple[int, int]] = {}
+        # KIP-890's VerificationStateEntry: per producer whose transaction is being verified
+        # in this partition (a transactional batch came while it had none open here), the
+        # lowest sequence seen for it, that sequence's epoch and when the entry began, until
+        # a transactional batch or a marker of that producer is appended. A batch with a
+        # higher sequence is refused meanwhile: the lower one must be written first. Why it
+        # matters: a client that reuses the sequence of a batch of its aborted transaction
+        # (librdkafka does, for a record it purged while its request's outcome was unknown)
+        # gets that batch answered as a duplicate of the aborted one, and without this rule
+        # the rest of its new transaction would be appended and committed without it.
+        self._verifying: dict[int, tuple[int, int, float]] = {}
+
+    def begin_verification(self, pid: int, seq: int, epoch: int, now_ms: float) -> None:
+        """A transactional batch of ``pid`` that opens its transaction here is about to be
+        verified: remember the lowest sequence seen (a newer epoch starts again)."""
+        entry = self._verifying.get(pid)
+        if entry is not None and now_ms - entry[2] >= VERIFICATION_EXPIRY_MS:
+            entry = None
+        if entry is None or epoch > entry[1]:
+            self._verifying[pid] = (seq, epoch, now_ms)
+        elif epoch == entry[1] and seq < entry[0]:
+            self._verifying[pid] = (seq, epoch, entry[2])
+
+    def end_verification(self, pid: int) -> None:
+        """A transactional batch or a marker of ``pid`` was appended (or replicated): its
+        transaction here is open or over, no longer being verified."""
+        self._verifying.pop(pid, None)
+
+    def verifying_lowest(self, pid: int) -> int | None:
+        entry = self._verifying.get(pid)
+        return None if entry is None else entry[0]
 
     def check(
         self, pid: int, epoch: int, first_seq: int, last_seq: int
@@ -76,19 +109,25 @@ class ProducerState:
         if pid == NO_PRODUCER_ID:
             return None, None
         entry = self._producers.get(pid)
+        if entry is not None:
+            if epoch < entry.epoch:
+                return ErrorCode.invalid_producer_epoch, None
+            if epoch == entry.epoch:
+                for f, last, base, end in entry.batches:
+                    if f == first_seq and last == last_seq:
+                        return None, (base, end)
+        # Kafka checks this after the duplicates and the epoch, before the sequence.
+        lowest = self.verifying_lowest(pid)
+        if lowest is not None and first_seq > lowest:
+            return ErrorCode.out_of_order_sequence_number, None
         if entry is None:
             # Unknown producer (new, or its state went with old segments): accepted, as
             # Kafka does since KIP-360.
             return None, None
-        if epoch < entry.epoch:
-            return ErrorCode.invalid_producer_epoch, None
         if epoch > entry.epoch:
             if first_seq != 0:
                 return ErrorCode.out_of_order_sequence_number, None
             return None, None
-        for f, last, base, end in entry.batches:
-            if f == first_seq and last == last_seq:
-                return None, (base, end)
         expected = (entry.last_seq + 1) & 0x7FFFFFFF if entry.batches else first_seq
         if first_seq != expected:
             return ErrorCode.out_of_order_sequence_number, None
@@ -141,6 +180,7 @@ class ProducerState:
         """Drop a producer's state (a migration replaces it with a newer one)."""
         self._producers.pop(pid, None)
         self._markers.pop(pid, None)
+        self._verifying.pop(pid, None)
 
     def load(self, batches: Iterable[tuple[int, int, int, int, int]]) -> None:
         """(pid, epoch, first seq, count, base offset) of the log's batches, in order."""

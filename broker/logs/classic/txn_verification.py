@@ -1,6 +1,6 @@
 """KIP-890 part 1 for classic partitions: the first transactional batch of a producer's
 transaction in a partition is checked against the transaction coordinator before it is
-appended (``ClassicLog.needs_verification`` says when; the produce handler asks here)."""
+appended (``ClassicLog.begin_verification`` says when; the produce handler asks here)."""
 
 from __future__ import annotations
 

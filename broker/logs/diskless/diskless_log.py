@@ -67,7 +67,7 @@ class DisklessLog:
     def __init__(self, broker: DisklessHost) -> None:
         self._broker = broker
 
-    def needs_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
+    def begin_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
         # The batch coordinator checks a transactional batch against its transaction
         # when it commits it.
         return False

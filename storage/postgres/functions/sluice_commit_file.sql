@@ -9,7 +9,12 @@
 -- p_transactional (one flag per batch): a transactional batch is
 -- accepted only if its producer id has an ONGOING transaction with the batch's epoch that
 -- includes its partition (47 for another epoch, else 48), and when appended (not a
--- duplicate) it opens its producer's transaction in the partition.
+-- duplicate) it opens its producer's transaction in the partition. Until one is appended
+-- there, the lowest sequence its batches showed is kept (txn_partitions.lowest_sequence,
+-- KIP-890's VerificationStateEntry) and a batch with a higher one is refused (45): a
+-- client that gives a new transaction the sequence of a record it purged from its aborted
+-- one has that record answered as a duplicate of the aborted one, and must not get the
+-- rest of the transaction committed without it.
 CREATE OR REPLACE FUNCTION sluice_commit_file(
     p_object_key text,
     p_object_size bigint,
@@ -57,6 +62,12 @@ DECLARE
     s_epoch integer[];
     s_last integer[];  -- newest entry (index into e_*)
     s_new integer[];   -- entries appended by this call
+    -- per (log, producer) of a transactional batch its transaction accepted: the lowest
+    -- sequence seen before a batch of the transaction was appended in the partition
+    -- (g_opened), and whether this call lowered it
+    g_lowest bigint[];
+    g_opened boolean[];
+    g_changed boolean[];
     -- retained batches of producers, each linked to the one before it
     e_n integer := 0;
     e_loaded integer;          -- entries 1..e_loaded came from the table
@@ -191,6 +202,25 @@ BEGIN
         FROM unnest(p_topic_ids, p_partitions, p_producer_ids, p_producer_epochs, p_transactional)
              WITH ORDINALITY AS u(topic_id, part, pid, epoch, tx, i)
         LEFT JOIN transactions t ON u.tx AND t.producer_id = u.pid;
+        g_lowest := array_fill(NULL::bigint, ARRAY[s_n]);
+        g_opened := array_fill(NULL::boolean, ARRAY[s_n]);
+        g_changed := array_fill(false, ARRAY[s_n]);
+        FOR rec IN
+            SELECT DISTINCT ON (u.pi) u.pi, tp.lowest_sequence,
+                   EXISTS (SELECT 1 FROM open_txns o
+                           WHERE o.topic_id = u.topic_id AND o.partition = u.part
+                             AND o.producer_id = u.pid) AS opened
+            FROM unnest(p_topic_ids, p_partitions, p_producer_ids, p_transactional, b_prod,
+                        b_txn) AS u(topic_id, part, pid, tx, pi, err)
+            JOIN transactions t ON t.producer_id = u.pid
+            JOIN txn_partitions tp ON tp.transactional_id = t.transactional_id
+                                  AND tp.topic_id = u.topic_id AND tp.partition = u.part
+            WHERE u.tx AND u.err = 0
+            ORDER BY u.pi
+        LOOP
+            g_lowest[rec.pi] := rec.lowest_sequence;
+            g_opened[rec.pi] := rec.opened;
+        END LOOP;
     END IF;
 
     -- Producer states, oldest batch first (they are protected by the logs locks).
@@ -236,48 +266,50 @@ BEGIN
 
         pi := b_prod[i];
         IF pi IS NOT NULL THEN
-            -- Kafka's ProducerStateManager checks.
+            -- Kafka's ProducerStateManager checks, in its order: the epoch, a duplicate,
+            -- a transaction's verification, the sequence.
             v_seq := p_base_sequences[i];
             v_epoch := p_producer_epochs[i];
             v_last_seq := sluice_increment_sequence(v_seq, p_record_counts[i] - 1);
-            IF s_epoch[pi] IS NOT NULL THEN
-                -- Refusals carry the log start offset, as Kafka's do.
-                IF v_epoch < s_epoch[pi] THEN
-                    r_error := 47; r_base_offset := -1; r_log_append_time := -1;
-                    r_log_start_offset := l_start[li];
+            IF p_transactional[i] AND NOT g_opened[pi]
+               AND (g_lowest[pi] IS NULL OR v_seq < g_lowest[pi]) THEN
+                -- Noted before the duplicate check, as Kafka starts a verification first.
+                g_lowest[pi] := v_seq;
+                g_changed[pi] := true;
+            END IF;
+            -- Refusals carry the log start offset, as Kafka's do.
+            IF s_epoch[pi] IS NOT NULL AND v_epoch < s_epoch[pi] THEN
+                r_error := 47; r_base_offset := -1; r_log_append_time := -1;
+                r_log_start_offset := l_start[li];
+                RETURN NEXT;
+                CONTINUE;
+            END IF;
+            IF s_epoch[pi] IS NOT NULL AND v_epoch = s_epoch[pi] THEN
+                -- A duplicate of one of the last 5 batches: the original answer.
+                e := s_last[pi];
+                k := 0;
+                WHILE e IS NOT NULL AND k < 5 LOOP
+                    EXIT WHEN e_base_seq[e] = v_seq AND e_last_seq[e] = v_last_seq;
+                    e := e_prev[e];
+                    k := k + 1;
+                END LOOP;
+                IF e IS NOT NULL AND k < 5 THEN
+                    r_error := 0; r_base_offset := e_base_off[e];
+                    r_log_append_time := e_append[e]; r_log_start_offset := l_start[li];
                     RETURN NEXT;
                     CONTINUE;
-                ELSIF v_epoch > s_epoch[pi] THEN
-                    -- A bumped epoch restarts sequences at 0.
-                    IF v_seq <> 0 THEN
-                        r_error := 45; r_base_offset := -1; r_log_append_time := -1;
-                        r_log_start_offset := l_start[li];
-                        RETURN NEXT;
-                        CONTINUE;
-                    END IF;
-                ELSE
-                    -- A duplicate of one of the last 5 batches: the original answer.
-                    e := s_last[pi];
-                    k := 0;
-                    WHILE e IS NOT NULL AND k < 5 LOOP
-                        EXIT WHEN e_base_seq[e] = v_seq AND e_last_seq[e] = v_last_seq;
-                        e := e_prev[e];
-                        k := k + 1;
-                    END LOOP;
-                    IF e IS NOT NULL AND k < 5 THEN
-                        r_error := 0; r_base_offset := e_base_off[e];
-                        r_log_append_time := e_append[e]; r_log_start_offset := l_start[li];
-                        RETURN NEXT;
-                        CONTINUE;
-                    END IF;
-                    IF s_last[pi] IS NOT NULL
-                       AND v_seq <> sluice_increment_sequence(e_last_seq[s_last[pi]], 1) THEN
-                        r_error := 45; r_base_offset := -1; r_log_append_time := -1;
-                        r_log_start_offset := l_start[li];
-                        RETURN NEXT;
-                        CONTINUE;
-                    END IF;
                 END IF;
+            END IF;
+            IF (p_transactional[i] AND NOT g_opened[pi] AND v_seq > g_lowest[pi])
+               OR (s_epoch[pi] IS NOT NULL AND v_epoch > s_epoch[pi] AND v_seq <> 0)
+               OR (s_epoch[pi] IS NOT NULL AND v_epoch = s_epoch[pi] AND s_last[pi] IS NOT NULL
+                   AND v_seq <> sluice_increment_sequence(e_last_seq[s_last[pi]], 1)) THEN
+                -- Higher than the verification's lowest, a bumped epoch not restarting at
+                -- 0, or not the next sequence.
+                r_error := 45; r_base_offset := -1; r_log_append_time := -1;
+                r_log_start_offset := l_start[li];
+                RETURN NEXT;
+                CONTINUE;
             END IF;
             IF s_epoch[pi] IS DISTINCT FROM v_epoch THEN
                 -- First batch seen from this producer, or an accepted epoch bump: the
@@ -311,6 +343,7 @@ BEGIN
             s_new[pi] := s_new[pi] + 1;
         END IF;
         IF p_transactional[i] THEN
+            g_opened[pi] := true;
             o_n := o_n + 1;
             o_topic[o_n] := p_topic_ids[i];
             o_part[o_n] := p_partitions[i];
@@ -321,6 +354,15 @@ BEGIN
         r_log_start_offset := l_start[li];
         RETURN NEXT;
     END LOOP;
+
+    IF true = ANY (g_changed) THEN
+        UPDATE txn_partitions tp SET lowest_sequence = g.lowest
+        FROM unnest(s_topic, s_part, s_pid, g_lowest, g_changed)
+             AS g(topic_id, part, pid, lowest, changed)
+        JOIN transactions t ON t.producer_id = g.pid
+        WHERE g.changed AND tp.transactional_id = t.transactional_id
+          AND tp.topic_id = g.topic_id AND tp.partition = g.part;
+    END IF;
 
     IF a_n = 0 THEN
         -- Nothing in the object is live: the cleaner may delete it after the grace period.

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from kio.schema.errors import ErrorCode
 
-from broker.logs.classic.classic_log import classic_append, needs_verification
+from broker.logs.classic.classic_log import begin_verification, classic_append
 from broker.logs.classic.partition import ClassicPartition
 from broker.logs.classic.txn_verification import verify_transaction
 from protocol.control_batch import marker_batch
@@ -160,7 +160,7 @@ def test_first_transactional_batch_is_verified_kip_890(tmp_path: Path) -> None:
         async def append(tid: str | None, seq: int) -> int:
             data = memoryview(txn_records(1, seq))
             batches = parse_batches(data, 1 << 20)
-            assert needs_verification(manager, topic, 0, batches)  # type: ignore[arg-type]
+            assert begin_verification(manager, topic, 0, batches)  # type: ignore[arg-type]
             verified = await verify_transaction(broker.transactions, tid, batches[0])  # type: ignore[arg-type]
             if refusal := verified.refusal(TOPIC_ID, 0):
                 return refusal
@@ -189,7 +189,7 @@ def test_first_transactional_batch_is_verified_kip_890(tmp_path: Path) -> None:
         assert p.txns.ongoing == {PID: 0}
         # The transaction is open here now: later batches need no check.
         later = memoryview(txn_records(1, 1))
-        assert not needs_verification(manager, topic, 0, parse_batches(later, 1 << 20))  # type: ignore[arg-type]
+        assert not begin_verification(manager, topic, 0, parse_batches(later, 1 << 20))  # type: ignore[arg-type]
         p.close()
 
     asyncio.run(run())
@@ -281,3 +281,101 @@ def test_transaction_numbers_wrap_and_compare_as_serial_numbers() -> None:
     assert marker_behind(6, 5) == -1  # the next transaction
     assert marker_behind(1, MARKER_NUMBERS) == -1  # the next one, after the wrap
     assert marker_behind(MARKER_NUMBERS, 1) == 1  # the one before, across the wrap
+
+
+def test_a_reused_sequence_of_an_aborted_batch_blocks_the_rest_of_the_transaction(
+    tmp_path: Path,
+) -> None:
+    """The nemesis found a committed transaction missing records: librdkafka aborted a
+    transaction while a record's request had failed in transport (outcome unknown), purged
+    that record and gave its sequence to the next transaction's first record. The leader
+    had written the purged one, so the new record was answered as its duplicate (as Kafka
+    answers), and the rest of the new transaction was appended and committed without it.
+    Kafka's verification (KIP-890) remembers the lowest sequence seen while a transaction
+    is being verified in a partition and refuses higher ones until a batch of it is
+    appended there: the producer learns of the gap (OUT_OF_ORDER_SEQUENCE_NUMBER, an
+    abortable error) instead of committing without the record."""
+
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    topic = Topic("t", TOPIC_ID, 1, {})
+    manager = SimpleNamespace(
+        broker=SimpleNamespace(watch=SimpleNamespace(notify=lambda _changes: None)),
+        leader_partition=lambda _tid, _i: (p, 0),
+    )
+    topics = SimpleNamespace(int_config=lambda _t, _name: 1)
+
+    def append(seq: int, n: int = 1, verify: bool = True) -> tuple[int, int]:
+        data = memoryview(txn_records(n, seq))
+        batches = parse_batches(data, 1 << 20)
+        assert begin_verification(manager, topic, 0, batches) is verify  # type: ignore[arg-type]
+        result = classic_append(
+            manager,
+            topics,
+            topic,
+            0,
+            data,
+            batches,
+            False,
+            1,
+            5000,  # type: ignore[arg-type]
+        )
+        assert not isinstance(result, asyncio.Future)
+        return result.error, result.base_offset
+
+    async def run() -> None:
+        assert append(0) == (0, 0)  # the first transaction's record (seq 0)
+        marked = p.append_marker(PID, 0, False, 1)  # aborted
+        replicate(p)
+        assert (await marked if isinstance(marked, asyncio.Future) else marked).error == 0
+        # The next transaction: its first record reuses seq 0, answered as the duplicate
+        # of the aborted one (Kafka answers the same) ...
+        assert append(0) == (0, 0)
+        # ... and its next record is refused: seq 0 was seen first, so seq 1 may not be
+        # the transaction's first batch here.
+        assert append(1) == (ErrorCode.out_of_order_sequence_number, -1)
+        assert p.log.log_end_offset == 2 and not p.txns.ongoing
+        # A lower sequence in a new verification lowers the bar; a write of it ends the
+        # verification, and the transaction goes on with the next sequences.
+        p.producers.forget(PID)
+        p.producers.update(PID, 0, 9, 1, 1)  # the producer's last sequence is 9
+        assert append(12) == (ErrorCode.out_of_order_sequence_number, -1)
+        assert append(11) == (ErrorCode.out_of_order_sequence_number, -1)
+        assert append(10) == (0, 2)
+        assert p.producers.verifying_lowest(PID) is None
+        assert append(11, verify=False) == (0, 3)
+
+    asyncio.run(run())
+    p.close()
+
+
+def test_a_verification_ends_with_a_marker_or_a_copied_transactional_batch(
+    tmp_path: Path,
+) -> None:
+    p = open_partition(tmp_path / "p")
+    p.producers.begin_verification(PID, 5, 0, 0.0)
+    p.producers.begin_verification(PID, 7, 0, 1.0)  # higher: the lowest stays
+    assert p.producers.verifying_lowest(PID) == 5
+    p.producers.begin_verification(PID, 9, 1, 2.0)  # a newer epoch starts again
+    assert p.producers.verifying_lowest(PID) == 9
+    p.producers.begin_verification(PID, 3, 1, 2.0 + 86_400_000)  # expired: begins anew
+    assert p.producers.verifying_lowest(PID) == 3
+    # A follower copying the transaction's batch from its leader clears it, as Kafka does.
+    p.append_fetched(txn_records(1, 3, epoch=1), 0, 0)
+    assert p.producers.verifying_lowest(PID) is None
+    p.close()
+
+
+def test_a_marker_ends_a_verification(tmp_path: Path) -> None:
+    p = open_partition(tmp_path / "p")
+    lead(p)
+    p.producers.begin_verification(PID, 5, 0, 0.0)
+
+    async def run() -> None:
+        marked = p.append_marker(PID, 0, False, 1)
+        replicate(p)
+        assert (await marked if isinstance(marked, asyncio.Future) else marked).error == 0
+
+    asyncio.run(run())
+    assert p.producers.verifying_lowest(PID) is None
+    p.close()
