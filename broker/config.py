@@ -177,6 +177,9 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_assignors: str = "uniform,range"
+    # The server-side assignors prefer members in a partition's replica racks (members with
+    # client.rack, classic topics); false assigns as Kafka 4 does, without racks.
+    group_consumer_rack_aware_assignment: bool = True
     # Conversion between classic and consumer groups is not implemented: only Kafka's
     # "disabled" is accepted (classic and consumer members never share a group).
     group_consumer_migration_policy: str = "disabled"

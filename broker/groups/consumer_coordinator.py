@@ -82,7 +82,13 @@ class ConsumerCoordinator:
         if request.member_epoch < 0:
             result = leave(group, request)
         else:
-            result = heartbeat(group, request, lookup, self.default_assignor)
+            result = heartbeat(
+                group,
+                request,
+                lookup,
+                self.default_assignor,
+                self.config.consumer_rack_aware_assignment,
+            )
         if result.error != ErrorCode.none:
             return result
         self._after_heartbeat(group, request, result)

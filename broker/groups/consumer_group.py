@@ -46,11 +46,14 @@ class ConsumerGroupState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A subscribed topic as the group's last metadata check saw it."""
+    """A subscribed topic as the group's last metadata check saw it. ``racks``: a digest
+    of its partitions' racks when the assignment uses racks (0 otherwise), so a change of
+    racks (replicas moved) is a change of metadata, as Kafka's topic hash (KIP-1101)."""
 
     name: str
     topic_id: UUID
     partitions: int
+    racks: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,15 +8,19 @@ between the wire and it.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.assignor_racks import PartitionRacks
 from broker.groups.assignors import Partitions
 from broker.groups.consumer_group import ConsumerGroup, ConsumerMember, TopicInfo
 from broker.groups.consumer_group_heartbeat import HeartbeatRequest
 from broker.groups.group_membership import client_host, millis
 from broker.groups.topic_regex import matching
+from broker.logs.router import az_routed
 from broker.security import access
 from common.acl import AclOperation
 
@@ -76,6 +80,29 @@ class _Topics:
             for name in found
             if access.topic(self._broker, self._ctx, AclOperation.DESCRIBE, name)
         }
+
+    def partition_racks(self, topic_id: UUID, partitions: int) -> Sequence[PartitionRacks]:
+        """A classic partition is in its replicas' brokers' racks. A diskless one is in every
+        rack: any broker serves it, and the AZ transformer sends each client to a broker
+        of its own AZ (broker/metadata/transformer.py), so no member is far from it. Without
+        a controller there are no replica sets and every topic is diskless."""
+        everywhere: list[PartitionRacks] = [None] * partitions
+        controller = self._broker.controller
+        if controller is None:
+            return everywhere
+        image = controller.image
+        topic = image.topic_by_id(topic_id)
+        if topic is None or az_routed(topic):
+            return everywhere
+        out: list[PartitionRacks] = []
+        for p in range(partitions):
+            state = topic.partitions.get(p)
+            if state is None:
+                out.append(None)
+                continue
+            brokers = (image.brokers.get(r) for r in state.replicas)
+            out.append(frozenset(b.rack for b in brokers if b is not None and b.rack))
+        return out
 
 
 async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:

@@ -46,7 +46,7 @@ def _partitions_in(data: dict[str, list[int]]) -> Partitions:
 def snapshot_of(group: ConsumerGroup, now_ms: int) -> GroupSnapshot:
     group_data = {
         "assignment_epoch": group.assignment_epoch,
-        "topics": [[i.name, str(i.topic_id), i.partitions] for i in group.topics.values()],
+        "topics": [[i.name, str(i.topic_id), i.partitions, i.racks] for i in group.topics.values()],
     }
     members = []
     for m in group.members.values():
@@ -91,9 +91,10 @@ def group_from(snapshot: GroupSnapshot) -> ConsumerGroup:
     group.group_epoch = snapshot.generation_id
     group_data = json.loads(snapshot.leader_id)
     group.assignment_epoch = group_data["assignment_epoch"]
+    # A snapshot written before rack digests has three items per topic.
     group.topics = {
-        name: TopicInfo(name, UUID(topic_id), partitions)
-        for name, topic_id, partitions in group_data["topics"]
+        name: TopicInfo(name, UUID(topic_id), partitions, *racks)
+        for name, topic_id, partitions, *racks in group_data["topics"]
     }
     for s in snapshot.members:
         data = json.loads(s.subscription)

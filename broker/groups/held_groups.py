@@ -50,6 +50,7 @@ class GroupConfig:
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5000
     consumer_assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
+    consumer_rack_aware_assignment: bool = True
 
     @classmethod
     def from_broker(cls, config: Any) -> GroupConfig:
@@ -63,6 +64,7 @@ class GroupConfig:
             consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
             consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             consumer_assignors=parse_assignors(config.group_consumer_assignors),
+            consumer_rack_aware_assignment=config.group_consumer_rack_aware_assignment,
         )
 
 

@@ -34,6 +34,9 @@ class Topics:
     def matching(self, pattern: str) -> set[str]:
         return set()
 
+    def partition_racks(self, topic_id: UUID, partitions: int) -> list[frozenset[str] | None]:
+        return [None] * partitions  # diskless: every partition in every rack
+
 
 lookup = Topics()
 
