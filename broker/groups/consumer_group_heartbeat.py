@@ -329,8 +329,51 @@ def heartbeat(
         client_id=request.client_id,
         client_host=request.client_host,
     )
+    updated, changed = apply_member(
+        group,
+        member,
+        updated,
+        is_new,
+        request.member_epoch == 0,
+        request.owned,
+        lookup,
+        default_assignor,
+        rack_aware,
+    )
+    current = updated.current
+    full = request.member_epoch == 0 or (
+        request.rebalance_timeout_ms != -1
+        and request.subscribed_topic_names is not None
+        and request.owned is not None
+    )
+    return HeartbeatResult(
+        ErrorCode.none,
+        None,
+        updated.member_id,
+        updated.epoch,
+        current.assigned if full or current.assigned != member.current.assigned else None,
+        changed,
+    )
+
+
+def apply_member(
+    group: ConsumerGroup,
+    member: ConsumerMember,
+    updated: ConsumerMember,
+    is_new: bool,
+    joining: bool,
+    owned: Mapping[UUID, frozenset[int]] | None,
+    lookup: TopicLookup,
+    default_assignor: str,
+    rack_aware: bool,
+) -> tuple[ConsumerMember, bool]:
+    """Steps 2-4 of a heartbeat (or of a classic member's JoinGroup): store the member
+    as ``updated``, bump the group epoch if what the assignment depends on changed,
+    compute the target when behind, and move the member one step towards its target
+    (``owned``: the partitions it says it holds). The member as it is now, and whether
+    the group's stored state changed."""
     # A join (new member, rejoin, a static member's return) is always stored.
-    changed = updated != member or request.member_epoch == 0
+    changed = updated != member or joining
     bump = (
         is_new
         or updated.subscribed_topic_names != member.subscribed_topic_names
@@ -360,26 +403,14 @@ def heartbeat(
             group.assignment_epoch,
             target,
             lambda t, p: group.holder(t, p) is not None,
-            request.owned,
+            owned,
         )
     )
     if current != before:
         updated = updated.with_current(current)
         group.put(updated)
         changed = True
-    full = request.member_epoch == 0 or (
-        request.rebalance_timeout_ms != -1
-        and request.subscribed_topic_names is not None
-        and request.owned is not None
-    )
-    return HeartbeatResult(
-        ErrorCode.none,
-        None,
-        updated.member_id,
-        updated.epoch,
-        current.assigned if full or current.assigned != member.current.assigned else None,
-        changed,
-    )
+    return updated, changed
 
 
 def leave(group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:

@@ -387,6 +387,15 @@ class GroupCoordinator(HeldGroups):
             self._prepare_rebalance(group, f"static member {instance_id} rejoined")
         # PreparingRebalance: it is answered when the rebalance completes.
 
+    def adopt_downgraded(self, group: Group) -> None:
+        self.groups[group.group_id] = group
+        self._absent.discard(group.group_id)
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member)
+        # The next coordinator must find a classic group, not the consumer group.
+        self._store_snapshot(group)
+        self._prepare_rebalance(group, "downgraded from a consumer group")
+
     # ---------------------------------------------------------------- rebalances
 
     def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
