@@ -115,8 +115,8 @@ class GroupCoordinator(HeldGroups):
         consumer_group = self.consumer_groups.get(group_id)
         if consumer_group is not None:
             if consumer_group.members:
-                # Classic members in a KIP-848 group need the migration Kafka offers
-                # (group.consumer.migration.policy); Sluice has none.
+                # The handlers send classic members of a consumer group to its coordinator
+                # (ConsumerCoordinator.classic_join); a caller that did not is refused.
                 return fail(ErrorCode.inconsistent_group_protocol)
             log.info("group %s: the empty consumer group becomes a classic group", group_id)
             self.drop_consumer_group(group_id)
