@@ -24,6 +24,8 @@ AUTO_S3_OBJECTS_PER_SECOND = 5
 
 # What authorizer.class.name accepts (broker/security/authorizer.py): Kafka's names for its
 # authorizer, and the short one Sluice also accepts.
+# group.consumer.migration.policy's values (broker.groups.consumer_migration).
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 AUTHORIZER_NAMES = frozenset(
     {
         "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
@@ -177,9 +179,12 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
     group_consumer_assignors: str = "uniform,range"
-    # Conversion between classic and consumer groups is not implemented: only Kafka's
-    # "disabled" is accepted (classic and consumer members never share a group).
-    group_consumer_migration_policy: str = "disabled"
+    # The server-side assignors prefer members in a partition's replica racks (members with
+    # client.rack, classic topics); false assigns as Kafka 4 does, without racks.
+    group_consumer_rack_aware_assignment: bool = True
+    # Online conversion between classic and consumer groups (Kafka's values and default):
+    # bidirectional, upgrade, downgrade or disabled.
+    group_consumer_migration_policy: str = "bidirectional"
     offsets_retention_minutes: int = 10080  # 7 days
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
@@ -291,11 +296,10 @@ class BrokerConfig:
             raise ValueError(
                 f"transaction.version must be 0, 1 or 2, not {self.transaction_version}"
             )
-        if self.group_consumer_migration_policy.lower() != "disabled":
-            policy = self.group_consumer_migration_policy
+        if self.group_consumer_migration_policy.strip().lower() not in MIGRATION_POLICIES:
             raise ValueError(
-                "group.consumer.migration.policy: only disabled is supported (no conversion "
-                f"between classic and consumer groups), not {policy!r}"
+                f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}, "
+                f"not {self.group_consumer_migration_policy!r}"
             )
         if self.group_consumer_session_timeout_ms <= 0 or (
             self.group_consumer_heartbeat_interval_ms <= 0

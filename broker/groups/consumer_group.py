@@ -46,11 +46,33 @@ class ConsumerGroupState(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A subscribed topic as the group's last metadata check saw it."""
+    """A subscribed topic as the group's last metadata check saw it. ``racks``: a digest
+    of its partitions' racks when the assignment uses racks (0 otherwise), so a change of
+    racks (replicas moved) is a change of metadata, as Kafka's topic hash (KIP-1101)."""
 
     name: str
     topic_id: UUID
     partitions: int
+    racks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    """What a member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) in
+    a consumer group keeps of it: its session timeout and the protocols (client assignor
+    names with their subscription metadata) of its last JoinGroup, as Kafka's
+    ClassicMemberMetadata."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol its JoinGroup and SyncGroup answers name: its first."""
+        return self.protocols[0][0]
+
+    def names(self) -> set[str]:
+        return {name for name, _ in self.protocols}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +87,15 @@ class ConsumerMember:
     subscribed_topic_regex: str | None = None  # RE2, whole names (broker.groups.topic_regex)
     server_assignor: str | None = None
     current: CurrentAssignment = field(default_factory=CurrentAssignment)
+    classic: ClassicProtocol | None = None  # set: it uses the classic protocol
 
     @property
     def epoch(self) -> int:
         return self.current.epoch
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def with_current(self, current: CurrentAssignment) -> ConsumerMember:
         return replace(self, current=current)
@@ -94,12 +121,16 @@ class MemberTimers:
     session: Cancellable | None = None
     rebalance: Cancellable | None = None
     rebalance_epoch: int = -1  # the member epoch the rebalance timer was started at
+    # A classic member told to rejoin (REBALANCE_IN_PROGRESS) must JoinGroup, then
+    # SyncGroup, each within its rebalance timeout.
+    join: Cancellable | None = None
+    sync: Cancellable | None = None
 
     def cancel(self) -> None:
-        for timer in (self.session, self.rebalance):
+        for timer in (self.session, self.rebalance, self.join, self.sync):
             if timer is not None:
                 timer.cancel()
-        self.session = self.rebalance = None
+        self.session = self.rebalance = self.join = self.sync = None
 
 
 class ConsumerGroup:
@@ -189,6 +220,10 @@ class ConsumerGroup:
         if member is None:
             return ErrorCode.unknown_member_id
         if member_epoch != member.epoch:
+            # A classic member's generation id is its member epoch (Kafka answers it
+            # ILLEGAL_GENERATION, the error its protocol knows).
+            if member.uses_classic_protocol:
+                return ErrorCode.illegal_generation
             return ErrorCode.stale_member_epoch
         return ErrorCode.none
 
@@ -199,6 +234,30 @@ class ConsumerGroup:
         if member_epoch < 0 and not self.members:
             return ErrorCode.none
         return self.validate_member_epoch(member_id, member_epoch)
+
+    def classic_members(self) -> list[ConsumerMember]:
+        return [m for m in self.members.values() if m.uses_classic_protocol]
+
+    def supports_classic_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """A classic member may join with ``consumer`` protocols of which one at least
+        every classic member supports (any, when none is there yet), as Kafka checks."""
+        if protocol_type != PROTOCOL_TYPE or not names:
+            return False
+        common = set(names)
+        for member in self.classic_members():
+            assert member.classic is not None
+            common &= member.classic.names()
+        return bool(common)
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Some partition of the member's target is still held by another member."""
+        for topic_id, ps in self.target.get(member.member_id, {}).items():
+            have = member.current.assigned.get(topic_id, frozenset())
+            for p in ps - have:
+                holder = self.holders.get((topic_id, p))
+                if holder is not None and holder != member.member_id:
+                    return True
+        return False
 
     def preferred_assignor(self, default: str) -> str:
         """The server assignor most members ask for (Kafka's choice), else the default."""

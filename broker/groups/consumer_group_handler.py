@@ -7,16 +7,15 @@ between the wire and it.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.groups.assignors import Partitions
-from broker.groups.consumer_group import ConsumerGroup, ConsumerMember, TopicInfo
+from broker.groups.consumer_group import ConsumerGroup, ConsumerMember
 from broker.groups.consumer_group_heartbeat import HeartbeatRequest
 from broker.groups.group_membership import client_host, millis
-from broker.groups.topic_regex import matching
+from broker.groups.topic_lookup import BrokerTopics
 from broker.security import access
 from common.acl import AclOperation
 
@@ -24,58 +23,10 @@ if TYPE_CHECKING:
     from broker.groups.service import GroupsView
     from broker.security.request_context import RequestContext
 
-CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1's member type: 0 classic, 1 consumer
-
-
-class _RegexCache:
-    """Regex subscriptions resolved against every topic name at most once a second per
-    pattern: every heartbeat of every regex member would otherwise scan all topics (Kafka
-    resolves them asynchronously, at most every 10 s unless topics appear)."""
-
-    TTL_S = 1.0
-
-    def __init__(self) -> None:
-        self._resolved: dict[str, tuple[float, set[str]]] = {}
-
-    def matching(self, pattern: str, registry: Any) -> set[str]:
-        now = time.monotonic()
-        hit = self._resolved.get(pattern)
-        if hit is not None and now - hit[0] < self.TTL_S:
-            return hit[1]
-        if len(self._resolved) > 1024:
-            self._resolved.clear()
-        found = matching(pattern, (t.name for t in registry.all()))
-        self._resolved[pattern] = (now, found)
-        return found
-
-
-_regex_cache = _RegexCache()
-
-
-class _Topics:
-    """The broker's topics as the heartbeat resolves subscriptions against them."""
-
-    def __init__(self, broker: GroupsView, ctx: RequestContext) -> None:
-        self._broker = broker
-        self._ctx = ctx
-        self._registry = broker.topics
-
-    def get(self, name: str) -> TopicInfo | None:
-        topic = self._registry.get(name)
-        if topic is None:
-            return None
-        return TopicInfo(topic.name, topic.topic_id, topic.partitions)
-
-    def matching(self, pattern: str) -> set[str]:
-        found = _regex_cache.matching(pattern, self._registry)
-        if not access.enabled(self._broker):
-            return found
-        # Only the topics the member may describe, as Kafka resolves regexes.
-        return {
-            name
-            for name in found
-            if access.topic(self._broker, self._ctx, AclOperation.DESCRIBE, name)
-        }
+# ConsumerGroupDescribe v1's member type: 0 classic (a member using the classic protocol
+# in a consumer group), 1 consumer.
+CLASSIC_MEMBER_TYPE = 0
+CONSUMER_MEMBER_TYPE = 1
 
 
 async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
@@ -103,7 +54,7 @@ async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, requ
         client_host=client_host(ctx),
     )
     consumer = broker.groups.consumer
-    result = await consumer.heartbeat(ask, ctx.header.api_version, _Topics(broker, ctx))
+    result = await consumer.heartbeat(ask, ctx.header.api_version, BrokerTopics(broker, ctx))
     ok = result.error == ErrorCode.none
     return ctx.respond(
         {
@@ -156,7 +107,9 @@ def _member(broker: GroupsView, group: ConsumerGroup, member: ConsumerMember) ->
         "subscribed_topic_regex": member.subscribed_topic_regex or "",
         "assignment": _assignment(broker, member.current.assigned),
         "target_assignment": _assignment(broker, group.target.get(member.member_id, {})),
-        "member_type": CONSUMER_MEMBER_TYPE,
+        "member_type": (
+            CLASSIC_MEMBER_TYPE if member.uses_classic_protocol else CONSUMER_MEMBER_TYPE
+        ),
     }
 
 

@@ -19,6 +19,7 @@ or every field set after an error) or when the assignment changed, as Kafka's.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -26,6 +27,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
+from broker.groups.assignor_racks import PartitionRacks
 from broker.groups.assignors import ASSIGNORS, AssignmentSpec, Partitions
 from broker.groups.consumer_group import (
     LEAVE_EPOCH,
@@ -46,6 +48,10 @@ class TopicLookup(Protocol):
 
     def matching(self, pattern: str) -> set[str]:
         """The topic names a (valid) regex subscription matches."""
+        ...
+
+    def partition_racks(self, topic_id: UUID, partitions: int) -> Sequence[PartitionRacks]:
+        """The racks of each partition's replicas (None: served in every rack)."""
         ...
 
 
@@ -211,10 +217,22 @@ def _find_member(group: ConsumerGroup, request: HeartbeatRequest) -> tuple[Consu
     return static, False
 
 
+def uses_racks(group: ConsumerGroup, rack_aware: bool) -> bool:
+    """The assignment takes racks into account: enabled, and some member has one."""
+    return rack_aware and any(m.rack_id for m in group.members.values())
+
+
+def racks_digest(racks: Sequence[PartitionRacks]) -> int:
+    """A stable digest (the same on every broker, unlike hash()) of a topic's racks."""
+    text = "|".join("*" if r is None else ",".join(sorted(r)) for r in racks)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
 def subscribed_topics(
-    members: Mapping[str, ConsumerMember], lookup: TopicLookup
+    members: Mapping[str, ConsumerMember], lookup: TopicLookup, racks: bool = False
 ) -> dict[str, TopicInfo]:
-    """The existing topics some member subscribes to, by name or regex."""
+    """The existing topics some member subscribes to, by name or regex; with ``racks``,
+    with the digest of their partitions' racks."""
     names: set[str] = set()
     for member in members.values():
         names.update(member.subscribed_topic_names)
@@ -224,11 +242,19 @@ def subscribed_topics(
     for name in sorted(names):
         info = lookup.get(name)
         if info is not None and info.partitions > 0:
+            if racks:
+                digest = racks_digest(lookup.partition_racks(info.topic_id, info.partitions))
+                info = replace(info, racks=digest)
             found[name] = info
     return found
 
 
-def compute_target(group: ConsumerGroup, default_assignor: str) -> None:
+def compute_target(
+    group: ConsumerGroup,
+    default_assignor: str,
+    lookup: TopicLookup | None = None,
+    rack_aware: bool = True,
+) -> None:
     """The target assignment at the group epoch (Kafka's TargetAssignmentBuilder)."""
     assignor = ASSIGNORS[group.preferred_assignor(default_assignor)]
     subscriptions = {
@@ -238,15 +264,24 @@ def compute_target(group: ConsumerGroup, default_assignor: str) -> None:
         for m in group.members.values()
     }
     counts = {info.topic_id: info.partitions for info in group.topics.values()}
-    spec = AssignmentSpec(subscriptions, counts, dict(group.target))
+    member_racks: dict[str, str | None] = {}
+    partition_racks: dict[UUID, Sequence[PartitionRacks]] = {}
+    if lookup is not None and uses_racks(group, rack_aware):
+        member_racks = {m.member_id: m.rack_id for m in group.members.values()}
+        partition_racks = {
+            info.topic_id: lookup.partition_racks(info.topic_id, info.partitions)
+            for info in group.topics.values()
+        }
+    spec = AssignmentSpec(subscriptions, counts, dict(group.target), member_racks, partition_racks)
     group.target = assignor.assign(spec)
     group.assignment_epoch = group.group_epoch
 
 
-def refresh_metadata(group: ConsumerGroup, lookup: TopicLookup) -> bool:
+def refresh_metadata(group: ConsumerGroup, lookup: TopicLookup, rack_aware: bool = True) -> bool:
     """Bump the group epoch when the subscribed topics changed since the last check
-    (created, deleted, more partitions). True when it did."""
-    topics = subscribed_topics(group.members, lookup)
+    (created, deleted, more partitions; their racks, when the assignment uses racks).
+    True when it did."""
+    topics = subscribed_topics(group.members, lookup, uses_racks(group, rack_aware))
     if topics == group.topics:
         return False
     group.topics = topics
@@ -259,8 +294,10 @@ def heartbeat(
     request: HeartbeatRequest,
     lookup: TopicLookup,
     default_assignor: str,
+    rack_aware: bool = True,
 ) -> HeartbeatResult:
-    """A heartbeat with member epoch >= 0 (leaving is :func:`leave`)."""
+    """A heartbeat with member epoch >= 0 (leaving is :func:`leave`). ``rack_aware``:
+    the assignment prefers members in the partitions' racks (see assignor_racks)."""
     try:
         member, is_new = _find_member(group, request)
     except HeartbeatError as exc:
@@ -292,42 +329,18 @@ def heartbeat(
         client_id=request.client_id,
         client_host=request.client_host,
     )
-    # A join (new member, rejoin, a static member's return) is always stored.
-    changed = updated != member or request.member_epoch == 0
-    bump = (
-        is_new
-        or updated.subscribed_topic_names != member.subscribed_topic_names
-        or updated.subscribed_topic_regex != member.subscribed_topic_regex
-        or updated.server_assignor != member.server_assignor
+    updated, changed = apply_member(
+        group,
+        member,
+        updated,
+        is_new,
+        request.member_epoch == 0,
+        request.owned,
+        lookup,
+        default_assignor,
+        rack_aware,
     )
-    group.put(updated)
-    if refresh_metadata(group, lookup):
-        bump = False  # refresh_metadata bumped already
-        changed = True
-    if bump:
-        group.group_epoch += 1
-    if group.group_epoch > group.assignment_epoch:
-        compute_target(group, default_assignor)
-        changed = True
-    target = group.target.get(updated.member_id, {})
-    before = updated.current
-    # Held by any member, this one included, as Kafka's "current partition epoch": a
-    # partition it is still revoking is not given back before it is released.
-    current = (
-        before
-        if before.reconciled_to(group.assignment_epoch)
-        else reconcile(
-            before,
-            group.assignment_epoch,
-            target,
-            lambda t, p: group.holder(t, p) is not None,
-            request.owned,
-        )
-    )
-    if current != before:
-        updated = updated.with_current(current)
-        group.put(updated)
-        changed = True
+    current = updated.current
     full = request.member_epoch == 0 or (
         request.rebalance_timeout_ms != -1
         and request.subscribed_topic_names is not None
@@ -341,6 +354,63 @@ def heartbeat(
         current.assigned if full or current.assigned != member.current.assigned else None,
         changed,
     )
+
+
+def apply_member(
+    group: ConsumerGroup,
+    member: ConsumerMember,
+    updated: ConsumerMember,
+    is_new: bool,
+    joining: bool,
+    owned: Mapping[UUID, frozenset[int]] | None,
+    lookup: TopicLookup,
+    default_assignor: str,
+    rack_aware: bool,
+) -> tuple[ConsumerMember, bool]:
+    """Steps 2-4 of a heartbeat (or of a classic member's JoinGroup): store the member
+    as ``updated``, bump the group epoch if what the assignment depends on changed,
+    compute the target when behind, and move the member one step towards its target
+    (``owned``: the partitions it says it holds). The member as it is now, and whether
+    the group's stored state changed."""
+    # A join (new member, rejoin, a static member's return) is always stored.
+    changed = updated != member or joining
+    bump = (
+        is_new
+        or updated.subscribed_topic_names != member.subscribed_topic_names
+        or updated.subscribed_topic_regex != member.subscribed_topic_regex
+        or updated.server_assignor != member.server_assignor
+        # Its rack matters to the assignment (what KAFKA-20909 proposes for Kafka).
+        or (rack_aware and updated.rack_id != member.rack_id)
+    )
+    group.put(updated)
+    if refresh_metadata(group, lookup, rack_aware):
+        bump = False  # refresh_metadata bumped already
+        changed = True
+    if bump:
+        group.group_epoch += 1
+    if group.group_epoch > group.assignment_epoch:
+        compute_target(group, default_assignor, lookup, rack_aware)
+        changed = True
+    target = group.target.get(updated.member_id, {})
+    before = updated.current
+    # Held by any member, this one included, as Kafka's "current partition epoch": a
+    # partition it is still revoking is not given back before it is released.
+    current = (
+        before
+        if before.reconciled_to(group.assignment_epoch)
+        else reconcile(
+            before,
+            group.assignment_epoch,
+            target,
+            lambda t, p: group.holder(t, p) is not None,
+            owned,
+        )
+    )
+    if current != before:
+        updated = updated.with_current(current)
+        group.put(updated)
+        changed = True
+    return updated, changed
 
 
 def leave(group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:

@@ -10,7 +10,8 @@ classic groups' snapshot tables, without a schema change, marked by its protocol
   assignment epoch, the subscribed topics' metadata the epoch was computed with);
 - member: the classic columns for ids, client, rebalance timeout; ``subscription``
   holds the member's JSON (subscription, rack, assignor, epochs, state, current
-  assignment), ``assignment`` its target assignment as JSON.
+  assignment; for a member using the classic protocol, its session timeout and
+  JoinGroup protocols), ``assignment`` its target assignment as JSON.
 
 Written (one round trip, in order per group) after every heartbeat that changed the
 group and after a member is fenced; deleted when the group becomes empty.
@@ -18,12 +19,19 @@ group and after a member is fenced; deleted when the group becomes empty.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 from uuid import UUID
 
 from broker.groups.assignors import Partitions
-from broker.groups.consumer_group import PROTOCOL_TYPE, ConsumerGroup, ConsumerMember, TopicInfo
+from broker.groups.consumer_group import (
+    PROTOCOL_TYPE,
+    ClassicProtocol,
+    ConsumerGroup,
+    ConsumerMember,
+    TopicInfo,
+)
 from broker.groups.reconciliation import CurrentAssignment, MemberState
 from storage.groups import GroupSnapshot, MemberSnapshot
 
@@ -46,7 +54,7 @@ def _partitions_in(data: dict[str, list[int]]) -> Partitions:
 def snapshot_of(group: ConsumerGroup, now_ms: int) -> GroupSnapshot:
     group_data = {
         "assignment_epoch": group.assignment_epoch,
-        "topics": [[i.name, str(i.topic_id), i.partitions] for i in group.topics.values()],
+        "topics": [[i.name, str(i.topic_id), i.partitions, i.racks] for i in group.topics.values()],
     }
     members = []
     for m in group.members.values():
@@ -62,6 +70,13 @@ def snapshot_of(group: ConsumerGroup, now_ms: int) -> GroupSnapshot:
             "assigned": _partitions_out(c.assigned),
             "revoking": _partitions_out(c.pending_revocation),
         }
+        if m.classic is not None:
+            # A classic member (after an upgrade): its session timeout and JoinGroup
+            # protocols, to answer its SyncGroup and to downgrade the group.
+            member_data["classic"] = [
+                m.classic.session_timeout_ms,
+                [[name, base64.b64encode(meta).decode()] for name, meta in m.classic.protocols],
+            ]
         members.append(
             MemberSnapshot(
                 m.member_id,
@@ -91,9 +106,10 @@ def group_from(snapshot: GroupSnapshot) -> ConsumerGroup:
     group.group_epoch = snapshot.generation_id
     group_data = json.loads(snapshot.leader_id)
     group.assignment_epoch = group_data["assignment_epoch"]
+    # A snapshot written before rack digests has three items per topic.
     group.topics = {
-        name: TopicInfo(name, UUID(topic_id), partitions)
-        for name, topic_id, partitions in group_data["topics"]
+        name: TopicInfo(name, UUID(topic_id), partitions, *racks)
+        for name, topic_id, partitions, *racks in group_data["topics"]
     }
     for s in snapshot.members:
         data = json.loads(s.subscription)
@@ -116,7 +132,17 @@ def group_from(snapshot: GroupSnapshot) -> ConsumerGroup:
                 data["regex"],
                 data["assignor"],
                 current,
+                _classic_in(data.get("classic")),
             )
         )
         group.target[s.member_id] = _partitions_in(json.loads(s.assignment))
     return group
+
+
+def _classic_in(data: list[Any] | None) -> ClassicProtocol | None:
+    if data is None:
+        return None
+    session_ms, protocols = data
+    return ClassicProtocol(
+        session_ms, tuple((name, base64.b64decode(meta)) for name, meta in protocols)
+    )

@@ -115,8 +115,8 @@ class GroupCoordinator(HeldGroups):
         consumer_group = self.consumer_groups.get(group_id)
         if consumer_group is not None:
             if consumer_group.members:
-                # Classic members in a KIP-848 group need the migration Kafka offers
-                # (group.consumer.migration.policy); Sluice has none.
+                # The handlers send classic members of a consumer group to its coordinator
+                # (ConsumerCoordinator.classic_join); a caller that did not is refused.
                 return fail(ErrorCode.inconsistent_group_protocol)
             log.info("group %s: the empty consumer group becomes a classic group", group_id)
             self.drop_consumer_group(group_id)
@@ -386,6 +386,15 @@ class GroupCoordinator(HeldGroups):
             # The leader may be assigning to the old id: start over.
             self._prepare_rebalance(group, f"static member {instance_id} rejoined")
         # PreparingRebalance: it is answered when the rebalance completes.
+
+    def adopt_downgraded(self, group: Group) -> None:
+        self.groups[group.group_id] = group
+        self._absent.discard(group.group_id)
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member)
+        # The next coordinator must find a classic group, not the consumer group.
+        self._store_snapshot(group)
+        self._prepare_rebalance(group, "downgraded from a consumer group")
 
     # ---------------------------------------------------------------- rebalances
 

@@ -2,16 +2,23 @@
 
 The state machine is :mod:`broker.groups.group_coordinator`; these handlers translate
 between its results and each API version's fields. JoinGroup and SyncGroup may answer
-with a future (the rebalance is still in progress).
+with a future (the rebalance is still in progress). Requests for a KIP-848 consumer group
+with members (classic members of an upgraded or mixed group) go to its coordinator,
+:mod:`broker.groups.consumer_coordinator`, as Kafka serves them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
+from broker.groups.consumer_classic_members import ClassicJoin
 from broker.groups.group import JoinResult, SyncResult
 from broker.groups.group_coordinator import LeavingMember
+from broker.groups.topic_lookup import BrokerTopics
 from broker.security import access
 from broker.server.deferred import answer_when_done
 from common.acl import AclOperation
@@ -40,7 +47,25 @@ async def join_group(broker: GroupsView, ctx: RequestContext, request: Any) -> A
     # v0 has no rebalance timeout: the session timeout served as both.
     rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
     coordinator = broker.groups.coordinator
+    consumer = broker.groups.consumer
     loaded = await coordinator.load(request.group_id)
+    protocols = [(p.name, p.metadata) for p in request.protocols]
+    if loaded is None and consumer.serves_classic(request.group_id):
+        ask = ClassicJoin(
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            ctx.header.client_id or "",
+            client_host(ctx),
+            rebalance_ms,
+            session_ms,
+            request.protocol_type,
+            tuple(protocols),
+            require_known_member_id=version >= 4,
+        )
+        joined = asyncio.ensure_future(
+            consumer.classic_join(request.group_id, ask, BrokerTopics(broker, ctx))
+        )
+        return answer_when_done(joined, lambda result: _join_response(ctx, version, result))
     future = (
         coordinator.join_group(
             request.group_id,
@@ -51,7 +76,7 @@ async def join_group(broker: GroupsView, ctx: RequestContext, request: Any) -> A
             rebalance_ms,
             session_ms,
             request.protocol_type,
-            [(p.name, p.metadata) for p in request.protocols],
+            protocols,
             require_known_member_id=version >= 4,
             skips_assignment=version >= 9,
         )
@@ -59,51 +84,67 @@ async def join_group(broker: GroupsView, ctx: RequestContext, request: Any) -> A
         else coordinator.failed(JoinResult.failed(loaded, request.member_id))
     )
 
-    def respond(result: JoinResult) -> Any:
-        name = result.protocol_name
-        return ctx.respond(
-            {
-                "throttle_time": 0,
-                "error_code": result.error,
-                "generation_id": result.generation_id,
-                "protocol_type": result.protocol_type,
-                # Nullable from v7 on; before, "no protocol" is the empty string.
-                "protocol_name": name if name is not None or version >= 7 else "",
-                "leader": result.leader,
-                "skip_assignment": result.skip_assignment,
-                "member_id": result.member_id,
-                "members": [
-                    {
-                        "member_id": m.member_id,
-                        "group_instance_id": m.group_instance_id,
-                        "metadata": m.metadata,
-                    }
-                    for m in result.members
-                ],
-            }
-        )
+    return answer_when_done(future, lambda result: _join_response(ctx, version, result))
 
-    return answer_when_done(future, respond)
+
+def _join_response(ctx: RequestContext, version: int, result: JoinResult) -> Any:
+    name = result.protocol_name
+    return ctx.respond(
+        {
+            "throttle_time": 0,
+            "error_code": result.error,
+            "generation_id": result.generation_id,
+            "protocol_type": result.protocol_type,
+            # Nullable from v7 on; before, "no protocol" is the empty string.
+            "protocol_name": name if name is not None or version >= 7 else "",
+            "leader": result.leader,
+            "skip_assignment": result.skip_assignment,
+            "member_id": result.member_id,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "metadata": m.metadata,
+                }
+                for m in result.members
+            ],
+        }
+    )
 
 
 async def sync_group(broker: GroupsView, ctx: RequestContext, request: Any) -> Any:
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
     coordinator = broker.groups.coordinator
+    consumer = broker.groups.consumer
     loaded = await coordinator.load(request.group_id)
-    future = (
-        coordinator.sync_group(
+    instance_id = getattr(request, "group_instance_id", None)
+    protocol_type = getattr(request, "protocol_type", None)
+    protocol_name = getattr(request, "protocol_name", None)
+    if loaded is not None:
+        future = coordinator.failed(SyncResult.failed(loaded))
+    elif consumer.serves_classic(request.group_id):
+        # Answered at once: the coordinator assigned at the JoinGroup.
+        future = coordinator.failed(
+            consumer.classic_sync(
+                request.group_id,
+                request.member_id,
+                instance_id,
+                request.generation_id,
+                protocol_type,
+                protocol_name,
+            )
+        )
+    else:
+        future = coordinator.sync_group(
             request.group_id,
             request.generation_id,
             request.member_id,
-            getattr(request, "group_instance_id", None),
-            getattr(request, "protocol_type", None),
-            getattr(request, "protocol_name", None),
+            instance_id,
+            protocol_type,
+            protocol_name,
             {a.member_id: a.assignment for a in request.assignments},
         )
-        if loaded is None
-        else coordinator.failed(SyncResult.failed(loaded))
-    )
 
     def respond(result: SyncResult) -> Any:
         return ctx.respond(
@@ -123,12 +164,17 @@ async def heartbeat(broker: GroupsView, ctx: RequestContext, request: Any) -> An
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
     coordinator = broker.groups.coordinator
-    error = await coordinator.load(request.group_id) or coordinator.heartbeat(
-        request.group_id,
-        request.member_id,
-        getattr(request, "group_instance_id", None),
-        request.generation_id,
-    )
+    consumer = broker.groups.consumer
+    instance_id = getattr(request, "group_instance_id", None)
+    error = await coordinator.load(request.group_id)
+    if error is None and consumer.serves_classic(request.group_id):
+        error = consumer.classic_heartbeat(
+            request.group_id, request.member_id, instance_id, request.generation_id
+        )
+    elif error is None:
+        error = coordinator.heartbeat(
+            request.group_id, request.member_id, instance_id, request.generation_id
+        )
     return ctx.respond({"throttle_time": 0, "error_code": int(error)})
 
 
@@ -141,9 +187,15 @@ async def leave_group(broker: GroupsView, ctx: RequestContext, request: Any) -> 
     else:
         leaving = [LeavingMember(request.member_id, None)]
     coordinator = broker.groups.coordinator
+    consumer = broker.groups.consumer
     loaded = await coordinator.load(request.group_id)
     if loaded is not None:
         error, member_errors = loaded, []
+    elif consumer.serves_classic(request.group_id):
+        error = ErrorCode.none
+        member_errors = await consumer.classic_leave(
+            request.group_id, [(who.member_id, who.group_instance_id) for who in leaving]
+        )
     else:
         error, member_errors = coordinator.leave_group(request.group_id, leaving)
     if version < 3:

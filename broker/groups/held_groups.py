@@ -20,6 +20,7 @@ from broker.groups.assignors import DEFAULT_ASSIGNORS, parse_assignors
 from broker.groups.consumer_group import ConsumerGroup
 from broker.groups.consumer_group_persistence import group_from as consumer_group_from
 from broker.groups.consumer_group_persistence import is_consumer_group
+from broker.groups.consumer_migration import MigrationPolicy
 from broker.groups.group import Cancellable, Group, GroupState, JoinResult, Member, SyncResult
 from broker.groups.persistence import GroupPersistence, group_from, snapshot_of
 from broker.groups.placement import HasNodeId, coordinator_for
@@ -50,6 +51,8 @@ class GroupConfig:
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5000
     consumer_assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
+    consumer_rack_aware_assignment: bool = True
+    consumer_migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
 
     @classmethod
     def from_broker(cls, config: Any) -> GroupConfig:
@@ -63,6 +66,8 @@ class GroupConfig:
             consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
             consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             consumer_assignors=parse_assignors(config.group_consumer_assignors),
+            consumer_rack_aware_assignment=config.group_consumer_rack_aware_assignment,
+            consumer_migration_policy=MigrationPolicy.parse(config.group_consumer_migration_policy),
         )
 
 
@@ -206,6 +211,18 @@ class HeldGroups:
     def remove_group(self, group: Group) -> None:
         """DeleteGroups (the group is Empty) or expiry: forget it."""
         self._unload(group, ErrorCode.coordinator_not_available)
+
+    def hand_over(self, group: Group) -> None:
+        """The classic group became a consumer group (an upgrade): its members waiting on a
+        JoinGroup or SyncGroup are told REBALANCE_IN_PROGRESS, so they rejoin the consumer
+        group (as Kafka answers them); its timers stop. Its snapshot is overwritten by the
+        consumer group's."""
+        self._unload(group, ErrorCode.rebalance_in_progress)
+
+    def adopt_downgraded(self, group: Group) -> None:
+        """A consumer group became this classic group (a downgrade): hold it, store it,
+        and start the rebalance its members rejoin in (GroupCoordinator's)."""
+        raise NotImplementedError
 
     # ---------------------------------------------------------------- snapshots
 

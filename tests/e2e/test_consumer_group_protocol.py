@@ -128,7 +128,7 @@ def test_members_share_rebalance_incrementally_leave_and_expire(
     assert committed == {p: 8 for p in range(6)}, committed
 
 
-def test_consumer_group_refuses_a_classic_member_and_commits_need_the_member_epoch(
+def test_a_classic_member_joins_a_consumer_group_and_commits_need_the_member_epoch(
     kip848_broker: SluiceBroker, members: Members
 ) -> None:
     bootstrap = kip848_broker.bootstrap
@@ -137,15 +137,9 @@ def test_consumer_group_refuses_a_classic_member_and_commits_need_the_member_epo
     group = f"g-{topic}"
     a = _start(members, kip848_broker, group, topic, "a")
     wait_until(lambda: a.assignment == [0, 1], "the only member owns both partitions")
-    classic = members.start("confluent", bootstrap, group, topic, "classic")
-    # Kafka with the migration policy disabled: the classic JoinGroup is refused.
-    wait_until(
-        lambda: b"refused JoinGroup from client 'classic'" in kip848_broker.log_path.read_bytes(),
-        "the classic member's JoinGroup refused",
-    )
-    log = kip848_broker.log_path.read_text()
-    assert "INCONSISTENT_GROUP_PROTOCOL" in log.split("refused JoinGroup from client 'classic'")[1]
-    assert classic.assignment == [] and a.assignment == [0, 1]
+    # As Kafka: the coordinator serves the classic member's JoinGroup/SyncGroup and assigns.
+    classic = members.start("confluent", bootstrap, group, topic, "classic", commit=True)
+    wait_until(lambda: partitioned([a, classic], 2), "one partition each", 30)
 
     # An admin commit (no member, epoch -1) is refused while the group has members.
     outsider = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
@@ -155,6 +149,44 @@ def test_consumer_group_refuses_a_classic_member_and_commits_need_the_member_epo
         assert "UNKNOWN_MEMBER_ID" in str(refused.value), refused.value
     finally:
         outsider.close()
+
+
+def test_a_consumer_member_upgrades_a_classic_group_online(
+    kip848_broker: SluiceBroker, members: Members
+) -> None:
+    """group.consumer.migration.policy=bidirectional (the default): classic consumers, then
+    one with group.protocol=consumer joins: the group becomes a consumer group without
+    losing a committed offset or reading a record twice."""
+    bootstrap = kip848_broker.bootstrap
+    topic = unique_topic("kip848-upgrade")
+    confluent_create_topic(bootstrap, topic, 6)
+    produce_round_robin(bootstrap, topic, 6, 5)
+    group = f"g-{topic}"
+    a = members.start("confluent", bootstrap, group, topic, "a", commit=True)
+    b = members.start("confluent", bootstrap, group, topic, "b", commit=True)
+    everyone = [a, b]
+    wait_until(lambda: partitioned([a, b], 6), "the classic members share the partitions", 30)
+    wait_until(lambda: len(_consumed(everyone)) >= 30, "all 30 records consumed")
+    c = _start(members, kip848_broker, group, topic, "c")
+    everyone.append(c)
+    wait_until(
+        lambda: partitioned([a, b, c], 6) and all(len(m.assignment) == 2 for m in (a, b, c)),
+        "a 2/2/2 split after the upgrade",
+        60,
+    )
+    produce_round_robin(bootstrap, topic, 6, 2, tag="more")
+    wait_until(lambda: len(_consumed(everyone)) >= 42, "the 12 later records consumed")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_consumer_groups([group])[group].result(timeout=20)
+    assert described.type == ConsumerGroupType.CONSUMER
+    twice = {k: n for k, n in _consumed(everyone).items() if n > 1}
+    failed = [e for m in everyone for e in m.of("commit_failed")]
+    assert not failed, failed
+    assert not twice, twice
+    wait_until(
+        lambda: committed_offsets(bootstrap, group, topic, 6) == {p: 7 for p in range(6)},
+        "every record's offset committed",
+    )
 
 
 def test_regex_subscription_follows_matching_topics(

@@ -6,6 +6,7 @@ manual (see test_group_failover.py)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from uuid import UUID
 
@@ -14,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.groups.consumer_group import ConsumerGroupState, TopicInfo
 from broker.groups.consumer_group_heartbeat import HeartbeatRequest, HeartbeatResult
+from broker.groups.consumer_migration import MigrationPolicy
 from broker.groups.group_coordinator import LeavingMember
 from broker.groups.service import GroupService
 
@@ -33,6 +35,9 @@ class Topics:
 
     def matching(self, pattern: str) -> set[str]:
         return set()
+
+    def partition_racks(self, topic_id: UUID, partitions: int) -> list[frozenset[str] | None]:
+        return [None] * partitions  # diskless: every partition in every rack
 
 
 lookup = Topics()
@@ -164,6 +169,8 @@ async def test_commits_carry_the_member_epoch(brokers: Brokers) -> None:
 
 async def test_classic_and_consumer_groups_do_not_mix(brokers: Brokers, clock: ManualClock) -> None:
     coordinator = brokers.one.coordinator
+    for service in (coordinator, brokers.one.consumer):
+        service.config = replace(service.config, consumer_migration_policy=MigrationPolicy.DISABLED)
     # A classic group with a member: a consumer-protocol join is refused, as Kafka does
     # with group.consumer.migration.policy=disabled.
     classic = new_member(coordinator, group=G, session=SESSION)

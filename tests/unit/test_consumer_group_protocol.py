@@ -146,6 +146,9 @@ class Topics:
     def matching(self, pattern: str) -> set[str]:
         return matching(pattern, self.by_name)
 
+    def partition_racks(self, topic_id: uuid.UUID, partitions: int) -> list[frozenset[str] | None]:
+        return [None] * partitions  # diskless: every partition in every rack
+
 
 topics = Topics(TopicInfo("t", T1, 6))
 
