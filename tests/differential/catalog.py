@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from . import sessions_groups, sessions_txn  # noqa: F401  (registered on import)
+from . import sessions_admin, sessions_groups, sessions_txn  # noqa: F401  (registered on import)
 from .sessions import KIND_FREE, SESSIONS
 
 __all__ = ["KIND_FREE", "SESSIONS"]
