@@ -20,6 +20,7 @@ from broker.admin import (
     log_dirs,
     reassignments,
     records_admin,
+    scram_credentials,
     topics_admin,
     unregister_broker,
 )
@@ -327,6 +328,18 @@ async def test_unregistration_and_features_need_alter_on_the_cluster() -> None:
     assert answer.error_code == E.cluster_authorization_failed
     update = {"feature_updates": [{"feature": "transaction.version", "max_version_level": 1}]}
     answer = await call(features.update_features, FakeBroker(), 57, 1, update)
+    assert answer.error_code == E.cluster_authorization_failed and answer.results == ()
+
+
+async def test_scram_descriptions_refused_name_each_user_asked_for() -> None:
+    # As Kafka's error answer: one result per user asked for, each refused, no names.
+    users = {"users": [{"name": "admin"}, {"name": "bob"}]}
+    answer = await call(scram_credentials.describe, FakeBroker(), 50, 0, users)
+    assert answer.error_code == E.cluster_authorization_failed
+    assert [(r.user, r.error_code) for r in answer.results] == [
+        ("", E.cluster_authorization_failed)
+    ] * 2
+    answer = await call(scram_credentials.describe, FakeBroker(), 50, 0, {"users": None})
     assert answer.error_code == E.cluster_authorization_failed and answer.results == ()
 
 
