@@ -23,6 +23,7 @@ from .records import (
     BrokerDynamicConfig,
     BrokerEpochCounter,
     ClientQuota,
+    FeatureLevel,
     FenceBroker,
     Partition,
     PartitionChange,
@@ -167,6 +168,9 @@ class MetadataImage:
         self.broker_configs: dict[str, dict[str, str]] = {}
         # SCRAM credentials by (user, mechanism): authentication (UserScramCredential).
         self.scram_credentials: dict[tuple[str, str], ScramEntry] = {}
+        # Finalized feature levels written by UpdateFeatures (FeatureLevel; 0: disabled);
+        # a feature not here is at the brokers' configured level. Replaced on a change.
+        self.features: dict[str, int] = {}
 
     # --- queries (used by the controller and by brokers) ---------------------------------
 
@@ -229,6 +233,7 @@ class MetadataImage:
         saved_acls, saved_quotas = self.acls, self.quotas
         saved_broker_configs = self.broker_configs
         saved_scram = dict(self.scram_credentials)
+        saved_features = self.features
         try:
             for record in records:
                 node_id = getattr(record, "node_id", None)
@@ -258,6 +263,7 @@ class MetadataImage:
             self.acls, self.quotas = saved_acls, saved_quotas
             self.broker_configs = saved_broker_configs
             self.scram_credentials = saved_scram
+            self.features = saved_features
             raise
 
     def _register(self, r: RegisterBroker) -> None:
@@ -449,6 +455,7 @@ class MetadataImage:
             out.extend(_migration_snapshot(topic))
         out.extend(_authorization_snapshot(self))
         out.extend(self._scram_snapshot())
+        out.extend(FeatureLevel(name, level) for name, level in sorted(self.features.items()))
         return out
 
     @classmethod
@@ -468,6 +475,7 @@ class MetadataImage:
         other.acls, other.quotas = self.acls, self.quotas  # immutable: shared
         other.broker_configs = self.broker_configs  # immutable: shared
         other.scram_credentials = dict(self.scram_credentials)
+        other.features = self.features  # immutable: shared
         return other
 
     def __eq__(self, other: object) -> bool:
@@ -481,6 +489,7 @@ class MetadataImage:
             and self.quotas == other.quotas
             and self.broker_configs == other.broker_configs
             and self.scram_credentials == other.scram_credentials
+            and self.features == other.features
         )
 
     __hash__ = None  # type: ignore[assignment]  # mutable
@@ -563,6 +572,15 @@ def _apply_broker_config(image: MetadataImage, r: BrokerDynamicConfig) -> None:
     else:
         configs.pop(r.broker, None)
     image.broker_configs = configs
+
+
+def _apply_feature_level(image: MetadataImage, r: FeatureLevel) -> None:
+    if not r.name or r.level < 0:
+        raise ImageError(f"FeatureLevel: bad feature {r.name!r} level {r.level}")
+    image.features = {**image.features, r.name: r.level}
+
+
+_HANDLERS[FeatureLevel] = _apply_feature_level
 
 
 def _authorization_snapshot(image: MetadataImage) -> list[Record]:

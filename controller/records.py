@@ -356,6 +356,18 @@ class SealedLogSize:
 # --- end of migration records -----------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class FeatureLevel:
+    """A feature's finalized level (Kafka's FeatureLevelRecord, written by UpdateFeatures).
+    Level 0 is kept too: it means the feature is disabled, which overrides the brokers'
+    configured default (common/features.py)."""
+
+    TYPE: ClassVar[str] = "FeatureLevel"
+    VERSION: ClassVar[int] = 1
+    name: str
+    level: int
+
+
 Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     RegisterBroker,
     UnregisterBroker,
@@ -378,6 +390,7 @@ Record = Union[  # noqa: UP007 - a runtime alias, also used by isinstance checks
     TopicMigration,
     PartitionSealed,
     SealedLogSize,
+    FeatureLevel,
 ]
 
 RECORD_TYPES: dict[str, type] = {cls.TYPE: cls for cls in typing.get_args(Record)}

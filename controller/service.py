@@ -29,7 +29,7 @@ from common.background import cancel_and_wait
 from common.http_server import serve
 from common.topic_config_keys import KEYS
 from common.topic_config_validation import LIST_KEYS, validate
-from controller import acl_admin, broker_config_admin
+from controller import acl_admin, broker_config_admin, feature_admin
 from controller import metrics as image_metrics
 from controller.access import secret_problem
 from controller.logic import ControllerLogic
@@ -231,6 +231,7 @@ class ControllerService:
             web.post("/v1/partitions/isr", self._alter_partition),
             web.post("/v1/migrations/sealed", self._partition_sealed),
             web.post("/v1/scram", self._alter_scram),
+            web.post("/v1/features/update", self._update_features),
         ]
         app.add_routes(routes)
         # Long polls are woken at stop() and the runner's shutdown wait is bounded.
@@ -601,6 +602,17 @@ class ControllerService:
                 self.state.image,
                 [from_json(acl_admin.QuotaAlteration, e) for e in b["entries"]],
                 bool(b.get("validate_only", False)),
+            ),
+        )
+
+    async def _update_features(self, request: web.Request) -> web.Response:
+        return await self._answer(
+            request,
+            lambda b: feature_admin.update_features(
+                self.state.image,
+                [from_json(feature_admin.FeatureUpdate, u) for u in b["updates"]],
+                bool(b.get("validate_only", False)),
+                {str(k): int(v) for k, v in dict(b.get("defaults") or {}).items()},
             ),
         )
 

@@ -28,9 +28,20 @@ _NO_CONTROLLER = "SCRAM credentials need the controller (controller mode or `slu
 
 
 async def describe(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
-    # Kafka: DESCRIBE on the cluster.
-    if refusal := access.cluster_refusal(broker, ctx, AclOperation.DESCRIBE):
-        return refusal
+    # Kafka: DESCRIBE on the cluster. Its refusal has one result per user asked for, each
+    # with the error and no name (DescribeUserScramCredentialsRequest.getErrorResponse).
+    if access.cluster_refusal(broker, ctx, AclOperation.DESCRIBE) is not None:
+        refused = int(ErrorCode.cluster_authorization_failed)
+        return ctx.respond(
+            {
+                "error_code": refused,
+                "error_message": None,
+                "results": [
+                    {"user": "", "error_code": refused, "error_message": None}
+                    for _ in request.users or ()
+                ],
+            }
+        )
     if broker.controller is None:
         return ctx.respond(
             {

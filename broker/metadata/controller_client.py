@@ -35,6 +35,7 @@ from controller.acl_admin import (
     QuotaResult,
 )
 from controller.broker_config_admin import BrokerConfigAlteration, BrokerConfigResult
+from controller.feature_admin import FeatureUpdate
 from controller.migration import SealReport
 from controller.requests import (
     AlterPartitionResult,
@@ -307,9 +308,22 @@ class ControllerClient:
         data = await self.request("POST", "/v1/brokers/heartbeat", body, deadline=deadline)
         return from_json(HeartbeatResult, data), int(data.get("applied", 0) or 0)
 
-    async def unregister(self, node_id: int) -> ErrorResult:
-        data, _ = await self._write("/v1/brokers/unregister", {"node_id": node_id})
-        return from_json(ErrorResult, data)
+    async def unregister(self, node_id: int) -> tuple[ErrorResult, int]:
+        data, applied = await self._write("/v1/brokers/unregister", {"node_id": node_id})
+        return from_json(ErrorResult, data), applied
+
+    async def update_features(
+        self, updates: Sequence[FeatureUpdate], validate_only: bool, defaults: dict[str, int]
+    ) -> tuple[ErrorResult, int]:
+        """UpdateFeatures; ``defaults``: this broker's levels of the features the log may not
+        have finalized yet (its configuration)."""
+        body = {
+            "updates": to_json(list(updates)),
+            "validate_only": validate_only,
+            "defaults": defaults,
+        }
+        data, applied = await self._write("/v1/features/update", body)
+        return from_json(ErrorResult, data), applied
 
     # --- topics --------------------------------------------------------------------------
 

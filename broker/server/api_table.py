@@ -18,11 +18,13 @@ from broker.admin import (
     client_quotas_handler,
     configs,
     elect_leaders,
+    features,
     log_dirs,
     reassignments,
     records_admin,
     scram_credentials,
     topics_admin,
+    unregister_broker,
 )
 from broker.admin.log_dirs import LogDirsView
 from broker.admin.topics_admin import TopicsAdminView
@@ -49,7 +51,7 @@ from broker.metadata.metadata_handler import MetadataView
 from broker.produce import produce_handler
 from broker.produce.produce_handler import ProduceView
 from broker.server import api_versions
-from broker.server.api_versions import VERSIONS, versions  # noqa: F401 (tests import it here)
+from broker.server.api_versions import VERSIONS
 from broker.server.connection import Api, ApiTable
 from broker.transactions import init_producer_id, transactions_handler, write_txn_markers
 from broker.transactions.init_producer_id import InitProducerIdView
@@ -125,9 +127,11 @@ def build_api_table(broker: Services) -> ApiTable:
         49: client_quotas_handler.alter_client_quotas,
         50: scram_credentials.describe,
         51: scram_credentials.alter,
+        57: features.update_features,
         55: describe_quorum.handle,
         60: describe_cluster.handle,
         61: transactions_handler.describe_producers,
+        64: unregister_broker.handle,
         65: transactions_handler.describe_transactions,
         66: transactions_handler.list_transactions,
         68: consumer_group_handler.consumer_group_heartbeat,
@@ -142,9 +146,9 @@ def build_api_table(broker: Services) -> ApiTable:
         92: share_admin.delete_offsets,
     }
     table: ApiTable = {}
-    for key, name, low, high in versions(broker.config.transaction_version):
+    for key, name, low, high in VERSIONS:
         table[key] = Api(key, name, low, high, functools.partial(handlers[key], broker))
     table[18] = Api(
-        18, "ApiVersions", 0, 3, table[18].handler, api_versions.unsupported_version_response
+        18, "ApiVersions", 0, 4, table[18].handler, api_versions.unsupported_version_response
     )
     return table

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from broker.metadata import features
+from common.features import SUPPORTED
 from protocol.build import build
 
 if TYPE_CHECKING:
@@ -14,9 +16,10 @@ if TYPE_CHECKING:
 
 # key, name, min, max
 VERSIONS: list[tuple[int, str, int, int]] = [
-    # v12 is KIP-890 part 2 (the broker adds the partition to the transaction itself):
-    # served with transaction.version 2 only (versions()).
-    (0, "Produce", 3, 11),
+    # v12 is KIP-890 part 2 (the broker adds the partition to the transaction itself). As
+    # Kafka 4.x, the request's version decides, whatever transaction.version is finalized
+    # at: clients choose transaction version 2's versions by the finalized feature.
+    (0, "Produce", 3, 12),
     (1, "Fetch", 4, 16),
     (2, "ListOffsets", 1, 8),
     (3, "Metadata", 0, 13),
@@ -30,7 +33,7 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (15, "DescribeGroups", 0, 6),
     (16, "ListGroups", 0, 5),
     (17, "SaslHandshake", 0, 1),
-    (18, "ApiVersions", 0, 3),
+    (18, "ApiVersions", 0, 4),
     (19, "CreateTopics", 2, 7),
     (20, "DeleteTopics", 1, 6),
     (21, "DeleteRecords", 0, 2),
@@ -38,11 +41,13 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (23, "OffsetForLeaderEpoch", 2, 4),
     (24, "AddPartitionsToTxn", 0, 5),
     (25, "AddOffsetsToTxn", 0, 4),
-    # v5 is KIP-890 part 2 (an epoch bump per transaction), with transaction.version 2 only.
-    (26, "EndTxn", 0, 4),
+    # v5 is KIP-890 part 2 (an epoch bump per transaction); served as Produce v12 is.
+    (26, "EndTxn", 0, 5),
     # Sent by transaction coordinators to the leaders of classic partitions.
     (27, "WriteTxnMarkers", 1, 1),
-    (28, "TxnOffsetCommit", 0, 4),
+    # v5: the group joins the transaction with its first offsets (TV2 clients send no
+    # AddOffsetsToTxn).
+    (28, "TxnOffsetCommit", 0, 5),
     # The ACL APIs' v0 is gone from Kafka 4 (and kio); v1 added pattern types (KIP-290).
     (29, "DescribeAcls", 1, 3),
     (30, "CreateAcls", 1, 3),
@@ -62,10 +67,14 @@ VERSIONS: list[tuple[int, str, int, int]] = [
     (49, "AlterClientQuotas", 0, 1),
     (50, "DescribeUserScramCredentials", 0, 0),
     (51, "AlterUserScramCredentials", 0, 0),
+    # Forwarded to the controller quorum, which records the levels (broker/admin/features.py).
+    (57, "UpdateFeatures", 0, 2),
     # Answered from the controllers' Raft status (broker/metadata/describe_quorum.py).
     (55, "DescribeQuorum", 0, 2),
     (60, "DescribeCluster", 0, 1),
     (61, "DescribeProducers", 0, 0),
+    # Forwarded to the controller quorum (broker/admin/unregister_broker.py).
+    (64, "UnregisterBroker", 0, 0),
     (65, "DescribeTransactions", 0, 0),
     (66, "ListTransactions", 0, 2),
     # KIP-848's consumer group protocol (broker/groups/consumer_group_handler.py); v1
@@ -84,53 +93,37 @@ VERSIONS: list[tuple[int, str, int, int]] = [
 ]
 
 
-# KIP-890 part 2's versions, served (and advertised) with transaction.version 2.
-# TxnOffsetCommit v5: the group joins the transaction with its first offsets (TV2 clients
-# send no AddOffsetsToTxn).
-TV2_MAX_VERSIONS = {0: 12, 26: 5, 28: 5}
-TRANSACTION_VERSION_FEATURE = "transaction.version"
-# Finalized features change only with a broker's configuration: one epoch (Kafka's is the
-# metadata offset; clients only compare epochs, and -1 would mean "unknown").
-FINALIZED_FEATURES_EPOCH = 1
+def _api_keys() -> list[dict[str, int]]:
+    return [{"api_key": k, "min_version": lo, "max_version": hi} for k, _, lo, hi in VERSIONS]
 
 
-def versions(transaction_version: int = 1) -> list[tuple[int, str, int, int]]:
-    """VERSIONS as served at this finalized transaction.version."""
-    if transaction_version < 2:
-        return list(VERSIONS)
-    return [(k, name, lo, TV2_MAX_VERSIONS.get(k, hi)) for k, name, lo, hi in VERSIONS]
-
-
-def _api_keys(transaction_version: int = 1) -> list[dict[str, int]]:
-    return [
-        {"api_key": k, "min_version": lo, "max_version": hi}
-        for k, _, lo, hi in versions(transaction_version)
-    ]
-
-
-def _features(transaction_version: int) -> dict[str, Any]:
+def _features(broker: Any, version: int) -> dict[str, Any]:
     """ApiVersions v3's features (tagged fields): transaction.version is what Kafka 4.x
-    producers read to choose KIP-890 part 2 (TransactionManager)."""
+    producers read to choose KIP-890 part 2 (TransactionManager). As Kafka's, a feature
+    finalized at level 0 (disabled) is left out of the finalized list, and below v4 so is a
+    supported feature whose range starts at 0 (KIP-1022: older clients cannot take a level
+    0), which transaction.version's does: a v3 answer lists it as finalized only."""
+    levels = features.finalized(broker.config, broker.controller)
     return {
         "supported_features": [
-            {"name": TRANSACTION_VERSION_FEATURE, "min_version": 0, "max_version": 2}
+            {"name": name, "min_version": low, "max_version": high}
+            for name, (low, high) in sorted(SUPPORTED.items())
+            if version >= 4 or low > 0
         ],
-        "finalized_features_epoch": FINALIZED_FEATURES_EPOCH,
+        "finalized_features_epoch": features.epoch(broker.controller),
         "finalized_features": [
-            {
-                "name": TRANSACTION_VERSION_FEATURE,
-                "max_version_level": transaction_version,
-                "min_version_level": transaction_version,
-            }
+            {"name": name, "max_version_level": level, "min_version_level": level}
+            for name, level in sorted(levels.items())
+            if level > 0
         ],
     }
 
 
 async def handle(broker: Any, ctx: RequestContext, request: Any) -> Any:
-    tv = broker.config.transaction_version
-    body: dict[str, Any] = {"error_code": 0, "api_keys": _api_keys(tv), "throttle_time": 0}
-    if ctx.header.api_version >= 3:
-        body.update(_features(tv))
+    version = ctx.header.api_version
+    body: dict[str, Any] = {"error_code": 0, "api_keys": _api_keys(), "throttle_time": 0}
+    if version >= 3:
+        body.update(_features(broker, version))
     return ctx.respond(body)
 
 

@@ -230,7 +230,12 @@ class KafkaBroker:
 
 
 def new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random cluster id as Kafka makes one (Uuid.randomUuid): never starting with "-",
+    which kafka-storage's argument parser would take for an option (1 start in 64 failed)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaCluster:

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
-from . import sessions_groups, sessions_txn  # noqa: F401  (registered on import)
-from .sessions import KIND_FREE, SESSIONS
+from . import (  # noqa: F401  (registered on import)
+    sessions_admin,
+    sessions_auth,
+    sessions_groups,
+    sessions_txn,
+)
+from .sessions import KIND_FREE, SECURE, SESSIONS
 
-__all__ = ["KIND_FREE", "SESSIONS"]
+__all__ = ["KIND_FREE", "SECURE", "SESSIONS"]

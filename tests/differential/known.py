@@ -103,6 +103,14 @@ INTENDED: list[Known] = [
         "the step sends the member's epoch - 1: 0 on Sluice (a join, refused as incomplete: "
         "INVALID_REQUEST), 1 on Kafka whose first epoch is 2 (FENCED_MEMBER_EPOCH)",
     ),
+    Known(
+        "authorization",
+        "describe every user's SCRAM credentials",
+        "",
+        "Kafka 4.4 fails on a refused DescribeUserScramCredentials with a null user list "
+        "(NullPointerException building its error answer, logged) and never answers; Sluice "
+        "answers CLUSTER_AUTHORIZATION_FAILED, which is better",
+    ),
     # --- ApiVersions ---
     Known(
         "api_versions",
@@ -113,8 +121,8 @@ INTENDED: list[Known] = [
     ),
     *_versions(
         "transaction version 2 (KIP-890 part 2) is served with Produce v12, EndTxn v5 and "
-        "TxnOffsetCommit v5 (transaction.version, documented); Produce v13 (topic ids) and "
-        "WriteTxnMarkers v2 are not, nor with transaction.version 1 the TV2 versions",
+        "TxnOffsetCommit v5 (at every finalized transaction.version, as Kafka); Produce v13 "
+        "(topic ids), TxnOffsetCommit v6 and WriteTxnMarkers v2 are not (documented)",
         "produce[1]",
         "txn_offset_commit",
         "write_txn_markers",
@@ -150,13 +158,12 @@ INTENDED: list[Known] = [
         "streams_group_describe",
     ),
     *_versions(
-        "KRaft quorum and feature administration: Sluice's controller quorum is its own Raft "
-        "(static membership, documented), not Kafka's, so these are not served (DescribeQuorum "
-        "is: the broker answers it from the controllers' Raft status)",
+        "KRaft quorum membership: Sluice's controller quorum is its own Raft (static "
+        "membership, documented), not Kafka's, so these are not served (DescribeQuorum, "
+        "UnregisterBroker and UpdateFeatures are: the broker answers them with the "
+        "controllers' help)",
         "add_raft_voter",
         "remove_raft_voter",
-        "update_features",
-        "unregister_broker",
     ),
     *_versions("no JBOD: one log dir per broker (documented)", "alter_replica_log_dirs"),
     *_versions(
@@ -170,9 +177,9 @@ INTENDED: list[Known] = [
         "api_versions",
         "*",
         "supported_features*",
-        "Sluice advertises one feature, transaction.version (its finalized level is the "
-        "broker's transaction.version config, documented), not Kafka's metadata.version, "
-        "group.version, kraft.version and others",
+        "Sluice advertises one feature, transaction.version (finalized in the controllers' "
+        "metadata log by UpdateFeatures, the brokers' transaction.version setting until then; "
+        "documented), not Kafka's metadata.version, group.version, kraft.version and others",
     ),
     Known("api_versions", "*", "finalized_features*", "as supported_features"),
     # --- topic kinds and configs ---

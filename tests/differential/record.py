@@ -11,7 +11,8 @@ from typing import Any
 from sluice.launch.kafka import KafkaBroker
 from sluice.launch.process import SluiceProcess, free_port
 
-from .catalog import KIND_FREE, SESSIONS
+from .catalog import KIND_FREE, SECURE, SESSIONS
+from .sessions_auth import USERS
 from .side import Side, common_versions
 from .wire import Connection, api_versions
 
@@ -33,14 +34,65 @@ SLUICE_OPTIONS = {
 }
 KINDS = {"diskless": {}, "classic": {"log.diskless.enable": "false"}}
 
+# The secured pair (the SECURE sessions): SASL/PLAIN on the one listener, Kafka's
+# StandardAuthorizer on both, ``admin`` a super user and ``alice`` whatever the ACLs give.
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+
+
+def _plain_users() -> str:
+    return " ".join(f'user_{user}="{password}"' for user, password in USERS.items())
+
+
+def kafka_secure(workdir: Path) -> KafkaBroker:
+    kafka = KafkaBroker(workdir / "kafka-secure", KAFKA_OVERRIDES)
+    listener = f"SASL_PLAINTEXT://{kafka.host}:{kafka.port}"
+    kafka.overrides = {
+        **KAFKA_OVERRIDES,
+        "listeners": f"{listener},CONTROLLER://{kafka.host}:{kafka.controller_port}",
+        "advertised.listeners": listener,
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'username="admin" password="{USERS["admin"]}" {_plain_users()};'
+        ),
+        "authorizer.class.name": AUTHORIZER,
+        # ANONYMOUS: the node's own broker-to-controller channel (PLAINTEXT).
+        "super.users": "User:admin;User:ANONYMOUS",
+    }
+    return kafka
+
+
+def sluice_secure(workdir: Path) -> SluiceProcess:
+    jaas = workdir / "sluice-secure" / "plain.jaas"
+    jaas.parent.mkdir(parents=True, exist_ok=True)
+    jaas.write_text(
+        f"org.apache.kafka.common.security.plain.PlainLoginModule required {_plain_users()};"
+    )
+    port = free_port()
+    return sluice(
+        workdir / "sluice-secure",
+        {
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.jaas.config": f"${{file:{jaas}}}",
+            "authorizer.class.name": AUTHORIZER,
+            "super.users": "User:admin",
+        },
+        port,
+    )
+
+KINDS_AND_KAFKA = ("kafka", *KINDS)
 # recordings[session][target] = {label: recorded step}; targets: "kafka", and the kinds.
 Recordings = dict[str, dict[str, dict[str, Any]]]
 
 
-def sluice(workdir: Path, options: dict[str, str]) -> SluiceProcess:
+def sluice(workdir: Path, options: dict[str, str], port: int | None = None) -> SluiceProcess:
     data = workdir / "data"
     data.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = free_port() if port is None else port
     args = ["dev", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data)]
     for k, v in {**SLUICE_OPTIONS, **options}.items():
         args += ["-o", f"{k}={v}"]
@@ -48,29 +100,36 @@ def sluice(workdir: Path, options: dict[str, str]) -> SluiceProcess:
 
 
 @contextlib.contextmanager
-def brokers(workdir: Path) -> Iterator[dict[str, tuple[str, int]]]:
-    """Kafka and one Sluice per kind, started together and always stopped."""
-    kafka = KafkaBroker(workdir / "kafka", KAFKA_OVERRIDES)
+def brokers(workdir: Path, secure: bool = False) -> Iterator[dict[str, tuple[str, int]]]:
+    """Kafka and one Sluice per kind, started together and always stopped; with ``secure``,
+    the secured pair too (targets "secure-kafka" and "secure-diskless")."""
+    kafkas = {"kafka": KafkaBroker(workdir / "kafka", KAFKA_OVERRIDES)}
     sluices = {kind: sluice(workdir / f"sluice-{kind}", opts) for kind, opts in KINDS.items()}
+    if secure:
+        kafkas["secure-kafka"] = kafka_secure(workdir)
+        sluices["secure-diskless"] = sluice_secure(workdir)
     try:
         for s in sluices.values():
             s.start(wait=False)
-        kafka.start()
+        for kafka in kafkas.values():
+            kafka.start()
         for s in sluices.values():
             s.wait_ready()
         yield {
-            "kafka": (kafka.host, kafka.port),
+            **{name: (k.host, k.port) for name, k in kafkas.items()},
             **{kind: (s.host, s.port) for kind, s in sluices.items()},
         }
     finally:
         for s in sluices.values():
             with contextlib.suppress(Exception):
                 s.stop()
-        kafka.stop()
+        for kafka in kafkas.values():
+            kafka.stop()
 
 
 def record_all(workdir: Path, only: set[str] | None = None) -> tuple[Recordings, dict[str, int]]:
-    with brokers(workdir) as addrs:
+    selected = [name for name in SESSIONS if not only or name in only]
+    with brokers(workdir, secure=any(name in SECURE for name in selected)) as addrs:
         tables = {}
         for target, (host, port) in addrs.items():
             conn = Connection(host, port)
@@ -78,13 +137,19 @@ def record_all(workdir: Path, only: set[str] | None = None) -> tuple[Recordings,
             conn.close()
         versions = common_versions(*tables.values())
         out: Recordings = {}
-        for name, run in SESSIONS.items():
-            if only and name not in only:
-                continue
-            targets = ["kafka", "diskless"] if name in KIND_FREE else list(addrs)
+        for name in selected:
+            run = SESSIONS[name]
+            secure = name in SECURE
+            targets = ["kafka", "diskless"] if name in KIND_FREE else list(KINDS_AND_KAFKA)
             out[name] = {}
             for target in targets:
-                side = Side(target, *addrs[target], versions)
+                address = addrs[f"secure-{target}" if secure else target]
+                login = ("admin", USERS["admin"]) if secure else None
+                try:
+                    side = Side(target, *address, versions, login)
+                except Exception as exc:
+                    out[name][target] = {"(session error)": f"login: {exc}"}
+                    continue
                 try:
                     run(side)
                 except Exception as exc:  # recorded, so the comparison names the session

@@ -27,14 +27,19 @@ Session = Callable[[Side], None]
 SESSIONS: dict[str, Session] = {}
 # Sessions whose answers do not depend on the kind of topic (run against one Sluice only).
 KIND_FREE: set[str] = set()
+# Sessions against the secured pair (record.py): SASL/PLAIN logins and an authorizer on both
+# sides; kind-free.
+SECURE: set[str] = set()
 
 
-def session(kind_free: bool = False) -> Callable[[Session], Session]:
+def session(kind_free: bool = False, secure: bool = False) -> Callable[[Session], Session]:
     def register(fn: Session) -> Session:
         name = fn.__name__.removeprefix("s_")
         SESSIONS[name] = fn
-        if kind_free:
+        if kind_free or secure:
             KIND_FREE.add(name)
+        if secure:
+            SECURE.add(name)
         return fn
 
     return register

@@ -21,15 +21,40 @@ SETTLE_TIMEOUT_S = 30.0
 
 
 class Side:
-    def __init__(self, name: str, host: str, port: int, versions: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        port: int,
+        versions: Mapping[str, int],
+        login: tuple[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.address = (host, port)
-        self.conn = Connection(host, port)
+        self.login = login
         self.versions = versions
         self.steps: dict[str, Any] = {}
+        self.conn = self._connect()
+        self._others: list[Side] = []
+
+    def _connect(self) -> Connection:
+        conn = Connection(*self.address)
+        if self.login is not None:
+            conn.login(*self.login)
+        return conn
+
+    def as_user(self, user: str, password: str) -> Side:
+        """The same broker through a connection of ``user``'s (SASL/PLAIN), recording into
+        the same steps (the secure sessions: an administrator sets up, a user is refused)."""
+        other = Side(self.name, *self.address, self.versions, (user, password))
+        other.steps = self.steps
+        self._others.append(other)
+        return other
 
     def close(self) -> None:
         self.conn.close()
+        for other in self._others:
+            other.close()
 
     def version(self, api: str) -> int:
         return self.versions[api]
@@ -66,7 +91,7 @@ class Side:
                 # and go on with a new connection, as a client would.
                 self.steps[label] = f"(no answer: {type(exc).__name__})"
                 self.conn.close()
-                self.conn = Connection(*self.address)
+                self.conn = self._connect()
                 return None
             if until is None or until(response) or time.monotonic() > deadline:
                 break

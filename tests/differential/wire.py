@@ -100,6 +100,16 @@ class Connection:
     def close(self) -> None:
         self.sock.close()
 
+    def login(self, user: str, password: str) -> None:
+        """SASL/PLAIN (SaslHandshake v1, then SaslAuthenticate v2), as Kafka's clients log in."""
+        handshake = self.send(request_for("sasl_handshake", 1, {"mechanism": "PLAIN"}))
+        if int(handshake.error_code) != 0:
+            raise ConnectionError(f"SASL handshake refused: {handshake.error_code!r}")
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        answer = self.send(request_for("sasl_authenticate", 2, {"auth_bytes": token}))
+        if int(answer.error_code) != 0:
+            raise ConnectionError(f"{user} not authenticated: {answer.error_message}")
+
     def send(self, request: Any, expect_response: bool = True) -> Any:
         """Write one request; read and decode its response (None when none is expected)."""
         self.correlation_id += 1

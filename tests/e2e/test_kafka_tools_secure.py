@@ -421,18 +421,48 @@ def test_features_and_cluster(tools: Tools) -> None:
     assert out.strip() == f"Cluster ID: {cluster_id}", out
 
     # Sluice advertises one feature flag, transaction.version (finalized at 2 by default:
-    # KIP-890 part 2, docs/compatibility-and-limits.md); changing it with the tool is refused
-    # as by a broker without UpdateFeatures.
+    # KIP-890 part 2, docs/compatibility-and-limits.md). kafka-features changes it through
+    # UpdateFeatures: the controllers record the level, and every broker then finalizes it.
     features = "org.apache.kafka.tools.FeatureCommand"
-    listed = [line for line in tools.admin_tool(features, "describe").splitlines() if line]
-    assert len(listed) == 1 and "Feature: transaction.version" in listed[0], listed
-    assert "FinalizedVersionLevel: 2" in listed[0], listed
-    refused = tools.admin_tool(features, "upgrade", "--feature", "group.version=1", ok=False)
-    assert "does not support UPDATE_FEATURES" in refused, refused
 
-    # UnregisterBroker is not served (docs/compatibility-and-limits.md): the tool says so
-    # and exits 0, as against a Kafka too old for it; the cluster keeps its brokers.
+    def described(bootstrap: str = tools.boot) -> str:
+        out = tools.run(features, "--bootstrap-server", bootstrap, *login[2:], "describe")
+        listed = [line for line in out.splitlines() if line]
+        assert len(listed) == 1 and "Feature: transaction.version" in listed[0], listed
+        assert "SupportedMinVersion: 0" in listed[0], listed
+        assert "SupportedMaxVersion: 2" in listed[0], listed
+        return listed[0]
+
+    assert "FinalizedVersionLevel: 2" in described()
+    dry = tools.admin_tool(features, "downgrade", "--feature", "transaction.version=1", "--dry-run")
+    assert "transaction.version can be downgraded to 1" in dry, dry
+    assert "FinalizedVersionLevel: 2" in described()
+    refused = tools.admin_tool(features, "upgrade", "--feature", "transaction.version=1", ok=False)
+    assert "Can't downgrade the version of this feature" in refused, refused
+    refused = tools.admin_tool(features, "upgrade", "--feature", "group.version=1", ok=False)
+    assert "does not support this feature" in refused, refused
+    out = tools.admin_tool(features, "downgrade", "--feature", "transaction.version=1")
+    assert "transaction.version was downgraded to 1" in out, out
+    for broker in tools.cluster.bootstrap.split(","):  # each broker's own ApiVersions
+        wait_until(
+            lambda b=broker: "FinalizedVersionLevel: 1" in described(b),
+            f"{broker} finalizes transaction.version 1",
+            30,
+        )
+    out = tools.admin_tool(features, "upgrade", "--feature", "transaction.version=2")
+    assert "transaction.version was upgraded to 2" in out, out
+    assert "FinalizedVersionLevel: 2" in described()
+
+    # kafka-cluster unregister reaches the controllers (UnregisterBroker, forwarded as a
+    # Kafka broker forwards it): an id never registered is Kafka's error; a broker taken
+    # out of service is removed for good, and Metadata no longer lists it.
+    refused = tools.run(cluster_tool, "unregister", *login, "--id", "99", ok=False)
+    assert "BrokerIdNotRegisteredException" in refused, refused
+    tools.cluster.broker(3).stop()
     out = tools.run(cluster_tool, "unregister", *login, "--id", "3")
-    assert "does not support the broker unregistration API" in out, out
-    brokers = admin.describe_cluster().result(10).nodes
-    assert sorted(n.id for n in brokers) == [1, 2, 3]
+    assert "Broker 3 is no longer registered." in out, out
+    wait_until(
+        lambda: sorted(n.id for n in admin.describe_cluster().result(10).nodes) == [1, 2],
+        "broker 3 gone from the cluster",
+        30,
+    )

@@ -10,7 +10,8 @@ confluent-kafka, kafka-python, aiokafka and kcat run an ordinary workload (metad
 admin, produce with each compression type, consumer groups with commits, offsets, configs,
 deletes), transactions (commit with offsets, abort, an admin abort), the admin APIs each
 client has (groups, records, ACLs, configs, log dirs, elections, reassignments, client
-quotas, SCRAM users, transactions, producers, the metadata quorum), OffsetForLeaderEpoch on
+quotas, SCRAM users, transactions, producers, the metadata quorum), kafka-cluster.sh unregister
+and kafka-features.sh (UnregisterBroker, UpdateFeatures), OffsetForLeaderEpoch on
 a classic topic, PLAIN/SCRAM logins on the SASL listener, and share groups (confluent-kafka's
 ShareConsumer, and kafka-share-groups.sh for the share-group admin APIs when Kafka's jars are
 there).
@@ -775,6 +776,28 @@ def _java_share_groups(bootstrap: str) -> None:
         subprocess.run(java_command(tool, *base, *args), capture_output=True, timeout=120)
 
 
+def _java_cluster_tools(bootstrap: str) -> None:
+    """kafka-cluster.sh unregister (UnregisterBroker) and kafka-features.sh (UpdateFeatures:
+    a dry-run downgrade, then an upgrade to the level already finalized), which no Python
+    client sends. The unregistered id was never registered (the broker stays). Skipped
+    without Kafka's jars."""
+    try:
+        from sluice.launch.kafka import ensure_jars, java_command
+
+        ensure_jars()
+    except Exception as exc:
+        print(f"skipping kafka-cluster.sh / kafka-features.sh: {exc}", file=sys.stderr)
+        return
+    base = ["--bootstrap-server", bootstrap]
+    features = "org.apache.kafka.tools.FeatureCommand"
+    for tool, args in (
+        ("org.apache.kafka.tools.ClusterTool", ["unregister", *base, "--id", "99"]),
+        (features, [*base, "downgrade", "--feature", "transaction.version=1", "--dry-run"]),
+        (features, [*base, "upgrade", "--feature", "transaction.version=2"]),
+    ):
+        subprocess.run(java_command(tool, *args), capture_output=True, timeout=120)
+
+
 def _plain(run: Callable[[str], None]) -> Callable[[str, str], None]:
     return lambda bootstrap, _sasl: run(bootstrap)
 
@@ -795,6 +818,7 @@ WORKLOADS: list[tuple[str, Callable[[str, str], None]]] = [
     ("confluent", _plain(_confluent_consumer_protocol)),
     ("confluent", _plain(_confluent_share)),
     ("java", _plain(_java_share_groups)),
+    ("java", _plain(_java_cluster_tools)),
 ]
 
 

@@ -85,6 +85,44 @@ VARINTS = [
 ]
 
 
+# The fuzz target's broker id (`sluice dev`'s node.id). UnregisterBroker removes any registered
+# broker, a live one too, as Kafka's controller does, and the fuzzer is a super user: a frame
+# that would unregister the target itself names another id instead (the target registers
+# again at its next heartbeat, but the health check between rounds must not race that).
+TARGET_NODE_ID = 1
+_UNREGISTER_BROKER = 64
+
+
+def spare_target(data: bytearray) -> None:
+    """Rewrites an UnregisterBroker frame naming TARGET_NODE_ID (header v2: client id, then
+    tagged fields; the body's first field is the broker id) to name another broker."""
+    if len(data) < 10 or struct.unpack_from(">h", data, 0)[0] != _UNREGISTER_BROKER:
+        return
+    (client_id_length,) = struct.unpack_from(">h", data, 8)
+    at = 10 + max(client_id_length, 0)
+    try:
+        count, at = _uvarint(data, at)
+        for _ in range(count):
+            _tag, at = _uvarint(data, at)
+            size, at = _uvarint(data, at)
+            at += size
+    except IndexError:
+        return
+    if len(data) >= at + 4 and struct.unpack_from(">i", data, at)[0] == TARGET_NODE_ID:
+        struct.pack_into(">i", data, at, TARGET_NODE_ID + 1000)
+
+
+def _uvarint(data: bytearray, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80 or shift > 28:
+            return value, at
+        shift += 7
+
+
 def load_corpus(directory: Path = CORPUS_DIR) -> list[bytes]:
     seeds = [p.read_bytes() for p in sorted(directory.glob("*.bin"))]
     if not seeds:
@@ -126,6 +164,7 @@ class Mutator:
                 (op,) = rng.choices(self._ops, self._weights)
                 op[0](data)
         self.count += 1
+        spare_target(data)
         if len(data) >= 8:
             # Keep correlation ids clear of the sync range (they are echoed, never parsed).
             data[4:8] = _U32.pack(self.count % SYNC_BASE)

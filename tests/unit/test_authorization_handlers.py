@@ -16,10 +16,13 @@ from broker.admin import (
     acls,
     configs,
     elect_leaders,
+    features,
     log_dirs,
     reassignments,
     records_admin,
+    scram_credentials,
     topics_admin,
+    unregister_broker,
 )
 from broker.admin import client_quotas_handler as client_quotas
 from broker.config import BrokerConfig
@@ -317,6 +320,27 @@ async def test_quorum_needs_describe_on_the_cluster() -> None:
         {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
     )
     assert answer.error_code == E.cluster_authorization_failed and answer.topics == ()
+
+
+async def test_unregistration_and_features_need_alter_on_the_cluster() -> None:
+    # Refused before the controllers are asked (FakeBroker's controller is untouchable).
+    answer = await call(unregister_broker.handle, FakeBroker(), 64, 0, {"broker_id": 3})
+    assert answer.error_code == E.cluster_authorization_failed
+    update = {"feature_updates": [{"feature": "transaction.version", "max_version_level": 1}]}
+    answer = await call(features.update_features, FakeBroker(), 57, 1, update)
+    assert answer.error_code == E.cluster_authorization_failed and answer.results == ()
+
+
+async def test_scram_descriptions_refused_name_each_user_asked_for() -> None:
+    # As Kafka's error answer: one result per user asked for, each refused, no names.
+    users = {"users": [{"name": "admin"}, {"name": "bob"}]}
+    answer = await call(scram_credentials.describe, FakeBroker(), 50, 0, users)
+    assert answer.error_code == E.cluster_authorization_failed
+    assert [(r.user, r.error_code) for r in answer.results] == [
+        ("", E.cluster_authorization_failed)
+    ] * 2
+    answer = await call(scram_credentials.describe, FakeBroker(), 50, 0, {"users": None})
+    assert answer.error_code == E.cluster_authorization_failed and answer.results == ()
 
 
 async def test_log_dirs_need_describe_on_the_cluster() -> None:

@@ -15,6 +15,7 @@ from controller.records import (
     BrokerEpochCounter,
     ClientQuota,
     DecodeError,
+    FeatureLevel,
     FenceBroker,
     Partition,
     PartitionChange,
@@ -75,6 +76,8 @@ SAMPLES += [
     TopicTiering(TID, "DISABLING", 2, "delete"),
     TieringPartitionDisabled(TID, 0, 2),
 ]
+# Feature levels (UpdateFeatures).
+SAMPLES += [FeatureLevel("transaction.version", 1), FeatureLevel("transaction.version", 0)]
 SAMPLES += [
     TopicMigration(TID, "TO_DISKLESS", "SEALING", 1),
     PartitionSealed(TID, 3, 1, 12345, 678),
