@@ -162,7 +162,9 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     # appender commits in submission order, and the connection's next request must not
     # overtake this one's batches.
     if plan.diskless:
-        committed = broker.appender.submit(plan.diskless)
+        # acks=all: answered REQUEST_TIMED_OUT once the request's timeout has passed, as
+        # Kafka answers a produce whose replication outlasts it (the commit goes on).
+        committed = broker.appender.submit(plan.diskless, plan.timeout_ms if acks == -1 else None)
     else:  # nothing for the diskless engine (classic partitions, refusals): no commit
         committed = asyncio.get_running_loop().create_future()
         committed.set_result([])

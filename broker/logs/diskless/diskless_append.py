@@ -122,6 +122,38 @@ class PutBudget:
             self._at = now
 
 
+_TIMED_OUT = PartitionResult(int(ErrorCode.request_timed_out))
+
+
+def _within(
+    committed: asyncio.Future[list[PartitionResult]], count: int, timeout_ms: int
+) -> asyncio.Future[list[PartitionResult]]:
+    """``committed``'s results, or ``count`` REQUEST_TIMED_OUT ones once ``timeout_ms``
+    has passed, whichever comes first."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[list[PartitionResult]] = loop.create_future()
+
+    def timed_out() -> None:
+        if not answer.done():
+            answer.set_result([_TIMED_OUT] * count)
+
+    timer = loop.call_later(max(timeout_ms, 0) / 1000, timed_out)
+
+    def done(f: asyncio.Future[list[PartitionResult]]) -> None:
+        timer.cancel()
+        if answer.done():
+            return
+        if f.cancelled():
+            answer.cancel()
+        elif (exc := f.exception()) is not None:
+            answer.set_exception(exc)
+        else:
+            answer.set_result(f.result())
+
+    committed.add_done_callback(done)
+    return answer
+
+
 class Appender:
     def __init__(
         self,
@@ -161,8 +193,14 @@ class Appender:
         self._flushes: set[asyncio.Task[None]] = set()
         self._resolutions: set[asyncio.Future[object]] = set()  # _resolve tasks still running
 
-    def submit(self, appends: list[PartitionAppend]) -> asyncio.Future[list[PartitionResult]]:
-        """Queue a request's partitions; the future resolves after their commit."""
+    def submit(
+        self, appends: list[PartitionAppend], timeout_ms: int | None = None
+    ) -> asyncio.Future[list[PartitionResult]]:
+        """Queue a request's partitions; the future resolves after their commit, or with
+        REQUEST_TIMED_OUT for each once ``timeout_ms`` has passed (an acks=all request's
+        timeout, as Kafka answers a produce whose replication outlasts it). The commit goes
+        on: its outcome is unknown to the producer, which retries; a retry is committed
+        after it and answered as its duplicate if it was committed."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[PartitionResult]] = loop.create_future()
         if not appends:
@@ -181,7 +219,7 @@ class Appender:
             self._flush_at(self._buffer_started + self._min_wait)
         else:
             self._flush_at(self._buffer_started + self._interval)
-        return future
+        return future if timeout_ms is None else _within(future, len(appends), timeout_ms)
 
     def _flush_at(self, when: float, full: bool = False) -> None:
         """Flush at loop time ``when`` (or at the earlier time already planned), no sooner
