@@ -163,8 +163,12 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
     # overtake this one's batches.
     if plan.diskless:
         # acks=all: answered REQUEST_TIMED_OUT once the request's timeout has passed, as
-        # Kafka answers a produce whose replication outlasts it (the commit goes on).
-        committed = broker.appender.submit(plan.diskless, plan.timeout_ms if acks == -1 else None)
+        # Kafka answers a produce whose replication outlasts it (the commit goes on). A
+        # timeout of 0 is not applied: Kafka answers it at once when the append needs no
+        # replication wait (the differential's single broker does), and a diskless commit
+        # is never immediate, so every such request would time out.
+        timeout = plan.timeout_ms if acks == -1 and plan.timeout_ms > 0 else None
+        committed = broker.appender.submit(plan.diskless, timeout)
     else:  # nothing for the diskless engine (classic partitions, refusals): no commit
         committed = asyncio.get_running_loop().create_future()
         committed.set_result([])
