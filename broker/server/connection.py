@@ -123,7 +123,16 @@ _CLOSE_LOG = CloseLog()
 
 
 class _Answer:
-    __slots__ = ("api_name", "cost", "fetch_kind", "future", "header", "received", "response_type")
+    __slots__ = (
+        "admitted",
+        "api_name",
+        "cost",
+        "fetch_kind",
+        "future",
+        "header",
+        "received",
+        "response_type",
+    )
 
     def __init__(
         self,
@@ -144,6 +153,7 @@ class _Answer:
         # for a Fetch, FetchConsumer or FetchFollower (Kafka counts it under both names).
         self.received = received
         self.fetch_kind = fetch_kind
+        self.admitted = received  # time.perf_counter() when its handler was called
 
 
 class _Request:
@@ -539,7 +549,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             header, response_type, *self._peer, self._principal, self._security.name
         )
         _request_counter(api.name).inc()
-        started = time.perf_counter() if self._request_quota is not None else 0.0
+        admitted = time.perf_counter()
+        started = admitted if self._request_quota is not None else 0.0
         reset_throttle()
         try:
             result = await api.handler(ctx, request.body)
@@ -562,17 +573,17 @@ class KafkaConnection(asyncio.BufferedProtocol):
             _record_time(api.name, fetch_kind, header.api_version, request.received)
             return
         if isinstance(result, asyncio.Future):
-            self._answers.append(
-                _Answer(
-                    header,
-                    result,
-                    response_type,
-                    api.name,
-                    request.cost,
-                    request.received,
-                    fetch_kind,
-                )
+            answer = _Answer(
+                header,
+                result,
+                response_type,
+                api.name,
+                request.cost,
+                request.received,
+                fetch_kind,
             )
+            answer.admitted = admitted
+            self._answers.append(answer)
             result.add_done_callback(self._on_answer_done)
         else:
             self._queue(
@@ -712,6 +723,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             _record_time(
                 answer.api_name, answer.fetch_kind, answer.header.api_version, answer.received
             )
+            if answer.api_name == "Produce":
+                _slow_produce(answer, self._peer)
             future = answer.future
             if future.cancelled():
                 # Only shutdown cancels answers. Closing without an answer makes the
@@ -755,6 +768,34 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 asyncio.get_running_loop().call_later(FAILED_AUTH_CLOSE_DELAY_S, transport.close)
             return
         self._update_reading()
+
+
+def _slow_produce(answer: _Answer, peer: tuple[str, int]) -> None:
+    """One line for a produce answered after SLOW_PRODUCE_S: where it waited (behind the
+    connection's earlier requests before its handler ran, or for its commit or high
+    watermark and the earlier answers after), so that a stall seen by a client can be
+    placed. Rate-limited: a stalled broker has many."""
+    now = time.perf_counter()
+    total = now - answer.received
+    if total < SLOW_PRODUCE_S or (suffix := _SLOW_LINES.take()) is None:
+        return
+    log.warning(
+        "Produce from %s:%d (client %r, correlation id %d) answered after %.1f s: %.1f s "
+        "queued behind the connection's earlier requests, %.1f s from its handler to its "
+        "answer%s",
+        *peer,
+        answer.header.client_id,
+        answer.header.correlation_id,
+        total,
+        answer.admitted - answer.received,
+        now - answer.admitted,
+        suffix,
+    )
+
+
+# A produce answered later than this is logged (clients time out at 30 s by default).
+SLOW_PRODUCE_S = 10.0
+_SLOW_LINES = LineBudget(2)
 
 
 def _record_time(name: str, fetch_kind: str | None, version: int, received: float) -> None:
