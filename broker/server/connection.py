@@ -43,6 +43,7 @@ from broker.server.handler_helpers import fetch_replica_id
 from broker.server.log_budget import TRACEBACKS, LineBudget
 from broker.server.metrics import METRICS
 from broker.server.refusals import REFUSALS
+from broker.server.slow_requests import note_slow_produce
 from protocol.build import build, error_response
 from protocol.codec import (
     API_VERSIONS_KEY,
@@ -724,7 +725,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 answer.api_name, answer.fetch_kind, answer.header.api_version, answer.received
             )
             if answer.api_name == "Produce":
-                _slow_produce(answer, self._peer)
+                note_slow_produce(answer.header, answer.received, answer.admitted, self._peer)
             future = answer.future
             if future.cancelled():
                 # Only shutdown cancels answers. Closing without an answer makes the
@@ -768,34 +769,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 asyncio.get_running_loop().call_later(FAILED_AUTH_CLOSE_DELAY_S, transport.close)
             return
         self._update_reading()
-
-
-def _slow_produce(answer: _Answer, peer: tuple[str, int]) -> None:
-    """One line for a produce answered after SLOW_PRODUCE_S: where it waited (behind the
-    connection's earlier requests before its handler ran, or for its commit or high
-    watermark and the earlier answers after), so that a stall seen by a client can be
-    placed. Rate-limited: a stalled broker has many."""
-    now = time.perf_counter()
-    total = now - answer.received
-    if total < SLOW_PRODUCE_S or (suffix := _SLOW_LINES.take()) is None:
-        return
-    log.warning(
-        "Produce from %s:%d (client %r, correlation id %d) answered after %.1f s: %.1f s "
-        "queued behind the connection's earlier requests, %.1f s from its handler to its "
-        "answer%s",
-        *peer,
-        answer.header.client_id,
-        answer.header.correlation_id,
-        total,
-        answer.admitted - answer.received,
-        now - answer.admitted,
-        suffix,
-    )
-
-
-# A produce answered later than this is logged (clients time out at 30 s by default).
-SLOW_PRODUCE_S = 10.0
-_SLOW_LINES = LineBudget(2)
 
 
 def _record_time(name: str, fetch_kind: str | None, version: int, received: float) -> None:

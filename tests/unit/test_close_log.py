@@ -4,13 +4,13 @@ produce answered late is logged with where it waited."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
 import pytest
 
-from broker.server.connection import CloseLog, _Answer, _slow_produce
+from broker.server.connection import CloseLog
+from broker.server.slow_requests import note_slow_produce
 from protocol.codec import RequestHeader
 
 
@@ -44,16 +44,9 @@ def test_a_produce_answered_late_is_logged_with_where_it_waited(
     it waited behind the connection's earlier requests and how long from its handler on."""
     header = RequestHeader(0, 9, 77, "producer-1")
     now = time.perf_counter()
-    loop = asyncio.new_event_loop()
-    try:
-        quick = _Answer(header, loop.create_future(), object, "Produce", 0, now - 2.0)
-        late = _Answer(header, loop.create_future(), object, "Produce", 0, now - 15.0)
-        late.admitted = now - 3.0
-        with caplog.at_level(logging.WARNING, logger="broker.server.connection"):
-            _slow_produce(quick, ("10.0.0.1", 5))
-            _slow_produce(late, ("10.0.0.1", 5))
-    finally:
-        loop.close()
+    with caplog.at_level(logging.WARNING, logger="broker.server.connection"):
+        note_slow_produce(header, now - 2.0, now - 1.0, ("10.0.0.1", 5))
+        note_slow_produce(header, now - 15.0, now - 3.0, ("10.0.0.1", 5))
     [line] = [r.getMessage() for r in caplog.records]
     assert line.startswith(
         "Produce from 10.0.0.1:5 (client 'producer-1', correlation id 77) answered after 15."
