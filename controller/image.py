@@ -43,6 +43,14 @@ from .records import (
     UnregisterBroker,
     UserScramCredential,
 )
+from .tiering_state import (
+    TIERING_DISABLING,
+    TIERING_ENABLED,
+    TIERING_MOVES,
+    TIERING_POLICIES,
+    TIERING_STATES,
+    TieringState,
+)
 
 DISKLESS_ENABLE = "diskless.enable"
 
@@ -608,34 +616,13 @@ _HANDLERS.update(
 
 # --- tiered storage of classic topics: KIP-950 disablement -------------------------------------
 # (records.TopicTiering / TieringPartitionDisabled; decisions in controller.tiering.)
-TIERING_ENABLED = "ENABLED"
-TIERING_DISABLING = "DISABLING"
-TIERING_DISABLED = "DISABLED"
-TIERING_STATES = (TIERING_ENABLED, TIERING_DISABLING, TIERING_DISABLED)
-TIERING_POLICIES = ("retain", "delete")
-# The moves a tiering state may make; a snapshot sets any state on a topic without one.
-_TIERING_MOVES = {
-    TIERING_ENABLED: (TIERING_DISABLING,),
-    TIERING_DISABLING: (TIERING_DISABLED,),
-    TIERING_DISABLED: (TIERING_ENABLED,),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class TieringState:
-    state: str
-    generation: int
-    policy: str = "retain"
-    done: frozenset[int] = frozenset()  # partitions done disabling (while DISABLING)
-
-
 def _apply_topic_tiering(image: MetadataImage, r: TopicTiering) -> None:
     topic = image._existing_topic(r.topic_id, "TopicTiering")
     if r.state not in TIERING_STATES or r.policy not in TIERING_POLICIES:
         raise ImageError(f"TopicTiering: bad state {r.state!r} or policy {r.policy!r}")
     old = topic.tiering
     if old is not None:
-        if r.state not in _TIERING_MOVES[old.state]:
+        if r.state not in TIERING_MOVES[old.state]:
             raise ImageError(f"TopicTiering {topic.name}: {old.state} cannot become {r.state}")
         # A new period (ENABLED) has a newer generation; the end of one keeps its own.
         want = old.generation + 1 if r.state == TIERING_ENABLED else old.generation

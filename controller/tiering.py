@@ -34,16 +34,10 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from .image import (
-    TIERING_DISABLED,
-    TIERING_DISABLING,
-    TIERING_ENABLED,
-    TO_DISKLESS,
-    MetadataImage,
-    TopicImage,
-)
+from .image import TO_DISKLESS, MetadataImage, TopicImage
 from .records import Record, TieringPartitionDisabled, TopicTiering
 from .requests import DisableRemoteAck, DisableRemoteTopic, HeartbeatResult, Outcome
+from .tiering_state import TIERING_DISABLED, TIERING_DISABLING, TIERING_ENABLED
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,9 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from controller.image import TIERING_DISABLED, TIERING_DISABLING, MetadataImage
+from controller.image import MetadataImage
 from controller.records import decode_batch
+from controller.tiering_state import TIERING_DISABLED, TIERING_DISABLING
 from sluice.cluster import LocalCluster
 from tests.fixtures.cluster import fast_cluster
 

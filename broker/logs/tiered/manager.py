@@ -36,9 +36,10 @@ from broker.logs.classic.remote_view import EMPTY, RemoteView
 from broker.logs.tiered.follower import start_after_tiered
 from broker.logs.tiered.snapshot import parse, segment_state
 from common.background import cancel_and_wait
-from controller.image import TIERING_DISABLING, TopicImage
+from controller.image import TopicImage
 from controller.requests import DisableRemoteAck, DisableRemoteTopic
 from controller.tiering import COPY_DISABLE, tiering_enabled
+from controller.tiering_state import TIERING_DISABLING
 from storage.classic.txn_index import AbortedTxn
 from storage.tiered.copier import CopyFenced, LocalGap, SegmentCopier, history_of
 from storage.tiered.lineage import FollowerStart, lineage
