@@ -375,7 +375,8 @@ class Broker:
                 exempt=listener.name == self.listener_plan.inter_broker,
             )
             self._servers[listener.name] = server
-            await server.start()
+            # Bound now (registration advertises the ports), serving once unfenced.
+            await server.start(serving=self.controller is None)
         self._server = self._servers[self.listener_plan.inter_broker]
         self._membership = self._make_membership()
         if isinstance(self._membership, ControllerMembership) and self._tiered is not None:
@@ -383,6 +384,12 @@ class Broker:
             self._membership.requests = self._tiered
             self._tiered.heartbeat_soon = self._membership.beat_soon
         await self._membership.start()
+        if isinstance(self._membership, ControllerMembership):
+            # As Kafka's broker: no request is served before the controller unfenced this
+            # one (a fenced broker took CreateTopics whose placement then left it out).
+            await self._membership.wait_unfenced()
+            for server in self._servers.values():
+                await server.serve()
         if self.config.http_port >= 0:
             self._http = HttpEndpoint(
                 self.config.host, self.config.http_port, METRICS.registry, self.not_ready_reason

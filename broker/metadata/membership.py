@@ -228,6 +228,22 @@ class ControllerMembership(Membership):
         # Set by the broker when it has classic partitions (KIP-950's DisableRemoteTopic).
         self.requests: ControllerRequests | None = None
         self._beat_now = asyncio.Event()
+        self._unfenced = asyncio.Event()
+
+    async def wait_unfenced(self) -> None:
+        """Until the controller has unfenced this broker (Kafka's broker opens its
+        listeners only then: a broker serving while fenced accepted CreateTopics that the
+        controller could not place on it). Said every 30 s while it waits."""
+        while True:
+            try:
+                await asyncio.wait_for(self._unfenced.wait(), 30.0)
+                return
+            except TimeoutError:
+                log.warning(
+                    "broker %d: still fenced by the controller (%s); not serving clients yet",
+                    self._me.node_id,
+                    self.problem() or "waiting for its heartbeat",
+                )
 
     def beat_soon(self) -> None:
         """Heartbeat now, not at the next interval: answers to the controller wait."""
@@ -352,6 +368,8 @@ class ControllerMembership(Membership):
         if result.is_fenced != self.fenced:
             log.info("broker %d %s", self._me.node_id, "fenced" if result.is_fenced else "unfenced")
         self.fenced = result.is_fenced
+        if not self.fenced:
+            self._unfenced.set()  # once: a broker fenced later (a lost session) keeps serving
 
     async def _loop(self) -> None:
         outage = OutageLog("broker heartbeat", log)

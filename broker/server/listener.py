@@ -91,7 +91,9 @@ class KafkaServer:
         assert self._server is not None
         return self._server.sockets[0].getsockname()[1]
 
-    async def start(self) -> None:
+    async def start(self, serving: bool = True) -> None:
+        """Bind (the port is known from here on); accept connections now, or from
+        :meth:`serve` on."""
         # The cyclic garbage collector was ~13 % of a small-batch producer's CPU (perf):
         # the request path allocates tens of thousands of objects per second, so
         # collections ran hundreds of times a second, and the older generations held
@@ -124,8 +126,15 @@ class KafkaServer:
             backlog=1024,
             ssl=tls,
             ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if tls is not None else None,
+            start_serving=serving,
         )
         self._sweeper = asyncio.create_task(self._sweep())
+
+    async def serve(self) -> None:
+        """Accept connections (after ``start(serving=False)``; until then connecting is
+        refused)."""
+        assert self._server is not None
+        await self._server.start_serving()
 
     async def _sweep(self) -> None:
         """Once a second: idle and unauthenticated connections past their limits."""

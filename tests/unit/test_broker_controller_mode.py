@@ -478,6 +478,26 @@ async def test_registration_heartbeats_fencing_and_live_brokers(fake: FakeContro
             await client.close()
 
 
+async def test_a_broker_waits_to_be_unfenced_before_it_serves(fake: FakeController) -> None:
+    """As Kafka's broker, a Sluice broker opens its listeners only once the controller
+    unfenced it (Broker.start awaits wait_unfenced): one serving while fenced accepted
+    CreateTopics that the controller then could not place on it. Here its metadata lags
+    past its registration, so it asks to stay fenced until it has caught up."""
+    fake.metadata_delay = 1.5
+    member, follower, client = await start_member(fake, 4, "az-a")
+    try:
+        waiting = asyncio.create_task(member.wait_unfenced())
+        await asyncio.sleep(0.3)
+        assert member.fenced and not waiting.done()
+        fake.metadata_delay = 0.0
+        await asyncio.wait_for(waiting, 10)
+        assert not member.fenced
+    finally:
+        await member.stop()
+        await follower.stop()
+        await client.close()
+
+
 async def test_a_restarted_broker_waits_for_the_old_session(fake: FakeController) -> None:
     old, f1, c1 = await start_member(fake, 3, "az-a")
     assert old._task is not None
