@@ -23,6 +23,10 @@ RETAINED_BATCHES = 5  # Kafka keeps the last five per producer (max.in.flight <=
 # How long a transaction verification's lowest sequence is kept when nothing of that
 # transaction is ever appended (Kafka: producer.id.expiration.ms, 1 day by default).
 VERIFICATION_EXPIRY_MS = 86_400_000
+# Verifications a partition remembers at most: they begin before the coordinator is asked, so
+# a client sending transactional batches under made-up producer ids must not grow this without
+# bound (the oldest is forgotten first).
+VERIFICATIONS_MAX = 10_000
 # Transaction numbers in a marker's coordinator epoch (an int32): 1 .. 2**31 - 1, wrapping
 # (a transactional id completing 1000 transactions a second would pass 2**31 in 25 days),
 # compared as serial numbers: a number up to half the range behind the last one is older.
@@ -86,6 +90,9 @@ class ProducerState:
         if entry is not None and now_ms - entry[2] >= VERIFICATION_EXPIRY_MS:
             entry = None
         if entry is None or epoch > entry[1]:
+            self._verifying.pop(pid, None)
+            if len(self._verifying) >= VERIFICATIONS_MAX:
+                del self._verifying[next(iter(self._verifying))]
             self._verifying[pid] = (seq, epoch, now_ms)
         elif epoch == entry[1] and seq < entry[0]:
             self._verifying[pid] = (seq, epoch, entry[2])

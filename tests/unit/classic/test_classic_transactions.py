@@ -379,3 +379,15 @@ def test_a_marker_ends_a_verification(tmp_path: Path) -> None:
     asyncio.run(run())
     assert p.producers.verifying_lowest(PID) is None
     p.close()
+
+
+def test_verifications_a_partition_remembers_are_bounded(tmp_path: Path) -> None:
+    """They begin before the coordinator is asked: made-up producer ids must not grow them
+    without bound; the oldest goes first."""
+    from broker.logs.classic.producer_state import VERIFICATIONS_MAX, ProducerState
+
+    state = ProducerState()
+    for pid in range(VERIFICATIONS_MAX + 5):
+        state.begin_verification(pid, 0, 0, 0.0)
+    assert len(state._verifying) == VERIFICATIONS_MAX
+    assert state.verifying_lowest(0) is None and state.verifying_lowest(VERIFICATIONS_MAX + 4) == 0
