@@ -139,6 +139,14 @@ class PartitionLog(Protocol):
         saw: a batch with a higher one is refused until the transaction has one here)."""
         ...
 
+    def needs_transaction_add(
+        self, topic: Topic, partition: int, batches: list[BatchHeader], added: bool
+    ) -> bool:
+        """KIP-890 part 2 (Produce v12+): whether the partition must be added to the
+        producer's transaction before the batches are appended (``added``: this broker
+        added it to the same transaction already)."""
+        ...
+
     def append(
         self,
         topic: Topic,
@@ -268,6 +276,11 @@ class Answered:
         self.by_request_handler = by_request_handler
 
     def begin_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
+        return False
+
+    def needs_transaction_add(
+        self, topic: Topic, partition: int, batches: list[BatchHeader], added: bool
+    ) -> bool:
         return False
 
     def append(

@@ -12,6 +12,9 @@ One coordinator call per request adds every partition that needs it:
 - a classic partition whose leader sees no open transaction of the producer (KIP-890 part
   1's verification: ``begin_verification``); the add's answer is that verification.
 
+Each engine says which (``PartitionLog.needs_transaction_add``); this module keeps which
+partitions this broker added to which transaction.
+
 A refusal of the add is the partition's answer, as Kafka maps the coordinator's.
 """
 
@@ -22,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.txn_verification import Verification
-from broker.logs.diskless.diskless_log import DisklessLog
 from broker.logs.router import Purpose, RoutedView
 from broker.security import access
 from common.acl import AclOperation
@@ -79,12 +81,10 @@ async def add_partitions(
 ) -> tuple[dict[PartitionKey, int], tuple[tuple[int, int], Verification] | None]:
     """Add the request's transactional partitions to the producer's transaction. Returns
     the produce error of each partition whose add was refused, and the verification the
-    classic partitions' appends use (None when no classic partition was added)."""
+    appends of partitions that verify (a classic leader's) use (None when nothing was added)."""
     transactional_id: str = request.transactional_id
     topics = broker.topics
     wanted: list[PartitionKey] = []
-    diskless: list[PartitionKey] = []
-    classic = False
     producer: tuple[int, int] | None = None
     for topic_data in request.topic_data:
         topic = topics.get(topic_data.name)
@@ -110,13 +110,9 @@ async def add_partitions(
                 continue  # not this request's producer: its batch is checked on its own
             key = PartitionKey(topic.topic_id, part.index)
             log = broker.router.route(topic.topic_id, part.index, Purpose.APPEND)
-            if isinstance(log, DisklessLog):
-                if key not in _ADDED.get((transactional_id, *producer), ()):
-                    wanted.append(key)
-                    diskless.append(key)
-            elif log.begin_verification(topic, part.index, batches):
+            added = key in _ADDED.get((transactional_id, *producer), ())
+            if log.needs_transaction_add(topic, part.index, batches, added):
                 wanted.append(key)
-                classic = True
     if producer is None or not wanted:
         return {}, None
     try:
@@ -126,8 +122,7 @@ async def add_partitions(
     if error == _NONE:
         if len(_ADDED) >= _ADDED_MAX:
             _ADDED.clear()
-        _ADDED.setdefault((transactional_id, *producer), set()).update(diskless)
-        verification = Verification(0, frozenset(wanted))
-        return {}, ((producer, verification) if classic else None)
+        _ADDED.setdefault((transactional_id, *producer), set()).update(wanted)
+        return {}, (producer, Verification(0, frozenset(wanted)))
     refused = produce_error(error)
-    return {k: refused for k in wanted}, (producer, Verification(refused)) if classic else None
+    return {k: refused for k in wanted}, (producer, Verification(refused))

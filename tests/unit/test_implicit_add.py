@@ -42,6 +42,9 @@ class Classic:
     def begin_verification(self, topic: Any, partition: int, batches: Any) -> bool:
         return self.verify
 
+    def needs_transaction_add(self, topic: Any, partition: int, batches: Any, added: bool) -> bool:
+        return self.verify
+
 
 class Broker:
     authorizer = None

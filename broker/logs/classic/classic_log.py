@@ -80,6 +80,13 @@ class ClassicLog:
     def begin_verification(self, topic: Topic, partition: int, batches: list[BatchHeader]) -> bool:
         return begin_verification(self._manager, topic, partition, batches)
 
+    def needs_transaction_add(
+        self, topic: Topic, partition: int, batches: list[BatchHeader], added: bool
+    ) -> bool:
+        # The add is the leader's verification (KIP-890 part 1), asked while the leader
+        # sees no open transaction of the producer here, whoever added it before.
+        return begin_verification(self._manager, topic, partition, batches)
+
     def append(
         self,
         topic: Topic,

@@ -72,6 +72,14 @@ class DisklessLog:
         # when it commits it.
         return False
 
+    def needs_transaction_add(
+        self, topic: Topic, partition: int, batches: list[BatchHeader], added: bool
+    ) -> bool:
+        # Under transaction version 2 every transaction has its own epoch: a partition
+        # this broker added to it stays in it until it ends. (Skipping is only a saving:
+        # the batch coordinator still checks the batch when it commits it.)
+        return not added
+
     def append(
         self,
         topic: Topic,
