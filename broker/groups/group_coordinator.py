@@ -744,11 +744,16 @@ class GroupCoordinator(HeldGroups):
         if consumer_group is not None:
             return consumer_group.check_commit(member_id, generation_id)
         group = self.groups.get(group_id)
+        if generation_id < 0 and (group is None or group.is_(S.EMPTY)):
+            # From outside group management (an admin, a consumer that assign()s): allowed
+            # while nobody is in the group, whatever member id it names (librdkafka's
+            # group.protocol=consumer names the id it made up for itself), as Kafka.
+            return ErrorCode.none
         managed = generation_id >= 0 or bool(member_id) or group_instance_id is not None
         if group is None:
             # Only a group nobody manages here: no snapshot brought its members back
             # (callers load it first), so their generation is gone and they must rejoin.
-            return ErrorCode.illegal_generation if managed else ErrorCode.none
+            return ErrorCode.illegal_generation
         if managed:
             error = self._validate_member(group, member_id, group_instance_id)
             if error is not None:

@@ -156,6 +156,11 @@ class KafkaBroker:
             "transaction.state.log.replication.factor": replicas,
             "transaction.state.log.min.isr": "1" if replicas == "1" else "2",
             "transaction.state.log.num.partitions": "1",
+            # Share groups' state topic (KIP-932): Kafka's defaults (3 replicas, min ISR 2)
+            # cannot be met by one node, and its share groups then never assign anything.
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": "1" if replicas == "1" else "2",
+            "share.coordinator.state.topic.num.partitions": "1",
             "group.initial.rebalance.delay.ms": "0",
         }
         if self.rack is not None:

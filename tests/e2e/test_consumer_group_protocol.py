@@ -189,6 +189,38 @@ def test_a_consumer_member_upgrades_a_classic_group_online(
     )
 
 
+def test_an_assigning_consumer_commits_outside_group_management(
+    kip848_broker: SluiceBroker,
+) -> None:
+    """A group.protocol=consumer consumer that assign()s (no subscription) commits with
+    epoch -1 and the member id librdkafka made up for itself: accepted while the group
+    has no members, as Kafka (librdkafka's 0030 test; ILLEGAL_GENERATION before)."""
+    bootstrap = kip848_broker.bootstrap
+    topic = unique_topic("kip848-assign")
+    confluent_create_topic(bootstrap, topic, 1)
+    produce_round_robin(bootstrap, topic, 1, 3, tag="a")
+    group = f"g-{topic}"
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        msg = c.poll(15)
+        assert msg is not None and msg.error() is None and msg.offset() == 0
+        [done] = c.commit(asynchronous=False)
+        assert (done.error, done.offset) == (None, 1)
+        [back] = c.committed([TopicPartition(topic, 0)], 15)
+        assert back.offset == 1
+    finally:
+        c.close()
+    assert committed_offsets(bootstrap, group, topic, 1) == {0: 1}
+
+
 def test_regex_subscription_follows_matching_topics(
     kip848_broker: SluiceBroker, members: Members
 ) -> None:

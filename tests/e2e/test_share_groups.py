@@ -386,3 +386,30 @@ def test_share_state_survives_a_broker_restart(tmp_path: Path, kind: str) -> Non
             second.close()
     finally:
         broker.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fetch_max_bytes_zero_acquires_nothing(share_broker: SluiceBroker, kind: str) -> None:
+    """A ShareFetch with MaxBytes 0 (fetch.max.bytes=0) is answered with no records, as
+    Kafka answers it (librdkafka's 0180 test), and acquires none: another member of the
+    group then gets every record at its first delivery."""
+    topic = create(share_broker, kind, "maxbytes0")
+    group = unique_topic("sg")
+    set_group_configs(share_broker, group, {"share.auto.offset.reset": "earliest"})
+    produce(share_broker, topic, [f"m{i}".encode() for i in range(10)])
+    c = consumer(share_broker, group, topic, **{"fetch.max.bytes": "0"})
+    try:
+        end = time.monotonic() + 6
+        while time.monotonic() < end:
+            assert [m.offset() for m in c.poll(0.5)] == []
+    finally:
+        c.close()
+    c = consumer(share_broker, group, topic)
+    try:
+        got: list[tuple[int, bytes, int]] = []
+        end = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < end:
+            got += accept_all(c, 0.5)
+        assert sorted(got) == [(i, f"m{i}".encode(), 1) for i in range(10)]
+    finally:
+        c.close()

@@ -342,7 +342,9 @@ async def _acquire(
         for key, a in by_key.items():
             state = states[key]
             offset = state.fetch_offset(now, limits) if state is not None else None
-            if offset is not None and a.topic is not None:
+            # MaxBytes 0 reads and acquires nothing (Kafka's share fetch answers it empty,
+            # at MaxWait), unlike a Fetch's first batch that goes out whatever its size.
+            if offset is not None and a.topic is not None and max_bytes > 0:
                 asks.append(ReadAsk(a.topic, key.partition, offset, max_bytes))
         results: dict[ShareKey, ReadResult] = {}
         interests: list[Any] = []
