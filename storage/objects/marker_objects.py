@@ -83,6 +83,8 @@ def read_marker_object(key: str, offset: int, length: int) -> bytes:
         raise ValueError(f"bad range {offset}+{length}")
     batch, count = _parsed(key)
     size = len(batch)
+    if length == size and offset % size == 0 and offset < size * count:
+        return batch  # one marker, as fetches read them: no copy
     end = min(offset + length, size * count)
     if end <= offset:
         return b""
