@@ -140,11 +140,12 @@ def phase(cluster: object, producers: int, seconds: float) -> Phase:
     for t in threads:
         t.start()
     time.sleep(3)  # init_transactions and metadata, not measured
-    warm = [len(e) for e in per_producer]
-    objects0, scrape0, t0 = _count_objects(cluster), broker.metrics(), time.perf_counter()
+    # Ends are counted the moment a listing returns (an S3 client takes a while to start).
+    scrape0, objects0 = broker.metrics(), _count_objects(cluster)
+    warm, t0 = [len(e) for e in per_producer], time.perf_counter()
     time.sleep(seconds)
-    objects1, scrape1, t1 = _count_objects(cluster), broker.metrics(), time.perf_counter()
-    done = [len(e) for e in per_producer]
+    scrape1, objects1 = broker.metrics(), _count_objects(cluster)
+    done, t1 = [len(e) for e in per_producer], time.perf_counter()
     stop.set()
     for t in threads:
         t.join(120)
