@@ -21,7 +21,7 @@ from itertools import accumulate
 from cachetools import LRUCache
 
 from storage.objects import Chunks, ObjectStore
-from storage.objects.marker_objects import is_marker_key, read_marker_object
+from storage.objects.marker_objects import MARKER_KEY_PREFIX, read_marker_object
 
 BlockKey = tuple[str, int]  # (object key, block index)
 
@@ -80,12 +80,13 @@ class BlockCache:
     async def read(self, key: str, offset: int, length: int) -> list[memoryview]:
         """Bytes ``[offset, offset + length)`` of an object as views over cached blocks
         (shorter at the object's end, like ObjectStore.get_range). A marker object
-        (storage/objects/marker_objects.py) is made from its key, not read or cached."""
+        (storage/objects/marker_objects.py) is made from its key, not read or cached;
+        told by its prefix inline, so other keys' reads call nothing more."""
         if offset < 0 or length < 0:
             raise ValueError(f"bad range {offset}+{length}")
         if length == 0:
             return []
-        if is_marker_key(key):
+        if key.startswith(MARKER_KEY_PREFIX):
             return _marker_views(key, offset, length)
         bs = self.block_size
         first, last = offset // bs, (offset + length - 1) // bs
@@ -108,7 +109,7 @@ class BlockCache:
             raise ValueError(f"bad range {offset}+{length}")
         if length == 0:
             return []
-        if is_marker_key(key):
+        if key.startswith(MARKER_KEY_PREFIX):
             return _marker_views(key, offset, length)
         bs = self.block_size
         first, last = offset // bs, (offset + length - 1) // bs
@@ -137,7 +138,7 @@ class BlockCache:
     def put_object(self, key: str, chunks: Chunks) -> None:
         """Cache a freshly written object, so reads of the newest data (consumers at
         the tail) do not go back to the store for what this broker just wrote."""
-        if is_marker_key(key):
+        if key.startswith(MARKER_KEY_PREFIX):
             return  # made from its key on every read
         for index, block in enumerate(_split_blocks(chunks, self.block_size)):
             self._insert((key, index), block)
