@@ -203,6 +203,11 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     # A transactional id without an ongoing transaction for this long is forgotten.
     transactional_id_expiration_ms: int = 604_800_000
+    # A diskless transaction end's markers are made by their readers from the key of the
+    # file they are committed in (storage/objects/marker_objects.py): no PUT. true: they are
+    # uploaded as one object per end, as before; for a rolling upgrade from a version
+    # that cannot read such markers (set until every broker and job runs this one).
+    diskless_txn_marker_objects: bool = False
     # The finalized level of Kafka's transaction.version feature that ApiVersions
     # advertises: 2 is KIP-890 part 2 (Produce v12 adds partitions to the transaction
     # itself, EndTxn v5 bumps the producer epoch at every end), which Kafka 4.x clients

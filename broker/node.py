@@ -67,6 +67,7 @@ from storage.coordinator import BatchCoordinator, RetentionPolicy
 from storage.groups import GroupStore
 from storage.objects import ObjectStore, is_data_key
 from storage.objects.block_cache import BlockCache
+from storage.objects.marker_objects import stored_keys
 from storage.outage import OutageLog
 from storage.partition_key import PartitionKey
 
@@ -141,9 +142,15 @@ class Broker:
             share_state_store(config, coordinator),
             self._share_topics,
         )
-        # Transactions: all state in the coordinator database; markers as one object each.
+        # Transactions: all state in the coordinator database; diskless markers made from
+        # their file's key by readers (no PUT), unless diskless.txn.marker.objects.
         marker_writer = MarkerWriter(
-            store, coordinator, self.cache, config.node_id, self.watch.notify
+            store,
+            coordinator,
+            self.cache,
+            config.node_id,
+            self.watch.notify,
+            upload=config.diskless_txn_marker_objects,
         )
         self.transactions = TransactionCoordinator(
             coordinator,
@@ -606,7 +613,8 @@ class Broker:
         if not files:
             return 0
         keys = [f.object_key for f in files]
-        await self.store.delete_many(keys)
+        # Marker objects (storage/objects/marker_objects.py) were never uploaded.
+        await self.store.delete_many(stored_keys(keys))
         await self.coordinator.forget_files(keys)
         return len(keys)
 

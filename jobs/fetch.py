@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from storage.objects import ObjectStore
+from storage.objects.marker_objects import is_marker_key, read_marker_object
 
 from .plan import BatchRef, MiB
 
@@ -45,8 +46,12 @@ async def read_batches(store: ObjectStore, refs: Sequence[BatchRef]) -> dict[Bat
     out: dict[BatchRef, memoryview] = {}
 
     async def get(key: str, start: int, end: int, inside: list[BatchRef]) -> None:
-        async with limit:
-            data = await store.get_range(key, start, end - start)
+        if is_marker_key(key):
+            # Transaction markers: made from the key, never uploaded (marker_objects.py).
+            data = read_marker_object(key, start, end - start)
+        else:
+            async with limit:
+                data = await store.get_range(key, start, end - start)
         if len(data) < end - start:
             raise OSError(f"object {key} is shorter than its batches ({len(data)} < {end - start})")
         view = memoryview(data)

@@ -1,10 +1,18 @@
-"""Ending a transaction: its markers as one object, then one coordinator call.
+"""Ending a transaction: one coordinator call, and no upload.
 
-The markers (one control batch per diskless partition of the transaction) are uploaded as
-one object, like a produce flush; ``txn_complete`` then appends them, closes the partitions'
-open transactions, moves committed offsets into place and records the outcome, all in one
-database transaction. If that call refuses (the state moved on) or fails, the object is
-deleted again; if its outcome is unknown, the object stays and the orphan sweep decides.
+The markers (one control batch per diskless partition of the transaction, the same bytes
+in each) are a *marker object* (storage/objects/marker_objects.py): a file whose key
+describes the batch, which readers make from the key, so nothing is uploaded (a PUT per
+transaction end was ~10 PUTs a second per exactly-once Kafka Streams producer).
+``txn_complete`` appends them, closes the partitions' open transactions, moves committed
+offsets into place and records the outcome, all in one database transaction: a crash
+leaves either nothing or everything, and no object to clean up.
+
+``upload`` (``diskless.txn.marker.objects=true``) uploads the markers as one real object
+first, as brokers before marker objects did (for a rolling upgrade from such a version:
+they cannot read marker objects). If the call then refuses (the state moved on) or fails,
+that object is deleted again; if its outcome is unknown, it stays and the orphan sweep
+decides.
 
 Classic partitions' markers go to their leaders after that call, which records them as
 pending (Kafka's PrepareCommit/PrepareAbort); they stop being pending once the leaders
@@ -30,6 +38,7 @@ from protocol.control_batch import marker_batch
 from storage.coordinator import BatchCoordinator, CoordinatorUnavailable
 from storage.objects import ObjectStore, ObjectStoreError, new_data_key
 from storage.objects.block_cache import BlockCache
+from storage.objects.marker_objects import marker_key
 from storage.partition_key import PartitionKey
 from storage.transactions import COMPLETE_COMMIT, CompleteRequest, Marker, TransactionState
 
@@ -49,8 +58,11 @@ class MarkerWriter:
         cache: BlockCache,
         node_id: int,
         on_commit: CommitListener,
+        upload: bool = False,
     ) -> None:
         self._store = store
+        # True: the markers go to the store as a real object (one PUT) before the call.
+        self._upload = upload
         self._coordinator = coordinator
         self._cache = cache
         self._node_id = node_id
@@ -93,16 +105,22 @@ class MarkerWriter:
         chunks: list[bytes] = []
         markers: list[Marker] = []
         position = 0
+        batch = marker_batch(state.producer_id, epoch, commit, now_ms)
         for key in state.partitions:
             if self.classic is not None and self.classic.is_classic(key):
                 classic.append(key)
                 continue
-            batch = marker_batch(state.producer_id, epoch, commit, now_ms)
             chunks.append(batch)
             markers.append(Marker(key.topic_id, key.partition, position, len(batch), now_ms))
             position += len(batch)
-        object_key = new_data_key() if markers else ""
-        if markers:
+        uploaded = bool(markers) and self._upload
+        if not markers:
+            object_key = ""
+        elif not uploaded:
+            # Every marker is the same batch: readers make them from the key.
+            object_key = marker_key(state.producer_id, epoch, commit, now_ms, len(markers))
+        else:
+            object_key = new_data_key()
             try:
                 await self._store.put(object_key, chunks)
             except ObjectStoreError as exc:
@@ -128,7 +146,7 @@ class MarkerWriter:
             )
         except CoordinatorUnavailable as exc:
             log.warning("ending transaction %s failed: %s", state.transactional_id, exc)
-            if markers and not exc.outcome_unknown:
+            if uploaded and not exc.outcome_unknown:
                 await self._discard(object_key)
             return COORDINATOR_NOT_AVAILABLE, -1, -1
         if result.error == 0 and classic:
@@ -145,10 +163,11 @@ class MarkerWriter:
             )
         answer = (result.error, result.producer_id, result.producer_epoch)
         if not result.registered:
-            if markers:
+            if uploaded:
                 await self._discard(object_key)
             return answer
-        self._cache.put_object(object_key, chunks)
+        if uploaded:
+            self._cache.put_object(object_key, chunks)
         self._notify(markers, result.offsets)
         return answer
 

@@ -21,6 +21,7 @@ from itertools import accumulate
 from cachetools import LRUCache
 
 from storage.objects import Chunks, ObjectStore
+from storage.objects.marker_objects import MARKER_KEY_PREFIX, read_marker_object
 
 BlockKey = tuple[str, int]  # (object key, block index)
 
@@ -78,11 +79,15 @@ class BlockCache:
 
     async def read(self, key: str, offset: int, length: int) -> list[memoryview]:
         """Bytes ``[offset, offset + length)`` of an object as views over cached blocks
-        (shorter at the object's end, like ObjectStore.get_range)."""
+        (shorter at the object's end, like ObjectStore.get_range). A marker object
+        (storage/objects/marker_objects.py) is made from its key, not read or cached;
+        told by its prefix inline, so other keys' reads call nothing more."""
         if offset < 0 or length < 0:
             raise ValueError(f"bad range {offset}+{length}")
         if length == 0:
             return []
+        if key.startswith(MARKER_KEY_PREFIX):
+            return _marker_views(key, offset, length)
         bs = self.block_size
         first, last = offset // bs, (offset + length - 1) // bs
         blocks = self._cached_prefix(key, first, last)
@@ -104,6 +109,8 @@ class BlockCache:
             raise ValueError(f"bad range {offset}+{length}")
         if length == 0:
             return []
+        if key.startswith(MARKER_KEY_PREFIX):
+            return _marker_views(key, offset, length)
         bs = self.block_size
         first, last = offset // bs, (offset + length - 1) // bs
         blocks = self._cached_prefix(key, first, last)
@@ -131,6 +138,8 @@ class BlockCache:
     def put_object(self, key: str, chunks: Chunks) -> None:
         """Cache a freshly written object, so reads of the newest data (consumers at
         the tail) do not go back to the store for what this broker just wrote."""
+        if key.startswith(MARKER_KEY_PREFIX):
+            return  # made from its key on every read
         for index, block in enumerate(_split_blocks(chunks, self.block_size)):
             self._insert((key, index), block)
 
@@ -189,6 +198,11 @@ class BlockCache:
         # cancelled; failures are not cached, the next read tries the store again.
         if task.exception() is None:
             self._insert(block_key, task.result())
+
+
+def _marker_views(key: str, offset: int, length: int) -> list[memoryview]:
+    data = read_marker_object(key, offset, length)
+    return [memoryview(data)] if data else []
 
 
 def _split_blocks(chunks: Chunks, block_size: int) -> Iterable[_Pieces]:

@@ -3,8 +3,9 @@ and, per partition, the open transactions and the aborted-transactions index.
 
 Kafka keeps transaction state in ``__transaction_state`` and writes commit/abort markers
 to each partition leader one by one, so it needs Prepare* states to finish a decision
-after a crash. Here the markers of a transaction's diskless partitions are one object and
-ONE database transaction registers them, moves the committed offsets into place and
+after a crash. Here the markers of a transaction's diskless partitions are one file (a
+marker object made from its key, storage/objects/marker_objects.py, or an uploaded
+object) and ONE database transaction registers them, moves the committed offsets into place and
 records the outcome: deciding and completing are one atomic step, and any broker can take
 over a transactional id at any moment from what the database says. Classic partitions'
 markers go to their leaders afterwards (WriteTxnMarkers), so that same database
@@ -105,7 +106,7 @@ class InitResult:
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    """One control batch (one record) inside the uploaded marker object."""
+    """One control batch (one record) inside the markers' file."""
 
     topic_id: object  # UUID (typed loosely to keep this module import-light)
     partition: int
@@ -123,7 +124,9 @@ class CompleteRequest:
     producer_epoch: int
     commit: bool  # False: abort
     bump_epoch: bool  # a coordinator abort: the producer is fenced (epoch + 1)
-    object_key: str  # the uploaded object holding the markers (ignored with none)
+    # The file holding the markers: a marker object's key (nothing uploaded) or an uploaded
+    # object's; ignored with no markers. The coordinator treats both alike.
+    object_key: str
     object_size: int
     uploader_broker_id: int
     markers: Sequence[Marker]  # the diskless partitions' markers, inside that object
@@ -146,8 +149,8 @@ class CompleteResult:
     # Per marker, in order: its offset, or -1 when its log no longer exists (topic deleted)
     # or when nothing was appended (error, or the retry of a completed transaction).
     offsets: list[int] = field(default_factory=list)
-    # True when the call registered the object (markers appended). False: the caller
-    # deletes the uploaded object.
+    # True when the call registered the file (markers appended). False: the caller
+    # deletes the object if it uploaded one.
     registered: bool = False
     # With NONE: the id's completed-transaction count after the call, i.e. the number of
     # the transaction just ended (or, for a retry, of the one that ended it): its classic

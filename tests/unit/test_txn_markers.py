@@ -6,15 +6,28 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 from uuid import UUID
 
+import pytest
+
 from broker.logs.classic.classic_markers import ClassicMarkerSender
+from broker.node import Broker
 from broker.transactions.txn_coordinator import TransactionCoordinator
 from broker.transactions.txn_marker_writer import MarkerWriter
-from protocol.control_batch import parse_marker
-from storage.coordinator import BatchCoordinator, BatchToCommit, FindRequest
+from protocol.control_batch import marker_batch, parse_marker
+from protocol.records import parse_batches
+from storage.coordinator import (
+    BatchCoordinator,
+    BatchToCommit,
+    CoordinatorUnavailable,
+    FindRequest,
+)
+from storage.objects import Chunks
 from storage.objects.block_cache import BlockCache
 from storage.objects.local import LocalObjectStore
+from storage.objects.marker_objects import is_marker_key
 from storage.partition_key import PartitionKey
 from storage.transactions import (
     COMPLETE_ABORT,
@@ -25,6 +38,8 @@ from storage.transactions import (
     NONE,
     ONGOING,
     PRODUCER_FENCED,
+    CompleteRequest,
+    CompleteResult,
     TransactionState,
 )
 
@@ -76,6 +91,17 @@ async def batches(c: BatchCoordinator, key: PartitionKey) -> list[int]:
     return [b.base_offset for b in found.batches]
 
 
+async def marker_at(
+    c: BatchCoordinator, store: LocalObjectStore, key: PartitionKey, offset: int
+) -> bytes:
+    """The batch at ``offset`` as the fetch path reads it (another broker's cache)."""
+    req = FindRequest(key.topic_id, key.partition, offset, BIG)
+    [found] = await c.find_batches([req], BIG, read_committed=False)
+    [batch] = [b for b in found.batches if b.base_offset == offset]
+    views = await BlockCache(store).read(batch.object_key, batch.byte_offset, batch.byte_size)
+    return b"".join(views)
+
+
 async def hwm(c: BatchCoordinator, key: PartitionKey) -> int:
     return (await c.log_info([key]))[0].high_watermark
 
@@ -114,7 +140,13 @@ async def test_a_classic_partition_gets_no_marker_in_its_diskless_log(
     assert await batches(c, CLASSIC) == []
     assert await hwm(c, CLASSIC) == 0
     assert sender.sent == [([CLASSIC], True, 1)]
-    assert len(await objects(store)) == 1
+    # No object: the marker is made from its file's key (storage/objects/marker_objects.py).
+    assert await objects(store) == []
+    assert parse_marker(await marker_at(c, store, DISKLESS, 0)) == (
+        state.producer_id,
+        state.producer_epoch,
+        True,
+    )
     # PrepareCommit until the leader acknowledges, then CompleteCommit.
     [got] = await c.txn_get(["tx"])
     assert got is not None and (got.state, got.shown_state) == (COMPLETE_COMMIT, "PrepareCommit")
@@ -306,8 +338,8 @@ async def test_tv2_end_bumps_the_epoch_its_markers_carry_and_answers_retries_as_
     assert await tc.end_tv2("tx", pid, e + 1, True) == (PRODUCER_FENCED, -1, -1)
     assert await tc.end_tv2("tx", pid + 1, e, True) == (INVALID_PRODUCER_ID_MAPPING, -1, -1)
     assert await tc.end_tv2("tx", pid, e, True) == (NONE, pid, e + 1)
-    [key] = await objects(store)
-    assert parse_marker(await store.get_range(key, 0, 1 << 20)) == (pid, e + 1, True)
+    assert await objects(store) == []  # made from its file's key
+    assert parse_marker(await marker_at(c, store, DISKLESS, 0)) == (pid, e + 1, True)
     # Classic markers pending: the retry waits, the other outcome is refused at once.
     assert await tc.end_tv2("tx", pid, e, True) == (CONCURRENT_TRANSACTIONS, -1, -1)
     assert await tc.end_tv2("tx", pid, e, False) == (INVALID_TXN_STATE, -1, -1)
@@ -325,3 +357,132 @@ async def test_tv2_end_bumps_the_epoch_its_markers_carry_and_answers_retries_as_
     assert await c.txn_add("tx", pid, e + 2, [DISKLESS], [], NOW) == NONE
     assert await tc.end_tv2("tx", pid, e + 2, True) == (NONE, pid, e + 3)
     assert await batches(c, DISKLESS) == [0, 1]
+
+
+class CountingStore(LocalObjectStore):
+    """A local store that counts PUTs and refuses to be asked about marker objects."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.puts = 0
+
+    async def put(self, key: str, chunks: Chunks) -> None:
+        self.puts += 1
+        await super().put(key, chunks)
+
+    async def get_range(self, key: str, offset: int, length: int) -> bytes:
+        assert not is_marker_key(key), "a marker object is made from its key, never read"
+        return await super().get_range(key, offset, length)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        assert not any(is_marker_key(k) for k in keys), "a marker object is never deleted"
+        await super().delete_many(keys)
+
+
+class LostAnswer:
+    """A coordinator whose txn_complete fails (after committing, or not at all)."""
+
+    def __init__(self, inner: BatchCoordinator, commits: bool) -> None:
+        self._inner = inner
+        self._commits = commits
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def txn_complete(self, request: CompleteRequest) -> CompleteResult:
+        if self._commits:
+            await self._inner.txn_complete(request)
+        raise CoordinatorUnavailable("connection lost", outcome_unknown=self._commits)
+
+
+THREE = [PartitionKey(UUID(int=0xD2), p) for p in range(3)]
+
+
+async def test_a_diskless_end_costs_no_put_and_its_markers_read_as_the_uploaded_ones(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    """Issue 29: a diskless transaction end uploads nothing. Each partition's marker is
+    the batch an upload would have held (byte for byte, CRC included), read through any
+    broker's cache; its file is one like any other to the coordinator."""
+    c = coordinator
+    await c.create_logs([*THREE, CLASSIC])
+    store = CountingStore(str(tmp_path / "objects"))
+    w = MarkerWriter(store, c, BlockCache(store), 7, lambda _advanced: None)
+    w.classic = sender = FakeClassic({CLASSIC})
+    state = await begin(c, *THREE, CLASSIC)
+    pid, e = state.producer_id, state.producer_epoch
+    assert await w.end(state, commit=True, bump_epoch=False) == NONE
+    await sender.acknowledge.pop()()
+    aborted = await begin(c, *THREE[:2])
+    assert await w.end(aborted, commit=False, bump_epoch=True) == NONE
+    assert store.puts == 0 and await objects(store) == []
+    for key in THREE:
+        got = await marker_at(c, store, key, 0)
+        assert parse_marker(got) == (pid, e, True)
+        ts = int.from_bytes(got[27:35], "big")  # base timestamp
+        assert got == marker_batch(pid, e, True, ts)
+        [header] = parse_batches(got, 1 << 20)  # CRC and framing checked as on produce
+        assert (header.producer_id, header.records_count) == (pid, 1)
+    for key in THREE[:2]:
+        assert parse_marker(await marker_at(c, store, key, 1)) == (
+            aborted.producer_id,
+            aborted.producer_epoch + 1,
+            False,
+        )
+    req = FindRequest(THREE[0].topic_id, 0, 0, BIG)
+    [found] = await c.find_batches([req], BIG, read_committed=True)
+    assert found.last_stable_offset == found.high_watermark == 2
+    # Retention past the markers leaves their files deleting; the cleaner forgets them
+    # without asking the store (CountingStore refuses).
+    await c.delete_records([(k, -1) for k in THREE], NOW)
+    files = await c.files_to_delete(BIG, 100)
+    assert len(files) == 2 and all(is_marker_key(f.object_key) for f in files)
+    broker = SimpleNamespace(
+        coordinator=c, store=store, config=SimpleNamespace(file_delete_delay_ms=-BIG)
+    )
+    assert await Broker.delete_marked_files(broker) == 2  # type: ignore[arg-type]
+    assert await c.files_to_delete(BIG, 100) == []
+
+
+async def test_upload_mode_writes_one_object_per_end_as_before(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    """diskless.txn.marker.objects=true (a rolling upgrade from a version that cannot
+    read marker objects): one real object per end, as before."""
+    c = coordinator
+    await c.create_logs(THREE)
+    store = LocalObjectStore(str(tmp_path / "objects"))
+    w = MarkerWriter(store, c, BlockCache(store), 7, lambda _advanced: None, upload=True)
+    state = await begin(c, *THREE)
+    assert await w.end(state, commit=True, bump_epoch=False) == NONE
+    [key] = await objects(store)
+    assert not is_marker_key(key)
+    for i, part in enumerate(THREE):
+        got = await marker_at(c, store, part, 0)
+        assert got == (await store.get_range(key, 0, 1 << 20))[i * len(got) : (i + 1) * len(got)]
+        assert parse_marker(got) == (state.producer_id, state.producer_epoch, True)
+
+
+@pytest.mark.parametrize("commits", [False, True])
+async def test_an_end_whose_answer_is_lost_leaves_no_object(
+    coordinator: BatchCoordinator, tmp_path: Path, commits: bool
+) -> None:
+    """Without an upload there is nothing to discard or for the orphan sweep to find:
+    whether the call committed (all markers there) or not (none, still ongoing)."""
+    c = coordinator
+    await c.create_logs(THREE)
+    store = CountingStore(str(tmp_path / "objects"))
+    lost: Any = LostAnswer(c, commits)
+    w = MarkerWriter(store, lost, BlockCache(store), 7, lambda _advanced: None)
+    state = await begin(c, *THREE)
+    assert await w.end(state, commit=True, bump_epoch=False) == COORDINATOR_NOT_AVAILABLE
+    assert store.puts == 0 and await objects(store) == []
+    [got] = await c.txn_get(["tx"])
+    assert got is not None
+    if commits:
+        assert got.state == COMPLETE_COMMIT
+        assert [await batches(c, k) for k in THREE] == [[0], [0], [0]]
+        assert parse_marker(await marker_at(c, store, THREE[2], 0))[2] is True
+    else:
+        assert got.state == ONGOING
+        assert [await batches(c, k) for k in THREE] == [[], [], []]
