@@ -26,10 +26,12 @@ with warnings.catch_warnings():
 # Short commit interval: produce latency is bounded by it, and the suite produces a lot of tiny
 # batches; at the default (hundreds of ms) the suite would spend most of its time waiting.
 # Timed-out transactions are swept every half second (Kafka: 10 s) so the timeout tests wait
-# for the timeout they set, not for the sweep.
+# for the timeout they set, not for the sweep. A new consumer group is assigned at once, not
+# after Kafka's 3 s initial rebalance delay (as tests/fixtures/cluster.py's FAST_LIVENESS).
 DEFAULT_OPTIONS: dict[str, str] = {
     "produce.commit.interval.ms": "20",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500",
+    "group.initial.rebalance.delay.ms": "0",
 }
 
 

@@ -2,7 +2,7 @@
 jars the differential tests cache) against Sluice, diskless and classic topics: AdminClient,
 an idempotent producer, a transactional producer that commits and aborts, and consumer
 groups reading read_committed and read_uncommitted (classic and KIP-848 protocols). The
-program is tests/e2e/java/ClientCheck.java, run as a single-file source program."""
+program is tests/e2e/java/ClientCheck.java, a single-file source program (compiled once)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from sluice.launch.kafka import KAFKA_VERSION, ensure_jars, java
+from sluice.launch.kafka import KAFKA_VERSION, compiled_program, ensure_jars, java
 
 from ._kafka import confluent_create_topic
 from .conftest import SluiceBroker
@@ -58,8 +58,8 @@ def start(
                 "-XX:TieredStopAtLevel=1",
                 "-XX:+UseSerialGC",
                 "-cp",
-                classpath,
-                str(PROGRAM),
+                f"{compiled_program(PROGRAM, classpath)}:{classpath}",
+                PROGRAM.stem,
                 bootstrap,
                 app,
                 source,

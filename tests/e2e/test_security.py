@@ -167,9 +167,16 @@ def kafka_python_roundtrip(conf: dict[str, Any], topic: str, n: int = 20) -> lis
         producer.flush(30)
     finally:
         producer.close()
+    # Iteration ends after 10 s without a record; it stops at the n-th (the caller compares
+    # the first n, as it did when the loop also waited out those 10 s after the last one).
     consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10000, **conf)
+    got: list[bytes] = []
     try:
-        return [m.value for m in consumer][:n]
+        for m in consumer:
+            got.append(m.value)
+            if len(got) == n:
+                break
+        return got
     finally:
         consumer.close()
 

@@ -1,6 +1,6 @@
-// The Apache Kafka Java client (kafka-clients from Maven Central) against Sluice: run as a
+// The Apache Kafka Java client (kafka-clients from Maven Central) against Sluice: a
 // single-file source program (java -cp <kafka jars> ClientCheck.java <bootstrap> <topic>
-// <mode>) by tests/e2e/test_java_client.py. Prints one JSON line of what it saw; exits 1 on
+// <mode>), which tests/e2e/test_java_client.py compiles once and runs. Prints one JSON line of what it saw; exits 1 on
 // any client exception, with the exception on stderr.
 
 import java.time.Duration;

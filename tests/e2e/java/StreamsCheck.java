@@ -1,6 +1,6 @@
 // Kafka Streams (kafka-streams from Maven Central) against Sluice: a word count with
 // processing.guarantee=exactly_once_v2 (transaction version 2, KIP-447 offsets), run as a
-// single-file source program by tests/e2e/test_kafka_streams.py, which SIGKILLs it
+// single-file source program (compiled once) by tests/e2e/test_kafka_streams.py, which SIGKILLs it
 // mid-stream and starts it again. Args: <bootstrap> <application id> <input> <output>
 // <state dir> <ms per input line>. Prints {"running": true} once the instance runs; runs until killed.
 
@@ -36,6 +36,11 @@ public class StreamsCheck {
         p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         p.put(StreamsConfig.consumerPrefix("max.poll.records"), "50");
+        // The broker's minimum session timeout (group.min.session.timeout.ms) instead of 45 s:
+        // the killed instance's member leaves the group 6 s after the kill, so the restarted
+        // one's rebalance does not wait 45 s for it.
+        p.put(StreamsConfig.consumerPrefix("session.timeout.ms"), "6000");
+        p.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), "1500");
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.<String, String>stream(input)
