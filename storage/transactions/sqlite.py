@@ -200,15 +200,14 @@ class TxnVerifier:
     producer and partition costs one index probe at most.
     """
 
-    __slots__ = ("_cur", "_guards", "_members", "_producers")
+    __slots__ = ("_cur", "_guards", "_producers")
 
     def __init__(self, cur: sqlite3.Cursor) -> None:
         self._cur = cur
         self._producers: dict[int, tuple[str, int, str] | None] = {}
-        # (transactional id, topic id, partition) -> the partition's lowest sequence (a
-        # tuple, so that None is "in the transaction, no sequence yet"), None: not in it
-        self._members: dict[tuple[str, bytes, int], tuple[int | None] | None] = {}
-        self._guards: dict[tuple[str, bytes, int], VerificationGuard] = {}
+        # (transactional id, topic id, partition) -> the partition's verification guard in
+        # the producer's transaction, None when the transaction does not hold it
+        self._guards: dict[tuple[str, bytes, int], VerificationGuard | None] = {}
 
     def check(self, tid: bytes, partition: int, producer_id: int, epoch: int) -> int:
         if producer_id not in self._producers:
@@ -224,29 +223,25 @@ class TxnVerifier:
         if state != ONGOING:
             return INVALID_TXN_STATE
         key = (transactional_id, tid, partition)
-        if key not in self._members:
+        if key not in self._guards:
             row = self._cur.execute(_VERIFY_PARTITION, key).fetchone()
-            self._members[key] = None if row is None else (row[0],)
-        return NONE if self._members[key] is not None else INVALID_TXN_STATE
+            opened = row is not None and (
+                self._cur.execute(_OPENED, (tid, partition, producer_id)).fetchone() is not None
+            )
+            self._guards[key] = None if row is None else VerificationGuard(row[0], opened)
+        return NONE if self._guards[key] is not None else INVALID_TXN_STATE
 
     def guard(self, tid: bytes, partition: int, producer_id: int) -> VerificationGuard:
         """The verification guard of a batch :meth:`check` accepted."""
         txn = self._producers[producer_id]
         assert txn is not None
-        key = (txn[0], tid, partition)
-        guard = self._guards.get(key)
-        if guard is None:
-            member = self._members[key]
-            assert member is not None
-            opened = (
-                self._cur.execute(_OPENED, (tid, partition, producer_id)).fetchone() is not None
-            )
-            guard = self._guards[key] = VerificationGuard(member[0], opened)
+        guard = self._guards[(txn[0], tid, partition)]
+        assert guard is not None
         return guard
 
     def store(self) -> None:
         """Write back the lowest sequences this call changed."""
-        changed = [(g.lowest, *key) for key, g in self._guards.items() if g.changed]
+        changed = [(g.lowest, *key) for key, g in self._guards.items() if g and g.changed]
         if changed:
             self._cur.executemany(_SET_LOWEST, changed)
 
