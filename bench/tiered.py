@@ -149,18 +149,10 @@ def time_copy(cluster: LocalCluster, admin: AdminClient, topic: str, budget: flo
 
 def raw_put_mib_s(cluster: LocalCluster, sizes: list[int]) -> float:
     """The same objects PUT one at a time to the same bucket (then deleted)."""
-    from storage.objects.s3 import S3Config, S3ObjectStore
+    from storage.objects.s3 import S3ObjectStore
 
     s3 = cluster.s3
-    store = S3ObjectStore(
-        S3Config(
-            endpoint_url=s3.endpoint_url,
-            region=s3.region,
-            bucket=s3.bucket,
-            access_key=s3.access_key,
-            secret_key=s3.secret_key,
-        )
-    )
+    store = S3ObjectStore(s3.store_config())
     body = os.urandom(max(sizes))
 
     async def run() -> float:

@@ -100,19 +100,10 @@ def _one_producer(
 
 
 def _count_objects(cluster: object) -> int:
-    from storage.objects.s3 import S3Config, S3ObjectStore
+    from storage.objects.s3 import S3ObjectStore
 
     s3 = cluster.s3  # type: ignore[attr-defined]
-    store = S3ObjectStore(
-        S3Config(
-            endpoint_url=s3.endpoint_url,
-            region=s3.region,
-            bucket=s3.bucket,
-            access_key=s3.access_key,
-            secret_key=s3.secret_key,
-            path_style=True,
-        )
-    )
+    store = S3ObjectStore(s3.store_config(path_style=True))
 
     async def count() -> int:
         await store.start()

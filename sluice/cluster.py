@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .launch.postgres import OS_USER as POSTGRES_USER
 from .launch.postgres import LocalPostgres
@@ -53,6 +53,9 @@ DEFAULT_RACKS = ("az-a", "az-b", "az-c")
 BUCKET = "sluice"
 STATE_FILE = "cluster.json"
 PORTS_FILE = "ports.json"
+
+if TYPE_CHECKING:
+    from storage.objects.s3 import S3Config
 
 
 def _port_free(port: int) -> bool:
@@ -219,6 +222,19 @@ class ExternalS3:
     secret_key: str
     region: str = "us-east-1"
     bucket: str = BUCKET
+
+    def store_config(self, **overrides: Any) -> S3Config:
+        """The object store's settings for a tool or test reading the cluster's bucket."""
+        from storage.objects.s3 import S3Config
+
+        settings: dict[str, Any] = {
+            "endpoint_url": self.endpoint_url,
+            "region": self.region,
+            "bucket": self.bucket,
+            "access_key": self.access_key,
+            "secret_key": self.secret_key,
+        }
+        return S3Config(**(settings | overrides))
 
 
 class LocalCluster:

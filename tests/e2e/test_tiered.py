@@ -566,18 +566,10 @@ def _topic_id(admin: AdminClient, topic: str) -> str:
 
 def _remote_objects(cluster: LocalCluster, topic_id: str) -> list[str]:
     """The object keys of the topic's tiered segments in the cluster's bucket."""
-    from storage.objects.s3 import S3Config, S3ObjectStore
+    from storage.objects.s3 import S3ObjectStore
 
     s3 = cluster.s3
-    store = S3ObjectStore(
-        S3Config(
-            endpoint_url=s3.endpoint_url,
-            region=s3.region,
-            bucket=s3.bucket,
-            access_key=s3.access_key,
-            secret_key=s3.secret_key,
-        )
-    )
+    store = S3ObjectStore(s3.store_config())
 
     async def keys() -> list[str]:
         await store.start()
