@@ -10,7 +10,7 @@ import time
 from broker.server.log_budget import LineBudget
 from protocol.codec import RequestHeader
 
-log = logging.getLogger("broker.server.connection")
+log = logging.getLogger(__name__)
 
 # A produce answered later than this is logged (clients time out at 30 s by default).
 SLOW_PRODUCE_S = 10.0

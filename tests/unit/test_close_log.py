@@ -44,7 +44,7 @@ def test_a_produce_answered_late_is_logged_with_where_it_waited(
     it waited behind the connection's earlier requests and how long from its handler on."""
     header = RequestHeader(0, 9, 77, "producer-1")
     now = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="broker.server.connection"):
+    with caplog.at_level(logging.WARNING, logger="broker.server.slow_requests"):
         note_slow_produce(header, now - 2.0, now - 1.0, ("10.0.0.1", 5))
         note_slow_produce(header, now - 15.0, now - 3.0, ("10.0.0.1", 5))
     [line] = [r.getMessage() for r in caplog.records]
