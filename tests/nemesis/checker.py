@@ -5,7 +5,9 @@ Violations (any makes the run fail):
 - acks=all: an acknowledged record not read back (lost), read more than once (duplicated), or
   read once at another offset than acknowledged (misplaced);
 - transactions: a committed one not read exactly once by read_committed, an aborted one read
-  at all, one read partially (atomicity), a transactional producer killed by a fatal error;
+  at all, one read partially (atomicity), a transactional producer killed by a fatal error
+  (unless its own debug log shows librdkafka caused it by reusing the sequence numbers of
+  records it purged, which Kafka refuses alike: client_logs.py);
 - the consumer group's committed offsets went backwards;
 - the read_committed reader saw an offset twice or an aborted record;
 - two replicas of a classic partition differ below the high watermark.
@@ -23,6 +25,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from . import client_logs
 from .workload import QUIET, Ledger, Topic, parse_value
 
 # The read gives up when nothing new arrived for this long (a long run reads hundreds of
@@ -131,8 +134,13 @@ def check_acks(
 
 
 def check_txns(
-    ledger: Ledger, committed_read: dict[tuple[str, int], list[tuple[int, str | None]]]
+    ledger: Ledger,
+    committed_read: dict[tuple[str, int], list[tuple[int, str | None]]],
+    client_logs_dir: Path | None = None,
 ) -> dict[str, Any]:
+    """``client_logs_dir``: where the transactional workers' librdkafka debug logs are; a
+    fatal error they show the client caused itself (tests/nemesis/client_logs.py) is
+    reported apart, not counted."""
     seen: Counter[str] = Counter()
     for records in committed_read.values():
         for _, value in records:
@@ -159,10 +167,18 @@ def check_txns(
                 examples.append(f"{key} ({outcome}): {problem}, read counts {counts}")
     aborted = {v for _, o, vs in ledger.txns.values() if o == "aborted" for v in vs}
     live_aborted = sorted(v for v in ledger.reader_seen if v in aborted)
+    fatal, client_caused = ledger.txn_fatal, []
+    if client_logs_dir is not None:
+        causes = client_logs.classify_files(sorted(client_logs_dir.glob("*txn*.out")))
+        client_caused, fatal = client_logs.split_fatals(ledger.txn_fatal, causes)
     return {
         "transactions": dict(out),
-        "fatal_errors": len(ledger.txn_fatal),
-        "fatal_examples": ledger.txn_fatal[:5],
+        "fatal_errors": len(fatal),
+        "fatal_examples": fatal[:5],
+        # librdkafka gave purged, possibly written records' sequence numbers to new records
+        # (Kafka refuses them alike): the client's bug, shown, not a broker violation
+        "fatal_client_sequence_reuse": len(client_caused),
+        "fatal_client_sequence_reuse_examples": client_caused[:3],
         "reader_saw_aborted": len(live_aborted),
         "examples": examples + live_aborted[:5],
     }

@@ -133,7 +133,7 @@ def run(
             summary["violations"] = [f"read-back incomplete, nothing audited: {exc}"]
             return summary
         summary.update(checker.check_acks(ledger, all_topics, uncommitted))
-        summary["txns"] = checker.check_txns(ledger, committed)
+        summary["txns"] = checker.check_txns(ledger, committed, cluster.root / "workload")
         summary["producer_fatal"] = ledger.producer_fatal[:10]
         summary["group"] = {
             "consumed": ledger.group_consumed,

@@ -44,6 +44,8 @@ QUIET = {"log_level": 2}
 # producers log them to their <name>.out: to see why a client did what the checker flags.
 CLIENT_DEBUG = os.environ.get("SLUICE_NEMESIS_CLIENT_DEBUG", "")
 PRODUCER_LOG = {"debug": CLIENT_DEBUG, "log_level": 7} if CLIENT_DEBUG else QUIET
+# The transactional producers' librdkafka debug contexts (SLUICE_NEMESIS_TXN_DEBUG overrides).
+TXN_DEBUG = "eos,msg"
 
 
 @dataclass(frozen=True)
@@ -286,8 +288,9 @@ class TxnWorker(Worker):
             "transaction.timeout.ms": 60_000,
             "message.timeout.ms": 30_000,
         }
-        if os.environ.get("SLUICE_NEMESIS_TXN_DEBUG"):
-            self.config.update(log_level=7, debug=os.environ["SLUICE_NEMESIS_TXN_DEBUG"])
+        # Always logged (eos,msg: a line per request and per answer, some MB an hour): the
+        # checker reads it to tell a fatal error the client caused itself (client_logs.py).
+        self.config.update(log_level=7, debug=os.environ.get("SLUICE_NEMESIS_TXN_DEBUG", TXN_DEBUG))
 
     def _new_producer(self) -> Producer | None:
         while not self.stop_event.is_set():

@@ -1,0 +1,148 @@
+"""What a transactional producer's own debug log (librdkafka ``debug=eos,msg``, written to
+its worker's ``<name>.out``) says about a fatal error: whether the client itself caused it.
+
+The one cause recognised: librdkafka (2.x, transactions without KIP-890 part 2's epoch bump
+per transaction) gives the sequence numbers of records it purged on ``abort_transaction()``
+to the next transaction's records ("advancing epoch base msgid ... due to N message(s) in
+aborted transaction"), also when a request carrying them had failed with an unknown outcome
+(``MsgPossiblyPersisted``: a lost connection, a timeout, NOT_ENOUGH_REPLICAS_AFTER_APPEND;
+or NOT_LEADER_OR_FOLLOWER, which Kafka also answers to a batch it had appended).
+When that request was in fact written, the broker holds those sequence numbers already, and
+the new transaction's first request in that partition reuses them with other records: Kafka
+answers OUT_OF_ORDER_SEQUENCE_NUMBER (or, when the batch happens to have the same range,
+DUPLICATE: then the checker sees a committed transaction missing records), and librdkafka,
+whose next expected sequence it is, calls it a fatal "sequence desynchronization". Sluice
+answers exactly as Kafka 4.x does (tests/differential session ``txn_sequence_reused``), so such a
+fatal error is reported, not counted as a broker violation, but only with that evidence in the
+client's own log; every other fatal error still is one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# "%7|1796630124.810|PRODUCE|rdkafka#producer-1| [thrd:...]: ...: <topic> [<p>]: Produce
+# MessageSet with <n> message(s) (<b> bytes, ApiVersion 10, MsgVersion 2, MsgId <id>, BaseSeq
+# <seq>, PID{...}, ...)"
+_PRODUCE = re.compile(
+    r"\|PRODUCE\|(?P<client>[^|]+)\|.*?: (?P<topic>\S+) \[(?P<p>\d+)\]: Produce MessageSet "
+    r"with (?P<n>\d+) message\(s\) \(.*?MsgId (?P<msgid>\d+), BaseSeq (?P<seq>-?\d+)"
+)
+# "...: <topic> [<p>]: MessageSet with <n> message(s) (MsgId <id>, BaseSeq <seq>) delivered"
+_DELIVERED = re.compile(
+    r"\|MSGSET\|(?P<client>[^|]+)\|.*?: (?P<topic>\S+) \[(?P<p>\d+)\]: MessageSet with "
+    r"(?P<n>\d+) message\(s\) \(MsgId (?P<msgid>\d+), BaseSeq -?\d+\) delivered"
+)
+_ADVBASE = re.compile(
+    r"\|ADVBASE\|(?P<client>[^|]+)\|.*?: (?P<topic>\S+) \[(?P<p>\d+)\] advancing epoch base "
+    r"msgid to \d+ due to \d+ message\(s\) in aborted transaction"
+)
+# A new producer id or epoch starts the partition's sequence numbers again at 0.
+_NEWPID = re.compile(r"\|NEWPID\|(?P<client>[^|]+)\|.*?: (?P<topic>\S+) \[(?P<p>\d+)\] changed PID")
+_FATAL = re.compile(
+    r"\|TXNERR\|(?P<client>[^|]+)\|.*Fatal transaction error: ProduceRequest for "
+    r"(?P<topic>\S+) \[(?P<p>\d+)\] with (?P<n>\d+) message\(s\) failed due to sequence "
+    r"desynchronization with broker \d+ \(PID\{[^}]*\}, base seq (?P<seq>\d+)"
+)
+
+Key = tuple[str, str, int]  # (client instance, topic, partition)
+
+
+@dataclass
+class _Partition:
+    # msgid -> the sequence number it was sent with, for records sent in a request and not
+    # (yet) acknowledged: whatever the answer said, the broker may hold them
+    sent: dict[int, int] = field(default_factory=dict)
+    # sequence numbers of such records that a purge on abort gave to later records
+    reused: set[int] = field(default_factory=set)
+
+
+@dataclass
+class FatalCauses:
+    reused_sequences: list[str] = field(default_factory=list)  # the fatal lines, explained
+    unexplained: list[str] = field(default_factory=list)
+
+
+def classify(lines: Iterable[str]) -> FatalCauses:
+    """Each fatal "sequence desynchronization" line in one worker's log (an instance may
+    log several at once; the application is told one of them), explained as the client's
+    own reuse of sequence numbers or not. Explained when the refused batch starts within,
+    or right after, the sequence numbers an abort's purge reused in that partition, with no
+    newer epoch since: a reused number the broker had is answered as a duplicate of the old
+    record (Kafka then keeps the KIP-890 verification's lowest sequence and refuses the
+    next batch), and a batch overlapping them is out of order."""
+    state: dict[Key, _Partition] = {}
+    out = FatalCauses()
+    for line in lines:
+        if "|PRODUCE|" in line:
+            m = _PRODUCE.search(line)
+            if m is not None:
+                p = state.setdefault(_key(m), _Partition())
+                first, seq = int(m["msgid"]), int(m["seq"])
+                for i in range(int(m["n"])):
+                    p.sent[first + i] = seq + i
+        elif "|MSGSET|" in line:
+            m = _DELIVERED.search(line)
+            if m is not None:
+                p = state.setdefault(_key(m), _Partition())
+                first = int(m["msgid"])
+                for i in range(int(m["n"])):
+                    p.sent.pop(first + i, None)
+        elif "|ADVBASE|" in line:
+            m = _ADVBASE.search(line)
+            if m is not None:
+                p = state.setdefault(_key(m), _Partition())
+                p.reused.update(p.sent.values())
+                p.sent.clear()  # purged: never sent again
+        elif "|NEWPID|" in line:
+            m = _NEWPID.search(line)
+            if m is not None:
+                state[_key(m)] = _Partition()
+        elif "|TXNERR|" in line:
+            m = _FATAL.search(line)
+            if m is None:
+                continue
+            reused = state.get(_key(m), _Partition()).reused
+            seq = int(m["seq"])
+            explained = bool(reused) and min(reused) <= seq <= max(reused) + 1
+            (out.reused_sequences if explained else out.unexplained).append(line.strip())
+    return out
+
+
+def classify_files(paths: Iterable[Path]) -> FatalCauses:
+    out = FatalCauses()
+    for path in paths:
+        with open(path, errors="replace") as f:
+            one = classify(f)
+        out.reused_sequences += one.reused_sequences
+        out.unexplained += one.unexplained
+    return out
+
+
+def _key(m: re.Match[str]) -> Key:
+    return (m["client"], m["topic"], int(m["p"]))
+
+
+_REQUEST = re.compile(
+    r"ProduceRequest for \S+ \[\d+\] with \d+ message\(s\) failed due to sequence "
+    r"desynchronization with broker \d+ \(PID\{[^}]*\}, base seq \d+"
+)
+
+
+def split_fatals(fatals: list[str], causes: FatalCauses) -> tuple[list[str], list[str]]:
+    """The workers' fatal errors (the ledger's) split into (explained by the client's own
+    sequence reuse, the rest): an error is explained when its request, producer id, epoch and
+    base sequence are those of a fatal line its log explained."""
+    keys = {m.group(0) for line in causes.reused_sequences if (m := _REQUEST.search(line))}
+    explained: list[str] = []
+    rest: list[str] = []
+    for fatal in fatals:
+        m = _REQUEST.search(fatal)
+        if m is not None and m.group(0) in keys:
+            explained.append(fatal)
+        else:
+            rest.append(fatal)
+    return explained, rest

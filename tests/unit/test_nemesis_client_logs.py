@@ -1,0 +1,84 @@
+"""The nemesis checker's reading of a transactional producer's librdkafka debug log: a fatal
+"sequence desynchronization" is put down to the client only with the evidence of its own
+sequence reuse (tests/nemesis/client_logs.py). Lines in librdkafka 2.x's format, shortened
+from a CI run's log."""
+
+from __future__ import annotations
+
+from tests.nemesis.client_logs import classify, split_fatals
+
+C = "rdkafka#producer-1"
+T = "nemesis-diskless [2]"
+
+
+def produce(msgid: int, seq: int, n: int = 1) -> str:
+    return (
+        f"%7|1.0|PRODUCE|{C}| [thrd:b/3]: b/3: {T}: Produce MessageSet with {n} message(s) "
+        f"(91 bytes, ApiVersion 10, MsgVersion 2, MsgId {msgid}, BaseSeq {seq}, "
+        "PID{Id:1,Epoch:0}, uncompressed)"
+    )
+
+
+def delivered(msgid: int, seq: int, n: int = 1) -> str:
+    return (
+        f"%7|1.0|MSGSET|{C}| [thrd:b/3]: b/3: {T}: MessageSet with {n} message(s) "
+        f"(MsgId {msgid}, BaseSeq {seq}) delivered"
+    )
+
+
+def transport_error(msgid: int, seq: int) -> str:
+    return (
+        f"%7|1.0|MSGSET|{C}| [thrd:b/3]: b/3: {T}: MessageSet with 1 message(s) (MsgId "
+        f"{msgid}, BaseSeq {seq}) encountered error: Local: Broker transport failure (actions "
+        "Refresh,MsgPossiblyPersisted)"
+    )
+
+
+ADVBASE = (
+    f"%7|1.0|ADVBASE|{C}| [thrd:app]: nemesis-diskless [2] advancing epoch base msgid to 5 "
+    "due to 1 message(s) in aborted transaction"
+)
+NEWPID = (
+    f"%7|1.0|NEWPID|{C}| [thrd:b/3]: nemesis-diskless [2] changed PID{{Id:1,Epoch:0}} -> "
+    "PID{Id:1,Epoch:1} with base MsgId 286"
+)
+REQUEST = (
+    "ProduceRequest for nemesis-diskless [2] with 3 message(s) failed due to sequence "
+    "desynchronization with broker 1 (PID{Id:1,Epoch:0}, base seq 278, idemp state change "
+    "67041ms ago, last partition error _TRANSPORT (actions Refresh,MsgPossiblyPersisted, base "
+    "seq 278..278, base msgid 282, 1247ms ago)"
+)
+FATAL = f"%1|1.0|TXNERR|{C}| [thrd:b/1]: Fatal transaction error: {REQUEST} (OUT_OF_ORDER...)"
+
+
+def test_a_purged_record_sent_with_an_unknown_outcome_explains_the_fatal_error() -> None:
+    # seq 277 acknowledged, 278 lost in transport, purged by the abort, reused by 286
+    lines = [produce(281, 277), delivered(281, 277), produce(282, 278), transport_error(282, 278)]
+    lines += [ADVBASE, produce(286, 278, 3), FATAL]
+    causes = classify(lines)
+    assert len(causes.reused_sequences) == 1
+    assert causes.unexplained == []
+    ledger = [f'07:55:26 diskless-txn.1: KafkaError{{FATAL,code=45,str="{REQUEST}"}}', "other"]
+    explained, rest = split_fatals(ledger, causes)
+    assert explained == ledger[:1]
+    assert rest == ["other"]
+
+
+def test_without_a_purge_over_unacknowledged_records_the_fatal_error_counts() -> None:
+    # Everything sent was acknowledged before the abort: nothing was reused.
+    lines = [produce(281, 277), delivered(281, 277), ADVBASE, produce(286, 278, 3), FATAL]
+    causes = classify(lines)
+    assert causes.reused_sequences == []
+    assert len(causes.unexplained) == 1
+    assert split_fatals([REQUEST], causes) == ([], [REQUEST])
+
+
+def test_a_new_epoch_after_the_purge_starts_the_sequences_again() -> None:
+    lines = [produce(282, 278), transport_error(282, 278), ADVBASE, NEWPID, FATAL]
+    assert len(classify(lines).unexplained) == 1
+
+
+def test_a_refused_batch_far_beyond_the_reused_numbers_is_not_explained() -> None:
+    far = FATAL.replace("base seq 278,", "base seq 400,")
+    lines = [produce(282, 278), transport_error(282, 278), ADVBASE, far]
+    assert len(classify(lines).unexplained) == 1
