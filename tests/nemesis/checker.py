@@ -6,8 +6,8 @@ Violations (any makes the run fail):
   read once at another offset than acknowledged (misplaced);
 - transactions: a committed one not read exactly once by read_committed, an aborted one read
   at all, one read partially (atomicity), a transactional producer killed by a fatal error
-  (unless its own debug log shows librdkafka caused it by reusing the sequence numbers of
-  records it purged, which Kafka refuses alike: client_logs.py);
+  (unless its own debug log shows librdkafka caused it in a way Kafka answers alike:
+  client_logs.py);
 - the consumer group's committed offsets went backwards;
 - the read_committed reader saw an offset twice or an aborted record;
 - two replicas of a classic partition differ below the high watermark.
@@ -175,10 +175,11 @@ def check_txns(
         "transactions": dict(out),
         "fatal_errors": len(fatal),
         "fatal_examples": fatal[:5],
-        # librdkafka gave purged, possibly written records' sequence numbers to new records
-        # (Kafka refuses them alike): the client's bug, shown, not a broker violation
-        "fatal_client_sequence_reuse": len(client_caused),
-        "fatal_client_sequence_reuse_examples": client_caused[:3],
+        # librdkafka's own doing, which Kafka answers alike (client_logs.py): it gave purged,
+        # possibly written records' sequence numbers to new records, or aborted a transaction
+        # the coordinator never saw after a commit; shown, not a broker violation
+        "fatal_client_caused": len(client_caused),
+        "fatal_client_caused_examples": client_caused[:3],
         "reader_saw_aborted": len(live_aborted),
         "examples": examples + live_aborted[:5],
     }

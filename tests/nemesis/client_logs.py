@@ -15,6 +15,13 @@ whose next expected sequence it is, calls it a fatal "sequence desynchronization
 answers exactly as Kafka 4.x does (tests/differential session ``txn_sequence_reused``), so such a
 fatal error is reported, not counted as a broker violation, but only with that evidence in the
 client's own log; every other fatal error still is one.
+
+The second: an abort answered INVALID_TXN_STATE. librdkafka sends EndTxn(abort) whenever it
+sent an AddPartitionsToTxn in the transaction, even one the coordinator refused (it counts any
+error as "maybe received"); when none was registered, the coordinator still holds the previous
+transaction, and after a commit Kafka answers an abort INVALID_TXN_STATE (CompleteCommit; the
+differential session ``txn_end_states`` compares it), which librdkafka makes fatal. Explained
+when, since the transaction began, no partition was registered and the one before committed.
 """
 
 from __future__ import annotations
@@ -48,7 +55,20 @@ _FATAL = re.compile(
     r"desynchronization with broker \d+ \(PID\{[^}]*\}, base seq (?P<seq>\d+)"
 )
 
+_END_REFUSED = re.compile(
+    r"\|ENDTXN\|(?P<client>[^|]+)\|.*EndTxn returned INVALID_TXN_STATE in state "
+    r"AbortingTransaction"
+)
+_INVALID_END = "Failed to end transaction: Broker: Producer attempted a transactional operation"
+
 Key = tuple[str, str, int]  # (client instance, topic, partition)
+
+
+@dataclass
+class _Client:
+    registered: bool = False  # a partition registered since the transaction began
+    committed_before: bool = False  # the transaction before it committed
+    end_refused: bool = False  # its abort was answered INVALID_TXN_STATE
 
 
 @dataclass
@@ -63,6 +83,8 @@ class _Partition:
 @dataclass
 class FatalCauses:
     reused_sequences: list[str] = field(default_factory=list)  # the fatal lines, explained
+    # fatal INVALID_TXN_STATE ends of an abort of a transaction the coordinator never saw
+    unregistered_aborts: int = 0
     unexplained: list[str] = field(default_factory=list)
 
 
@@ -75,8 +97,15 @@ def classify(lines: Iterable[str]) -> FatalCauses:
     record (Kafka then keeps the KIP-890 verification's lowest sequence and refuses the
     next batch), and a batch overlapping them is out of order."""
     state: dict[Key, _Partition] = {}
+    clients: dict[str, _Client] = {}
     out = FatalCauses()
     for line in lines:
+        if "|TXNSTATE|" in line or "|TXNCOMPLETE|" in line or "|ADDPARTS|" in line:
+            _follow_transaction(line, clients)
+        if "|ENDTXN|" in line:
+            m = _END_REFUSED.search(line)
+            if m is not None:
+                clients.setdefault(m["client"], _Client()).end_refused = True
         if "|PRODUCE|" in line:
             m = _PRODUCE.search(line)
             if m is not None:
@@ -102,6 +131,13 @@ def classify(lines: Iterable[str]) -> FatalCauses:
             if m is not None:
                 state[_key(m)] = _Partition()
         elif "|TXNERR|" in line:
+            if "Fatal transaction error" in line and _INVALID_END in line:
+                client = clients.get(line.split("|")[3], _Client())
+                if client.end_refused and client.committed_before and not client.registered:
+                    out.unregistered_aborts += 1
+                else:
+                    out.unexplained.append(line.strip())
+                continue
             m = _FATAL.search(line)
             if m is None:
                 continue
@@ -112,13 +148,25 @@ def classify(lines: Iterable[str]) -> FatalCauses:
     return out
 
 
-def classify_files(paths: Iterable[Path]) -> FatalCauses:
-    out = FatalCauses()
+def _follow_transaction(line: str, clients: dict[str, _Client]) -> None:
+    client = clients.setdefault(line.split("|")[3], _Client())
+    if "Transaction state change Ready -> InTransaction" in line:
+        client.registered = False
+        client.end_refused = False
+    elif "registered with transaction" in line:
+        client.registered = True
+    elif "Transaction successfully committed" in line:
+        client.committed_before = True
+    elif "Transaction successfully aborted" in line:
+        client.committed_before = False
+
+
+def classify_files(paths: Iterable[Path]) -> dict[str, FatalCauses]:
+    """Per worker (a log's name without .out), its fatal errors' causes."""
+    out = {}
     for path in paths:
         with open(path, errors="replace") as f:
-            one = classify(f)
-        out.reused_sequences += one.reused_sequences
-        out.unexplained += one.unexplained
+            out[path.stem] = classify(f)
     return out
 
 
@@ -132,16 +180,25 @@ _REQUEST = re.compile(
 )
 
 
-def split_fatals(fatals: list[str], causes: FatalCauses) -> tuple[list[str], list[str]]:
-    """The workers' fatal errors (the ledger's) split into (explained by the client's own
-    sequence reuse, the rest): an error is explained when its request, producer id, epoch and
-    base sequence are those of a fatal line its log explained."""
-    keys = {m.group(0) for line in causes.reused_sequences if (m := _REQUEST.search(line))}
+def split_fatals(fatals: list[str], causes: dict[str, FatalCauses]) -> tuple[list[str], list[str]]:
+    """The workers' fatal errors (the ledger's, "HH:MM:SS <worker>: <error>") split into
+    (explained by the client's own doing, the rest): a sequence error when its request,
+    producer id, epoch and base sequence are those of a fatal line its worker's log
+    explained; an INVALID_TXN_STATE end as many times as its worker's log explained one."""
     explained: list[str] = []
     rest: list[str] = []
+    keys = {
+        worker: {m.group(0) for line in c.reused_sequences if (m := _REQUEST.search(line))}
+        for worker, c in causes.items()
+    }
+    aborts = {worker: c.unregistered_aborts for worker, c in causes.items()}
     for fatal in fatals:
+        worker = fatal.split(" ", 2)[1].rstrip(":") if fatal.count(" ") >= 2 else ""
         m = _REQUEST.search(fatal)
-        if m is not None and m.group(0) in keys:
+        if m is not None and m.group(0) in keys.get(worker, ()):
+            explained.append(fatal)
+        elif "INVALID_TXN_STATE" in fatal and _INVALID_END in fatal and aborts.get(worker):
+            aborts[worker] -= 1
             explained.append(fatal)
         else:
             rest.append(fatal)

@@ -59,9 +59,11 @@ def test_a_purged_record_sent_with_an_unknown_outcome_explains_the_fatal_error()
     assert len(causes.reused_sequences) == 1
     assert causes.unexplained == []
     ledger = [f'07:55:26 diskless-txn.1: KafkaError{{FATAL,code=45,str="{REQUEST}"}}', "other"]
-    explained, rest = split_fatals(ledger, causes)
+    explained, rest = split_fatals(ledger, {"diskless-txn.1": causes})
     assert explained == ledger[:1]
     assert rest == ["other"]
+    # the same error of another worker is not explained by this one's log
+    assert split_fatals(ledger[:1], {"classic-txn.1": causes}) == ([], ledger[:1])
 
 
 def test_without_a_purge_over_unacknowledged_records_the_fatal_error_counts() -> None:
@@ -70,7 +72,8 @@ def test_without_a_purge_over_unacknowledged_records_the_fatal_error_counts() ->
     causes = classify(lines)
     assert causes.reused_sequences == []
     assert len(causes.unexplained) == 1
-    assert split_fatals([REQUEST], causes) == ([], [REQUEST])
+    fatal = f"07:55:26 diskless-txn.1: {REQUEST}"
+    assert split_fatals([fatal], {"diskless-txn.1": causes}) == ([], [fatal])
 
 
 def test_a_new_epoch_after_the_purge_starts_the_sequences_again() -> None:
@@ -82,3 +85,37 @@ def test_a_refused_batch_far_beyond_the_reused_numbers_is_not_explained() -> Non
     far = FATAL.replace("base seq 278,", "base seq 400,")
     lines = [produce(282, 278), transport_error(282, 278), ADVBASE, far]
     assert len(classify(lines).unexplained) == 1
+
+
+def txn(what: str) -> str:
+    return f"%7|1.0|TXNSTATE|{C}| [thrd:main]: {what}"
+
+
+COMMITTED = f"%7|1.0|TXNCOMPLETE|{C}| [thrd:main]: Transaction successfully committed"
+BEGIN = txn("Transaction state change Ready -> InTransaction")
+REGISTERED = f"%7|1.0|ADDPARTS|{C}| [thrd:main]: nemesis-diskless [0] registered with transaction"
+REFUSED = (
+    f"%7|1.0|ENDTXN|{C}| [thrd:main]: EndTxn returned INVALID_TXN_STATE in state "
+    "AbortingTransaction (may_retry=true)"
+)
+INVALID_END = (
+    "Failed to end transaction: Broker: Producer attempted a transactional operation in an "
+    "invalid state"
+)
+END_FATAL = f"%1|1.0|TXNERR|{C}| [thrd:main]: Fatal transaction error: {INVALID_END} (...)"
+END_LEDGER = f"06:02:32 diskless-txn.1: KafkaError{{FATAL,code=INVALID_TXN_STATE,str={INVALID_END}"
+
+
+def test_an_abort_of_a_transaction_never_registered_after_a_commit_is_the_clients() -> None:
+    causes = classify([BEGIN, REGISTERED, COMMITTED, BEGIN, REFUSED, END_FATAL])
+    assert causes.unregistered_aborts == 1
+    assert causes.unexplained == []
+    assert split_fatals([END_LEDGER], {"diskless-txn.1": causes}) == ([END_LEDGER], [])
+
+
+def test_an_abort_refused_with_a_partition_registered_counts() -> None:
+    # The coordinator saw this transaction: refusing its abort is the broker's error.
+    causes = classify([BEGIN, REGISTERED, COMMITTED, BEGIN, REGISTERED, REFUSED, END_FATAL])
+    assert causes.unregistered_aborts == 0
+    assert len(causes.unexplained) == 1
+    assert split_fatals([END_LEDGER], {"diskless-txn.1": causes}) == ([], [END_LEDGER])
