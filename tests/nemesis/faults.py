@@ -126,11 +126,14 @@ class Nemesis:
     topic: str  # the classic topic whose leaders and followers are targets
     partitions: int
     healthy_topics: list[str]
-    migrating: str | None = None  # the topic "migrate" flips between classic and diskless
-    # Called as a migration starts: a consumer of a new group joins then (issue 31).
-    on_migrate: Callable[[], None] | None = None
+    # The topics "migrate" flips between classic and diskless: the first to diskless and
+    # back, then the next (a topic back to classic cannot migrate again).
+    migrating: list[str] = field(default_factory=list)
+    # Called with the topic as a migration starts: a consumer of a new group joins then
+    # (issue 31).
+    on_migrate: Callable[[str], None] | None = None
     events: list[Event] = field(default_factory=list)
-    diskless_now: bool = False
+    migrated: int = 0  # migrations asked so far
     log: list[str] = field(default_factory=list)
 
     def _say(self, what: str) -> None:
@@ -212,17 +215,18 @@ class Nemesis:
             time.sleep(fault.hold)
             c.restart(f"broker-{leader}")
         elif kind == "migrate":
-            if self.migrating is None:
+            if not self.migrating:
                 raise RuntimeError("no migrating topic")
             # Sluice refuses classic -> diskless again for a topic that came back to classic
-            # (INVALID_CONFIG): the step is then skipped, the topic stays classic.
-            value = str(not self.diskless_now).lower()
-            event.target = f"{self.migrating} diskless.enable={value}"
+            # (INVALID_CONFIG): with too few topics the step is then skipped.
+            topic = self.migrating[min(self.migrated // 2, len(self.migrating) - 1)]
+            value = str(self.migrated % 2 == 0).lower()
+            event.target = f"{topic} diskless.enable={value}"
             self._say(f"{kind} {event.target}, then {fault.hold}s")
-            self._alter(self.migrating, "diskless.enable", value)
-            self.diskless_now = not self.diskless_now
+            self._alter(topic, "diskless.enable", value)
+            self.migrated += 1
             if self.on_migrate is not None:
-                self.on_migrate()
+                self.on_migrate(topic)
             time.sleep(fault.hold)
         elif kind.startswith("cut-"):
             event.target = self._cut(kind, partition, fault.pick)

@@ -33,16 +33,17 @@ TIERED = {
 WARMUP_S = 5.0
 
 
-def topics(with_tiered: bool, with_migration: bool) -> dict[str, Topic]:
+def topics(with_tiered: bool, migrations: int) -> dict[str, Topic]:
     out = {
         "classic": Topic("nemesis-classic", "classic", 3),
         "diskless": Topic("nemesis-diskless", "diskless", 3),
     }
     if with_tiered:
         out["tiered"] = Topic("nemesis-tiered", "tiered", 1, pad=1000)
-    if with_migration:
-        # Created classic; the nemesis's "migrate" flips it to diskless and back.
-        out["migrating"] = Topic("nemesis-migrating", "migrating", 2)
+    # Created classic; the nemesis's "migrate" flips the first to diskless and back, then the
+    # next: a topic migrated back to classic cannot migrate again (docs/migration.md, Limits).
+    for k in range((migrations + 1) // 2):
+        out[f"migrating-{k}"] = Topic(f"nemesis-migrating-{k}", "migrating", 2)
     return out
 
 
@@ -55,8 +56,8 @@ def create_topics(cluster: NemesisCluster, wanted: dict[str, Topic]) -> None:
     }
     # Diskless topics take no replication factor: the controller places one replica per rack.
     new = [
-        NewTopic(t.name, t.partitions, -1 if kind == "diskless" else 3, config=configs[kind])
-        for kind, t in wanted.items()
+        NewTopic(t.name, t.partitions, -1 if t.kind == "diskless" else 3, config=configs[t.kind])
+        for t in wanted.values()
     ]
     admin = cluster.admin()  # kept referenced: the futures fail when the client is destroyed
     for future in admin.create_topics(new).values():
@@ -74,7 +75,8 @@ def run(
     each: int = 0,
 ) -> dict[str, Any]:
     faults = schedule(seed, seconds, schedule_name, each)
-    wanted = topics(with_tiered, any(f.kind == "migrate" for f in faults))
+    wanted = topics(with_tiered, sum(1 for f in faults if f.kind == "migrate"))
+    migrating = [t.name for t in wanted.values() if t.kind == "migrating"]
     # Classic replicas to wait for and compare (the migrating topic's move between kinds).
     replicated = [t.name for k, t in wanted.items() if k in ("classic", "tiered")]
     if any(f.kind.startswith("cut-") for f in faults) and not netns:
@@ -102,11 +104,9 @@ def run(
             wanted["classic"].name,
             wanted["classic"].partitions,
             replicated,
-            migrating=wanted["migrating"].name if "migrating" in wanted else None,
+            migrating=migrating,
+            on_migrate=workload.add_joiner,
         )
-        if "migrating" in wanted:
-            migrating_name = wanted["migrating"].name
-            nemesis.on_migrate = lambda: workload.add_joiner(migrating_name)
         nemesis.run(faults, deadline=time.monotonic() + seconds, tick=workload.check)
         cluster.heal_all()
         try:

@@ -185,13 +185,15 @@ class ProducerWorker(Worker):
         stop: threading.Event,
         rec: Recorder,
         bootstrap: str,
-        topic: Topic,
+        topics: list[Topic],
         acks: str,
         rate: float,
         request_timeout_ms: int,
     ) -> None:
         super().__init__(name, stop, rec)
-        self.topic, self.acks, self.rate = topic, acks, rate
+        # Several topics of one kind (the migrating ones) share a producer, in turn.
+        self.topics, self.acks, self.rate = topics, acks, rate
+        self.topic = topics[0]
         self.kind = "all" if acks == "all" else "one"
         self.config = {
             **PRODUCER_LOG,
@@ -228,12 +230,13 @@ class ProducerWorker(Worker):
         next_at = time.monotonic()
         try:
             while not self.stop_event.is_set():
-                value = _value(f"{self.kind}/{self.name}/{seq}", self.topic.pad)
+                topic = self.topics[seq % len(self.topics)]
+                value = _value(f"{self.kind}/{self.name}/{seq}", topic.pad)
                 try:
                     producer.produce(
-                        self.topic.name,
+                        topic.name,
                         value=value,
-                        partition=seq % self.topic.partitions,
+                        partition=(seq // len(self.topics)) % topic.partitions,
                         on_delivery=report,
                     )
                     seq += 1
@@ -562,9 +565,9 @@ class CommittedReader(Worker):
 def _build(spec: dict[str, Any], stop: threading.Event, rec: Recorder) -> Worker:
     role, name, b = spec["role"], spec["name"], spec["bootstrap"]
     if role == "producer":
-        topic = Topic(**spec["topic"])
+        topics = [Topic(**t) for t in spec["topics"]]
         return ProducerWorker(
-            name, stop, rec, b, topic, spec["acks"], spec["rate"], spec["request_timeout_ms"]
+            name, stop, rec, b, topics, spec["acks"], spec["rate"], spec["request_timeout_ms"]
         )
     if role == "txn":
         return TxnWorker(name, stop, rec, b, Topic(**spec["topic"]), spec["rate"], 10, spec["seed"])
@@ -604,7 +607,7 @@ class Workload:
     """The clients of a run, as processes; :meth:`check` starts again any that crashed."""
 
     bootstrap: str
-    topics: dict[str, Topic]  # kind -> topic
+    topics: dict[str, Topic]  # kind (migrating-<k> for each migrating topic) -> topic
     seed: int
     directory: Path
     request_timeout_ms: int = 1500
@@ -613,12 +616,15 @@ class Workload:
     def specs(self) -> list[dict[str, Any]]:
         b = self.bootstrap
         out: list[dict[str, Any]] = []
-        for kind, topic in self.topics.items():
+        by_kind: dict[str, list[Topic]] = defaultdict(list)
+        for topic in self.topics.values():
+            by_kind[topic.kind].append(topic)
+        for kind, topics in by_kind.items():
             out.append(
                 {
                     "role": "producer",
                     "name": f"{kind}-all",
-                    "topic": asdict(topic),
+                    "topics": [asdict(t) for t in topics],
                     "acks": "all",
                     "rate": 20.0 if kind == "tiered" else 60.0,
                     "request_timeout_ms": self.request_timeout_ms,
@@ -632,7 +638,7 @@ class Workload:
                 {
                     "role": "producer",
                     "name": f"{kind}-one",
-                    "topic": topic,
+                    "topics": [topic],
                     "acks": "1",
                     "rate": 30.0,
                     "request_timeout_ms": self.request_timeout_ms,
