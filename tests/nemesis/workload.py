@@ -37,6 +37,16 @@ from confluent_kafka import (
 
 # Records keep being retried through every fault of a run (librdkafka's default is 300 s).
 MESSAGE_TIMEOUT_MS = 120_000
+# The idempotent (acks=all) producers never give a record up (0: no message timeout). When
+# librdkafka times records out while a request carrying others is in flight, it bumps the
+# epoch and sends those others again under new sequence numbers (INTRODUCTION.md, "Message
+# timeout considerations"): a duplicate no broker can recognise, Kafka's neither. Long run #4
+# had 2,288 such duplicates after a 100 s object-store stall (copies at epochs 4, 11, 37, 50,
+# 64, 97 of one producer). Without the timeout the producer retries with the same sequence
+# numbers until answered, which is what the audit is about.
+IDEMPOTENT_MESSAGE_TIMEOUT_MS = 0
+# How long a producer's last records may take once it is told to stop.
+FLUSH_S = 150.0
 # librdkafka logs every refused connection at level 3; faults make hundreds of them. What the
 # clients were told arrives through delivery reports and exceptions instead.
 QUIET = {"log_level": 2}
@@ -202,7 +212,9 @@ class ProducerWorker(Worker):
             "enable.idempotence": acks == "all",
             "linger.ms": 5,
             "request.timeout.ms": request_timeout_ms,
-            "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+            "message.timeout.ms": (
+                IDEMPOTENT_MESSAGE_TIMEOUT_MS if acks == "all" else MESSAGE_TIMEOUT_MS
+            ),
             "retry.backoff.ms": 100,
         }
 
@@ -249,7 +261,7 @@ class ProducerWorker(Worker):
                     producer.poll(delay)
                 else:
                     next_at = time.monotonic()
-            left = producer.flush(MESSAGE_TIMEOUT_MS / 1000)
+            left = producer.flush(FLUSH_S)
             if left:
                 self.note(f"{left} records still undelivered at the end")
         except KafkaException as exc:
@@ -719,7 +731,7 @@ class Workload:
     def crashes(self) -> dict[str, list[int]]:
         return {c.spec["name"]: c.crashes for c in self.clients if c.crashes}
 
-    def finish(self, timeout: float = MESSAGE_TIMEOUT_MS / 1000 + 30) -> None:
+    def finish(self, timeout: float = FLUSH_S + 30) -> None:
         """Stop producing and wait until each client has its last delivery report."""
         self.check()
         for client in self.clients:
