@@ -137,7 +137,9 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
     ):
         # Replication is a broker's privilege (Kafka: CLUSTER_ACTION on the cluster).
         replica_id = DENIED_REPLICA
-    plan = ReadPlan(replica_id, ctx.header.api_version, rack, prefer, logs.log_start)
+    plan = ReadPlan(
+        replica_id, ctx.header.api_version, rack, prefer, logs.log_start, logs.consumer_read
+    )
     for fetch_topic in session.topics:
         if by_id:
             key = fetch_topic.topic_id

@@ -114,19 +114,35 @@ class AppendPlan:
 class ReadPlan:
     """One Fetch request's reads: who asks (``replica_id`` >= 0: a follower replicating),
     its version and rack, the KIP-392 redirect finder of diskless partitions (None: no
-    redirect), where a diskless answer's log starts (``log_start``: the router's), and
-    the diskless finds, made once per round for the whole request, with their results,
-    record bytes and the offsets of redirected partitions."""
+    redirect), where a diskless answer's log starts (``log_start``: the router's), the log
+    a consumer's read at an offset goes to now (``reads``: the router's; None: the logs
+    that opened the slots), and the diskless finds, made once per round for the whole
+    request, with their results, record bytes and the offsets of redirected partitions."""
 
     replica_id: int
     version: int
     rack: str | None
     prefer: Callable[[Topic, int], int] | None
     log_start: Callable[[UUID, int, int], int]
+    reads: Callable[[UUID, int, int], PartitionLog] | None = None
     finds: list[FindRequest] = field(default_factory=list)
     results: list[FindResult] = field(default_factory=list)
     records: list[RecordChunks | None] = field(default_factory=list)
     infos: dict[int, LogInfo] = field(default_factory=dict)
+
+    def moved(self, log: PartitionLog, topic_id: UUID, partition: int, offset: int) -> bool:
+        """Whether a consumer's slot opened by ``log`` at ``offset`` is no longer that log's
+        to read. A fetch routes each partition once, but its long poll reads it again
+        until it ends; a migration sealed meanwhile moves offsets between the logs (the
+        classic log sealed at B continues at H, offsets [B, H) in the diskless log), and
+        the old log would answer with what it holds past them: records skipped. Such a
+        slot stops reading and waiting (answered without records); the consumer asks
+        again and is routed anew. (Followers always read the classic log.)"""
+        return (
+            self.reads is not None
+            and self.replica_id < 0
+            and self.reads(topic_id, partition, offset) is not log
+        )
 
 
 class PartitionLog(Protocol):

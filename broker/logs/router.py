@@ -30,6 +30,11 @@ Everything below a boundary is decided by ``classic_end_below``, for every API: 
 fetch path (``reads_classic``), ListOffsets (``list_offset_route``), OffsetForLeaderEpoch
 (``epochs_route``) and the log start of a diskless Fetch answer (``whole_log_start``).
 
+A consumer's fetch is routed once but its long poll reads again: each read asks
+``LogRouter.consumer_read`` first (``ReadPlan.moved``), and a slot whose offset a seal
+moved to the other log is answered without records (the classic log continued at a
+boundary has a gap below it, which a read would jump).
+
 Replication fetches always go to the classic log. While a partition is being sealed
 towards classic, no broker appends to its diskless log (``refuses_diskless_append``;
 the batch coordinator refuses anything past the seal anyway).
@@ -416,6 +421,11 @@ class LogRouter:
         if route == CLASSIC or (route is None and manager.is_classic(topic_id)):
             return self.classic
         return self.diskless
+
+    def consumer_read(self, topic_id: UUID, partition: int, offset: int) -> PartitionLog:
+        """The log a consumer's fetch at ``offset`` reads now: asked again by the engines
+        at each round of a long poll (``ReadPlan.moved``), which a seal may outlast."""
+        return self.route(topic_id, partition, Purpose.READ, offset)
 
     def sealed_boundary(self, topic_id: UUID, partition: int) -> int | None:
         """The end of a sealed classic log below the partition's diskless part (None:

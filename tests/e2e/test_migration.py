@@ -41,15 +41,6 @@ from .test_classic_cluster import (  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.e2e
 
-# Kafka's 3 s initial rebalance delay, not FAST_LIVENESS's 0: with 0, run_migration's group
-# reader starts reading at once and follows the stream's tail, and across classic -> diskless
-# -> classic it then never read records of the diskless span [B1, H) (41 and 214 records in
-# test_classic_to_diskless_and_back_under_a_live_stream, both runs with 0 on 2026-12-07, one
-# of them alone on an idle machine; passed with 3000). Started 3 s later it reads behind the
-# tail and gets them. A bug to fix (a group reading at the tail across a migration back to
-# classic), then this override goes.
-GROUP_DELAY = {"group.initial.rebalance.delay.ms": "3000"}
-
 STATE = "diskless.migration.state"
 BOUNDARIES = "diskless.migration.boundaries"
 CLASSIC_BYTES = "diskless.migration.classic.bytes"
@@ -69,7 +60,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
             "replica.fetch.backoff.ms": "200",
             "log.retention.check.interval.ms": "300",
             "remote.log.manager.task.interval.ms": "300",
-            **GROUP_DELAY,
         },
         controllers=1,
     ) as c:
@@ -390,6 +380,61 @@ def test_classic_to_diskless_and_back_under_a_live_stream(
         assert sorted(replicas) == [1, 2, 3] and leader in replicas and sorted(isr) == [1, 2, 3]
 
 
+def test_a_fetch_waiting_at_the_classic_end_across_both_migrations_skips_nothing(
+    healthy: LocalCluster,  # noqa: F811
+    admin: AdminClient,
+    topic: str,
+) -> None:
+    """A consumer at the end of the classic log, its fetch long-polling the leader (up to
+    60 s), while the topic goes to diskless and back. That fetch was routed to the classic
+    log at offset B1; answered from it once the log continued at H, it got the records
+    from H on and the consumer skipped the diskless span [B1, H) (the group of
+    test_classic_to_diskless_and_back_under_a_live_stream did, when both seals fell within
+    one of its fetches). It must end without records instead, so the consumer asks again
+    and is routed to the diskless log."""
+    create(admin, topic, {"min.insync.replicas": "2"})
+    produce(healthy.bootstrap, topic, range(0, 40))
+    consumer = Consumer(
+        {
+            "bootstrap.servers": healthy.bootstrap,
+            "group.id": f"{topic}-reader",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 60_000,
+            "socket.timeout.ms": 90_000,
+        }
+    )
+    got: list[tuple[int, int]] = []
+
+    def read(until: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(got) < until and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                got.append((msg.offset(), number(msg.value())))
+
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        read(40, 30)
+        time.sleep(1)  # its next fetch, at 40, now waits in the classic leader
+        started = time.monotonic()
+        start_migration(admin, topic)
+        wait_until(lambda: migrated(admin, topic), "the migration to diskless", 30)
+        diskless = produce(healthy.bootstrap, topic, range(40, 70))
+        start_migration(admin, topic, "false")
+        wait_until(lambda: migrated(admin, topic, "to-classic"), "the migration back", 30)
+        classic = produce(healthy.bootstrap, topic, range(70, 90))
+        # All of it within the fetch's wait: it was still waiting when the log continued.
+        assert time.monotonic() - started < 50
+        read(90, 30)
+    finally:
+        consumer.close()
+    assert [o for o, _ in diskless] == list(range(40, 70)), diskless
+    assert [o for o, _ in classic] == list(range(70, 90)), classic
+    missing = sorted(set(range(90)) - {o for o, _ in got})
+    assert got == [(i, i) for i in range(90)], f"missing {missing}"
+
+
 def test_a_diskless_topic_becomes_classic_under_a_live_stream(
     healthy: LocalCluster,  # noqa: F811
     admin: AdminClient,
@@ -644,7 +689,7 @@ def quorum_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         "migration-quorum",
         brokers=3,
         racks=RACKS,
-        broker_options={"replica.lag.time.max.ms": "2000", **GROUP_DELAY},
+        broker_options={"replica.lag.time.max.ms": "2000"},
         controllers=3,
     ) as c:
         yield c

@@ -417,3 +417,75 @@ def test_a_follower_short_of_the_earlier_seal_fetches_the_rest_instead_of_leavin
     leading = partition(tmp_path / "c", 1)
     on_leader.on_replica(leading, topic)
     assert leading.log.log_end_offset == 10
+
+
+# --- a fetch that outlasts the seals (its long poll reads its partition again) ---------------
+
+
+def test_a_fetch_routed_before_both_seals_never_reads_the_classic_log_past_the_gap(
+    tmp_path: Any,
+) -> None:
+    """A consumer at the end of the classic log (3) long-polls it; the topic goes to
+    diskless ([3, 10) in the diskless log) and back, and the classic log continues at 10.
+    Its slot, opened by the classic log, answered with the batches at 10 on its next read
+    (a read at an offset in a gap gets the batches after it): the consumer skipped [3, 10).
+    Once a seal moves its offset to the diskless log, the slot reads and waits on nothing,
+    so the consumer asks again and is routed there."""
+    from broker.logs.classic.classic_log import ClassicLog
+    from broker.logs.classic.partition import LEADER, ClassicPartition
+    from broker.logs.diskless.diskless_log import DisklessLog
+    from broker.logs.fetch_slots import FetchBudget
+    from broker.logs.migration.sealer import MigrationSealer
+    from broker.logs.partition_log import ReadPlan
+    from storage.classic.batches import walk
+    from storage.classic.log import Log, LogConfig
+    from tests.unit.classic.test_log import append, batch
+
+    c, broker, tid = setup()
+    plog = Log(str(tmp_path), LogConfig())
+    append(plog, batch(3))
+    p = ClassicPartition(tid, "t", 0, plog, me=1, lag_max_ms=10_000)
+    p.role, p.high_watermark = LEADER, 3
+    broker.classic = Manager(c.image, {(tid, 0): p})
+    broker.classic.stopping = False
+    classic, diskless = ClassicLog(broker, None), DisklessLog(broker)  # type: ignore[arg-type]
+    router = routing.LogRouter(broker, diskless, classic)
+    topic = SimpleNamespace(topic_id=tid)
+
+    def opened(log: Any, offset: int) -> tuple[Any, ReadPlan]:
+        plan = ReadPlan(-1, 16, None, None, router.log_start, router.consumer_read)
+        part = SimpleNamespace(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)
+        assert router.consumer_read(tid, 0, offset) is log  # as the Fetch handler routes it
+        return log.open_read("t", topic, part, plan), plan
+
+    def read(slot: Any, plan: ReadPlan) -> list[tuple[int, int]]:
+        classic.read_round(slot, FetchBudget(1 << 20), plan, False)
+        return [(b.base_offset, b.last_offset) for b in walk(slot.data)]
+
+    waiting, plan = opened(classic, 3)
+    assert read(waiting, plan) == [] and classic.interests(waiting, plan) == [(tid, 0, 3)]
+    migrate(c, "true")
+    seal(c, 0, 3, old_bytes=4096)
+    seal(c, 1, 0)
+    assert read(waiting, plan) == []
+    # Offset 3 is the diskless log's now: the long poll stops waiting on the classic log.
+    after_first_seal = classic.interests(waiting, plan)
+    migrate(c, "false")
+    at_end, end_plan = opened(diskless, 10)  # a consumer that read [3, 10), waiting at 10
+    assert diskless.interests(at_end, end_plan) == [(tid, 0, 10)]
+    seal(c, 0, 10, old_start=3)
+    image = c.image.topic("t")
+    assert image is not None
+    MigrationSealer(SimpleNamespace(config=SimpleNamespace(node_id=1))).on_replica(p, image)  # type: ignore[arg-type]
+    append(plog, batch(2))
+    p.high_watermark = 12
+    assert (plog.log_end_offset, router.consumer_read(tid, 0, 3)) == (12, diskless)
+    # The classic log holds [0, 3) and [10, 12): never the answer to a read at 3.
+    assert read(waiting, plan) == []
+    assert after_first_seal == [] and classic.interests(waiting, plan) == []
+    # Sealed at 10, the diskless log takes nothing more: its waiter asks the classic log.
+    assert diskless.interests(at_end, end_plan) == []
+    fresh, fresh_plan = opened(classic, 10)
+    assert read(fresh, fresh_plan) == [(10, 11)]
+    below, below_plan = opened(classic, 1)
+    assert read(below, below_plan) == [(0, 2)]

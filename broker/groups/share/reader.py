@@ -65,7 +65,8 @@ async def read(
 ) -> tuple[list[ReadResult], list[tuple[UUID, int, int]]]:
     """One read of each partition at its offset, without waiting (one round of the Fetch
     path's, within ``max_bytes``); the results and what a long poll would wait on."""
-    plan = ReadPlan(-1, _FETCH_VERSION, None, None, broker.router.log_start)
+    router = broker.router
+    plan = ReadPlan(-1, _FETCH_VERSION, None, None, router.log_start, router.consumer_read)
     slots: list[FetchSlot] = []
     readers: list[PartitionLog] = []
     for ask in asks:

@@ -143,14 +143,28 @@ class ClassicLog:
     def read_round(
         self, slot: FetchSlot, budget: FetchBudget, plan: ReadPlan, read_committed: bool
     ) -> int:
+        if not _reads_here(slot):
+            return 0
+        if self._moved(slot, plan):
+            # A migration sealed since the fetch was routed: this log may have a gap at the
+            # offset now (its records in the diskless log), and reading it would answer
+            # with the batches after the gap. Nothing from here (ReadPlan.moved).
+            slot.data = b""
+            return 0
         # Read again from the local log each round (a replica's log grows as it waits).
-        return read_classic(self._broker, slot, budget, read_committed) if _reads_here(slot) else 0
+        return read_classic(self._broker, slot, budget, read_committed)
 
     def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
-        if not _reads_here(slot):
+        if not _reads_here(slot) or self._moved(slot, plan):
             return []
         assert slot.classic is not None
         return [(slot.classic.topic_id, slot.partition, slot.offset)]
+
+    def _moved(self, slot: ClassicSlot, plan: ReadPlan) -> bool:
+        assert slot.classic is not None
+        return slot.replica < 0 and plan.moved(
+            self, slot.classic.topic_id, slot.partition, slot.offset
+        )
 
     async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
         return None

@@ -139,6 +139,11 @@ class DisklessLog:
         if slot.find_index < 0:
             return []
         f = plan.finds[slot.find_index]
+        if plan.moved(self, f.topic_id, f.partition, f.offset):
+            # Sealed for classic at this offset since the fetch was routed: nothing more
+            # will come here; the consumer asks again and reads the classic log, rather
+            # than after the whole long poll. (What was found below the seal stands.)
+            return []
         return [(f.topic_id, f.partition, f.offset)]
 
     async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
