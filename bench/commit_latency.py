@@ -28,16 +28,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .harness import add_broker_options, as_arguments, broker_options, one_broker, say
 from .produce_consume import RECORD_SIZE, create_topic, produce
 from .stats import ProcStats, med
 from .storage_ops import MetricsDelta
+from .workdir import workdir
 
 MODES = ("adaptive", "fixed")
 LOADS = (0.01, 0.10, 0.50, 0.90)
@@ -46,10 +47,6 @@ QUEUE_KIB = 128 * 1024
 # S3 Standard list prices, USD per request (us-east-1): PUT/COPY/POST/LIST, GET/SELECT.
 PUT_USD = 0.005 / 1000
 GET_USD = 0.0004 / 1000
-
-
-def _print(line: str = "") -> None:
-    print(line, flush=True)
 
 
 @dataclass
@@ -125,8 +122,7 @@ def dev_broker(wd: Path, mode: str, options: dict[str, str]) -> Iterator[Broker]
     port, http = free_port(), free_port()
     cmd = ["dev", "--port", str(port), "--data-dir", str(wd / f"dev-{mode}")]
     cmd += ["-o", f"produce.commit.mode={mode}", "-o", f"http.port={http}"]
-    for key, value in options.items():
-        cmd += ["-o", f"{key}={value}"]
+    cmd += as_arguments(options)
     process = SluiceProcess(cmd, wd / f"dev-{mode}.log", port)
     process.start()
     try:
@@ -139,12 +135,7 @@ def dev_broker(wd: Path, mode: str, options: dict[str, str]) -> Iterator[Broker]
 
 @contextlib.contextmanager
 def s3_broker(wd: Path, mode: str, options: dict[str, str]) -> Iterator[Broker]:
-    from sluice.cluster import LocalCluster
-
-    cluster = LocalCluster(
-        wd / f"s3-{mode}", brokers=1, broker_options={"produce.commit.mode": mode, **options}
-    )
-    with cluster:
+    with one_broker(wd / f"s3-{mode}", {"produce.commit.mode": mode, **options}) as cluster:
         b = cluster.brokers[0]
         yield Broker(b.bootstrap, b.pid, b.metrics)
 
@@ -220,11 +211,11 @@ def measure(broker: Broker, args: argparse.Namespace) -> dict[str, Phase]:
 
 def report(target: str, results: dict[str, list[dict[str, Phase]]]) -> None:
     runs_n = len(next(iter(results.values())))
-    _print(
+    say(
         f"\n== group commit: {target}, 1 KiB records, {BATCH // 1024} KiB batches; medians of "
         f"{runs_n} runs (p99 runs: min-max); S3 list prices: PUT $0.005, GET $0.0004 per 1,000"
     )
-    _print(
+    say(
         f"  {'mode':<9}{'load':<16}{'MiB/s':>7}{'p50 ms':>8}{'p99 ms':>8}{'p99 min-max':>13}"
         f"{'upl p99':>8}{'cmt p99':>8}{'PUT/s':>7}{'GET/s':>6}{'$/hour':>8}{'$/GiB':>9}"
         f"{'CPU ms/MiB':>11}"
@@ -253,7 +244,7 @@ def report(target: str, results: dict[str, list[dict[str, Phase]]]) -> None:
             )
             if phase == "saturation" and ref:
                 line += f"   = {m(lambda p: p.mib_s) / ref:.0%} of fixed"
-            _print(line)
+            say(line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,19 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         "throughput, so that modes (and runs on a busy machine) are compared at the same rates",
     )
     ap.add_argument("--budget", type=float, default=120, help="seconds cap per produce phase")
-    ap.add_argument(
-        "-o",
-        dest="options",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="broker config override (every mode and target)",
-    )
+    add_broker_options(ap, "every mode and target")
     args = ap.parse_args(argv)
-    options = dict(kv.split("=", 1) for kv in args.options)
-    wd = Path(tempfile.mkdtemp(prefix="sluice-bench-commit-"))
-    wd.chmod(0o755)  # PostgreSQL runs as its own user and must reach its directory
-    try:
+    options = broker_options(args.options)
+    with workdir(keep=False) as wd:
         for target in args.targets.split(","):
             start = {"dev": dev_broker, "s3": s3_broker}[target]
             results: dict[str, list[dict[str, Phase]]] = {}
@@ -302,8 +284,6 @@ def main(argv: list[str] | None = None) -> int:
                     shutil.rmtree(wd / f"{target}-{mode}", ignore_errors=True)
                 results[mode] = runs
             report(target, results)
-    finally:
-        shutil.rmtree(wd, ignore_errors=True)
     return 0
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from broker.config import BrokerConfig, load_config
 
+from .harness import add_broker_options, as_arguments, broker_options, one_broker, say
 from .limits import S3Target, fsync_write_mib_s, loopback_tcp_mib_s, raw_put, raw_put_at
 from .produce_consume import (
     PARTITIONS,
@@ -59,13 +60,9 @@ LATENCY_LOAD = 0.5  # latency is measured at this fraction of the run's throughp
 P99_SLACK_MS = 20.0
 
 
-def _print(line: str = "") -> None:
-    print(line, flush=True)
-
-
 def timed(label: str, fn: Callable[[], float], repeats: int, unit: str = "MiB/s") -> float:
     vals = [fn() for _ in range(repeats)]
-    _print(f"  {label:<38} {med(vals):>9.1f} {unit}  ({runs(vals)})")
+    say(f"  {label:<38} {med(vals):>9.1f} {unit}  ({runs(vals)})")
     return med(vals)
 
 
@@ -87,12 +84,11 @@ class DevRun:
 def run_dev(args: argparse.Namespace, wd: Path, loop_mib_s: float) -> None:
     from sluice.launch.process import SluiceProcess, free_port
 
-    _print("\n== dev: sluice dev (local directory + SQLite)")
+    say("\n== dev: sluice dev (local directory + SQLite)")
     fsync_mib_s = timed("fsync'd 8 MiB object writes", lambda: fsync_write_mib_s(wd), args.repeats)
     port = free_port()
     cmd = ["dev", "--port", str(port), "--data-dir", str(wd / "dev-data")]
-    for k, v in args.options:
-        cmd += ["-o", f"{k}={v}"]
+    cmd += as_arguments(args.options)
     broker = SluiceProcess(cmd, wd / "dev-broker.log", port)
     broker.start()
     try:
@@ -117,9 +113,9 @@ def run_dev(args: argparse.Namespace, wd: Path, loop_mib_s: float) -> None:
                     rate_mib_s=rate,
                 )
                 for e in (pr.errors + lr.errors)[:3]:
-                    _print(f"  ! {e}")
+                    say(f"  ! {e}")
                 if got < pr.delivered:
-                    _print(f"  ! consumed {got}/{pr.delivered} records")
+                    say(f"  ! consumed {got}/{pr.delivered} records")
                 results.append(
                     DevRun(
                         pr.mib,
@@ -135,31 +131,31 @@ def run_dev(args: argparse.Namespace, wd: Path, loop_mib_s: float) -> None:
             rin = [r.mib / r.produce_s for r in results]
             rout = [r.mib / r.consume_s for r in results]
             cut = "  (runs cut short by --budget)" if any(r.truncated for r in results) else ""
-            _print(f"batch.size={bs // 1024} KiB{cut}")
-            _print(
+            say(f"batch.size={bs // 1024} KiB{cut}")
+            say(
                 f"  produced per run                       "
                 f"{med([r.mib for r in results]):>9.1f} MiB"
             )
-            _print(
+            say(
                 f"  produce throughput                     {med(rin):>9.1f} MiB/s  "
                 f"= {med(rin) / loop_mib_s:.1%} of loopback, {med(rin) / fsync_mib_s:.1%} of "
                 f"fsync  ({runs(rin)})"
             )
-            _print(
+            say(
                 f"  consume throughput                     {med(rout):>9.1f} MiB/s  "
                 f"= {med(rout) / loop_mib_s:.1%} of loopback  ({runs(rout)})"
             )
-            _print(
+            say(
                 f"  produce latency p50 / p99 at {LATENCY_LOAD:.0%} load   "
                 f"{med([r.p50_ms for r in results]):>9.1f}"
                 f" / {med([r.p99_ms for r in results]):.1f} ms"
             )
-            _print(
+            say(
                 f"  broker CPU per MiB produced / fetched  "
                 f"{med([r.cpu_in_s / r.mib * 1000 for r in results]):>9.2f} / "
                 f"{med([r.cpu_out_s / r.mib * 1000 for r in results]):.2f} ms"
             )
-        _print(f"  broker peak RSS                        {proc.peak_rss_mib():>9.1f} MiB")
+        say(f"  broker peak RSS                        {proc.peak_rss_mib():>9.1f} MiB")
     finally:
         broker.stop()
 
@@ -198,18 +194,15 @@ class S3Run:
 
 
 def run_s3(args: argparse.Namespace, wd: Path, loop_mib_s: float) -> list[Target]:
-    from sluice.cluster import LocalCluster
-
-    config = load_config(dict(args.options))
-    _print("\n== s3: sluice broker on SeaweedFS (weed mini) + PostgreSQL (LocalCluster, 1 broker)")
-    cluster = LocalCluster(wd / "cluster", brokers=1, broker_options=dict(args.options))
-    with cluster:
+    config = load_config(args.options)
+    say("\n== s3: sluice broker on SeaweedFS (weed mini) + PostgreSQL (LocalCluster, 1 broker)")
+    with one_broker(wd / "cluster", args.options) as cluster:
         broker = cluster.brokers[0]
         proc = ProcStats(broker.pid)
         watch = MetricsWatch(broker.metrics)
         s3c = cluster.s3
         s3 = S3Target(s3c.endpoint_url, s3c.access_key, s3c.secret_key, s3c.bucket, s3c.region)
-        _print(f"  broker pid {broker.pid}, RSS at start {proc.rss_mib():.1f} MiB")
+        say(f"  broker pid {broker.pid}, RSS at start {proc.rss_mib():.1f} MiB")
         # The other processes of the write path, for the CPU split.
         assert cluster.seaweed is not None and cluster.seaweed.pid is not None
         assert cluster.postgres is not None
@@ -230,7 +223,7 @@ def run_s3(args: argparse.Namespace, wd: Path, loop_mib_s: float) -> list[Target
             # This process's own threads (the client's and the raw PUTs'), not its children:
             # the cluster's processes are those.
             pin_process(os.getpid(), rest, children=False)
-            _print(f"  store pinned to CPU {cpus[0]}; broker, database, client: {sorted(rest)}")
+            say(f"  store pinned to CPU {cpus[0]}; broker, database, client: {sorted(rest)}")
         # Warm-up, not measured: a fresh weed mini grows its volumes on the first writes
         # (seconds), and the broker's S3 and PostgreSQL pools open their connections.
         warm = create_topic(broker.bootstrap)
@@ -321,7 +314,7 @@ def _s3_run(
     lat_size = int(lat_bytes) if math.isfinite(lat_bytes) and lat_bytes >= 1 else MiB
     put_p99 = raw_put(s3, lat_size, 1, args.put_seconds).p99_ms
     for e in errors[:3]:
-        _print(f"  ! {e}")
+        say(f"  ! {e}")
     consumed_mib = got * RECORD_SIZE / MiB
     return S3Run(
         produced_mib=pr.mib,
@@ -364,10 +357,10 @@ def _s3_report(
         return med([get(r) for r in rs])
 
     def row(label: str, value: str, detail: str = "") -> None:
-        _print(f"  {label:<38} {value}" + (f"  {detail}" if detail else ""))
+        say(f"  {label:<38} {value}" + (f"  {detail}" if detail else ""))
 
     cut = "  (runs cut short by --budget)" if any(r.truncated for r in rs) else ""
-    _print(f"batch.size={batch_size // 1024} KiB, medians of {len(rs)} runs{cut}")
+    say(f"batch.size={batch_size // 1024} KiB, medians of {len(rs)} runs{cut}")
     ratio = [r.produce_mib_s / r.raw_mib_s for r in rs]
     row("produced per run", f"{m(lambda r: r.produced_mib):>9.1f} MiB")
     row(
@@ -508,14 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="seconds per produce or consume phase before cutting a run short",
     )
-    ap.add_argument(
-        "-o",
-        dest="options",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="broker config override (both targets)",
-    )
+    add_broker_options(ap, "both targets")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, data)")
     ap.add_argument(
         "--pin-store",
@@ -532,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     # reported as such and its rates use what was actually moved.
     args.budget = args.budget or (8.0 if args.quick else 15.0)
     args.batch_sizes = [int(x) for x in args.batch_sizes.split(",") if x]
-    args.options = [tuple(kv.split("=", 1)) for kv in args.options]
+    args.options = broker_options(args.options)
     args.put_seconds = 1.0 if args.quick else 2.0
     args.latency_seconds = 3.0 if args.quick else 6.0
     args.tail_mib = 32.0
@@ -543,11 +529,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown targets {sorted(unknown)}")
 
     with workdir(args.keep) as wd:
-        _print(
+        say(
             f"sluice bench: {args.mib:g} MiB of {RECORD_SIZE} B records x {args.repeats} runs, "
             f"{PARTITIONS} partitions, acks=all, linger.ms=5, {os.cpu_count()} cores"
         )
-        _print("machine limits:")
+        say("machine limits:")
         loop_mib_s = timed("loopback TCP", loopback_tcp_mib_s, args.repeats)
         verdicts: list[Target] = []
         if "dev" in targets:
@@ -560,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             commit_latency.main(
                 ["--repeats", str(args.repeats), "--mib", str(min(args.mib, 128))]
                 + (["--seconds", "3", "--lone-records", "50"] if args.quick else [])
-                + [arg for k, v in args.options for arg in ("-o", f"{k}={v}")]
+                + as_arguments(args.options)
             )
         if "scale" in targets:
             from . import scale_out
@@ -570,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
             scale_out.main(
                 (["--quick"] if args.quick else ["--repeats", str(args.repeats)])
                 + ["--batch-sizes", ",".join(map(str, args.batch_sizes))]
-                + [arg for k, v in args.options for arg in ("-o", f"{k}={v}")]
+                + as_arguments(args.options)
             )
         if "tls" in targets:
             from . import tls
@@ -594,9 +580,9 @@ def main(argv: list[str] | None = None) -> int:
                 + (["--quick"] if args.quick else ["--mib", str(min(args.mib, 128))])
             )
         if verdicts:
-            _print("\ntargets (issue 3), on the medians above:")
+            say("\ntargets (issue 3), on the medians above:")
             for t in verdicts:
-                _print(t.line())
+                say(t.line())
     return 0
 
 

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .harness import add_broker_options, broker_options, say
 from .limits import S3Target, raw_put, raw_put_at
 from .produce_consume import (
     PARTITIONS,
@@ -63,10 +64,6 @@ LIVENESS = {
 # the process pool's first use must fit before it.
 START_MARGIN_S = 1.5
 BACKGROUND_PROBE_S = 0.5
-
-
-def _print(line: str = "") -> None:
-    print(line, flush=True)
 
 
 # ---------------------------------------------------------------- producer processes
@@ -192,7 +189,7 @@ class Bench:
         from sluice.cluster import LocalCluster
 
         self.args = args
-        options = {**LIVENESS, **dict(args.options)}
+        options = {**LIVENESS, **args.options}
         # One rack: brokers sharing a host share its availability zone.
         self.cluster = LocalCluster(
             workdir / "cluster", brokers=max(args.layouts), racks=("az-a",), broker_options=options
@@ -408,7 +405,7 @@ def paired_speedups(rs: Sequence[Run], base: int, other: int) -> list[float]:
 
 def report(batch_size: int, rs: Sequence[Run], layouts: Sequence[int]) -> dict[str, float]:
     def row(label: str, value: str, detail: str = "") -> None:
-        _print(f"  {label:<36} {value}" + (f"  {detail}" if detail else ""))
+        say(f"  {label:<36} {value}" + (f"  {detail}" if detail else ""))
 
     def m(of: Sequence[Run], get: Callable[[Run], float]) -> float:
         return med([get(r) for r in of])
@@ -417,7 +414,7 @@ def report(batch_size: int, rs: Sequence[Run], layouts: Sequence[int]) -> dict[s
     for count in layouts:
         of = [r for r in rs if r.brokers == count]
         cut = "  (cut short by --budget)" if any(r.truncated for r in of) else ""
-        _print(f"  {count} broker{'s' if count > 1 else ''}, medians of {len(of)} runs{cut}")
+        say(f"  {count} broker{'s' if count > 1 else ''}, medians of {len(of)} runs{cut}")
         tput = m(of, lambda r: r.mib_s)
         summary[f"mib_s_{count}"] = tput
         row(
@@ -472,13 +469,13 @@ def report(batch_size: int, rs: Sequence[Run], layouts: Sequence[int]) -> dict[s
             "(a broker process tops out near 1.00)",
         )
         for e in [e for r in of for e in r.errors][:3]:
-            _print(f"  ! {e}")
+            say(f"  ! {e}")
     base = layouts[0]
     for count in layouts[1:]:
         ratio = summary[f"mib_s_{count}"] / summary[f"mib_s_{base}"]
         paired = paired_speedups(rs, base, count)
         summary[f"speedup_{count}"] = ratio
-        _print(
+        say(
             f"  speed-up {count}/{base} brokers: {ratio:.2f}x (ratio of medians); "
             f"{med(paired):.2f}x (median of neighbouring runs: "
             f"{', '.join(f'{p:.2f}' for p in paired)})"
@@ -512,14 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--budget", type=float, default=None, help="seconds before a produce phase is cut short"
     )
-    ap.add_argument(
-        "-o",
-        dest="options",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="broker config override (every broker)",
-    )
+    add_broker_options(ap, "every broker")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs, data)")
     args = ap.parse_args(argv)
     args.mib = args.mib or (256.0 if args.quick else 512.0)
@@ -533,10 +523,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--brokers, --repeats and --producers must be at least 1")
     args.budget = args.budget or (10.0 if args.quick else 20.0)
     args.put_seconds = 1.0 if args.quick else 2.0
-    args.options = [tuple(kv.split("=", 1)) for kv in args.options]
+    args.options = broker_options(args.options)
 
     with workdir(args.keep) as wd:
-        _print(
+        say(
             f"\n== scale out on one host: {'/'.join(map(str, args.layouts))} broker processes on "
             f"SeaweedFS (weed mini) + PostgreSQL; {args.mib:g} MiB of {RECORD_SIZE} B records "
             f"per run from {args.producers} producer processes, {PARTITIONS} partitions, "
@@ -546,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.warm_up()
             for bs in args.batch_sizes:
                 rs = [bench.run(count, bs) for count in order(args.layouts, args.repeats)]
-                _print(f"batch.size={bs // 1024} KiB")
+                say(f"batch.size={bs // 1024} KiB")
                 report(bs, rs, args.layouts)
     return 0
 

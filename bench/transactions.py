@@ -31,15 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .commit_latency import Broker, dev_broker, s3_broker
+from .harness import say
 from .produce_consume import RECORD_SIZE, create_topic
 from .stats import ProcStats, med, percentile
 
 PARTITIONS = 6
 ABORT_EVERY = 10  # every 10th transaction is aborted (read_committed must filter it)
-
-
-def _print(line: str = "") -> None:
-    print(line, flush=True)
 
 
 @dataclass
@@ -186,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=8, help="seconds per producer phase")
     args = ap.parse_args(argv)
-    targets: dict[str, Callable[[Path, str], AbstractContextManager[Broker]]] = {
+    targets: dict[str, Callable[[Path, str, dict[str, str]], AbstractContextManager[Broker]]] = {
         "dev": dev_broker,
         "s3": s3_broker,
     }
@@ -194,21 +191,21 @@ def main(argv: list[str] | None = None) -> int:
         runs: list[dict[str, float]] = []
         with tempfile.TemporaryDirectory(prefix="sluice-bench-txn-") as tmp:
             for i in range(args.repeats):
-                with targets[target](Path(tmp) / f"run{i}", "adaptive") as broker:
+                with targets[target](Path(tmp) / f"run{i}", "adaptive", {}) as broker:
                     runs.append(run_once(broker, args.seconds))
         _report(target, runs)
     return 0
 
 
 def _report(target: str, runs: list[dict[str, float]]) -> None:
-    _print(
+    say(
         f"\n== transactions: {target}, 1 KiB records, {PARTITIONS} partitions, medians of "
         f"{len(runs)}"
     )
     for key in runs[0]:
         values = [r[key] for r in runs]
         fmt = "{:.0%}" if key.endswith(("ratio", "read_uncommitted")) else "{:.2f}"
-        _print(
+        say(
             f"  {key:<44}{fmt.format(med(values)):>10}   runs: "
             + " ".join(fmt.format(v) for v in values)
         )

@@ -23,26 +23,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from .commit_latency import PUT_USD
+from .harness import add_broker_options, broker_options, one_broker, say
 from .produce_consume import RECORD_SIZE, create_topic
 from .stats import med, percentile
 from .storage_ops import MetricsDelta
+from .workdir import workdir
 
 PARTITIONS = 6
 PER_TXN = 2  # partitions (one record each) per transaction
 INTERVAL_S = 0.1
 ABORT_EVERY = 10
-
-
-def _print(line: str = "") -> None:
-    print(line, flush=True)
 
 
 @dataclass
@@ -65,6 +61,14 @@ class Phase:
     @property
     def ends_per_s(self) -> float:
         return self.ends / self.seconds
+
+    @property
+    def p50_ms(self) -> float:
+        return percentile(self.end_ms, 0.5)
+
+    @property
+    def p99_ms(self) -> float:
+        return percentile(self.end_ms, 0.99)
 
 
 def _one_producer(
@@ -157,30 +161,24 @@ def main() -> None:
     parser.add_argument("--producers", default="1,8", help="comma-separated counts")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("-o", action="append", default=[], metavar="KEY=VALUE")
+    add_broker_options(parser, "the broker")
     args = parser.parse_args()
-    from sluice.cluster import LocalCluster
-
-    options = dict(kv.split("=", 1) for kv in args.o)
+    options = broker_options(args.options)
     counts = [int(n) for n in args.producers.split(",")]
     results: dict[int, list[Phase]] = {n: [] for n in counts}
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-markers-") as tmp,
-        LocalCluster(Path(tmp) / "s3", brokers=1, broker_options=options) as cluster,
-    ):
+    with workdir(keep=False) as wd, one_broker(wd / "s3", options) as cluster:
         for _ in range(args.repeats):
             for n in counts:
                 p = phase(cluster, n, args.seconds)
                 results[n].append(p)
-                _print(
+                say(
                     f"  {n} producers: {p.ends} ends in {p.seconds:.1f} s, "
                     f"{p.objects} objects, {p.flushes:.0f} produce flushes, "
-                    f"EndTxn p50 {percentile(p.end_ms, 0.5):.1f} ms "
-                    f"p99 {percentile(p.end_ms, 0.99):.1f} ms"
+                    f"EndTxn p50 {p.p50_ms:.1f} ms p99 {p.p99_ms:.1f} ms"
                 )
-    _print()
-    _print(f"options: {options or 'defaults'}")
-    _print(
+    say()
+    say(f"options: {options or 'defaults'}")
+    say(
         f"{'producers':>9} {'ends/s':>7} {'PUTs/s':>7} {'produce':>8} {'PUT/end':>8} "
         f"{'p50 ms':>7} {'p99 ms':>7} {'$/month':>8}"
     )
@@ -190,11 +188,10 @@ def main() -> None:
             return med([f(p) for p in phases])  # type: ignore[operator]
 
         puts_s = m(lambda p: p.puts_per_s)
-        _print(
+        say(
             f"{n:>9} {m(lambda p: p.ends_per_s):>7.1f} {puts_s:>7.2f} "
             f"{m(lambda p: p.flushes / p.seconds):>8.2f} {m(lambda p: p.puts_per_end):>8.3f} "
-            f"{m(lambda p: percentile(p.end_ms, 0.5)):>7.1f} "
-            f"{m(lambda p: percentile(p.end_ms, 0.99)):>7.1f} "
+            f"{m(lambda p: p.p50_ms):>7.1f} {m(lambda p: p.p99_ms):>7.1f} "
             f"{puts_s * PUT_USD * 3600 * 24 * 30:>8.2f}"
         )
 

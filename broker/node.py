@@ -30,7 +30,7 @@ from broker.logs.engines import log_router
 from broker.logs.fetch_slots import CommitWatch
 from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.partition_log import PartitionLog
-from broker.logs.router import Purpose, coordinator_retains, markers_on_classic_leader
+from broker.logs.router import Purpose
 from broker.logs.tiered.manager import TieringManager
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerRefused
@@ -169,6 +169,9 @@ class Broker:
             config.quota_window_num,
             config.quota_window_size_seconds,
         )
+        # Which log serves a partition, for every handler and for the components below
+        # that ask it (broker/logs/router.py); it reads the engines only when asked.
+        self.router = log_router(self)
         # Classic topics (local logs, leader-follower replication) need the controllers'
         # leaders and epochs: controller mode only. Their tiered part is built with them.
         self._tiered: TieringManager | None = None
@@ -182,7 +185,7 @@ class Broker:
             marker_writer.classic = ClassicMarkerSender(
                 self.classic,
                 controller,
-                lambda topic_id, partition: markers_on_classic_leader(self, topic_id, partition),
+                self.router.markers_on_classic_leader,
             )
             classic, me = self.classic, config.node_id
             METRICS.watch_followers(classic.follower_lags)
@@ -190,8 +193,6 @@ class Broker:
                 lambda: replica_counts(classic.image(), me), classic.max_fetcher_lag
             )
         METRICS.topics.names = self._topic_name
-        # Which log serves a partition, for every handler (broker/logs/router.py).
-        self.router = log_router(self)
         self.cluster_id = ""
         # Checked here, before anything starts: a bad listener setting fails the start.
         self.listener_plan: ListenerPlan = listener_plan(config)
@@ -306,17 +307,12 @@ class Broker:
 
     async def group_lags(self) -> list[GroupLag]:
         """The consumer-group lag this broker exports (broker/groups/lag.py)."""
-        classic, logs = self.classic, self.router
-
-        def classic_led_here(topic_id: uuid.UUID, partition: int) -> bool | None:
-            if classic is None or not classic.is_classic(topic_id):
-                return None
-            return classic.leader_partition(topic_id, partition)[0] is not None
+        logs = self.router
 
         def latest(topic_id: uuid.UUID, partition: int) -> PartitionLog:
             return logs.route(topic_id, partition, Purpose.LIST_OFFSETS, LATEST_OFFSET)
 
-        return await group_lags(self.groups, self.topics.get_by_id, classic_led_here, latest)
+        return await group_lags(self.groups, self.topics.get_by_id, logs.latest_led_here, latest)
 
     def _topic_name(self, key: uuid.UUID | str) -> str | None:
         """A topic's current name by id or name, None when it does not exist (metrics)."""
@@ -600,7 +596,7 @@ class Broker:
             for topic in self.topics.all()
             # Classic logs are local: broker/logs/classic enforces their retention (the diskless
             # part of a topic migrated to classic is the coordinator's).
-            if coordinator_retains(self, topic.topic_id)
+            if self.router.coordinator_retains(topic.topic_id)
             for partition in range(topic.partitions)
         ]
         if policies:

@@ -1,5 +1,6 @@
 """Shared pytest setup for the whole suite. Keep this small: per-area fixtures live in the
-conftest.py of tests/unit and tests/e2e."""
+conftest.py of tests/unit and tests/e2e, those several test modules share in tests/fixtures/
+(registered below)."""
 
 from __future__ import annotations
 
@@ -40,5 +41,14 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"ignored from the environment: {', '.join(_IGNORED_ENV)}" if _IGNORED_ENV else None
 
 
-# Real servers for integration tests (PostgreSQL, S3), shared by every test directory.
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.s3"]
+# Fixtures more than one test module uses, each beside what it builds in tests/fixtures/ and
+# named for it (so none shadows a module's own): real servers for integration tests
+# (PostgreSQL, S3), and the unit tests' two classic brokers, group services on a manual
+# clock, and tiered storage around one log. A test names the fixture; nothing imports it.
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.s3",
+    "tests.fixtures.classic_brokers",
+    "tests.fixtures.group_services",
+    "tests.fixtures.tiered_env",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
+from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
@@ -161,11 +162,40 @@ async def create_topics(broker: TopicsAdminView, ctx: RequestContext, request: A
     return ctx.respond({"throttle_time": 0, "topics": results})
 
 
+def _looks_up_topics(wanted: list[tuple[str | None, UUID | None]]) -> bool:
+    """Whether Kafka's controller looks any topic of a DeleteTopics up (ControllerApis
+    .deleteTopics): a name or an id given once. A name given with an id, an entry with
+    neither, and a name or id given twice are answered INVALID_REQUEST without one."""
+    names = Counter(name for name, topic_id in wanted if name is not None and not topic_id)
+    ids = Counter(topic_id for name, topic_id in wanted if name is None and topic_id)
+    return any(n == 1 for n in names.values()) or any(n == 1 for n in ids.values())
+
+
 async def delete_topics(broker: TopicsAdminView, ctx: RequestContext, request: Any) -> Any:
     if ctx.header.api_version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
+    if request.timeout.total_seconds() <= 0 and _looks_up_topics(wanted):
+        # Kafka's controller runs the request's lookups with its timeout as their deadline,
+        # already passed: the lookup fails, and with it the whole request, before anything
+        # is deleted or any authorization or unknown topic is answered. Every topic of the
+        # request, as given, is answered REQUEST_TIMED_OUT (DeleteTopicsRequest
+        # .getErrorResponse: no message).
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "responses": [
+                    {
+                        "name": name,
+                        "topic_id": topic_id,
+                        "error_code": int(ErrorCode.request_timed_out),
+                        "error_message": None,
+                    }
+                    for name, topic_id in wanted
+                ],
+            }
+        )
     responses = []
     await broker.topics.ensure((name or topic_id, None) for name, topic_id in wanted)
     for name, topic_id in wanted:

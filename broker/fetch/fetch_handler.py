@@ -77,7 +77,9 @@ def _preferred_finder(broker: FetchView, rack: str | None) -> Callable[[Topic, i
         image = controller.image
         topic_image = image.topic_by_id(topic.topic_id)
         state = image.partition(topic.topic_id, partition)
-        if topic_image is None or not topic_image.diskless or state is None:
+        # Only where Metadata sends AZ-aware clients to a broker of their AZ (the router's
+        # rule), so both paths pick the same broker; the classic engine names its own.
+        if topic_image is None or not broker.router.az_routed(topic_image) or state is None:
             return -1
         return preferred_read_replica(
             topic.topic_id,

@@ -37,12 +37,13 @@ LATEST_OFFSET = -1  # ListOffsets' latest: the high watermark
 async def group_lags(
     groups: GroupService,
     topic_by_id: Callable[[UUID], Topic | None],
-    classic_led_here: Callable[[UUID, int], bool | None],
+    led_here: Callable[[UUID, int], bool | None],
     latest: Callable[[UUID, int], PartitionLog],
 ) -> list[GroupLag]:
     """The lag of every committed offset this broker reports (see the module's doc).
-    ``classic_led_here``: None for a partition that is not classic, else whether this
-    broker leads it; ``latest``: the log answering a partition's latest offset."""
+    ``led_here``: None for a partition whose latest offset any broker reads (diskless),
+    else whether this broker leads the classic replica that answers it (the router's
+    ``latest_led_here``); ``latest``: the log answering a partition's latest offset."""
     store = groups.store
     with_offsets = await store.groups_with_offsets()
     if not with_offsets:
@@ -57,9 +58,9 @@ async def group_lags(
             topic = topic_by_id(c.topic_id)
             if topic is None or not 0 <= c.partition < topic.partitions or c.offset < 0:
                 continue
-            led_here = classic_led_here(c.topic_id, c.partition)
-            if led_here is not None:
-                if not led_here:
+            here = led_here(c.topic_id, c.partition)
+            if here is not None:
+                if not here:
                     continue  # its leader reports it
             else:
                 if coordinated is None:

@@ -6,7 +6,8 @@ this broker's classic replica (its tiered part behind it), or an answer the rout
 already has (a refusal, the sealed classic log below a boundary). Handlers call that log
 and never ask which engine serves a partition; the rules below (image lookups) are used
 by ``route`` and by the components that keep the engines (the replica manager's hosted
-logs, the coordinator's retention, markers, the AZ transformer's metadata).
+logs, the coordinator's retention, markers, the AZ transformer's metadata, group lag).
+Outside ``broker/logs`` they are asked through the ``LogRouter`` only.
 
 A partition is of its topic's kind (``ReplicaManager.is_classic``: from the image, so a
 new classic topic's produce never takes the diskless path while its replicas open)
@@ -81,6 +82,10 @@ class ClassicReplicas(Protocol):
     def is_classic(self, topic_id: UUID) -> bool: ...
 
     def get(self, topic_id: UUID, partition: int) -> ClassicPartition | None: ...
+
+    def leader_partition(
+        self, topic_id: UUID, partition: int
+    ) -> tuple[ClassicPartition | None, int]: ...
 
 
 class RoutingView(Protocol):
@@ -444,6 +449,30 @@ class LogRouter:
     def serves_any_broker(self, topic: TopicImage, partition: int) -> bool:
         """Any broker can serve the partition's consumers (``serves_any_broker``)."""
         return serves_any_broker(topic, partition)
+
+    def coordinator_retains(self, topic_id: UUID) -> bool:
+        """The batch coordinator enforces the topic's retention (``coordinator_retains``)."""
+        return coordinator_retains(self._broker, topic_id)
+
+    def markers_on_classic_leader(self, topic_id: UUID, partition: int) -> bool:
+        """A transaction's marker of the partition is sent to its classic leader, else it
+        goes into the diskless log with the outcome (``markers_on_classic_leader``)."""
+        return markers_on_classic_leader(self._broker, topic_id, partition)
+
+    def latest_led_here(self, topic_id: UUID, partition: int) -> bool | None:
+        """None when the log that answers the partition's latest offset (ListOffsets
+        LATEST, as ``route`` picks it) is one any broker reads (diskless), else whether
+        this broker leads the classic replica that answers it: only its leader knows the
+        high watermark. Who exports a group's lag of the partition follows from it
+        (broker/groups/lag.py), so the broker that reports a lag is always one that can
+        read the log it is computed from."""
+        manager = self._broker.classic
+        if manager is None:
+            return None
+        latest = self.route(topic_id, partition, Purpose.LIST_OFFSETS, LATEST_TIMESTAMP)
+        if latest is not self.classic:
+            return None
+        return manager.leader_partition(topic_id, partition)[0] is not None
 
     def log_start(self, topic_id: UUID, partition: int, diskless_start: int) -> int:
         """The log start a Fetch answer from the diskless log carries (``whole_log_start``)."""

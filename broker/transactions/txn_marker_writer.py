@@ -107,7 +107,7 @@ class MarkerWriter:
         position = 0
         batch = marker_batch(state.producer_id, epoch, commit, now_ms)
         for key in state.partitions:
-            if self.classic is not None and self.classic.is_classic(key):
+            if self.classic is not None and self.classic.goes_to_leader(key):
                 classic.append(key)
                 continue
             chunks.append(batch)

@@ -1,6 +1,7 @@
 """Sessions of the cluster administration APIs a Kafka broker forwards to its controller:
-UnregisterBroker (``kafka-cluster unregister``) and UpdateFeatures (``kafka-features
-upgrade|downgrade|disable``), with what ApiVersions then finalizes.
+UnregisterBroker (``kafka-cluster unregister``), UpdateFeatures (``kafka-features
+upgrade|downgrade|disable``), with what ApiVersions then finalizes, and DeleteTopics with no
+time to act (timeout 0).
 
 The feature session changes the cluster's transaction.version and sets it back to 2 (both
 brokers' bootstrap level) before it ends, so the sessions after it see the level they
@@ -11,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .sessions import session
+from .compare import code
+from .sessions import UNKNOWN_TOPIC_ID, session
 from .side import Side
 
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 TV = "transaction.version"
 # Produce, EndTxn, TxnOffsetCommit: KIP-890 part 2's versions (transaction version 2).
 TV2_APIS = {0: "produce", 26: "end_txn", 28: "txn_offset_commit"}
@@ -112,3 +115,40 @@ def s_update_features(s: Side) -> None:
     _levels(s, "levels when disabled", start)
     _update(s, "upgrade back to 2", [(TV, 2, UPGRADE)])
     _levels(s, "levels at the end", start)
+
+
+@session()
+def s_delete_topics_timeout_zero(s: Side) -> None:
+    """DeleteTopics whose timeout has passed when it arrives: every topic of the request,
+    existing or not, named or by id, is answered REQUEST_TIMED_OUT and none is deleted (a
+    request with no topic to look up is answered as ever)."""
+    t = "delete-timeout-zero"
+    s.create_topic(t)
+    tid = s.topic_id(t)
+
+    def delete(label: str, topics: list[dict[str, Any]], timeout: int = 0) -> None:
+        s.call(label, "delete_topics", {"topics": topics, "timeout": timeout})
+
+    named = {"name": t, "topic_id": ZERO_UUID}
+    unknown = {"name": "delete-timeout-unknown", "topic_id": ZERO_UUID}
+    delete("an existing topic", [named])
+    delete("an unknown topic", [unknown])
+    delete("an existing and an unknown topic", [named, unknown])
+    delete("by id", [{"name": None, "topic_id": tid}])
+    delete("an unknown id", [{"name": None, "topic_id": UNKNOWN_TOPIC_ID}])
+    delete("a negative timeout", [named], timeout=-1)
+    delete("nothing", [])
+
+    def listed(resp: Any) -> bool:
+        return all(code(t["error_code"]) == 0 for t in resp["topics"])
+
+    s.call(
+        "metadata: the topic is still there",
+        "metadata",
+        {
+            "topics": [{"name": t}],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
+        until=listed,
+    )

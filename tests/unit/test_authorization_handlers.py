@@ -403,3 +403,41 @@ async def test_delete_topics_by_id_does_not_name_a_topic_the_caller_may_not_desc
     )
     [entry] = answer.responses
     assert (entry.name, entry.error_code) == ("orders", E.topic_authorization_failed)
+
+
+async def test_delete_topics_with_no_time_left_times_out_before_any_check() -> None:
+    """Timeout 0 (or less): Kafka's controller looks the topics up with a deadline already
+    passed, so every topic of the request is REQUEST_TIMED_OUT, before authorization and
+    unknown topics, and nothing is deleted (the stand-in storage has no delete)."""
+    unknown_id = uuid.UUID(int=99)
+    for timeout in (0, -1):
+        answer = await call(
+            topics_admin.delete_topics,
+            FakeBroker(),  # no ACL at all: TOPIC_AUTHORIZATION_FAILED with time left
+            20,
+            6,
+            {
+                "topics": [
+                    {"name": "orders", "topic_id": None},
+                    {"name": "unknown", "topic_id": None},
+                    {"name": None, "topic_id": TOPIC.topic_id},
+                    {"name": None, "topic_id": unknown_id},
+                ],
+                "timeout": timeout,
+            },
+        )
+        assert [(e.name, e.topic_id, e.error_code, e.error_message) for e in answer.responses] == [
+            ("orders", None, E.request_timed_out, None),
+            ("unknown", None, E.request_timed_out, None),
+            (None, TOPIC.topic_id, E.request_timed_out, None),
+            (None, unknown_id, E.request_timed_out, None),
+        ]
+    answer = await call(
+        topics_admin.delete_topics, FakeBroker(), 20, 5, {"topic_names": ["orders"], "timeout": 0}
+    )
+    assert [(e.name, e.error_code) for e in answer.responses] == [("orders", E.request_timed_out)]
+    # No topic to look up: answered as ever.
+    answer = await call(
+        topics_admin.delete_topics, FakeBroker(), 20, 6, {"topics": [], "timeout": 0}
+    )
+    assert answer.responses == ()

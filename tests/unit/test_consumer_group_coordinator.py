@@ -1,16 +1,13 @@
 """KIP-848 consumer groups on the coordinator: timers (session and rebalance timeouts),
 storage across a change of coordinator, commits with member epochs, and the boundary
 with classic groups. Two brokers' group services share one SQLite store; the clock is
-manual (see test_group_failover.py)."""
+manual (the group_brokers and clock fixtures: tests/fixtures/group_services.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 from uuid import UUID
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.groups.consumer_group import ConsumerGroupState, TopicInfo
@@ -18,10 +15,11 @@ from broker.groups.consumer_group_heartbeat import HeartbeatRequest, HeartbeatRe
 from broker.groups.consumer_migration import MigrationPolicy
 from broker.groups.group_coordinator import LeavingMember
 from broker.groups.service import GroupService
+from tests.fixtures.group_services import GroupBrokers, ManualClock
 
-from .test_group_coordinator import SESSION, ManualClock, new_member
+from .test_group_coordinator import SESSION, new_member
 from .test_group_coordinator import join as join_classic
-from .test_group_failover import Brokers, G
+from .test_group_failover import G
 
 E = ErrorCode
 T = UUID(int=7)
@@ -41,23 +39,6 @@ class Topics:
 
 
 lookup = Topics()
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def brokers(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Brokers]:
-    b = Brokers(tmp_path, clock)
-    await b.one.start()
-    await b.two.start()
-    try:
-        yield b
-    finally:
-        await b.one.close()
-        await b.two.close()
 
 
 async def join(service: GroupService, member_id: str) -> HeartbeatResult:
@@ -96,17 +77,17 @@ async def stable_pair(service: GroupService) -> dict[str, tuple[int, set[int]]]:
 
 
 async def test_members_keep_epochs_and_assignments_on_a_new_coordinator(
-    brokers: Brokers,
+    group_brokers: GroupBrokers,
 ) -> None:
-    before = await stable_pair(brokers.one)
+    before = await stable_pair(group_brokers.one)
     assert sorted(len(ps) for _, ps in before.values()) == [2, 2]
-    epoch = brokers.one.consumer.groups[G].group_epoch
-    await brokers.one.coordinator.snapshots_settled()
-    brokers.kill_one()
+    epoch = group_brokers.one.consumer.groups[G].group_epoch
+    await group_brokers.one.coordinator.snapshots_settled()
+    group_brokers.kill_one()
     for member, (member_epoch, partitions) in before.items():
-        answer = await beat(brokers.two, member, member_epoch, partitions)
+        answer = await beat(group_brokers.two, member, member_epoch, partitions)
         assert (answer.error, answer.member_epoch) == (E.none, member_epoch)
-    group = brokers.two.consumer.groups[G]
+    group = group_brokers.two.consumer.groups[G]
     assert group.group_epoch == epoch and group.state is ConsumerGroupState.STABLE
     assert {m: set(group.members[m].current.assigned[T]) for m in before} == {
         m: ps for m, (_, ps) in before.items()
@@ -114,40 +95,40 @@ async def test_members_keep_epochs_and_assignments_on_a_new_coordinator(
 
 
 async def test_a_silent_member_is_fenced_after_the_session_timeout(
-    brokers: Brokers, clock: ManualClock
+    group_brokers: GroupBrokers, clock: ManualClock
 ) -> None:
-    before = await stable_pair(brokers.one)
+    before = await stable_pair(group_brokers.one)
     b_epoch, b_held = before["b"]
     clock.advance(CONSUMER_SESSION_MS - 1000)
-    assert (await beat(brokers.one, "b", b_epoch, b_held)).error == E.none
+    assert (await beat(group_brokers.one, "b", b_epoch, b_held)).error == E.none
     clock.advance(1500)  # a's session is over, b's is not
-    group = brokers.one.consumer.groups[G]
+    group = group_brokers.one.consumer.groups[G]
     assert list(group.members) == ["b"]
-    answer = await beat(brokers.one, "b", b_epoch, b_held)
+    answer = await beat(group_brokers.one, "b", b_epoch, b_held)
     assert answer.assignment == {T: frozenset(range(4))}
-    assert (await beat(brokers.one, "a", before["a"][0], set())).error == E.unknown_member_id
+    assert (await beat(group_brokers.one, "a", before["a"][0], set())).error == E.unknown_member_id
 
 
 async def test_a_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout(
-    brokers: Brokers, clock: ManualClock
+    group_brokers: GroupBrokers, clock: ManualClock
 ) -> None:
-    await join(brokers.one, "a")
-    assert (await join(brokers.one, "b")).assignment == {}
-    asked = await beat(brokers.one, "a", 1, set(range(4)))
+    await join(group_brokers.one, "a")
+    assert (await join(group_brokers.one, "b")).assignment == {}
+    asked = await beat(group_brokers.one, "a", 1, set(range(4)))
     assert len(asked.assignment[T]) == 2  # revoke the other two
     for _ in range(3):  # a heartbeats but keeps the partitions
         clock.advance(REBALANCE_MS / 4)
-        assert (await beat(brokers.one, "a", 1, set(range(4)))).error == E.none
-        assert (await beat(brokers.one, "b", 2, set())).error == E.none
+        assert (await beat(group_brokers.one, "a", 1, set(range(4)))).error == E.none
+        assert (await beat(group_brokers.one, "b", 2, set())).error == E.none
     clock.advance(REBALANCE_MS / 4 + 1)
-    assert list(brokers.one.consumer.groups[G].members) == ["b"]
-    answer = await beat(brokers.one, "b", 2, set())
+    assert list(group_brokers.one.consumer.groups[G].members) == ["b"]
+    answer = await beat(group_brokers.one, "b", 2, set())
     assert answer.assignment == {T: frozenset(range(4))}
 
 
-async def test_commits_carry_the_member_epoch(brokers: Brokers) -> None:
-    before = await stable_pair(brokers.one)
-    coordinator = brokers.one.coordinator
+async def test_commits_carry_the_member_epoch(group_brokers: GroupBrokers) -> None:
+    before = await stable_pair(group_brokers.one)
+    coordinator = group_brokers.one.coordinator
     epoch = before["a"][0]
     assert coordinator.check_commit(G, "a", None, epoch) == E.none
     assert coordinator.check_commit(G, "a", None, epoch - 1) == E.stale_member_epoch
@@ -158,40 +139,42 @@ async def test_commits_carry_the_member_epoch(brokers: Brokers) -> None:
     assert coordinator.check_fetch(G, "a", epoch + 1) == E.stale_member_epoch
     assert coordinator.check_fetch(G, "x", epoch) == E.unknown_member_id
     assert coordinator.check_fetch(G, None, -1) == E.none
-    fetched = await brokers.one.offsets.fetch({G: None}, {G: ("a", epoch + 1)})
+    fetched = await group_brokers.one.offsets.fetch({G: None}, {G: ("a", epoch + 1)})
     assert fetched[G].error == E.stale_member_epoch
-    consumer = brokers.one.consumer
+    consumer = group_brokers.one.consumer
     for m, (e, _) in before.items():
         request = HeartbeatRequest(G, m, -1)
         assert (await consumer.heartbeat(request, 1, lookup)).member_epoch == -1, e
     assert coordinator.check_commit(G, "", None, -1) == E.none
 
 
-async def test_classic_and_consumer_groups_do_not_mix(brokers: Brokers, clock: ManualClock) -> None:
-    coordinator = brokers.one.coordinator
-    for service in (coordinator, brokers.one.consumer):
+async def test_classic_and_consumer_groups_do_not_mix(
+    group_brokers: GroupBrokers, clock: ManualClock
+) -> None:
+    coordinator = group_brokers.one.coordinator
+    for service in (coordinator, group_brokers.one.consumer):
         service.config = replace(service.config, consumer_migration_policy=MigrationPolicy.DISABLED)
     # A classic group with a member: a consumer-protocol join is refused, as Kafka does
     # with group.consumer.migration.policy=disabled.
     classic = new_member(coordinator, group=G, session=SESSION)
     clock.advance(0)
     assert classic.result().error == E.none
-    refused = await join(brokers.one, "a")
+    refused = await join(group_brokers.one, "a")
     assert refused.error == E.group_id_not_found
     assert refused.message == f"Group {G} is not a consumer group."
     left = coordinator.leave_group(G, [LeavingMember(classic.result().member_id, None)])
     assert left == (E.none, [E.none])
     # Empty now: the consumer member's join turns it into a consumer group.
-    assert (await join(brokers.one, "a")).error == E.none
-    assert G in brokers.one.consumer.groups and G not in coordinator.groups
+    assert (await join(group_brokers.one, "a")).error == E.none
+    assert G in group_brokers.one.consumer.groups and G not in coordinator.groups
     # And a classic JoinGroup to it is refused.
     refused_classic = join_classic(coordinator, group=G, session=SESSION)
     assert refused_classic.result().error == E.inconsistent_group_protocol
 
 
-async def test_admin_views_of_a_consumer_group(brokers: Brokers) -> None:
-    admin = brokers.one.admin
-    await join(brokers.one, "a")
+async def test_admin_views_of_a_consumer_group(group_brokers: GroupBrokers) -> None:
+    admin = group_brokers.one.admin
+    await join(group_brokers.one, "a")
     error, listed = await admin.list_groups([], ["consumer"])
     assert error == E.none
     assert listed == [
@@ -205,7 +188,7 @@ async def test_admin_views_of_a_consumer_group(brokers: Brokers) -> None:
     assert described["error_message"] == f"Group {G} is not a classic group."
     assert await admin.delete_groups([G]) == [(G, E.non_empty_group)]
     request = HeartbeatRequest(G, "a", -1)
-    assert (await brokers.one.consumer.heartbeat(request, 1, lookup)).error == E.none
+    assert (await group_brokers.one.consumer.heartbeat(request, 1, lookup)).error == E.none
     assert (await admin.list_groups([], ["consumer"]))[1][0]["group_state"] == "Empty"
     assert await admin.delete_groups([G]) == [(G, E.none)]
-    assert G not in brokers.one.consumer.groups
+    assert G not in group_brokers.one.consumer.groups

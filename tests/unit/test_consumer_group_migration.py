@@ -7,9 +7,7 @@ downgraded when the last consumer-protocol member leaves."""
 from __future__ import annotations
 
 import struct
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -20,10 +18,11 @@ from broker.groups.consumer_migration import MigrationPolicy
 from broker.groups.consumer_protocol import parse_assignment
 from broker.groups.group import GroupState, JoinResult
 from broker.groups.service import GroupService
+from tests.fixtures.group_services import GroupBrokers, ManualClock
 
 from .test_consumer_group_coordinator import T, lookup
-from .test_group_coordinator import SETTLE, ManualClock, new_member, sync
-from .test_group_failover import Brokers, G
+from .test_group_coordinator import SETTLE, new_member, sync
+from .test_group_failover import G
 
 E = ErrorCode
 
@@ -48,23 +47,6 @@ def assignment(partitions: list[int]) -> bytes:
 
 
 PROTOCOLS = [("range", subscription(["t"]))]
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-async def brokers(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Brokers]:
-    b = Brokers(tmp_path, clock)
-    await b.one.start()
-    await b.two.start()
-    try:
-        yield b
-    finally:
-        await b.one.close()
-        await b.two.close()
 
 
 async def classic_group(service: GroupService, clock: ManualClock) -> list[JoinResult]:
@@ -97,14 +79,14 @@ def rejoin(member_id: str, owned: dict[str, list[int]] | None = None) -> Classic
 
 
 async def test_a_consumer_member_upgrades_a_classic_group(
-    brokers: Brokers, clock: ManualClock
+    group_brokers: GroupBrokers, clock: ManualClock
 ) -> None:
-    leader, follower = await classic_group(brokers.one, clock)
+    leader, follower = await classic_group(group_brokers.one, clock)
     generation = leader.generation_id
-    joined = await consumer_join(brokers.one, "c")
+    joined = await consumer_join(group_brokers.one, "c")
     assert joined.error == E.none and joined.assignment == {}  # all partitions are held
-    consumer = brokers.one.consumer
-    assert G not in brokers.one.coordinator.groups and consumer.serves_classic(G)
+    consumer = group_brokers.one.consumer
+    assert G not in group_brokers.one.coordinator.groups and consumer.serves_classic(G)
     group = consumer.groups[G]
     assert group.group_epoch == generation + 1
     for member, partitions in ((leader, {0, 1}), (follower, {2, 3})):
@@ -115,8 +97,10 @@ async def test_a_consumer_member_upgrades_a_classic_group(
         assert consumer.classic_heartbeat(G, m.member_id, None, generation) == (
             E.rebalance_in_progress
         )
-        assert brokers.one.coordinator.check_commit(G, m.member_id, None, generation) == E.none
-        assert brokers.one.coordinator.check_commit(G, m.member_id, None, 99) == (
+        assert (
+            group_brokers.one.coordinator.check_commit(G, m.member_id, None, generation) == E.none
+        )
+        assert group_brokers.one.coordinator.check_commit(G, m.member_id, None, 99) == (
             E.illegal_generation
         )
     # Each (eager) classic member rejoins owning nothing and syncs: the coordinator's
@@ -142,48 +126,48 @@ async def test_a_consumer_member_upgrades_a_classic_group(
     assert all(owned.values())
 
     # A new coordinator brings back the classic members of the consumer group.
-    await brokers.one.coordinator.snapshots_settled()
-    brokers.kill_one()
-    assert await brokers.two.coordinator.load(G) is None
-    moved = brokers.two.consumer.groups[G]
+    await group_brokers.one.coordinator.snapshots_settled()
+    group_brokers.kill_one()
+    assert await group_brokers.two.coordinator.load(G) is None
+    moved = group_brokers.two.consumer.groups[G]
     assert moved.members[leader.member_id].uses_classic_protocol
     epoch = moved.members[leader.member_id].epoch
-    assert brokers.two.consumer.classic_heartbeat(G, leader.member_id, None, epoch) in (
+    assert group_brokers.two.consumer.classic_heartbeat(G, leader.member_id, None, epoch) in (
         E.none,
         E.rebalance_in_progress,
     )
 
 
 async def test_the_policy_and_the_protocol_type_can_rule_the_upgrade_out(
-    brokers: Brokers, clock: ManualClock
+    group_brokers: GroupBrokers, clock: ManualClock
 ) -> None:
-    await classic_group(brokers.one, clock)
-    for service in (brokers.one.coordinator, brokers.one.consumer):
+    await classic_group(group_brokers.one, clock)
+    for service in (group_brokers.one.coordinator, group_brokers.one.consumer):
         service.config = replace(
             service.config, consumer_migration_policy=MigrationPolicy.DOWNGRADE
         )
-    refused = await consumer_join(brokers.one, "c")
+    refused = await consumer_join(group_brokers.one, "c")
     assert (refused.error, refused.message) == (
         E.group_id_not_found,
         f"Group {G} is not a consumer group.",
     )
-    assert G in brokers.one.coordinator.groups
+    assert G in group_brokers.one.coordinator.groups
     with pytest.raises(ValueError, match="must be one of"):
         MigrationPolicy.parse("sideways")
 
 
 async def test_the_last_consumer_member_leaving_downgrades_the_group(
-    brokers: Brokers, clock: ManualClock
+    group_brokers: GroupBrokers, clock: ManualClock
 ) -> None:
-    leader, follower = await classic_group(brokers.one, clock)
-    joined = await consumer_join(brokers.one, "c")
-    before = brokers.one.consumer.groups[G]
+    leader, follower = await classic_group(group_brokers.one, clock)
+    joined = await consumer_join(group_brokers.one, "c")
+    before = group_brokers.one.consumer.groups[G]
     epoch = before.group_epoch
     targets = {m: {"t": before.target[m][T]} for m in (leader.member_id, follower.member_id)}
-    left = await brokers.one.consumer.heartbeat(HeartbeatRequest(G, "c", -1), 1, lookup)
+    left = await group_brokers.one.consumer.heartbeat(HeartbeatRequest(G, "c", -1), 1, lookup)
     assert (left.error, left.member_epoch) == (E.none, -1), joined
-    assert G not in brokers.one.consumer.groups
-    classic = brokers.one.coordinator.groups[G]
+    assert G not in group_brokers.one.consumer.groups
+    classic = group_brokers.one.coordinator.groups[G]
     # A rebalance of the classic group, from the consumer group's epoch.
     assert classic.state is GroupState.PREPARING_REBALANCE
     assert classic.generation_id == epoch and classic.protocol_name == "range"
@@ -192,5 +176,5 @@ async def test_the_last_consumer_member_leaving_downgrades_the_group(
     assert {m.member_id: parse_assignment(m.assignment) for m in classic.members.values()} == (
         targets
     )
-    coordinator = brokers.one.coordinator
+    coordinator = group_brokers.one.coordinator
     assert coordinator.heartbeat(G, leader.member_id, None, epoch) == E.rebalance_in_progress

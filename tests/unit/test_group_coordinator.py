@@ -7,10 +7,6 @@ the clock, so every timeout rule is checked exactly and without sleeping.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -21,6 +17,7 @@ from broker.groups.group import GroupState, JoinResult, SyncResult
 from broker.groups.group_coordinator import GroupCoordinator, LeavingMember
 from broker.groups.held_groups import GroupConfig
 from broker.groups.placement import coordinator_for, group_hash
+from tests.fixtures.group_services import Cluster, ManualClock, Node
 
 E = ErrorCode
 S = GroupState
@@ -30,65 +27,6 @@ DELAY = 3_000
 # Members joining an empty group together: the first delay, then one more because others
 # arrived during it.
 SETTLE = 2 * DELAY
-
-
-@dataclass(order=True)
-class _Timer:
-    when: float
-    seq: int
-    callback: Callable[..., object] = field(compare=False)
-    args: tuple[Any, ...] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualClock:
-    """A Scheduler whose time moves only when told to."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._timers: list[_Timer] = []
-        self._seq = itertools.count()
-
-    def time(self) -> float:
-        return self.now
-
-    def call_later(self, delay: float, callback: Callable[..., object], *args: Any) -> _Timer:
-        timer = _Timer(self.now + delay, next(self._seq), callback, args)
-        heapq.heappush(self._timers, timer)
-        return timer
-
-    def advance(self, ms: float) -> None:
-        target = self.now + ms / 1000
-        while self._timers and self._timers[0].when <= target:
-            timer = heapq.heappop(self._timers)
-            if not timer.cancelled:
-                self.now = timer.when
-                timer.callback(*timer.args)
-        self.now = target
-
-    def wall_ms(self) -> int:
-        return int(self.now * 1000)
-
-
-@dataclass(frozen=True)
-class Node:
-    node_id: int
-
-
-class Cluster:
-    def __init__(self, *node_ids: int) -> None:
-        self.live = [Node(n) for n in node_ids]
-
-    def __call__(self) -> list[Node]:
-        return self.live
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 def make(

@@ -21,8 +21,9 @@ from broker.groups.service import GroupService
 from storage.coordinator import CoordinatorUnavailable
 from storage.groups import CommittedOffset, GroupStore, OffsetKey
 from storage.groups.sqlite import SqliteGroupStore
+from tests.fixtures.group_services import Cluster, ManualClock
 
-from .test_group_coordinator import Cluster, ManualClock, new_member, sync
+from .test_group_coordinator import new_member, sync
 
 E = ErrorCode
 T1 = UUID(int=1)
@@ -35,11 +36,6 @@ def subscription(*topics: str) -> bytes:
     for t in topics:
         out += len(t).to_bytes(2, "big") + t.encode()
     return out + b"\xff\xff\xff\xff"
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
 
 @pytest.fixture

@@ -116,6 +116,76 @@ def test_no_request_handler_asks_which_engine_serves_a_partition() -> None:
     assert asking == []
 
 
+def test_no_module_outside_the_logs_decides_which_engine_serves_a_partition() -> None:
+    """The router is the one place (broker/logs/): the Broker and every component it wires
+    (group lag, retention, transaction markers, the fetch path's preferred replica) ask
+    the LogRouter it built, never a routing rule, the replica manager's ``is_classic`` or
+    the topic's own ``diskless`` flag."""
+    root = Path(__file__).resolve().parents[2]
+    asking: list[str] = []
+    for path in sorted((root / "broker").rglob("*.py")):
+        if (root / "broker/logs") in path.parents:
+            continue
+        tree = ast.parse(path.read_text())
+        name = str(path.relative_to(root))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("logs.router"):
+                asking += [f"{name}: {a.name}" for a in node.names if a.name in RULES]
+            if isinstance(node, ast.Attribute) and node.attr == "is_classic":
+                asking.append(f"{name}: is_classic")
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "diskless"
+                and isinstance(node.value, ast.Name)
+                and node.value.id.startswith("topic")
+            ):
+                asking.append(f"{name}: {node.value.id}.diskless")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance"
+                and any(
+                    isinstance(n, ast.Name) and ("Classic" in n.id or "Diskless" in n.id)
+                    for n in ast.walk(node.args[1])
+                )
+            ):
+                asking.append(f"{name}: isinstance {ast.unparse(node.args[1])}")
+    assert asking == []
+
+
+class LeadingManager(Manager):
+    """The replica manager, leading the partitions it hosts as leader."""
+
+    def leader_partition(self, topic_id: Any, partition: int) -> tuple[Any, int]:
+        p = self.get(topic_id, partition)
+        if p is None or p.role != "leader":
+            return None, int(ErrorCode.not_leader_or_follower)
+        return p, 0
+
+
+def test_the_lag_of_a_partition_is_reported_where_its_latest_offset_is_read() -> None:
+    """``latest_led_here`` (who exports a group's lag, broker/groups/lag.py) follows the
+    log ListOffsets LATEST is routed to: the classic leader while the high watermark is
+    the classic log's, any broker (None) once the partition's end is diskless, the
+    classic leader again once it migrated back."""
+    c, broker, tid = setup()
+    led, followed = replica(0), replica(0)
+    followed.role = "follower"
+    logs = router(broker, LeadingManager(c.image, {(tid, 0): led, (tid, 1): followed}))
+    assert logs.latest_led_here(tid, 0) is True
+    assert logs.latest_led_here(tid, 1) is False  # its leader (another broker) reports it
+    migrate(c, "true")
+    seal(c, 0, 100)
+    assert logs.latest_led_here(tid, 0) is None  # sealed: the end is the diskless log's
+    assert logs.latest_led_here(tid, 1) is False  # not sealed yet: still classic
+    seal(c, 1, 7)
+    migrate(c, "false")
+    seal(c, 0, 300, old_start=100)
+    assert logs.latest_led_here(tid, 0) is True
+    no_classic = LogRouter(SimpleNamespace(classic=None), DISKLESS, CLASSIC)  # type: ignore[arg-type]
+    assert no_classic.latest_led_here(tid, 0) is None
+
+
 def test_every_engine_implements_the_whole_partition_log() -> None:
     """No type checker runs in CI: the engines' methods are checked against the Protocol."""
     import inspect

@@ -62,7 +62,7 @@ class FakeClassic(ClassicMarkerSender):
         self.sent: list[tuple[list[PartitionKey], bool, int]] = []
         self.acknowledge: list[Callable[[], Awaitable[None]]] = []
 
-    def is_classic(self, key: PartitionKey) -> bool:
+    def goes_to_leader(self, key: PartitionKey) -> bool:
         return key in self.classic
 
     async def write(

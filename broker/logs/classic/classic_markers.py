@@ -87,7 +87,7 @@ class ClassicMarkerSender:
         self._connections: dict[tuple[int, str, int], KafkaConnection] = {}
         self._background: set[asyncio.Task[None]] = set()
 
-    def is_classic(self, key: PartitionKey) -> bool:
+    def goes_to_leader(self, key: PartitionKey) -> bool:
         """Whether the partition's marker is sent to its classic leader (else it goes into
         the diskless log with the outcome): the router decides."""
         return self._on_classic_leader(key.topic_id, key.partition)

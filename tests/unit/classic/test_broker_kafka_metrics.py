@@ -10,14 +10,9 @@ from kio.schema.errors import ErrorCode
 from broker.logs.classic.kafka_client import KafkaConnection
 from broker.node import Broker
 from broker.server.metrics import METRICS
+from tests.fixtures.classic_brokers import eventually
 from tests.unit._handlers import request_and_context
-from tests.unit.classic.test_brokers import (  # noqa: F401 (brokers: the fixture)
-    batch,
-    brokers,
-    eventually,
-    fetch_body,
-    produce_body,
-)
+from tests.unit.classic.test_brokers import batch, fetch_body, produce_body
 from tests.unit.test_broker_controller_mode import call
 
 E = ErrorCode
@@ -36,8 +31,8 @@ async def send(conn: KafkaConnection, key: int, version: int, body: dict[str, An
     return await conn.request(request, 10.0)
 
 
-async def test_kafka_metrics_of_a_classic_leader(brokers: list[Broker]) -> None:  # noqa: F811
-    b1, b2 = brokers
+async def test_kafka_metrics_of_a_classic_leader(classic_brokers: list[Broker]) -> None:
+    b1, b2 = classic_brokers
     created = await call(
         b1,
         19,
@@ -120,7 +115,7 @@ async def test_kafka_metrics_of_a_classic_leader(brokers: list[Broker]) -> None:
     )
     METRICS.watch_followers(b1.classic.follower_lags)
     try:
-        await follower_lag(brokers, b1, b2)
+        await follower_lag(classic_brokers, b1, b2)
     finally:
         METRICS.watch_followers(tuple)
         METRICS.watch_replica_counts(lambda: (0, 0), lambda: 0)
@@ -152,8 +147,8 @@ async def follower_lag(nodes: list[Broker], b1: Broker, b2: Broker) -> None:
     )
 
 
-async def test_consumer_group_lag_by_kafka_exporter_names(brokers: list[Broker]) -> None:  # noqa: F811
-    b1, _b2 = brokers
+async def test_consumer_group_lag_by_kafka_exporter_names(classic_brokers: list[Broker]) -> None:
+    b1, _b2 = classic_brokers
     classic = [{"partition_index": 0, "broker_ids": [1, 2]}]
     for name, assignments, configs in (
         ("c", classic, [{"name": "diskless.enable", "value": "false"}]),

@@ -1,84 +1,27 @@
-"""Two real brokers and a real single-voter controller in one event loop: a classic topic
-replicated leader → follower over Kafka's Fetch, and the leader's Kafka APIs on it."""
+"""Two real brokers and a real single-voter controller in one event loop (the
+classic_brokers fixture, tests/fixtures/classic_brokers.py): a classic topic replicated
+leader → follower over Kafka's Fetch, and the leader's Kafka APIs on it."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
-from broker.metadata.controller_catalog import ControllerCatalog
 from broker.node import Broker
 from broker.server.api_table import build_api_table
-from controller.service import ControllerService, ControllerSettings
 from protocol.records import TRANSACTIONAL_BIT
-from storage.backends import coordinator_and_catalog, object_store
 from storage.classic.batches import walk
 from storage.partition_key import PartitionKey
 from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
+from tests.fixtures.classic_brokers import eventually
 from tests.unit._handlers import decode_answer, request_and_context, settled
 from tests.unit.test_broker_controller_mode import call
 
 E = ErrorCode
-SECRET = "s"
-
-
-async def eventually(check: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-async def brokers(tmp_path: Path) -> AsyncIterator[list[Broker]]:
-    service = ControllerService(
-        ControllerSettings(
-            node_id=1,
-            voters={1: ("127.0.0.1", 0)},
-            host="127.0.0.1",
-            http_port=0,
-            data_dir=tmp_path / "controller",
-            secret=SECRET,
-            session_timeout_ms=2000,
-            raft_options={"fsync": False},
-        )
-    )
-    await service.start()
-    await service.wait_active()
-    nodes: list[Broker] = []
-    try:
-        for node_id in (1, 2):
-            config = BrokerConfig(
-                node_id=node_id,
-                port=0,
-                rack=f"az-{node_id}",
-                data_dir=str(tmp_path / f"b{node_id}"),
-                controller_quorum_bootstrap_servers=f"127.0.0.1:{service.http_port}",
-                controller_secret=SECRET,
-                broker_heartbeat_interval_ms=100,
-                broker_session_timeout_ms=2000,
-                replica_fetch_wait_max_ms=100,
-                replica_fetch_backoff_ms=50,
-            )
-            controllers = ControllerCatalog.from_config(config)
-            coordinator, catalog = coordinator_and_catalog(config, controllers)
-            node = Broker(config, object_store(config), coordinator, catalog)
-            await node.start()
-            nodes.append(node)
-        await eventually(lambda: all(len(n.endpoints()) == 2 for n in nodes))
-        yield nodes
-    finally:
-        for node in nodes:
-            await node.stop()
-        await service.stop()
 
 
 def produce_body(topic: str, records: bytes, acks: int = -1) -> dict[str, Any]:
@@ -145,8 +88,10 @@ def batch(n: int) -> bytes:
     )
 
 
-async def test_classic_topic_replicates_and_answers_kafka_apis(brokers: list[Broker]) -> None:
-    b1, b2 = brokers
+async def test_classic_topic_replicates_and_answers_kafka_apis(
+    classic_brokers: list[Broker],
+) -> None:
+    b1, b2 = classic_brokers
     created = await call(
         b1,
         19,
@@ -256,13 +201,13 @@ async def test_classic_topic_replicates_and_answers_kafka_apis(brokers: list[Bro
 
 
 async def test_a_produce_before_the_replica_opens_is_never_taken_as_diskless(
-    brokers: list[Broker],
+    classic_brokers: list[Broker],
 ) -> None:
     """A new classic topic is in broker 1's image (Metadata names it leader) while its
     storage work is still running: the partition's diskless log is being created and the
     replica not yet opened. A produce then is refused retriably, never acknowledged into
     the diskless log, where no reader of the classic partition would find it."""
-    b1, b2 = brokers
+    b1, b2 = classic_brokers
     assert b1.controller is not None
     held = asyncio.Event()
     release = asyncio.Event()
@@ -293,14 +238,14 @@ async def test_a_produce_before_the_replica_opens_is_never_taken_as_diskless(
 
 
 async def test_a_producers_requests_are_appended_in_arrival_order_while_one_is_verified(
-    brokers: list[Broker],
+    classic_brokers: list[Broker],
 ) -> None:
     """KIP-890 verification of a transactional producer's first batch in a partition takes
     a coordinator round trip. The connection's next request (the producer's next sequence,
     pipelined) must not be appended before it: the client dies on OUT_OF_ORDER_SEQUENCE_NUMBER
     (the audit: ~3 % of transactions). Requests are run as the connection's worker runs them:
     each handler awaited in arrival order, answers awaited afterwards."""
-    b1, _b2 = brokers
+    b1, _b2 = classic_brokers
     created = await create_on_broker_1(b1, "txn")
     assert created.topics[0].error_code == E.none, created.topics[0].error_message
     await eventually(lambda: bool(b1.classic and b1.classic.partitions))

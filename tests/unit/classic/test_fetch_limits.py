@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.node import Broker
 from storage.classic.batches import walk
 from tests.e2e._batches import Record, build_batch
-from tests.unit.classic.test_brokers import brokers, eventually  # noqa: F401 (fixture)
+from tests.fixtures.classic_brokers import eventually
 from tests.unit.test_broker_controller_mode import call
 
 E = ErrorCode
@@ -140,9 +140,9 @@ def sizes(parts: list[Any]) -> list[int]:
 
 
 async def test_a_fetch_stops_at_max_bytes_and_a_consumer_still_progresses(
-    brokers: list[Broker],  # noqa: F811
+    classic_brokers: list[Broker],
 ) -> None:
-    b1 = brokers[0]
+    b1 = classic_brokers[0]
     await create_classic(b1, "big", [1])
     batch = big_batch()
     assert MAX_BYTES - len(batch) > 0  # the second partition's batch would not fit
@@ -165,9 +165,9 @@ async def test_a_fetch_stops_at_max_bytes_and_a_consumer_still_progresses(
 
 
 async def test_partition_and_request_limits_after_the_first_batch(
-    brokers: list[Broker],  # noqa: F811
+    classic_brokers: list[Broker],
 ) -> None:
-    b1 = brokers[0]
+    b1 = classic_brokers[0]
     await create_classic(b1, "mixed", [1])
     small = build_batch([Record(b"k", b"v" * 100_000)], base_timestamp_ms=0)
     big = big_batch()
@@ -193,9 +193,9 @@ async def test_partition_and_request_limits_after_the_first_batch(
 
 
 async def test_a_follower_fetch_respects_the_limits_and_still_records_progress(
-    brokers: list[Broker],  # noqa: F811
+    classic_brokers: list[Broker],
 ) -> None:
-    b1, b2 = brokers
+    b1, b2 = classic_brokers
     await create_classic(b1, "replicated", [1, 2])
     batch = big_batch()
     for i in range(3):
@@ -217,11 +217,11 @@ async def test_a_follower_fetch_respects_the_limits_and_still_records_progress(
 
 
 async def test_classic_and_diskless_partitions_share_one_answer_s_limit(
-    brokers: list[Broker],  # noqa: F811
+    classic_brokers: list[Broker],
 ) -> None:
     """A consumer of a topic migrating between classic and diskless reads some partitions
     from each kind in one request: whichever comes first in it fills the answer."""
-    b1 = brokers[0]
+    b1 = classic_brokers[0]
     await create_classic(b1, "classic-part", [1])
     await create_classic(b1, "diskless-part", [1], diskless=True)
     batch = big_batch()

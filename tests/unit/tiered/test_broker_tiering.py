@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.logs.classic.partition import ClassicPartition
@@ -27,22 +25,10 @@ from storage.tiered.lineage import History, follower_start, history_floor, linea
 from storage.tiered.metadata import RemoteSegment, SegmentState
 from storage.tiered.reader import RemoteReader
 from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
+from tests.fixtures.tiered_env import NOW, TOPIC, Env
 
-from .test_copier_reader import NOW, TOPIC, Env, fill
+from .test_copier_reader import fill
 from .test_lineage import Replica
-
-
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    e = Env(tmp_path)
-    await e.store.start()
-    await e.meta.start()
-    try:
-        yield e
-    finally:
-        await e.meta.close()
-        e.log.close()
-
 
 TIERED = LogConfig(
     segment_bytes=2000,
@@ -59,39 +45,45 @@ def tiered_env(e: Env, tmp: Path) -> None:
 
 
 async def test_local_retention_deletes_only_tiered_segments_and_keeps_their_epochs(
-    env: Env, tmp_path: Path
+    tiered_storage: Env, tmp_path: Path
 ) -> None:
-    tiered_env(env, tmp_path)
-    fill(env.log, 30, epoch=0)
-    fill(env.log, 30, epoch=2)
-    epochs = env.log.epochs.entries
-    assert env.log.enforce_retention(None) == 0  # nothing tiered: nothing goes
-    rolled = env.log.segments[:-1]
+    tiered_env(tiered_storage, tmp_path)
+    fill(tiered_storage.log, 30, epoch=0)
+    fill(tiered_storage.log, 30, epoch=2)
+    epochs = tiered_storage.log.epochs.entries
+    assert tiered_storage.log.enforce_retention(None) == 0  # nothing tiered: nothing goes
+    rolled = tiered_storage.log.segments[:-1]
     upto = rolled[2].next_offset
-    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 2, upto)
+    copied = await tiered_storage.copier.copy_rolled(tiered_storage.log, TOPIC, 0, 2, upto)
     assert copied[-1].end_offset + 1 == upto
-    assert env.log.enforce_retention(upto) == 3
-    assert env.log.log_start_offset == upto
+    assert tiered_storage.log.enforce_retention(upto) == 3
+    assert tiered_storage.log.log_start_offset == upto
     # The tiered offsets' epochs stay: they are this replica's lineage.
-    assert env.log.epochs.entries == epochs
+    assert tiered_storage.log.epochs.entries == epochs
     # Retention moved the whole log's start: then they go.
-    env.log.forget_epochs_before(upto)
-    assert env.log.epochs.entries[0][1] == upto
+    tiered_storage.log.forget_epochs_before(upto)
+    assert tiered_storage.log.epochs.entries[0][1] == upto
 
 
-async def test_a_partition_serves_below_its_local_log_from_remote(env: Env, tmp_path: Path) -> None:
-    tiered_env(env, tmp_path)
-    fill(env.log, 40, epoch=1)
-    p = ClassicPartition(uuid.UUID(int=1), "t", 0, env.log, 1, lag_max_ms=1000)
+async def test_a_partition_serves_below_its_local_log_from_remote(
+    tiered_storage: Env, tmp_path: Path
+) -> None:
+    tiered_env(tiered_storage, tmp_path)
+    fill(tiered_storage.log, 40, epoch=1)
+    p = ClassicPartition(uuid.UUID(int=1), "t", 0, tiered_storage.log, 1, lag_max_ms=1000)
     p.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
-    p.read(env.log.log_end_offset, 1 << 20, 2)  # the follower has everything: HW at the end
-    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 1, env.log.log_end_offset)
-    env.log.enforce_retention(copied[-1].end_offset + 1)
-    local_start = env.log.log_start_offset
+    p.read(
+        tiered_storage.log.log_end_offset, 1 << 20, 2
+    )  # the follower has everything: HW at the end
+    copied = await tiered_storage.copier.copy_rolled(
+        tiered_storage.log, TOPIC, 0, 1, tiered_storage.log.log_end_offset
+    )
+    tiered_storage.log.enforce_retention(copied[-1].end_offset + 1)
+    local_start = tiered_storage.log.log_start_offset
     assert local_start > 0
     assert p.log_start_offset == local_start  # nothing known of the remote part yet
-    segments = await env.meta.list_segments(TOPIC, 0)
-    p.remote = RemoteView(lineage(history_of(env.log), segments, 0, 1), 0)
+    segments = await tiered_storage.meta.list_segments(TOPIC, 0)
+    p.remote = RemoteView(lineage(history_of(tiered_storage.log), segments, 0, 1), 0)
     assert p.log_start_offset == 0
     assert p.is_remote(0) and p.is_remote(local_start - 1) and not p.is_remote(local_start)
     # A follower below the local log is told to start after the tiered part.
@@ -211,17 +203,19 @@ async def test_the_documents_scenario_through_the_brokers_follower(tmp_path: Pat
 
 
 async def test_a_wiped_follower_restarts_at_the_leaders_local_start(
-    env: Env, tmp_path: Path
+    tiered_storage: Env, tmp_path: Path
 ) -> None:
-    fill(env.log, 40, epoch=1)
-    copied = await env.copier.copy_rolled(env.log, TOPIC, 0, 1, env.log.log_end_offset)
+    fill(tiered_storage.log, 40, epoch=1)
+    copied = await tiered_storage.copier.copy_rolled(
+        tiered_storage.log, TOPIC, 0, 1, tiered_storage.log.log_end_offset
+    )
     follower_log = Log(str(tmp_path / "follower"), LogConfig())
     p = ClassicPartition(TOPIC, "t", 0, follower_log, 2, lag_max_ms=1000)
     p.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
     start = copied[-1].end_offset + 1
-    reader = RemoteReader(env.store)
-    segments = await env.meta.list_segments(TOPIC, 0)
-    resolved = follower_start(history_of(env.log), segments)
+    reader = RemoteReader(tiered_storage.store)
+    segments = await tiered_storage.meta.list_segments(TOPIC, 0)
+    resolved = follower_start(history_of(tiered_storage.log), segments)
     assert resolved.offset == start
     assert await start_after_tiered(p, resolved, reader)
     assert follower_log.log_start_offset == follower_log.log_end_offset == start
@@ -230,10 +224,12 @@ async def test_a_wiped_follower_restarts_at_the_leaders_local_start(
     follower_log.close()
 
 
-async def test_producer_state_travels_with_the_tiered_segments(env: Env, tmp_path: Path) -> None:
+async def test_producer_state_travels_with_the_tiered_segments(
+    tiered_storage: Env, tmp_path: Path
+) -> None:
     """An idempotent producer whose batches are all tiered is still known to a follower that
     started after the tiered part: its retry is recognised, not appended twice."""
-    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    leader = ClassicPartition(TOPIC, "t", 0, tiered_storage.log, 1, lag_max_ms=1000)
     leader.apply(PartitionState((1, 2), (1,), 1, 1, 1), lambda _p: None)
     for seq in range(0, 30, 3):
         data = build_batch(
@@ -245,17 +241,24 @@ async def test_producer_state_travels_with_the_tiered_segments(env: Env, tmp_pat
         )
         view = memoryview(data)
         leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
-    copied = await env.copier.copy_rolled(
-        env.log, TOPIC, 0, 1, env.log.log_end_offset, partial(segment_state, leader)
+    copied = await tiered_storage.copier.copy_rolled(
+        tiered_storage.log,
+        TOPIC,
+        0,
+        1,
+        tiered_storage.log.log_end_offset,
+        partial(segment_state, leader),
     )
     start = copied[-1].end_offset + 1
     follower = ClassicPartition(
         TOPIC, "t", 0, Log(str(tmp_path / "f"), LogConfig()), 2, lag_max_ms=1000
     )
     follower.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
-    resolved = follower_start(history_of(env.log), await env.meta.list_segments(TOPIC, 0))
+    resolved = follower_start(
+        history_of(tiered_storage.log), await tiered_storage.meta.list_segments(TOPIC, 0)
+    )
     assert resolved.offset == start
-    assert await start_after_tiered(follower, resolved, RemoteReader(env.store))
+    assert await start_after_tiered(follower, resolved, RemoteReader(tiered_storage.store))
     # The last batch wholly tiered, sent again: a duplicate at its original offset.
     seq_last_tiered = max((s for s in range(0, 30, 3) if s + 2 < start), default=None)
     assert seq_last_tiered is not None
@@ -264,10 +267,10 @@ async def test_producer_state_travels_with_the_tiered_segments(env: Env, tmp_pat
     follower.log.close()
 
 
-async def test_aborted_transactions_travel_with_the_tiered_segments(env: Env) -> None:
+async def test_aborted_transactions_travel_with_the_tiered_segments(tiered_storage: Env) -> None:
     """A replica that knows only the local log learns the tiered part's aborted
     transactions from the segments' snapshots (read_committed consumers drop them)."""
-    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    leader = ClassicPartition(TOPIC, "t", 0, tiered_storage.log, 1, lag_max_ms=1000)
     leader.apply(PartitionState((1,), (1,), 1, 1, 1), lambda _p: None)
     payload = b"".join(encode_record(Record(b"k", b"v" * 300), i) for i in range(3))
     for txn in range(6):
@@ -283,30 +286,35 @@ async def test_aborted_transactions_travel_with_the_tiered_segments(env: Env) ->
         view = memoryview(data)
         leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
         leader.append_marker(9, 0, txn % 2 == 0, 0)  # odd transactions are aborted
-    fill(env.log, 20, epoch=1)  # roll past the markers
+    fill(tiered_storage.log, 20, epoch=1)  # roll past the markers
     aborted = list(leader.txns.aborted)
     assert len(aborted) == 3
-    copied = await env.copier.copy_rolled(
-        env.log, TOPIC, 0, 1, env.log.log_end_offset, partial(segment_state, leader)
+    copied = await tiered_storage.copier.copy_rolled(
+        tiered_storage.log,
+        TOPIC,
+        0,
+        1,
+        tiered_storage.log.log_end_offset,
+        partial(segment_state, leader),
     )
-    reader = RemoteReader(env.store)
+    reader = RemoteReader(tiered_storage.store)
     found = []
     for segment in copied:
         in_segment = parse(await reader.producer_snapshot(segment)).aborted
         assert all(segment.start_offset <= a.last_offset <= segment.end_offset for a in in_segment)
         found += in_segment
     assert found == aborted
-    fresh = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    fresh = ClassicPartition(TOPIC, "t", 0, tiered_storage.log, 1, lag_max_ms=1000)
     fresh.txns.clear()  # as a replica that never held these batches
     assert fresh.txns.merge_aborted(found) == 3
     assert fresh.txns.merge_aborted(found) == 0  # known already: not twice
-    assert fresh.txns.aborted_between(0, env.log.log_end_offset) == aborted
+    assert fresh.txns.aborted_between(0, tiered_storage.log.log_end_offset) == aborted
 
 
 async def test_a_transaction_open_across_the_tiered_boundary_is_aborted_on_a_new_follower(
-    env: Env, tmp_path: Path
+    tiered_storage: Env, tmp_path: Path
 ) -> None:
-    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    leader = ClassicPartition(TOPIC, "t", 0, tiered_storage.log, 1, lag_max_ms=1000)
     leader.apply(PartitionState((1,), (1,), 1, 1, 1), lambda _p: None)
     payload = b"".join(encode_record(Record(b"k", b"v" * 300), i) for i in range(3))
     data = build_raw_batch(
@@ -320,10 +328,10 @@ async def test_a_transaction_open_across_the_tiered_boundary_is_aborted_on_a_new
     )
     view = memoryview(data)
     leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
-    fill(env.log, 10, epoch=1)  # the transaction's first segment rolls
-    first = env.log.segments[0]
-    copied = await env.copier.copy_segment(
-        env.log, first, TOPIC, 0, 1, partial(segment_state, leader)
+    fill(tiered_storage.log, 10, epoch=1)  # the transaction's first segment rolls
+    first = tiered_storage.log.segments[0]
+    copied = await tiered_storage.copier.copy_segment(
+        tiered_storage.log, first, TOPIC, 0, 1, partial(segment_state, leader)
     )
     start = copied.end_offset + 1
     leader.append_marker(9, 0, False, 0)  # aborted, in a later (local) segment
@@ -331,13 +339,17 @@ async def test_a_transaction_open_across_the_tiered_boundary_is_aborted_on_a_new
         TOPIC, "t", 0, Log(str(tmp_path / "f"), LogConfig()), 2, lag_max_ms=1000
     )
     follower.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
-    resolved = follower_start(history_of(env.log), await env.meta.list_segments(TOPIC, 0))
+    resolved = follower_start(
+        history_of(tiered_storage.log), await tiered_storage.meta.list_segments(TOPIC, 0)
+    )
     assert resolved.offset == start
-    assert await start_after_tiered(follower, resolved, RemoteReader(env.store))
+    assert await start_after_tiered(follower, resolved, RemoteReader(tiered_storage.store))
     assert follower.txns.ongoing == {9: 0}  # open where its log starts
-    while follower.log.log_end_offset < env.log.log_end_offset:  # fetches, one segment each
-        chunk = env.log.read(follower.log.log_end_offset, 1 << 20)
-        follower.append_fetched(chunk, env.log.log_end_offset, 0)
+    while (
+        follower.log.log_end_offset < tiered_storage.log.log_end_offset
+    ):  # fetches, one segment each
+        chunk = tiered_storage.log.read(follower.log.log_end_offset, 1 << 20)
+        follower.append_fetched(chunk, tiered_storage.log.log_end_offset, 0)
     assert [(a.producer_id, a.first_offset) for a in follower.txns.aborted] == [(9, 0)]
     follower.log.close()
 
@@ -362,7 +374,7 @@ def test_the_view_finds_the_segment_of_an_offset_as_the_lineage_does() -> None:
 
 
 async def test_a_leader_disables_at_the_controllers_request_only_at_its_epoch(
-    env: Env,
+    tiered_storage: Env,
 ) -> None:
     """KIP-950 on the broker: DisableRemoteTopic is acted on at once (delete: the tiered
     data goes) by the partition's leader at the request's leader epoch only; the answer
@@ -372,20 +384,24 @@ async def test_a_leader_disables_at_the_controllers_request_only_at_its_epoch(
     from broker.logs.tiered.manager import TieringManager
     from controller.requests import DisableRemoteTopic
 
-    fill(env.log, 40, epoch=3)
-    leader = ClassicPartition(TOPIC, "t", 0, env.log, 1, lag_max_ms=1000)
+    fill(tiered_storage.log, 40, epoch=3)
+    leader = ClassicPartition(TOPIC, "t", 0, tiered_storage.log, 1, lag_max_ms=1000)
     leader.apply(PartitionState((1, 2), (1, 2), 1, 3, 1), lambda _p: None)
-    leader.read(env.log.log_end_offset, 1 << 20, 2)  # the follower has it all: HW at the end
-    assert await env.copier.copy_rolled(env.log, TOPIC, 0, 3, env.log.log_end_offset)
+    leader.read(
+        tiered_storage.log.log_end_offset, 1 << 20, 2
+    )  # the follower has it all: HW at the end
+    assert await tiered_storage.copier.copy_rolled(
+        tiered_storage.log, TOPIC, 0, 3, tiered_storage.log.log_end_offset
+    )
     config = SimpleNamespace(
         remote_log_manager_task_interval_ms=30_000, remote_log_storage_system_enable=True
     )
     replicas = SimpleNamespace(
-        broker=SimpleNamespace(store=env.store, cache=None, config=config),
+        broker=SimpleNamespace(store=tiered_storage.store, cache=None, config=config),
         me=1,
         partitions={(TOPIC, 0): leader},
     )
-    manager = TieringManager(replicas, env.meta)  # type: ignore[arg-type]
+    manager = TieringManager(replicas, tiered_storage.meta)  # type: ignore[arg-type]
     beats: list[int] = []
     manager.heartbeat_soon = lambda: beats.append(1)
     for epoch, error in (
@@ -394,7 +410,7 @@ async def test_a_leader_disables_at_the_controllers_request_only_at_its_epoch(
     ):
         stale = DisableRemoteTopic(TOPIC, 0, epoch, 0, "delete")
         assert await manager.disable_remote(stale) == error
-    assert await env.finished()  # nothing deleted
+    assert await tiered_storage.finished()  # nothing deleted
     request = DisableRemoteTopic(TOPIC, 0, 3, 0, "delete")
     manager.on_disable_remote([request])
     manager.on_disable_remote([request])  # the same request again: not run twice
@@ -403,8 +419,8 @@ async def test_a_leader_disables_at_the_controllers_request_only_at_its_epoch(
     [answer] = manager.answers()
     assert (answer.leader_epoch, answer.error_code) == (3, ErrorCode.none)
     assert beats == [1]
-    assert await env.finished() == []
-    assert await env.meta.log_start(TOPIC, 0) == env.log.log_start_offset
+    assert await tiered_storage.finished() == []
+    assert await tiered_storage.meta.log_start(TOPIC, 0) == tiered_storage.log.log_start_offset
     manager.answered([answer])
     assert manager.answers() == []
     # Not a leader here: refused.

@@ -5,12 +5,9 @@ data may be larger (Kafka's minOneMessage)."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-
-import pytest
 
 from broker.logs.classic.classic_log import ClassicSlot
 from broker.logs.classic.partition import ClassicPartition
@@ -23,27 +20,16 @@ from storage.tiered.copier import history_of
 from storage.tiered.lineage import lineage
 from storage.tiered.reader import RemoteReader
 from tests.e2e._batches import Record, build_batch
+from tests.fixtures.tiered_env import NOW, TOPIC, Env
 
 from .test_broker_tiering import TIERED
-from .test_copier_reader import NOW, TOPIC, Env, append
+from .test_copier_reader import append
 
 BIG = 900 * 1024
 MAX_BYTES = 1_000_000
 
 
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    e = Env(tmp_path)
-    await e.store.start()
-    await e.meta.start()
-    try:
-        yield e
-    finally:
-        await e.meta.close()
-        e.log.close()
-
-
-async def tiered_partition(env: Env, tmp: Path, index: int) -> ClassicPartition:
+async def tiered_partition(tiered_storage: Env, tmp: Path, index: int) -> ClassicPartition:
     """A leader whose two first batches (900 KiB, one per segment) are only in remote
     segments; the third, in its active segment, is local."""
     log = Log(str(tmp / f"tiered-{index}"), TIERED)
@@ -52,10 +38,10 @@ async def tiered_partition(env: Env, tmp: Path, index: int) -> ClassicPartition:
     p = ClassicPartition(TOPIC, "t", index, log, 1, lag_max_ms=1000)
     p.apply(PartitionState((1, 2), (1, 2), 1, 1, 1), lambda _p: None)
     p.read(log.log_end_offset, 1 << 20, 2)  # the follower has everything: HW at the end
-    copied = await env.copier.copy_rolled(log, TOPIC, index, 1, log.log_end_offset)
+    copied = await tiered_storage.copier.copy_rolled(log, TOPIC, index, 1, log.log_end_offset)
     log.enforce_retention(copied[-1].end_offset + 1)
     assert log.log_start_offset == 2
-    segments = await env.meta.list_segments(TOPIC, index)
+    segments = await tiered_storage.meta.list_segments(TOPIC, index)
     p.remote = RemoteView(lineage(history_of(log), segments, 0, 1), 0)
     assert p.is_remote(0) and p.is_remote(1)
     return p
@@ -72,10 +58,10 @@ def slots(
     return out
 
 
-async def test_remote_reads_share_the_answer_s_limit(env: Env, tmp_path: Path) -> None:
-    partitions = [await tiered_partition(env, tmp_path, i) for i in range(3)]
+async def test_remote_reads_share_the_answer_s_limit(tiered_storage: Env, tmp_path: Path) -> None:
+    partitions = [await tiered_partition(tiered_storage, tmp_path, i) for i in range(3)]
     broker: Any = SimpleNamespace(
-        classic=SimpleNamespace(tiering=SimpleNamespace(reader=RemoteReader(env.store)))
+        classic=SimpleNamespace(tiering=SimpleNamespace(reader=RemoteReader(tiered_storage.store)))
     )
     try:
         one = len(partitions[0].log.read(2, 1))  # every batch is as large as the local one
