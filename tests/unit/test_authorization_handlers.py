@@ -155,7 +155,14 @@ async def test_records_and_topic_admin_need_delete_create_alter() -> None:
         topics_admin.create_topics, broker, 19, 7, {"topics": [{"name": "new-topic"}]}
     )
     assert answer.topics[0].error_code == E.topic_authorization_failed
-    answer = await call(topics_admin.delete_topics, broker, 20, 6, {"topics": [{"name": "orders"}]})
+    # A positive timeout: with 0 Kafka answers REQUEST_TIMED_OUT before authorizing.
+    answer = await call(
+        topics_admin.delete_topics,
+        broker,
+        20,
+        6,
+        {"topics": [{"name": "orders"}], "timeout": 30_000},
+    )
     assert answer.responses[0].error_code == E.topic_authorization_failed
     answer = await call(
         topics_admin.create_partitions, broker, 37, 3, {"topics": [{"name": "orders", "count": 5}]}
