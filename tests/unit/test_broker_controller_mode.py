@@ -775,7 +775,7 @@ async def test_partitions_configs_and_delete_are_forwarded(
     # Delete: gone from the controller, this broker, and the coordinator.
     topic_id = t.topic_id
     answer = await call(
-        broker, 20, 6, {"topics": [{"name": "t", "topic_id": None}], "timeout_ms": 5000}
+        broker, 20, 6, {"topics": [{"name": "t", "topic_id": None}], "timeout": 5000}
     )
     assert answer.responses[0].error_code == E.none
     assert fake.image.topic("t") is None and broker.topics.get("t") is None

@@ -19,7 +19,7 @@ from broker.groups.share.partition_state import (
     LogBatch,
     SharePartitionState,
 )
-from broker.groups.share.partitions import SharePartitions
+from broker.groups.share.partitions import ShareConflict, SharePartitions
 from storage.share_groups import ShareKey, ShareStateStore
 from storage.share_groups.postgres import PostgresShareStateStore
 from storage.share_groups.sqlite import SqliteShareStateStore
@@ -82,7 +82,13 @@ async def test_brokers_never_acquire_the_same_record(brokers: list[SharePartitio
 
     async def consume(broker: SharePartitions, member: str) -> None:
         while True:
-            got = (await broker.update("g", [KEY], acquire(member)))[KEY]
+            try:
+                got = (await broker.update("g", [KEY], acquire(member)))[KEY]
+            except ShareConflict:
+                # Six consumers in a tight loop on one share-partition: one may lose every
+                # compare-and-set of a round (seen at load 10). The client is answered a
+                # retriable error and asks again, as here; what must hold is below.
+                continue
             if not got:
                 return
             taken.extend(got)
