@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,6 +51,20 @@ def _extra(name: str) -> bool:
     return key is not None and key.extra
 
 
+# Kafka's controller runs a CreateTopics, CreatePartitions or DeleteTopics with the request's
+# timeout as its deadline (ControllerApis: requestTimeoutMsToDeadlineNs). At 0 or less the
+# deadline has passed when the controller takes it up: the request fails as a whole, every
+# topic as given answered REQUEST_TIMED_OUT (the requests' getErrorResponse, no message) and
+# nothing made, whenever the controller has anything to do at all (a topic left once
+# duplicates and refused ones are set aside). The differential's create_timeout_zero and
+# delete_topics_timeout_zero sessions compare it with Kafka 4.x.
+_METADATA_TOPIC = "__cluster_metadata"
+
+
+def _timed_out(timeout: datetime.timedelta) -> bool:
+    return timeout.total_seconds() <= 0
+
+
 async def create_topics(broker: TopicsAdminView, ctx: RequestContext, request: Any) -> Any:
     validate_only = getattr(request, "validate_only", False)
     results = []
@@ -57,6 +72,29 @@ async def create_topics(broker: TopicsAdminView, ctx: RequestContext, request: A
     create_any = access.cluster(broker, ctx, AclOperation.CREATE)
     # A name given twice creates nothing: one answer for it, INVALID_REQUEST (Kafka's).
     counts = Counter(item.name for item in request.topics)
+    if _timed_out(request.timeout) and any(
+        n == 1
+        and name != _METADATA_TOPIC
+        and (create_any or access.topic(broker, ctx, AclOperation.CREATE, name))
+        for name, n in counts.items()
+    ):
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "topics": [
+                    {
+                        "name": item.name,
+                        "topic_id": None,
+                        "error_code": int(ErrorCode.request_timed_out),
+                        "error_message": None,
+                        "num_partitions": -1,
+                        "replication_factor": -1,
+                        "configs": [],
+                    }
+                    for item in request.topics
+                ],
+            }
+        )
     duplicates_answered: set[str] = set()
     for item in request.topics:
         if counts[item.name] > 1:
@@ -176,12 +214,10 @@ async def delete_topics(broker: TopicsAdminView, ctx: RequestContext, request: A
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
-    if request.timeout.total_seconds() <= 0 and _looks_up_topics(wanted):
-        # Kafka's controller runs the request's lookups with its timeout as their deadline,
-        # already passed: the lookup fails, and with it the whole request, before anything
-        # is deleted or any authorization or unknown topic is answered. Every topic of the
-        # request, as given, is answered REQUEST_TIMED_OUT (DeleteTopicsRequest
-        # .getErrorResponse: no message).
+    if _timed_out(request.timeout) and _looks_up_topics(wanted):
+        # The lookup of the topics fails with the deadline (above), and with it the whole
+        # request, before anything is deleted or any authorization or unknown topic is
+        # answered.
         return ctx.respond(
             {
                 "throttle_time": 0,
@@ -230,8 +266,37 @@ async def delete_topics(broker: TopicsAdminView, ctx: RequestContext, request: A
 
 
 async def create_partitions(broker: TopicsAdminView, ctx: RequestContext, request: Any) -> Any:
+    counts = Counter(item.name for item in request.topics)
+    if _timed_out(request.timeout) and any(
+        n == 1 and access.topic(broker, ctx, AclOperation.ALTER, name) for name, n in counts.items()
+    ):
+        return ctx.respond(
+            {
+                "throttle_time": 0,
+                "results": [
+                    {
+                        "name": item.name,
+                        "error_code": int(ErrorCode.request_timed_out),
+                        "error_message": None,
+                    }
+                    for item in request.topics
+                ],
+            }
+        )
     results = []
+    # A name given twice: one answer for it, INVALID_REQUEST, nothing done (Kafka's).
+    duplicated = sorted(name for name, n in counts.items() if n > 1)
+    results += [
+        {
+            "name": name,
+            "error_code": int(ErrorCode.invalid_request),
+            "error_message": "Duplicate topic name.",
+        }
+        for name in duplicated
+    ]
     for item in request.topics:
+        if counts[item.name] > 1:
+            continue
         entry: dict[str, Any] = {"name": item.name, "error_code": 0, "error_message": None}
         results.append(entry)
         if denied := access.topic_error(broker, ctx, AclOperation.ALTER, item.name):

@@ -10,10 +10,11 @@ expect. No session unregisters the broker under test: both oracles are one broke
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .compare import code
-from .sessions import UNKNOWN_TOPIC_ID, session
+from .sessions import UNKNOWN_TOPIC_ID, session, topic_spec
 from .side import Side
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
@@ -151,4 +152,67 @@ def s_delete_topics_timeout_zero(s: Side) -> None:
             "include_topic_authorized_operations": False,
         },
         until=listed,
+    )
+
+
+@session()
+def s_create_timeout_zero(s: Side) -> None:
+    """CreateTopics and CreatePartitions whose timeout has passed when they arrive (0 and
+    -1): a new topic, an existing one, validate_only; then whether anything was made."""
+    t = "create-timeout-zero"
+    s.create_topic(t)
+
+    def create(label: str, name: str, timeout: int = 0, validate_only: bool = False) -> None:
+        s.call(
+            label,
+            "create_topics",
+            {"topics": [topic_spec(name)], "timeout": timeout, "validate_only": validate_only},
+        )
+
+    create("a new topic", "create-timeout-zero-new")
+    create("a new topic, validate only", "create-timeout-zero-validated", validate_only=True)
+    create("an existing topic", t)
+    create("a new topic, timeout -1", "create-timeout-zero-negative", timeout=-1)
+
+    def grow(label: str, count: int, timeout: int = 0, validate_only: bool = False) -> None:
+        s.call(
+            label,
+            "create_partitions",
+            {
+                "topics": [{"name": t, "count": count, "assignments": None}],
+                "timeout": timeout,
+                "validate_only": validate_only,
+            },
+        )
+
+    grow("partitions 1 to 2, validate only", 2, validate_only=True)
+    grow("partitions 1 to 2", 2)
+    grow("partitions to 3, timeout -1", 3, timeout=-1)
+    for timeout in (0, 30_000):
+        # A name given twice: nothing for the controller to do, so no timeout either.
+        s.call(
+            f"partitions of the same topic twice, timeout {timeout}",
+            "create_partitions",
+            {
+                "topics": [{"name": t, "count": 4, "assignments": None}] * 2,
+                "timeout": timeout,
+                "validate_only": False,
+            },
+        )
+    create("another new topic, alone", "create-timeout-zero-twice")
+    s.call(
+        "the same new topic twice, timeout 0",
+        "create_topics",
+        {"topics": [topic_spec("create-timeout-zero-twice")] * 2, "timeout": 0},
+    )
+    time.sleep(2.0)  # whatever a timed-out request still made is there by now
+    names = [t, "create-timeout-zero-new", "create-timeout-zero-validated"]
+    s.call(
+        "metadata: what was made",
+        "metadata",
+        {
+            "topics": [{"name": n} for n in [*names, "create-timeout-zero-negative"]],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+        },
     )

@@ -448,3 +448,46 @@ async def test_delete_topics_with_no_time_left_times_out_before_any_check() -> N
         topics_admin.delete_topics, FakeBroker(), 20, 6, {"topics": [], "timeout": 0}
     )
     assert answer.responses == ()
+
+
+async def test_create_with_no_time_left_times_out_when_the_controller_has_work() -> None:
+    """CreateTopics / CreatePartitions at timeout 0 (or less): Kafka's controller runs them
+    with a deadline already passed, so a request with anything left to make (the caller may,
+    the name is given once) fails whole: every topic REQUEST_TIMED_OUT, nothing made (the
+    stand-in controller refuses any call). With nothing left it is answered as ever."""
+    may = FakeBroker(
+        AclBinding(2, "orders-new", 3, PRINCIPAL, "*", 5, 3),  # CREATE
+        AclBinding(2, "orders", 3, PRINCIPAL, "*", 7, 3),  # ALTER
+    )
+    for timeout in (0, -1):
+        answer = await call(
+            topics_admin.create_topics,
+            may,
+            19,
+            7,
+            {"topics": [{"name": "orders-new"}, {"name": "refused"}], "timeout": timeout},
+        )
+        assert [(t.name, t.error_code, t.num_partitions, t.topic_id) for t in answer.topics] == [
+            ("orders-new", E.request_timed_out, -1, None),
+            ("refused", E.request_timed_out, -1, None),
+        ]
+        answer = await call(
+            topics_admin.create_partitions,
+            may,
+            37,
+            3,
+            {"topics": [{"name": "orders", "count": 2}], "timeout": timeout},
+        )
+        assert [(r.name, r.error_code) for r in answer.results] == [("orders", E.request_timed_out)]
+    answer = await call(
+        topics_admin.create_topics, FakeBroker(), 19, 7, {"topics": [{"name": "orders-new"}]}
+    )
+    assert answer.topics[0].error_code == E.topic_authorization_failed
+    answer = await call(
+        topics_admin.create_partitions,
+        may,
+        37,
+        3,
+        {"topics": [{"name": "orders", "count": 2}] * 2, "timeout": 0},
+    )
+    assert [(r.name, r.error_code) for r in answer.results] == [("orders", E.invalid_request)]
