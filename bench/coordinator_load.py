@@ -16,19 +16,18 @@ a driver that ran out of CPU is seen as such.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from broker.config import BrokerConfig, load_config
 from broker.metadata.topics import TopicRegistry
 from storage.backends import coordinator_and_catalog
 from storage.catalog import TopicCatalog
 from storage.coordinator import BatchToCommit, FindRequest
-from storage.coordinator.postgres import PostgresCoordinator
+from storage.coordinator.postgres import LOGS_CHANNEL, PostgresCoordinator
 from storage.partition_key import PartitionKey
 
 # One batch per partition and object: 16 records of 1 KiB, as the produce benches send them
@@ -96,18 +95,23 @@ class SimBroker:
     async def listen(self, on: bool) -> None:
         """Keep (or stop) the LISTEN connection a broker's long polls wake on: every
         commit's NOTIFY is delivered to each listener, a cost of the database that grows
-        with the number of brokers."""
+        with the number of brokers. Through the coordinator's pool as ``watch_logs``
+        listens, but without its parsing of each payload into partition keys: that is the
+        broker's CPU, and here it would be taken from the simulated brokers' commits."""
         if on and self._listening is None:
             self.listening = asyncio.Event()
-            self._listening = asyncio.ensure_future(self.coordinator.watch_logs(self._notified))
+            listening = self.coordinator.pool.listen(LOGS_CHANNEL, self._notified, self._gap)
+            self._listening = asyncio.ensure_future(listening)
         elif not on and self._listening is not None:
             task, self._listening = self._listening, None
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    def _notified(self, keys: list[PartitionKey] | None) -> None:
-        # The first call is the gap watch_logs reports once its LISTEN is in place.
+    def _gap(self) -> None:
+        # Called once the LISTEN is in place (and after each reconnection).
         self.listening.set()
+
+    def _notified(self, payload: str) -> None:
         self.notifications += 1
 
     def batches(self, keys: Sequence[PartitionKey], now_ms: int) -> list[BatchToCommit]:
@@ -169,7 +173,7 @@ class SimBroker:
 
 
 async def create_catalog(
-    broker: SimBroker, partitions: int, topic_partitions: int, say: Any
+    broker: SimBroker, partitions: int, topic_partitions: int, say: Callable[[str], None]
 ) -> Catalog:
     """Topics of ``topic_partitions`` partitions each (the last one smaller) up to
     ``partitions`` in all, created as a broker without controller creates them
@@ -286,44 +290,50 @@ def wait_kind(event_type: str | None, event: str | None) -> str:
 
 class WaitSampler:
     """Samples what the active backends of the database wait on, every ``interval_s``,
-    over one connection of its own (a few short queries a second: little load)."""
+    over one connection of its own (a few short queries a second: little load). It runs
+    in a thread with its own event loop: on the simulated brokers' loop, busy with their
+    calls and notifications, its samples came late or not at all."""
 
     def __init__(self, dsn: str, interval_s: float = 0.05) -> None:
         self._dsn = dsn
         self._interval = interval_s
-        self._conn: Any = None
-        self._task: asyncio.Task[None] | None = None
-        self._stop = asyncio.Event()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
         self.counts: dict[str, int] = {}
-
-    async def start(self) -> None:
-        import asyncpg
-
-        self._conn = await asyncpg.connect(self._dsn, timeout=10)
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
 
     def begin(self) -> None:
         self.counts = {}
-        self._stop = asyncio.Event()
-        self._task = asyncio.ensure_future(self._run(self._stop))
+        self._stop = threading.Event()
+        self._error = None
+        self._thread = threading.Thread(target=self._main, args=(self._stop,), daemon=True)
+        self._thread.start()
 
     async def end(self) -> dict[str, float]:
         """Each kind's share of the samples of active backends (empty if none)."""
-        assert self._task is not None
-        # Stopped between two queries, not cancelled inside one: a cancelled query
-        # costs a cancel request and a wait of its own.
+        assert self._thread is not None
         self._stop.set()
-        await self._task
+        await asyncio.to_thread(self._thread.join)
+        if self._error is not None:
+            raise self._error
         total = sum(self.counts.values())
         return {k: v / total for k, v in sorted(self.counts.items())} if total else {}
 
-    async def _run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            for event_type, event in await self._conn.fetch(_WAITS):
-                kind = wait_kind(event_type, event)
-                self.counts[kind] = self.counts.get(kind, 0) + 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._interval)
+    def _main(self, stop: threading.Event) -> None:
+        try:
+            asyncio.run(self._run(stop))
+        except BaseException as exc:  # handed to end(), on the caller's loop
+            self._error = exc
+
+    async def _run(self, stop: threading.Event) -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(self._dsn, timeout=10)
+        try:
+            while not stop.is_set():
+                for event_type, event in await conn.fetch(_WAITS):
+                    kind = wait_kind(event_type, event)
+                    self.counts[kind] = self.counts.get(kind, 0) + 1
+                await asyncio.sleep(self._interval)
+        finally:
+            await conn.close()

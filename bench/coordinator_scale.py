@@ -35,9 +35,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .coordinator_load import (
+    Catalog,
     PhaseResult,
     SimBroker,
     WaitSampler,
@@ -143,7 +143,7 @@ async def _measure(
     kind: str,
     point: tuple[int, int, int],
     brokers: Sequence[SimBroker],
-    catalog: Any,
+    catalog: Catalog,
     seconds: float,
     probe: tuple[CpuWatch, WaitSampler],
 ) -> Sample:
@@ -175,9 +175,7 @@ async def _one_catalog(
     brokers = await start_brokers(
         config, max(args.concurrency), not args.no_idempotent, args.seed + 1
     )
-    sampler = WaitSampler(dsn)
-    await sampler.start()
-    probe = (watch, sampler)
+    probe = (watch, WaitSampler(dsn))
     try:
         # Warm-up, unmeasured: every connection prepares its statements and PL/pgSQL its
         # plans once, which a long-running broker has long done.
@@ -206,7 +204,6 @@ async def _one_catalog(
                             f"refused: {commit.refused} batches, {find.refused} finds"
                         )
     finally:
-        await sampler.close()
         await asyncio.gather(*(b.close() for b in brokers))
 
 
