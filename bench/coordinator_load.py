@@ -5,12 +5,13 @@ A simulated broker is what a ``sluice broker`` keeps of the coordinator and noth
 the :class:`~storage.coordinator.postgres.PostgresCoordinator` that
 ``storage.backends.coordinator_and_catalog`` builds for ``coordinator=postgresql`` (its own
 asyncpg pool, the broker's defaults: 1 to 10 connections), the LISTEN connection its long
-polls wake on (``watch_logs``), one idempotent producer id and the next sequence of that
-producer in every partition. Like the real appender (broker/logs/diskless/diskless_append.py)
-it has at most one ``commit_file`` in flight: a broker commits its objects one after the
-other, in flush order. So N committers are N brokers, each on its own connection, all in
-this one process (asyncio tasks); the process's own CPU is measured beside PostgreSQL's so
-a driver that ran out of CPU is seen as such.
+polls wake on (opened as ``watch_logs`` opens it; notifications counted, not parsed), one
+idempotent producer id and the next sequence of that producer in every partition. Like the
+real appender (broker/logs/diskless/diskless_append.py) it has at most one ``commit_file``
+in flight: a broker commits its objects one after the other, in flush order. So N
+committers are N brokers, each on its own connection, all in this one process (asyncio
+tasks); the process's own CPU is measured beside PostgreSQL's so a driver that ran out of
+CPU is seen as such.
 """
 
 from __future__ import annotations

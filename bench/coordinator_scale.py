@@ -2,7 +2,7 @@
 database from 1 to many simulated brokers (issue 29).
 
     .venv/bin/python -m bench.coordinator_scale      # ~2 min: 1k partitions, 1/10/100 per object
-    .venv/bin/python -m bench.coordinator_scale --catalog 1000,100000 --seconds 2
+    .venv/bin/python -m bench.coordinator_scale --catalog 1000,100000 --seconds 1.5
     .venv/bin/python -m bench.coordinator_scale --concurrency 1,2,4,8,16,32,64,128 --catalog 100000
 
 Every diskless produce ends in one ``commit_file`` per object and every fetch in one
@@ -51,7 +51,8 @@ from .limits import wal_flush_ms
 from .stats import ProcStats, machine_busy_ticks, med, percentile
 from .workdir import workdir
 
-# A point is saturated when doubling-or-more the brokers adds less than this to its rate.
+# A point is saturated when the next number of brokers of the sweep (4x more by default)
+# adds less than this to its rate.
 SATURATION_GAIN = 1.10
 
 
