@@ -87,6 +87,28 @@ def fsync_write_mib_s(directory: Path, seconds: float = 1.0, size: int = 8 * MiB
         shutil.rmtree(d, ignore_errors=True)
 
 
+def wal_flush_ms(directory: Path, seconds: float = 1.0) -> tuple[float, float]:
+    """(p50, p99) ms of an 8 KiB append + fdatasync to one file, as PostgreSQL flushes its
+    WAL at each commit (wal_sync_method=fdatasync, Linux's default): the floor of a commit's
+    latency, and of the time it holds its locks."""
+    path = directory / f"wal-probe-{uuid.uuid4().hex[:6]}"
+    page = os.urandom(8192)
+    times: list[float] = []
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds or len(times) < 10:
+            began = time.perf_counter()
+            os.write(fd, page)
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - began)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    times.sort()
+    return percentile(times, 0.5) * 1000, percentile(times, 0.99) * 1000
+
+
 @dataclass(frozen=True)
 class S3Target:
     endpoint_url: str

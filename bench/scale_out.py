@@ -46,7 +46,7 @@ from .produce_consume import (
     produce_flat_out,
     producer_config,
 )
-from .stats import MiB, ProcStats, med, runs
+from .stats import MiB, ProcStats, machine_busy_ticks, med, runs
 from .storage_ops import MetricsWatch, StorageOps, mean_in_flight
 from .workdir import workdir
 
@@ -133,15 +133,6 @@ def _ready() -> bool:
 
 
 # ---------------------------------------------------------------- one run
-
-
-def _machine_busy_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    total = sum(fields[:8])  # guest time is already counted in user
-    return total - idle, total
 
 
 @dataclass
@@ -314,9 +305,9 @@ class Bench:
         # (brokers idle) says how much of a run's figures other programs took.
         procs = [ProcStats(b.pid) for b in brokers]
         ours0 = self._our_cpu_seconds(procs)
-        idle0 = _machine_busy_ticks()
+        idle0 = machine_busy_ticks()
         time.sleep(BACKGROUND_PROBE_S)
-        idle1 = _machine_busy_ticks()
+        idle1 = machine_busy_ticks()
         ours = (self._our_cpu_seconds(procs) - ours0) / ((os.cpu_count() or 1) * BACKGROUND_PROBE_S)
         watches = [MetricsWatch(b.metrics) for b in brokers]
         phases = [w.phase() for w in watches]
@@ -329,12 +320,12 @@ class Bench:
                 (
                     [p.cpu_seconds() for p in procs],
                     {name: p.tree_cpu_seconds() for name, p in self.peers.items()},
-                    _machine_busy_ticks(),
+                    machine_busy_ticks(),
                 )
             )
 
         results = self._produce(count, topic, self.args.mib, batch_size, at_start)
-        busy1, total1 = _machine_busy_ticks()
+        busy1, total1 = machine_busy_ticks()
         cpu0, peers0, (busy0, total0) = counters0[0]
         cpu1 = [p.cpu_seconds() for p in procs]
         peers1 = {name: p.tree_cpu_seconds() for name, p in self.peers.items()}

@@ -99,6 +99,15 @@ class ProcStats:
         return self._status_mib("VmHWM:")
 
 
+def machine_busy_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
 class RssSampler:
     """Samples a process's RSS in a background thread while a phase runs."""
 
