@@ -52,7 +52,10 @@ FLUSH_S = 150.0
 QUIET = {"log_level": 2}
 # SLUICE_NEMESIS_CLIENT_DEBUG=eos,msg,protocol (librdkafka's debug contexts) makes the
 # producers log them to their <name>.out: to see why a client did what the checker flags.
-CLIENT_DEBUG = os.environ.get("SLUICE_NEMESIS_CLIENT_DEBUG", "")
+# By default the producers log librdkafka's eos context (epoch bumps, drains, sequence
+# errors: a few lines per fault): long run #5's duplicates were re-sends under a bumped epoch
+# whose cause the log did not show.
+CLIENT_DEBUG = os.environ.get("SLUICE_NEMESIS_CLIENT_DEBUG", "eos")
 PRODUCER_LOG = {"debug": CLIENT_DEBUG, "log_level": 7} if CLIENT_DEBUG else QUIET
 # The transactional producers' librdkafka debug contexts (SLUICE_NEMESIS_TXN_DEBUG overrides).
 TXN_DEBUG = "eos,msg"
