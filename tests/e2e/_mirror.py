@@ -40,6 +40,7 @@ FAST: dict[str, str] = {
     "refresh.topics.interval.seconds": "2",
     "refresh.groups.interval.seconds": "2",
     "sync.topic.configs.interval.seconds": "2",
+    "sync.topic.acls.interval.seconds": "2",
     "emit.checkpoints.interval.seconds": "1",
     "emit.heartbeats.interval.seconds": "1",
     "sync.group.offsets.enabled": "true",

@@ -25,7 +25,18 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from sluice.launch.kafka import KafkaBroker
 from sluice.launch.process import free_port
@@ -52,13 +63,20 @@ BEFORE = 40  # records per partition the group reads on the source before MM2 st
 AFTER = 25  # records per partition produced once the group's offsets were synced
 MIRROR_TIMEOUT_S = 120.0  # MM2's JVM start, its herder's group join, then the first poll
 CONFIG_KEY = "retention.ms"
+# Both clusters authorize with Kafka's StandardAuthorizer, so MM2 has ACLs to copy; the
+# anonymous PLAINTEXT principal is a super user and a resource without ACLs is open.
+AUTHORIZER = {
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "super.users": "User:ANONYMOUS",
+    "allow.everyone.if.no.acl.found": "true",
+}
 
 
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
     """A Kafka of the test's own: MM2 keeps its state (connector configs naming the other
     cluster's address) in topics on its target, which a later test's MM2 must not find."""
-    broker = KafkaBroker(tmp_path / "kafka")
+    broker = KafkaBroker(tmp_path / "kafka", dict(AUTHORIZER))
     broker.start()
     try:
         yield broker
@@ -70,7 +88,10 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
 def sluice(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SluiceBroker]:
     """`sluice dev` whose new topics, MM2's among them, are of the parametrized kind; the
     test's own, as Kafka is (MM2's state on its target names the other cluster)."""
-    options = {"log.diskless.enable": "true" if request.param == "diskless" else "false"}
+    options = {
+        "log.diskless.enable": "true" if request.param == "diskless" else "false",
+        **AUTHORIZER,
+    }
     broker = SluiceBroker(tmp_path / f"sluice-{request.param}", options)
     broker.start()
     try:
@@ -213,6 +234,7 @@ def mirror_and_check(
     same_offsets = not exactly_once
 
     confluent_create_topic(source_bs, topic, PARTITIONS, config={CONFIG_KEY: "7200000"})
+    create_acls(source_bs, topic)
     produce(source_bs, topic, 0, BEFORE)
     # The group reads everything there is and commits: where its users stopped on the
     # source, the offsets they must resume from on the target.
@@ -244,6 +266,13 @@ def mirror_and_check(
             f"group {group}'s offsets synced to {remote}",
         )
         assert topic_config(target_bs, remote)[CONFIG_KEY] == "7200000"
+        # The topic's ACLs, as MM2 copies them: ALLOW WRITE left out (only MM2 writes the
+        # copy), ALLOW ALL narrowed to READ, the rest as they are.
+        waited(
+            mm,
+            lambda: topic_acls(target_bs, remote) == MIRRORED_ACLS,
+            f"{topic}'s ACLs copied to {remote}",
+        )
 
         if restart:
             mm.stop()
@@ -282,6 +311,44 @@ def mirror_and_check(
         by_partition.setdefault(g.partition, []).append(g)
     assert_same(resumed, [g for p in sorted(by_partition) for g in by_partition[p][BEFORE:]])
     return runs, remote
+
+
+SOURCE_ACLS = [
+    ("User:alice", AclOperation.READ, AclPermissionType.ALLOW),
+    ("User:bob", AclOperation.ALL, AclPermissionType.ALLOW),
+    ("User:carol", AclOperation.WRITE, AclPermissionType.ALLOW),
+    ("User:dave", AclOperation.DESCRIBE, AclPermissionType.DENY),
+]
+MIRRORED_ACLS = {
+    ("User:alice", AclOperation.READ, AclPermissionType.ALLOW),
+    ("User:bob", AclOperation.READ, AclPermissionType.ALLOW),
+    ("User:dave", AclOperation.DESCRIBE, AclPermissionType.DENY),
+}
+
+
+def create_acls(bootstrap: str, topic: str) -> None:
+    admin = confluent_admin(bootstrap)
+    bindings = [
+        AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, who, "*", op, kind)
+        for who, op, kind in SOURCE_ACLS
+    ]
+    for future in admin.create_acls(bindings).values():
+        future.result(timeout=15)
+
+
+def topic_acls(bootstrap: str, topic: str) -> set[tuple[str, AclOperation, AclPermissionType]]:
+    admin = confluent_admin(bootstrap)
+    pattern = AclBindingFilter(
+        ResourceType.TOPIC,
+        topic,
+        ResourcePatternType.LITERAL,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    found = admin.describe_acls(pattern).result(timeout=15)
+    return {(b.principal, b.operation, b.permission_type) for b in found}
 
 
 def add_partition(bootstrap: str, topic: str) -> None:
