@@ -25,18 +25,20 @@ POM = Path(__file__).parent / "java" / "mirror-pom.xml"
 STOP_TIMEOUT_S = 30.0
 
 # Short intervals throughout so a test waits seconds, not MM2's minutes (its defaults: topics
-# refreshed every 10 min, checkpoints every 60 s). One replica everywhere: both clusters are
-# one node. offset.lag.max=0: an offset sync for every record, so a group's committed offset
-# at the end of what was mirrored translates exactly (MM2 translates one past its latest
-# sync at or before the offset, so a stale sync would make the group re-read records).
+# refreshed every 10 min, checkpoints every 60 s). Every topic MM2 creates takes the broker's
+# default replication factor (-1), as docs/migrating-from-kafka.md recommends for a Sluice
+# target (MM2 asks for 2 and 3 by default; a diskless topic takes -1, 1 or the rack count).
+# offset.lag.max=0: an offset sync for every record, so a group's committed offset at the
+# end of what was mirrored translates exactly (MM2 translates one past its latest sync at
+# or before the offset, so a stale sync would make the group re-read records).
 FAST: dict[str, str] = {
-    "replication.factor": "1",
-    "checkpoints.topic.replication.factor": "1",
-    "heartbeats.topic.replication.factor": "1",
-    "offset-syncs.topic.replication.factor": "1",
-    "offset.storage.replication.factor": "1",
-    "status.storage.replication.factor": "1",
-    "config.storage.replication.factor": "1",
+    "replication.factor": "-1",
+    "checkpoints.topic.replication.factor": "-1",
+    "heartbeats.topic.replication.factor": "-1",
+    "offset-syncs.topic.replication.factor": "-1",
+    "offset.storage.replication.factor": "-1",
+    "status.storage.replication.factor": "-1",
+    "config.storage.replication.factor": "-1",
     "refresh.topics.interval.seconds": "2",
     "refresh.groups.interval.seconds": "2",
     "sync.topic.configs.interval.seconds": "2",
