@@ -3,18 +3,20 @@ by which users move their topics and consumer groups to Sluice (docs/migrating-f
 
 Each test mirrors one topic (partitions, records with keys, headers, null keys and values,
 their timestamps) and one consumer group's committed offsets with MM2 in dedicated mode
-(tests/e2e/_mirror.py): every record arrives in ``<source alias>.<topic>`` in order per
-partition; the group, which had read everything produced before MM2 started, has its
-offsets translated and committed on the target by MM2's checkpoint connector
-(sync.group.offsets.enabled), so a consumer of the same group on the target, after more
-records were mirrored, reads exactly those (none it had read on the source, none skipped);
-the topic's configs follow, at creation and when changed on the source later.
+(tests/e2e/_mirror.py): every record arrives in the copy (``<source alias>.<topic>``, or
+the topic's own name with the IdentityReplicationPolicy) in order per partition; the group,
+which had read everything produced before MM2 started, has its offsets translated and
+committed on the target by MM2's checkpoint connector (sync.group.offsets.enabled), so a
+consumer of the same group on the target, after more records were mirrored, reads exactly
+those (none it had read on the source, none skipped); the topic's configs follow, at
+creation and when changed on the source later, and so do a new partition and its ACLs.
 
 Kafka -> Sluice puts MM2's own topics on Sluice (Connect's compacted config, offset and
 status topics, the checkpoints and heartbeats); Sluice -> Kafka reads the source's group
-offsets and keeps the offset-syncs topic (compacted) on Sluice. Sluice runs once with its
-topics diskless (the default) and once classic (``log.diskless.enable=false``): the kind
-MM2's topics, the mirrored one among them, are created with.
+offsets and ACLs and keeps the offset-syncs topic (compacted) on Sluice. Kafka -> Sluice
+runs once with Sluice's topics diskless (the default) and once classic
+(``log.diskless.enable=false``): the kind MM2's topics, the copy among them, are created
+with.
 """
 
 from __future__ import annotations
@@ -220,6 +222,7 @@ def mirror_and_check(
     exactly_once: bool = False,
     restart: bool = False,
     protocol: str = "classic",
+    identity: bool = False,
 ) -> tuple[list[MirrorMaker], str]:
     """Mirror ``topic`` and a group of it from ``source`` to ``target`` (alias, bootstrap)
     and check records, offsets, configs and partitions; returns the MM2s run (stopped) and
@@ -227,10 +230,12 @@ def mirror_and_check(
     (KIP-618). ``restart``: MM2 is stopped once the first records and the group's offsets
     are across and a second one goes on from what the first left in its topics on the
     target (Connect's offsets, configs and status, the checkpoints) while records keep coming
-    on the source. ``protocol``: the group protocol of the consumer resuming on the target."""
+    on the source. ``protocol``: the group protocol of the consumer resuming on the target.
+    ``identity``: MM2's IdentityReplicationPolicy, the copy under the source's name (else
+    the DefaultReplicationPolicy's ``<source alias>.<topic>``)."""
     (source_alias, source_bs), (target_alias, target_bs) = source, target
     group = unique_topic("group")
-    remote = f"{source_alias}.{topic}"
+    remote = topic if identity else f"{source_alias}.{topic}"
     same_offsets = not exactly_once
 
     confluent_create_topic(source_bs, topic, PARTITIONS, config={CONFIG_KEY: "7200000"})
@@ -246,6 +251,8 @@ def mirror_and_check(
     settings = {f"{flow}.topics": topic, f"{flow}.groups": group}
     if exactly_once:
         settings |= exactly_once_settings(source_alias, target_alias)
+    if identity:
+        settings["replication.policy.class"] = IDENTITY
     clusters = {source_alias: source_bs, target_alias: target_bs}
     runs = [MirrorMaker(mm_dir, clusters, [flow], settings)]
     mm = runs[0]
@@ -313,6 +320,7 @@ def mirror_and_check(
     return runs, remote
 
 
+IDENTITY = "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"
 SOURCE_ACLS = [
     ("User:alice", AclOperation.READ, AclPermissionType.ALLOW),
     ("User:bob", AclOperation.ALL, AclPermissionType.ALLOW),
@@ -423,28 +431,30 @@ def kind(bootstrap: str, topic: str) -> str:
     return "diskless" if topic_config(bootstrap, topic)["diskless.enable"] == "true" else "classic"
 
 
-@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
+@pytest.mark.parametrize("mode", ["at-least-once", "exactly-once-same-names"])
 def test_kafka_to_sluice(
     kafka: KafkaBroker,
     sluice: SluiceBroker,
     mirror_dir: Path,
-    delivery: str,
+    mode: str,
     request: pytest.FixtureRequest,
 ) -> None:
     """A migration's path: Kafka's topic and group, mirrored into Sluice by MM2 as it runs
-    by default (at least once), or with exactly-once delivery and across a restart of MM2
-    (which goes on from the state the first left on Sluice); the group resumes on Sluice
-    with KIP-848's protocol, as a current client would."""
+    by default (at least once, the copy named ``kafka.<topic>``), or set up for a migration:
+    exactly once, under the topic's own name (IdentityReplicationPolicy), across a restart
+    of MM2 (which goes on from the state the first left on Sluice). The group resumes on
+    Sluice with KIP-848's protocol, as a current client would."""
     topic = unique_topic("orders")
-    exactly_once = delivery == "exactly-once"
+    migration = mode == "exactly-once-same-names"
     runs, remote = mirror_and_check(
         mirror_dir,
         ("kafka", kafka.bootstrap),
         ("sluice", sluice.bootstrap),
         topic,
-        exactly_once=exactly_once,
-        restart=exactly_once,
+        exactly_once=migration,
+        restart=migration,
         protocol="consumer",
+        identity=migration,
     )
     expected_kind = request.node.callspec.params["sluice"]
     assert kind(sluice.bootstrap, remote) == expected_kind
