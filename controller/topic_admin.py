@@ -70,12 +70,16 @@ def replication_factor_error(
             "Manual partition assignments are not supported for diskless topics: the "
             "controller places one replica per rack",
         )
-    if replication_factor not in (-1, 1):
+    # -1 and 1 ask for the managed factor; so does naming it. Kafka's own tools ask for 3
+    # by default (Connect's and MirrorMaker 2's internal topics, among others), which a
+    # Kafka of three brokers grants and so must a Sluice cluster in three racks. Any other
+    # factor would be silently changed, so it is refused.
+    if replication_factor not in (-1, 1, racks):
         return (
             ErrorCode.invalid_replication_factor,
             f"Replication factor {replication_factor} is not supported for diskless topics: "
             f"it is managed by the controller, one replica per rack (now {racks} rack(s)); "
-            "use -1 or 1",
+            f"use -1, 1 or {racks}",
         )
     return None
 

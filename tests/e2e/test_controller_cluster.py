@@ -65,6 +65,13 @@ def test_placement_is_rack_aware_with_balanced_leaders(cluster: LocalCluster, to
         ].result(20)
     assert refused.value.args[0].code() == 38  # INVALID_REPLICATION_FACTOR
     assert "rack" in refused.value.args[0].str()
+    # Asking for the managed factor itself is granted, as a Kafka of three brokers grants 3
+    # (Kafka Connect's and MirrorMaker 2's internal topics ask for it by default).
+    rf3 = topic + "-rf3"
+    admin.create_topics([NewTopic(rf3, 1, replication_factor=3)])[rf3].result(20)
+    wait_until(lambda: len(describe(admin, rf3)) == 1, "the RF 3 topic", 10)
+    for leader, replicas, _ in describe(admin, rf3).values():
+        assert sorted(rack_of[r] for r in replicas) == sorted(RACKS) and leader in replicas
 
     # New partitions follow the same rule.
     admin.create_partitions([NewPartitions(topic, 9)])[topic].result(20)

@@ -203,16 +203,34 @@ def test_fenced_only_rack_still_gets_its_replica_but_not_the_leadership() -> Non
         assert p.replicas == (1, 2) and p.leader == 1 and p.isr == (1, 2)
 
 
-def test_rf_other_than_minus_one_or_one_is_rejected() -> None:
+def test_rf_other_than_the_managed_one_is_rejected() -> None:
     c = Cluster()
     c.start(SIX_IN_THREE)
-    for rf in (2, 3, 0, -2):
+    for rf in (2, 4, 0, -2):
         result = c.create("t", 3, replication_factor=rf)
         assert result.error_code == ErrorCode.invalid_replication_factor
         assert "managed" in result.error_message and "3 rack" in result.error_message
     assert c.create("t1", 3, replication_factor=1).replication_factor == 3
     assert c.create("t2", 3, replication_factor=-1).replication_factor == 3
     assert c.image.topic("t") is None
+
+
+def test_rf_equal_to_the_rack_count_is_the_managed_one() -> None:
+    """Kafka Connect's and MirrorMaker 2's internal topics ask for RF 3 by default (a Kafka
+    of three brokers grants it): in three racks that is the factor the controller would
+    choose, so it is granted, one replica per rack, as -1 would be."""
+    c = Cluster()
+    c.start(SIX_IN_THREE)
+    result = c.create("mm2-configs.kafka.internal", 1, replication_factor=3)
+    assert result.error_code == ErrorCode.none and result.replication_factor == 3
+    (partition,) = c.partitions("mm2-configs.kafka.internal").values()
+    assert sorted(racks_of(c, partition.replicas)) == ["a", "b", "c"]
+    # One rack: 3 is more than the cluster can place, as on a one-broker Kafka.
+    single = Cluster()
+    single.start({1: "a", 2: "a"})
+    refused = single.create("t", 1, replication_factor=3)
+    assert refused.error_code == ErrorCode.invalid_replication_factor
+    assert "use -1, 1 or 1" in refused.error_message
 
 
 def test_manual_assignments_are_rejected() -> None:
