@@ -117,12 +117,17 @@ class LogsNotifier:
         self._task: asyncio.Task[None] | None = None
         self._conn: asyncpg.Connection | None = None
         self._last_sent = float("-inf")
+        self._closed = False
         self._outage = OutageLog(f"PostgreSQL NOTIFY {LOGS_CHANNEL}", log, is_unavailable)
         self.sent = 0  # notifying transactions that committed (tests, benchmarks)
 
     def changed(self, keys: Iterable[PartitionKey]) -> None:
         """These logs changed in a transaction that has committed (or may have: an unknown
         outcome; a wake-up for nothing only costs a look)."""
+        if self._closed:
+            # A write that ended after close() (a broker stopping): no new connection that
+            # nothing would close; the others' long polls see it at their next look.
+            return
         self._pending.update(keys)
         if self._pending and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -171,6 +176,7 @@ class LogsNotifier:
     async def close(self, flush_s: float = 1.0) -> None:
         """Send what is pending (for up to ``flush_s``: a broker stopping after its last
         commit still wakes the others), then close the connection."""
+        self._closed = True
         task = self._task
         if task is not None and not task.done():
             try:
