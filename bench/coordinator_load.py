@@ -4,9 +4,11 @@ coordinator through the product's own classes, and one timed phase of commits or
 A simulated broker is what a ``sluice broker`` keeps of the coordinator and nothing else:
 the :class:`~storage.coordinator.postgres.PostgresCoordinator` that
 ``storage.backends.coordinator_and_catalog`` builds for ``coordinator=postgresql`` (its own
-asyncpg pool, the broker's defaults: 1 to 10 connections), the LISTEN connection its long
-polls wake on (opened as ``watch_logs`` opens it; notifications counted, not parsed), one
-idempotent producer id and the next sequence of that producer in every partition. Like the
+asyncpg pool, the broker's defaults: 1 to 10 connections; its notifier, which NOTIFYs the
+logs its commits changed after each commit from a connection of its own), the LISTEN
+connection its long polls wake on (opened as ``watch_logs`` opens it; notifications
+counted, not parsed), one idempotent producer id and the next sequence of that producer in
+every partition. Like the
 real appender (broker/logs/diskless/diskless_append.py) it has at most one ``commit_file``
 in flight: a broker commits its objects one after the other, in flush order. So N
 committers are N brokers, each on its own connection, all in this one process (asyncio
@@ -28,8 +30,10 @@ from broker.metadata.topics import TopicRegistry
 from storage.backends import coordinator_and_catalog
 from storage.catalog import TopicCatalog
 from storage.coordinator import BatchToCommit, FindRequest
-from storage.coordinator.postgres import LOGS_CHANNEL, PostgresCoordinator
+from storage.coordinator.postgres import PostgresCoordinator
 from storage.partition_key import PartitionKey
+from storage.postgres.notify import APPLICATION_NAME as NOTIFIER_APPLICATION_NAME
+from storage.postgres.notify import LOGS_CHANNEL
 
 # One batch per partition and object: 16 records of 1 KiB, as the produce benches send them
 # (16 KiB batches). The coordinator only sees the sizes and counts, never the bytes.
@@ -65,10 +69,16 @@ class Catalog:
 class SimBroker:
     """One broker's share of the coordinator (see the module docstring)."""
 
-    def __init__(self, node_id: int, config: BrokerConfig, idempotent: bool, seed: int) -> None:
+    def __init__(
+        self, node_id: int, config: BrokerConfig, idempotent: bool, seed: int, notify: bool = True
+    ) -> None:
         self.node_id = node_id
         coordinator, catalog = coordinator_and_catalog(config)
         assert isinstance(coordinator, PostgresCoordinator)
+        if not notify:
+            # A what-if, not the product: no broker's long poll would wake on this one's
+            # commits. The notifier has opened nothing yet (it connects at its first send).
+            coordinator.notifier = None
         self.coordinator = coordinator
         self.catalog: TopicCatalog = catalog
         self.config = config
@@ -256,11 +266,16 @@ async def run_phase(
 
 
 async def start_brokers(
-    config: BrokerConfig, count: int, idempotent: bool, seed: int, first_id: int = 1
+    config: BrokerConfig,
+    count: int,
+    idempotent: bool,
+    seed: int,
+    first_id: int = 1,
+    notify: bool = True,
 ) -> list[SimBroker]:
     """``count`` simulated brokers, started a few at a time (each opens its pool and
     checks the schema)."""
-    brokers = [SimBroker(first_id + i, config, idempotent, seed + i) for i in range(count)]
+    brokers = [SimBroker(first_id + i, config, idempotent, seed + i, notify) for i in range(count)]
     for i in range(0, count, 8):
         await asyncio.gather(*(b.start() for b in brokers[i : i + 8]))
     return brokers
@@ -268,9 +283,10 @@ async def start_brokers(
 
 # What a committer's backend was doing, by pg_stat_activity's wait event: the row locks of
 # logs another commit holds (its transaction id, until that commit's WAL flush ends), the
-# WAL flush itself, NOTIFY's queue (one lock for the whole database at commit), or running.
+# WAL flush itself, NOTIFY's queue (one lock for the whole server at commit), or running.
+# The brokers' notifiers (their own connections, named so) are told apart.
 _WAITS = (
-    "SELECT wait_event_type, wait_event FROM pg_stat_activity"
+    "SELECT wait_event_type, wait_event, application_name = $1 FROM pg_stat_activity"
     " WHERE datname = current_database() AND backend_type = 'client backend'"
     " AND state = 'active' AND pid <> pg_backend_pid()"
 )
@@ -302,9 +318,13 @@ class WaitSampler:
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self.counts: dict[str, int] = {}
+        self.notifier_counts: dict[str, int] = {}
+        self.samples = 0
 
     def begin(self) -> None:
         self.counts = {}
+        self.notifier_counts = {}
+        self.samples = 0
         self._stop = threading.Event()
         self._error = None
         self._thread = threading.Thread(target=self._main, args=(self._stop,), daemon=True)
@@ -320,6 +340,13 @@ class WaitSampler:
         total = sum(self.counts.values())
         return {k: v / total for k, v in sorted(self.counts.items())} if total else {}
 
+    def notifiers(self) -> tuple[float, float]:
+        """The notifiers' backends of the last phase: how many were active at a sample on
+        average, and the share of those samples spent waiting for NOTIFY's lock."""
+        seen = sum(self.notifier_counts.values())
+        active = seen / self.samples if self.samples else 0.0
+        return active, self.notifier_counts.get("notify lock", 0) / seen if seen else 0.0
+
     def _main(self, stop: threading.Event) -> None:
         try:
             asyncio.run(self._run(stop))
@@ -332,9 +359,13 @@ class WaitSampler:
         conn = await asyncpg.connect(self._dsn, timeout=10)
         try:
             while not stop.is_set():
-                for event_type, event in await conn.fetch(_WAITS):
+                for event_type, event, notifier in await conn.fetch(
+                    _WAITS, NOTIFIER_APPLICATION_NAME
+                ):
                     kind = wait_kind(event_type, event)
-                    self.counts[kind] = self.counts.get(kind, 0) + 1
+                    counts = self.notifier_counts if notifier else self.counts
+                    counts[kind] = counts.get(kind, 0) + 1
+                self.samples += 1
                 await asyncio.sleep(self._interval)
         finally:
             await conn.close()

@@ -79,6 +79,9 @@ class Sample:
     notifications: int  # NOTIFYs the listening brokers received (commit phases)
     # What the active backends were doing (bench.coordinator_load.wait_kind), by share.
     waits: dict[str, float] = field(default_factory=dict)
+    notify_sent: int = 0  # notifying transactions the brokers' notifiers committed
+    notifiers_active: float = 0.0  # notifier backends active per sample, on average
+    notifiers_on_lock: float = 0.0  # share of those samples waiting for NOTIFY's lock
 
 
 class CpuWatch:
@@ -110,6 +113,7 @@ def _sample(
     cpu: tuple[float, float, float],
     notifications: int,
     waits: dict[str, float],
+    notifiers: tuple[int, float, float],
 ) -> Sample:
     lat = sorted(result.latencies)
     calls = len(lat)
@@ -127,6 +131,7 @@ def _sample(
         busy,
         notifications,
         waits,
+        *notifiers,
     )
 
 
@@ -150,14 +155,16 @@ async def _measure(
 ) -> Sample:
     watch, sampler = probe
     notified = sum(b.notifications for b in brokers)
+    sent = sum(b.coordinator.notifier.sent for b in brokers if b.coordinator.notifier)
     before = watch.snapshot()
     sampler.begin()
     result = await run_phase(kind, brokers, catalog, point[1], seconds)
     waits = await sampler.end()
     after = watch.snapshot()
     notifications = sum(b.notifications for b in brokers) - notified
+    sent = sum(b.coordinator.notifier.sent for b in brokers if b.coordinator.notifier) - sent
     cpu = CpuWatch.delta(before, after, result.seconds)
-    return _sample(point, result, cpu, notifications, waits)
+    return _sample(point, result, cpu, notifications, waits, (sent, *sampler.notifiers()))
 
 
 async def _one_catalog(
@@ -172,9 +179,13 @@ async def _one_catalog(
     finally:
         await setup.close()
     if args.what_if_no_notify:
-        await _disable_notify(dsn)
+        say("  what-if: the brokers' notifiers are off (commits wake no other broker)")
     brokers = await start_brokers(
-        config, max(args.concurrency), not args.no_idempotent, args.seed + 1
+        config,
+        max(args.concurrency),
+        not args.no_idempotent,
+        args.seed + 1,
+        notify=not args.what_if_no_notify,
     )
     probe = (watch, WaitSampler(dsn))
     try:
@@ -228,6 +239,9 @@ class Row:
     busy: float
     # Commit phases: what the active backends did, median share over the runs.
     waits: dict[str, float]
+    # Commit phases, medians over the runs: notifying transactions per commit, notifier
+    # backends active per sample, the share of those on NOTIFY's lock.
+    notifies: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @property
     def commit_rate(self) -> float:
@@ -260,6 +274,11 @@ def rows(samples: Sequence[Sample]) -> list[Row]:
                 med([s.driver_cores for s in of]),
                 med([s.machine_busy for s in of]),
                 _median_shares([s.waits for s in c]),
+                (
+                    med([s.notify_sent / s.calls if s.calls else 0.0 for s in c]),
+                    med([s.notifiers_active for s in c]),
+                    med([s.notifiers_on_lock for s in c]),
+                ),
             )
         )
     return out
@@ -315,18 +334,26 @@ def report(samples: Sequence[Sample], args: argparse.Namespace, budget: int) -> 
     say(
         "Where the committing backends were (pg_stat_activity sampled every 50 ms during the "
         "commit phases; share of samples of active backends, median of the runs): on CPU, "
-        "waiting for row locks another commit holds, on the WAL, on NOTIFY's lock, else"
+        "waiting for row locks another commit holds, on the WAL, on NOTIFY's lock, else; "
+        "then the brokers' notifiers (storage/postgres/notify.py): notifying transactions "
+        "per commit, their backends active at a sample (mean), the share of those on "
+        "NOTIFY's lock"
     )
     say()
-    say("| catalog | partitions per object | brokers | " + " | ".join(WAIT_COLUMNS) + " | other |")
-    say("|---|---|---|" + "---|" * (len(WAIT_COLUMNS) + 1))
+    say(
+        "| catalog | partitions per object | brokers | "
+        + " | ".join(WAIT_COLUMNS)
+        + " | other | NOTIFYs per commit | notifiers active | on NOTIFY's lock |"
+    )
+    say("|---|---|---|" + "---|" * (len(WAIT_COLUMNS) + 4))
     for r in table:
         other = {k: v for k, v in r.waits.items() if k not in WAIT_COLUMNS and v >= 0.005}
         rest = ", ".join(f"{k} {v:.0%}" for k, v in sorted(other.items(), key=lambda x: -x[1]))
+        per_commit, active, on_lock = r.notifies
         say(
             f"| {r.catalog} | {r.ppo} | {r.brokers} | "
             + " | ".join(f"{r.waits.get(k, 0.0):.0%}" for k in WAIT_COLUMNS)
-            + f" | {rest or '-'} |"
+            + f" | {rest or '-'} | {per_commit:.2f} | {active:.2f} | {on_lock:.0%} |"
         )
     say()
     fetches = args.fetches_per_broker
@@ -377,9 +404,9 @@ async def _sweep(args: argparse.Namespace) -> list[Sample]:
         if args.dsn:
             admin = args.dsn
         else:
-            # Two connections per simulated broker (its pool's one in use, its LISTEN),
-            # past PostgreSQL's default of 100 at 64 brokers.
-            connections = max(100, 2 * max(args.concurrency) + 20)
+            # Three connections per simulated broker (its pool's one in use, its LISTEN,
+            # its notifier's), past PostgreSQL's default of 100 at 64 brokers.
+            connections = max(100, 3 * max(args.concurrency) + 20)
             settings = {"max_connections": str(connections), **broker_options(args.pg_setting)}
             server = LocalPostgres(wd / "postgres", settings=settings)
             await asyncio.to_thread(server.start)
@@ -404,20 +431,6 @@ async def _sweep(args: argparse.Namespace) -> list[Sample]:
             if server is not None:
                 await asyncio.to_thread(server.stop)
     return samples
-
-
-async def _disable_notify(dsn: str) -> None:
-    """A what-if, not the product: commits without the NOTIFY of their logs (no broker's
-    long poll would wake on another broker's commit), to see what NOTIFY's database-wide
-    lock at commit costs."""
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn, timeout=10)
-    try:
-        await conn.execute("ALTER TABLE logs DISABLE TRIGGER logs_notify")
-    finally:
-        await conn.close()
-    say("  what-if: the logs_notify trigger is disabled (commits send no NOTIFY)")
 
 
 def _postmaster_pid(data_dir: Path) -> int:
@@ -466,8 +479,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="no LISTEN connection per broker (default: each active broker "
                     "listens, as brokers' long polls do)")  # fmt: skip
     ap.add_argument("--what-if-no-notify", action="store_true",
-                    help="not the product: disable the trigger that NOTIFYs every commit's "
-                    "logs, to measure what its lock costs")  # fmt: skip
+                    help="not the product: the brokers send no NOTIFY after their commits "
+                    "(no notifier), to measure what the notifications cost")  # fmt: skip
     ap.add_argument("--pg-setting", action="append", default=[], metavar="KEY=VALUE",
                     help="a setting of the launched PostgreSQL (e.g. synchronous_commit=off "
                     "for a what-if); repeatable")  # fmt: skip

@@ -10,7 +10,8 @@ Semantics are the SQLite backend's, held to by the shared contract suite.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -27,6 +28,7 @@ from storage.coordinator import (
     BatchToCommit,
     BrokerRegistration,
     CommitResult,
+    CoordinatorUnavailable,
     DeleteRecordsResult,
     FileToDelete,
     FindRequest,
@@ -42,6 +44,7 @@ from storage.coordinator import (
     StoredBatch,
 )
 from storage.partition_key import PartitionKey
+from storage.postgres.notify import LOGS_CHANNEL, LogsNotifier, decode_payload
 from storage.postgres.pool import PoolUser, PostgresPool
 from storage.transactions import AbortedTransaction
 from storage.transactions.postgres import PostgresTransactions
@@ -191,7 +194,6 @@ _UNKNOWN_OBJECTS = (
 _CLUSTER_ID = "SELECT sluice_cluster_id($1)"
 _HEARTBEAT = "SELECT * FROM sluice_broker_heartbeat($1, $2, $3, $4, $5, $6, $7)"
 _LEAVE = "DELETE FROM broker_heartbeats WHERE node_id = $1 AND incarnation = $2"
-LOGS_CHANNEL = "sluice_logs"
 # One statement, so one snapshot for every log asked about. The lateral join gives a log
 # without batches one row of NULLs, so its high watermark still comes back.
 _LIST_BATCHES = (
@@ -227,6 +229,12 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
     ``dsn`` is a postgresql:// URL (the coordinator makes its own pool; the pool
     options apply) or a :class:`PostgresPool` shared with e.g. the catalog (its own
     options apply). ``start()`` applies pending schema migrations.
+
+    Every call that moves a log's high watermark or start (commit_file, txn_complete,
+    delete_records, enforce_retention, seed_log) hands the logs it changed to this
+    process's :class:`~storage.postgres.notify.LogsNotifier` once its transaction has
+    committed, which wakes the other brokers' long polls (``watch_logs``);
+    ``notify_interval_ms`` is its coalescing interval, None for no notifications at all.
     """
 
     def __init__(
@@ -238,6 +246,7 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
         command_timeout: float = 15.0,
         connect_timeout: float = 5.0,
         max_batches_per_partition: int = 5000,
+        notify_interval_ms: float | None = 5.0,
     ) -> None:
         super().__init__(
             dsn,
@@ -248,6 +257,36 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
         )
         # A safety bound on one partition's share of a fetch answer, as in SQLite.
         self._max_batches = max_batches_per_partition
+        self.notifier: LogsNotifier | None = None
+        if notify_interval_ms is not None:
+            self.notifier = LogsNotifier(
+                self._pool.dsn,
+                interval_s=notify_interval_ms / 1000,
+                connect_timeout=self._pool.connect_timeout,
+                command_timeout=self._pool.command_timeout,
+            )
+
+    async def close(self) -> None:
+        if self.notifier is not None:
+            await self.notifier.close()
+        await super().close()
+
+    def _logs_changed(self, keys: Iterable[PartitionKey]) -> None:
+        if self.notifier is not None:
+            self.notifier.changed(keys)
+
+    async def _write_logs(
+        self, maybe_changed: Sequence[PartitionKey], sql: str, *args: Any
+    ) -> list[Any]:
+        """One write that may move these logs. If its outcome is unknown (the connection
+        died after it was sent) it may have committed, and the trigger before 0018 notified
+        such a commit: so notify them all; a wake-up for nothing only costs a look."""
+        try:
+            return await self._pool.fetch(sql, *args, write=True)
+        except CoordinatorUnavailable as exc:
+            if exc.outcome_unknown:
+                self._logs_changed(maybe_changed)
+            raise
 
     @property
     def pool(self) -> PostgresPool:
@@ -269,7 +308,8 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
             # none of its records, dropped.
             # Up to that high watermark only: never past what it was.
             await self.delete_records([(key, info.high_watermark)], _now_ms())
-        row = await self._pool.fetchrow(
+        rows = await self._write_logs(
+            [key],
             _SEED_LOG,
             key.topic_id,
             key.partition,
@@ -280,10 +320,10 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
             [b.base_sequence for b in producers],
             [b.last_sequence for b in producers],
             [b.last_offset for b in producers],
-            write=True,
         )
-        assert row is not None
-        return int(row[0]), int(row[1])
+        assert rows, "the seed answers the log's offsets"
+        self._logs_changed([key])
+        return int(rows[0][0]), int(rows[0][1])
 
     async def seal_log(self, key: PartitionKey) -> SealedLog:
         rows = await self._pool.fetch(_SEAL_LOG, key.topic_id, key.partition, write=True)
@@ -325,7 +365,8 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
         batches: Sequence[BatchToCommit],
         now_ms: int,
     ) -> list[CommitResult]:
-        rows = await self._pool.fetch(
+        rows = await self._write_logs(
+            [PartitionKey(b.topic_id, b.partition) for b in batches],
             _COMMIT,
             object_key,
             object_size,
@@ -342,12 +383,19 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
             [b.producer_epoch for b in batches],
             [b.base_sequence for b in batches],
             [b.transactional for b in batches],
-            write=True,
         )
         # A set-returning function's rows come in the order it returned them: input order.
         if len(rows) != len(batches):
             raise RuntimeError(f"sluice_commit_file answered {len(rows)} of {len(batches)}")
-        return [CommitResult(r[1], r[2], r[3], r[4]) for r in rows]
+        results = [CommitResult(r[1], r[2], r[3], r[4]) for r in rows]
+        # Refused batches changed nothing; a duplicate's log did not move either, but telling
+        # them apart is not worth it (a retry is rare, the wake-up for nothing cheap).
+        self._logs_changed(
+            PartitionKey(b.topic_id, b.partition)
+            for b, r in zip(batches, results, strict=True)
+            if r.error == NONE
+        )
+        return results
 
     async def commit_outcome(
         self, object_key: str, batches: Sequence[BatchToCommit]
@@ -448,19 +496,28 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
     async def delete_records(
         self, requests: Sequence[tuple[PartitionKey, int]], now_ms: int
     ) -> list[DeleteRecordsResult]:
-        rows = await self._pool.fetch(
+        rows = await self._write_logs(
+            [k for k, _ in requests],
             _DELETE_RECORDS,
             [k.topic_id for k, _ in requests],
             [k.partition for k, _ in requests],
             [offset for _, offset in requests],
             now_ms,
-            write=True,
         )
-        return [DeleteRecordsResult(r[1], r[2]) for r in rows]
+        results = [DeleteRecordsResult(r[1], r[2]) for r in rows]
+        # Those already at or past the offset did not move: rare, and a look is cheap.
+        self._logs_changed(
+            k for (k, _), r in zip(requests, results, strict=True) if r.error == NONE
+        )
+        return results
 
     async def enforce_retention(
         self, policies: Sequence[RetentionPolicy], now_ms: int
     ) -> list[LogInfo]:
+        # Every diskless log, every round, on every broker: an unknown outcome notifies none
+        # of them (all would wake every waiter of the cluster), since a start move gives a
+        # waiting fetch nothing to read anyway: it waits at the high watermark, which
+        # retention never passes.
         rows = await self._pool.fetch(
             _ENFORCE_RETENTION,
             [p.topic_id for p in policies],
@@ -469,6 +526,12 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
             [p.retention_bytes for p in policies],
             now_ms,
             write=True,
+        )
+        # The logs whose start moved (r_moved), as the trigger notified them before 0018.
+        self._logs_changed(
+            PartitionKey(p.topic_id, p.partition)
+            for p, r in zip(policies, rows, strict=True)
+            if r[5]
         )
         return [LogInfo(r[1], r[2], r[3], r[4]) for r in rows]
 
@@ -515,17 +578,13 @@ class PostgresCoordinator(PoolUser, PostgresTransactions, BatchCoordinator):
         await self._pool.fetch(_LEAVE, me.node_id, me.incarnation, write=True)
 
     async def watch_logs(self, on_change: LogsChanged) -> None:
-        def on_payload(payload: str) -> None:
-            if not payload:
-                on_change(None)
-                return
-            keys = []
-            for line in payload.split("\n"):
-                topic_id, _, partition = line.partition(":")
-                keys.append(PartitionKey(UUID(topic_id), int(partition)))
-            on_change(keys)
-
-        await self._pool.listen(LOGS_CHANNEL, on_payload, lambda: on_change(None))
+        # Sent by every process's LogsNotifier (this one's too: its own long polls were
+        # woken at the commit already, so they only look once more).
+        await self._pool.listen(
+            LOGS_CHANNEL,
+            lambda payload: on_change(decode_payload(payload)),
+            lambda: on_change(None),
+        )
 
     # ---------------------------------------------------------------- background jobs
 

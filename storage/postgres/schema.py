@@ -158,4 +158,11 @@ async def _replace_functions(
             timeout=timeout,
         )
         replaced.append(f.name)
+    # The digest of a function no longer shipped (a migration dropped it, as 0018 did
+    # sluice_notify_logs) would otherwise stay, naming a function that is not there.
+    await conn.execute(
+        "DELETE FROM schema_functions WHERE name <> ALL($1::text[])",
+        [f.name for f in functions],
+        timeout=timeout,
+    )
     return replaced

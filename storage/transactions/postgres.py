@@ -8,13 +8,13 @@ backend's (storage/transactions/sqlite.py), held to by the shared contract suite
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import asyncpg
 
-from storage.coordinator import SealedLogRefused
+from storage.coordinator import CoordinatorUnavailable, SealedLogRefused
 from storage.groups import CommittedOffset
 from storage.partition_key import PartitionKey
 from storage.transactions import (
@@ -140,6 +140,9 @@ class PostgresTransactions:
     """TransactionStore on the coordinator's pool (mixed into PostgresCoordinator)."""
 
     _pool: PostgresPool
+    # PostgresCoordinator's: the logs a committed transaction moved, for other brokers'
+    # long polls (storage/postgres/notify.py).
+    _logs_changed: Callable[[Iterable[PartitionKey]], None]
 
     async def txn_get(self, transactional_ids: Sequence[str]) -> list[TransactionState | None]:
         rows = await self._pool.fetch(_GET, list(transactional_ids), write=False)
@@ -269,8 +272,20 @@ class PostgresTransactions:
                 # The statement failed whole: nothing was written.
                 raise SealedLogRefused(str(exc)) from exc
             raise
+        except CoordinatorUnavailable as exc:
+            if exc.outcome_unknown:
+                # The markers may have been appended: a wake-up for nothing only costs a look.
+                self._logs_changed(PartitionKey(m.topic_id, m.partition) for m in r.markers)
+            raise
         assert row is not None, "sluice_txn_complete answers one row"
-        return CompleteResult(row[0], list(row[2]), bool(row[1]), row[3], row[4], row[5])
+        result = CompleteResult(row[0], list(row[2]), bool(row[1]), row[3], row[4], row[5])
+        # The markers appended (offset -1: none, or its log is gone) moved their logs.
+        self._logs_changed(
+            PartitionKey(m.topic_id, m.partition)
+            for m, offset in zip(r.markers, result.offsets, strict=False)
+            if offset >= 0
+        )
+        return result
 
     async def txn_pending_markers(self, limit: int) -> list[TransactionState]:
         rows = await self._pool.fetch(_PENDING_MARKERS, limit, write=False)

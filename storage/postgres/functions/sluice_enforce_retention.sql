@@ -1,13 +1,15 @@
 -- Drop whole batches older than retention.ms / beyond retention.bytes (-1: unlimited).
 -- Both rules drop a prefix of whole batches, so the result is the longer prefix: walk
 -- from the oldest batch while either rule says drop; the first batch both keep becomes
--- the new start (the high watermark when every batch went).
+-- the new start (the high watermark when every batch went). r_moved says whether this call
+-- moved the log's start: the broker notifies those logs after the commit (storage/postgres/
+-- notify.py), and only those, since every broker passes every diskless log every round.
 CREATE OR REPLACE FUNCTION sluice_enforce_retention(
     p_topic_ids uuid[], p_partitions integer[], p_retention_ms bigint[],
     p_retention_bytes bigint[], p_now bigint
 ) RETURNS TABLE (
     r_i integer, r_error integer, r_log_start_offset bigint, r_high_watermark bigint,
-    r_byte_size bigint
+    r_byte_size bigint, r_moved boolean
 ) LANGUAGE plpgsql AS $$
 DECLARE
     v_file_ids bigint[] := '{}';
@@ -36,10 +38,12 @@ BEGIN
         FROM logs l WHERE l.topic_id = q.topic_id AND l.partition = q.part;
         IF NOT FOUND THEN
             r_error := 3; r_log_start_offset := -1; r_high_watermark := -1; r_byte_size := 0;
+            r_moved := false;
             RETURN NEXT;
             CONTINUE;
         END IF;
         v_new_start := NULL;
+        r_moved := false;
         v_by_bytes := q.bytes >= 0 AND v_size > q.bytes;
         v_by_time := q.ms >= 0;
         IF v_by_time OR v_by_bytes THEN
@@ -77,6 +81,7 @@ BEGIN
             v_file_ids := v_file_ids || v_moved.file_ids;
             v_size := v_size - v_moved.freed;
             v_start := v_new_start;
+            r_moved := true;
         END IF;
         r_error := 0; r_log_start_offset := v_start; r_high_watermark := v_hwm;
         r_byte_size := v_size;

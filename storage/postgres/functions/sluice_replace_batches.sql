@@ -124,7 +124,8 @@ BEGIN
         FROM unnest(p_new_rep, p_new_byte_sizes) AS x(x_rep, x_size)
         WHERE x.x_rep = k;
         IF v_new_size <> v_old_size THEN
-            -- Only a changed size touches the row: an UPDATE of logs notifies every broker.
+            -- Only a changed size touches the row (a new row version otherwise for nothing).
+            -- No broker is notified: no offset moved, no long poll has anything new to read.
             UPDATE logs l SET byte_size = l.byte_size + v_new_size - v_old_size
             WHERE l.topic_id = p_topic_ids[k] AND l.partition = p_partitions[k];
         END IF;

@@ -159,7 +159,7 @@ BEGIN
         FROM unnest(p_topic_ids, p_partitions, v_offsets, p_byte_offsets, p_byte_sizes,
                     p_timestamps) AS m(topic_id, part, off, byte_offset, byte_size, ts)
         WHERE m.off >= 0;
-        -- One statement: one notification for all the markers' logs.
+        -- One statement for all the markers' logs (the caller notifies them after commit).
         UPDATE logs l
         SET high_watermark = m.off + 1, byte_size = l.byte_size + m.byte_size
         FROM unnest(p_topic_ids, p_partitions, v_offsets, p_byte_sizes)
