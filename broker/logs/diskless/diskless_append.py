@@ -86,6 +86,9 @@ CommitListener = Callable[[Sequence[tuple[UUID, int, int]]], None]
 # after RESOLVE_GIVE_UP_S of a coordinator that does not answer.
 RESOLVE_ANSWER_S = 5.0
 RESOLVE_GIVE_UP_S = 120.0
+# How long a storage failure of a producer's batch explains a sequence gap of its later ones
+# (_gap_error): its requests in flight then, at most the clients' request timeout.
+GAP_MEMORY_S = 30.0
 
 # Objects a quiet broker may write back to back before the budget's rate applies: the first
 # batch after a quiet period, and one more request arriving right behind it, go out at once.
@@ -192,6 +195,10 @@ class Appender:
         self._previous_commit: asyncio.Future[None] | None = None
         self._flushes: set[asyncio.Task[None]] = set()
         self._resolutions: set[asyncio.Future[object]] = set()  # _resolve tasks still running
+        # (topic, partition, producer id) -> loop time: a batch of that producer failed here
+        # with a storage error (the flush's upload or commit), so its later batches are
+        # refused for a gap this broker made; see _gap_error.
+        self._storage_failed: dict[tuple[UUID, int, int], float] = {}
 
     def submit(
         self, appends: list[PartitionAppend], timeout_ms: int | None = None
@@ -308,6 +315,8 @@ class Appender:
             self._outage.failed(exc)
             log.debug("flush of %d bytes failed: %s", buffer.size, exc)
             results = [PartitionResult(int(exc.error))] * len(buffer.appends)
+            if exc.error == ErrorCode.kafka_storage_error:
+                self._note_storage_failure(buffer.appends)
         except Exception:
             log.exception("flush of %d bytes failed", buffer.size)
             results = [PartitionResult(int(ErrorCode.kafka_storage_error))] * len(buffer.appends)
@@ -474,8 +483,10 @@ class Appender:
             first = results[0]
             error = next((r.error for r in results if r.error), 0)
             if error:
+                error = self._gap_error(append, error)
                 out.append(PartitionResult(error, log_start_offset=first.log_start_offset))
                 continue
+            self._storage_failed.pop(_producer_key(append), None)
             last = results[-1]
             batches = append.batches
             METRICS.topics.produced(
@@ -497,6 +508,34 @@ class Appender:
             self._on_commit(advanced)
         return out
 
+    def _note_storage_failure(self, appends: list[PartitionAppend]) -> None:
+        now = asyncio.get_running_loop().time()
+        for stale in [k for k, at in self._storage_failed.items() if now - at > GAP_MEMORY_S]:
+            del self._storage_failed[stale]
+        for append in appends:
+            if append.batches and append.batches[0].producer_id >= 0:
+                self._storage_failed[_producer_key(append)] = now
+
+    def _gap_error(self, append: PartitionAppend, error: int) -> int:
+        """The answer to a batch the coordinator refused OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+        A producer keeps up to five requests in flight. When one of its batches fails here
+        with a storage error (an upload or commit that failed: not written), its next ones,
+        sent before it heard, reach the coordinator with a gap before them. Kafka never
+        answers those OUT_OF_ORDER_SEQUENCE_NUMBER: a log that failed to append is offline
+        and refuses the later requests with a storage error too. librdkafka takes such an
+        OUT_OF_ORDER_SEQUENCE_NUMBER for "the earlier request was lost" and bumps its epoch,
+        sending again under new sequence numbers every record it holds as unacknowledged,
+        including ones a request that timed out may still have written: duplicates (long
+        run #5's). Answered KAFKA_STORAGE_ERROR instead, the later batch is retried after
+        the failed one, with the same sequence numbers, in order."""
+        if error != ErrorCode.out_of_order_sequence_number:
+            return error
+        at = self._storage_failed.get(_producer_key(append))
+        if at is None or asyncio.get_running_loop().time() - at > GAP_MEMORY_S:
+            return error
+        return int(ErrorCode.kafka_storage_error)
+
     async def close(self) -> None:
         """Flush what is buffered and wait for in-flight flushes. A commit outcome still
         being resolved is given up (the object stays): shutting down does not wait for
@@ -506,3 +545,8 @@ class Appender:
         self._flush()
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
+
+
+def _producer_key(append: PartitionAppend) -> tuple[UUID, int, int]:
+    pid = append.batches[0].producer_id if append.batches else -1
+    return (append.topic_id, append.partition, pid)

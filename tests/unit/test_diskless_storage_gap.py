@@ -1,0 +1,64 @@
+"""After a diskless flush fails with a storage error, the producer's next batches, sent before
+it heard, reach the coordinator with a gap: they are answered KAFKA_STORAGE_ERROR (retried in
+order, same sequence numbers), as Kafka refuses requests to a log that failed to append, not
+OUT_OF_ORDER_SEQUENCE_NUMBER, which makes librdkafka bump its epoch and send again records a
+timed-out request may have written (long run #5's duplicates).
+
+The coordinator is the real one (each backend); the object store is a real local one whose
+next PUT is made to fail."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+
+from broker.logs.diskless.diskless_append import Appender
+from storage.coordinator import BatchCoordinator
+from storage.objects import Chunks, ObjectStoreError
+from storage.objects.block_cache import BlockCache
+from storage.objects.local import LocalObjectStore
+from storage.partition_key import PartitionKey
+
+from .test_lost_commit_answer import TOPIC, idempotent
+
+
+class FailsPuts(LocalObjectStore):
+    fail_next = 0
+
+    async def put(self, key: str, chunks: Chunks) -> None:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise ObjectStoreError(f"put {key}: injected")
+        await super().put(key, chunks)
+
+
+async def test_the_batches_after_a_failed_upload_are_a_storage_error_not_a_gap(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    await coordinator.create_logs([PartitionKey(TOPIC, 0)])
+    store = FailsPuts(str(tmp_path / "objects"))
+    await store.start()
+    appender = Appender(
+        store, coordinator, BlockCache(store), 1, commit_interval_ms=20,
+        buffer_max_bytes=1 << 20, on_commit=lambda _: None,
+    )  # fmt: skip
+    [zero] = await appender.submit([idempotent(0)])
+    assert zero.error == 0
+    store.fail_next = 1
+    first = asyncio.ensure_future(appender.submit([idempotent(1)]))
+    await asyncio.sleep(0.05)  # its flush is under way: the next request is another flush
+    second = asyncio.ensure_future(appender.submit([idempotent(2)]))
+    [one], [two] = await first, await second
+    assert one.error == ErrorCode.kafka_storage_error
+    assert two.error == ErrorCode.kafka_storage_error  # was OUT_OF_ORDER_SEQUENCE_NUMBER
+    # The producer retries both, in order, with the same sequence numbers: written once.
+    [one] = await appender.submit([idempotent(1)])
+    [two] = await appender.submit([idempotent(2)])
+    assert (one.error, two.error) == (0, 0)
+    assert two.base_offset == one.base_offset + 1
+    # A gap that is not this broker's doing is still one.
+    [four] = await appender.submit([idempotent(4)])
+    assert four.error == ErrorCode.out_of_order_sequence_number
+    await appender.close()
