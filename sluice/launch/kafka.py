@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from sluice.launch.process import free_port
+from sluice.launch.process import free_port, stop_child
 
 KAFKA_VERSION = "4.4.0"
 POM = Path(__file__).with_name("kafka-pom.xml")
@@ -333,14 +333,7 @@ class KafkaBroker:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(10)
+        stop_child(self.proc, STOP_TIMEOUT_S)
         self.proc = None
 
     def log_tail(self, chars: int = 5000) -> str:

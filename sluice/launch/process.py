@@ -131,6 +131,19 @@ def stop_pid(
     return True
 
 
+def stop_child(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Stop a child of ours: SIGTERM, up to ``timeout`` seconds to exit, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+
+
 class SluiceProcess:
     """One ``sluice …`` process listening on ``host:port``, output appended to ``log_path``.
 

@@ -10,7 +10,6 @@ would be.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from sluice.launch.kafka import ensure_jars, java
+from sluice.launch.process import stop_child
 
 MIRROR_VERSION = "4.3.1"
 POM = Path(__file__).parent / "java" / "mirror-pom.xml"
@@ -149,14 +149,7 @@ class MirrorMaker:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self.proc.wait(10)
+        stop_child(self.proc, STOP_TIMEOUT_S)
         self.proc = None
 
     def log(self) -> str:
