@@ -49,11 +49,12 @@ _ADVBASE = re.compile(
 )
 # A new producer id or epoch starts the partition's sequence numbers again at 0.
 _NEWPID = re.compile(r"\|NEWPID\|(?P<client>[^|]+)\|.*?: (?P<topic>\S+) \[(?P<p>\d+)\] changed PID")
-_FATAL = re.compile(
-    r"\|TXNERR\|(?P<client>[^|]+)\|.*Fatal transaction error: ProduceRequest for "
-    r"(?P<topic>\S+) \[(?P<p>\d+)\] with (?P<n>\d+) message\(s\) failed due to sequence "
-    r"desynchronization with broker \d+ \(PID\{[^}]*\}, base seq (?P<seq>\d+)"
+# The refused request as librdkafka names it, in its log and in the error the app is told.
+_DESYNC = (
+    r"ProduceRequest for (?P<topic>\S+) \[(?P<p>\d+)\] with (?P<n>\d+) message\(s\) failed due "
+    r"to sequence desynchronization with broker \d+ \(PID\{[^}]*\}, base seq (?P<seq>\d+)"
 )
+_FATAL = re.compile(r"\|TXNERR\|(?P<client>[^|]+)\|.*Fatal transaction error: " + _DESYNC)
 
 _END_REFUSED = re.compile(
     r"\|ENDTXN\|(?P<client>[^|]+)\|.*EndTxn returned INVALID_TXN_STATE in state "
@@ -174,10 +175,7 @@ def _key(m: re.Match[str]) -> Key:
     return (m["client"], m["topic"], int(m["p"]))
 
 
-_REQUEST = re.compile(
-    r"ProduceRequest for \S+ \[\d+\] with \d+ message\(s\) failed due to sequence "
-    r"desynchronization with broker \d+ \(PID\{[^}]*\}, base seq \d+"
-)
+_REQUEST = re.compile(_DESYNC)
 
 
 def split_fatals(fatals: list[str], causes: dict[str, FatalCauses]) -> tuple[list[str], list[str]]:
