@@ -486,7 +486,8 @@ class Appender:
                 error = self._gap_error(append, error)
                 out.append(PartitionResult(error, log_start_offset=first.log_start_offset))
                 continue
-            self._storage_failed.pop(_producer_key(append), None)
+            if self._storage_failed:  # no key built per append on the usual path
+                self._storage_failed.pop(_producer_key(append), None)
             last = results[-1]
             batches = append.batches
             METRICS.topics.produced(
