@@ -40,7 +40,9 @@ async def delete_records(broker: RoutedView, ctx: RequestContext, request: Any) 
             log = logs.route(topic.topic_id, part.partition_index, Purpose.DELETE)
             routed.append((log, DeleteAsk(topic.topic_id, part.partition_index, part.offset)))
             waiting.append(entry)
-    answers: list[DeleteAnswer] = await ask_each(routed, lambda log, asks: log.delete_records(asks))
+    answers: list[DeleteAnswer] = await ask_each(
+        routed, lambda log, asks: log.delete_records(asks), DeleteAnswer
+    )
     for entry, answer in zip(waiting, answers, strict=True):
         entry.update(error_code=answer.error, low_watermark=answer.low_watermark)
     return ctx.respond({"throttle_time": 0, "topics": group_by_topic(entries)})

@@ -59,7 +59,9 @@ async def handle(broker: RoutedView, ctx: RequestContext, request: Any) -> Any:
             ask = EpochAsk(topic.topic_id, part.partition, part.leader_epoch, current)
             routed.append((log, ask))
             waiting.append(entry)
-    answers: list[EpochAnswer] = await ask_each(routed, lambda log, asks: log.end_offsets(asks))
+    answers: list[EpochAnswer] = await ask_each(
+        routed, lambda log, asks: log.end_offsets(asks), EpochAnswer
+    )
     for entry, answer in zip(waiting, answers, strict=True):
         entry.update(
             error_code=answer.error, leader_epoch=answer.leader_epoch, end_offset=answer.end_offset

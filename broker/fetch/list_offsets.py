@@ -78,7 +78,7 @@ async def handle(broker: RoutedView, ctx: RequestContext, request: Any) -> Any:
             routed.append((log, OffsetAsk(topic.topic_id, part.partition_index, part.timestamp)))
             waiting.append(entry)
     answers: list[OffsetAnswer] = await ask_each(
-        routed, lambda log, asks: log.list_offsets(asks, read_committed)
+        routed, lambda log, asks: log.list_offsets(asks, read_committed), OffsetAnswer
     )
     for entry, answer in zip(waiting, answers, strict=True):
         entry.update(

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from broker.logs.partition_log import OffsetAsk, PartitionLog, ask_each
+from broker.logs.partition_log import OffsetAnswer, OffsetAsk, PartitionLog, ask_each
 from broker.server.metrics import METRICS, GroupLag
 from storage.catalog import Topic
 from storage.outage import OutageLog
@@ -76,7 +76,9 @@ async def group_lags(
             wanted.append((group, topic, c.partition, c.offset))
     keys = list(routed)
     answers = await ask_each(
-        [routed[k] for k in keys], lambda plog, asks: plog.list_offsets(asks, False)
+        [routed[k] for k in keys],
+        lambda plog, asks: plog.list_offsets(asks, False),
+        OffsetAnswer,
     )
     ends = {
         key: answer.offset

@@ -16,18 +16,24 @@ made, once for the whole request, in request order.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 from uuid import UUID
+
+from kio.schema.errors import ErrorCode
 
 from broker.logs.fetch_slots import FetchBudget, FetchSlot
 from protocol.codec import RecordChunks
 from protocol.records import BatchHeader
 from storage.catalog import Topic
 from storage.coordinator import FindRequest, FindResult, LogInfo
+from storage.outage import is_outage
 
 A = TypeVar("A")
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -259,12 +265,27 @@ def by_log(
 async def ask_each(
     routed: Sequence[tuple[PartitionLog, A]],
     call: Callable[[PartitionLog, list[A]], Any],
+    failed: Callable[[int], Any],
 ) -> list[Any]:
     """Each log called once with its asks (``call(log, asks)``, awaited in turn); the
-    answers in ``routed``'s order."""
+    answers in ``routed``'s order.
+
+    A log whose storage cannot be reached (the batch coordinator's database or the object
+    store, after their own retries: ``storage.outage.is_outage``) answers each of its asks
+    ``failed(KAFKA_STORAGE_ERROR)``, as Kafka answers the partitions of an offline log
+    directory: the client retries them, and the request's other partitions are answered as
+    usual. Without this the handler failed as a whole, and a request without a top-level
+    error code (OffsetForLeaderEpoch) could only be answered by closing the connection."""
     answers: list[Any] = [None] * len(routed)
     for log, positions, asks in by_log(routed):
-        for i, answer in zip(positions, await call(log, asks), strict=True):
+        try:
+            got = await call(log, asks)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            _log.debug("%d partitions answered KAFKA_STORAGE_ERROR: %s", len(asks), exc)
+            got = [failed(int(ErrorCode.kafka_storage_error))] * len(asks)
+        for i, answer in zip(positions, got, strict=True):
             answers[i] = answer
     return answers
 
