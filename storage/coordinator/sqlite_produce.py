@@ -20,6 +20,7 @@ from storage.transactions.sqlite import TxnVerifier, VerificationGuard, open_tra
 
 NONE = int(ErrorCode.none)
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_or_partition)
+NOT_LEADER_OR_FOLLOWER = int(ErrorCode.not_leader_or_follower)
 INVALID_PRODUCER_EPOCH = int(ErrorCode.invalid_producer_epoch)
 OUT_OF_ORDER_SEQUENCE_NUMBER = int(ErrorCode.out_of_order_sequence_number)
 
@@ -96,7 +97,7 @@ def commit_file_txn(
     batches: Sequence[BatchToCommit],
     now_ms: int,
 ) -> list[CommitResult]:
-    _refuse_sealed(cur, batches)
+    sealed = _sealed_logs(cur, batches)
     cur.execute(_INSERT_FILE, (object_key, object_size, uploader_broker_id, now_ms))
     file_id = cur.lastrowid
 
@@ -123,6 +124,9 @@ def commit_file_txn(
             log = logs[log_key] = list(row) if row is not None else None
         if log is None:
             results.append(CommitResult(UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        if log_key in sealed:
+            results.append(CommitResult(NOT_LEADER_OR_FOLLOWER))
             continue
         guard: VerificationGuard | None = None
         if b.transactional:
@@ -208,21 +212,21 @@ def commit_file_txn(
     return results
 
 
-class SealedLogError(Exception):
-    """A produced batch for a diskless log sealed by a migration to classic."""
-
-
-def _refuse_sealed(cur: sqlite3.Cursor, batches: Sequence[BatchToCommit]) -> None:
-    """A broker that had not yet seen a migration to classic must not store a batch past
-    the seal: the whole commit fails (as PostgreSQL's trigger makes it), its producers
-    retry. One cheap query while no log is sealed."""
+def _sealed_logs(cur: sqlite3.Cursor, batches: Sequence[BatchToCommit]) -> set[tuple[bytes, int]]:
+    """The logs among ``batches``' that a migration to classic sealed. A broker that had not
+    yet seen the migration must not store a batch past the seal: each such batch is
+    refused NOT_LEADER_OR_FOLLOWER (its producer looks the partition up again and finds
+    the classic leader), the call's other batches are committed, as PostgreSQL's
+    sluice_commit_file does. One cheap query while no log is sealed."""
     if not cur.execute("SELECT EXISTS (SELECT 1 FROM sealed_logs)").fetchone()[0]:
-        return
-    for key in {(b.topic_id.bytes, b.partition) for b in batches}:
+        return set()
+    return {
+        key
+        for key in {(b.topic_id.bytes, b.partition) for b in batches}
         if cur.execute(
             "SELECT 1 FROM sealed_logs WHERE topic_id = ? AND partition = ?", key
-        ).fetchone():
-            raise SealedLogError(f"log {UUID(bytes=key[0])}-{key[1]} is sealed")
+        ).fetchone()
+    }
 
 
 def _with_start(result: CommitResult, log_start_offset: int) -> CommitResult:

@@ -54,6 +54,7 @@ DECLARE
     l_hwm bigint[];
     l_size bigint[];
     l_dirty boolean[];
+    l_sealed boolean[];  -- sealed by a migration to classic (sealed_logs)
     -- per distinct (log, producer); s_epoch NULL: producer unknown in this log
     s_n integer;
     s_topic uuid[];
@@ -143,6 +144,7 @@ BEGIN
     l_hwm := array_fill(NULL::bigint, ARRAY[l_n]);
     l_size := array_fill(NULL::bigint, ARRAY[l_n]);
     l_dirty := array_fill(false, ARRAY[l_n]);
+    l_sealed := array_fill(false, ARRAY[l_n]);
     s_topic := array_fill(NULL::uuid, ARRAY[s_n]);
     s_part := array_fill(NULL::integer, ARRAY[s_n]);
     s_pid := array_fill(NULL::bigint, ARRAY[s_n]);
@@ -173,6 +175,15 @@ BEGIN
         l_start[rec.idx] := rec.log_start_offset;
         l_hwm[rec.idx] := rec.high_watermark;
         l_size[rec.idx] := rec.byte_size;
+    END LOOP;
+    -- Under the logs locks, which seal_log takes too: a seal committed before this
+    -- statement is seen here, one after it waits for this commit.
+    FOR rec IN
+        SELECT kl.idx::integer AS idx
+        FROM unnest(l_topic, l_part) WITH ORDINALITY AS kl(topic_id, part, idx)
+        JOIN sealed_logs s ON s.topic_id = kl.topic_id AND s.partition = kl.part
+    LOOP
+        l_sealed[rec.idx] := true;
     END LOOP;
 
     -- KIP-890's verification of transactional batches, only when the call has one (a
@@ -252,6 +263,15 @@ BEGIN
         li := b_log[i];
         IF l_hwm[li] IS NULL THEN
             r_error := 3; r_base_offset := -1; r_log_append_time := -1; r_log_start_offset := -1;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        IF l_sealed[li] THEN
+            -- Sealed by a migration to classic, which this broker has not seen yet: the
+            -- batch belongs in the classic log now. NOT_LEADER_OR_FOLLOWER (6) sends its
+            -- producer there (the seal carried its producer state along); the object's
+            -- other batches are committed. (sluice_refuse_sealed_batch stays the last guard.)
+            r_error := 6; r_base_offset := -1; r_log_append_time := -1; r_log_start_offset := -1;
             RETURN NEXT;
             CONTINUE;
         END IF;

@@ -1,6 +1,8 @@
 -- A diskless log sealed by a migration to classic (sealed_logs) takes nothing at or past
 -- its boundary, whatever the statement (produce, markers, merge): a broker whose image
--- lags the seal gets SQLSTATE SL001 and retries.
+-- lags the seal gets SQLSTATE SL001 and retries. A produced batch never gets this far:
+-- sluice_commit_file refuses it NOT_LEADER_OR_FOLLOWER first, alone, and commits the
+-- object's other batches.
 CREATE OR REPLACE FUNCTION sluice_refuse_sealed_batch() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
