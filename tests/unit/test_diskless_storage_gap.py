@@ -62,3 +62,47 @@ async def test_the_batches_after_a_failed_upload_are_a_storage_error_not_a_gap(
     [four] = await appender.submit([idempotent(4)])
     assert four.error == ErrorCode.out_of_order_sequence_number
     await appender.close()
+
+
+class FailsOneCommit:
+    """The real coordinator, whose next commit fails with an error that is no outage (a
+    backend's unexpected answer: long run #5's commit refused whole for a sealed log)."""
+
+    def __init__(self, coordinator: BatchCoordinator) -> None:
+        self._coordinator = coordinator
+        self.fail_next = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._coordinator, name)
+
+    async def commit_file(self, *args: object, **kwargs: object) -> object:
+        if self.fail_next:
+            self.fail_next -= 1
+            raise RuntimeError("injected: an unexpected answer")
+        return await self._coordinator.commit_file(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_the_batches_after_an_unexpected_commit_failure_are_a_storage_error_too(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    await coordinator.create_logs([PartitionKey(TOPIC, 0)])
+    store = LocalObjectStore(str(tmp_path / "objects"))
+    await store.start()
+    failing = FailsOneCommit(coordinator)
+    appender = Appender(
+        store, failing, BlockCache(store), 1, commit_interval_ms=20,  # type: ignore[arg-type]
+        buffer_max_bytes=1 << 20, on_commit=lambda _: None,
+    )  # fmt: skip
+    [zero] = await appender.submit([idempotent(0)])
+    assert zero.error == 0
+    failing.fail_next = 1
+    first = asyncio.ensure_future(appender.submit([idempotent(1)]))
+    await asyncio.sleep(0.005)
+    second = asyncio.ensure_future(appender.submit([idempotent(2)]))
+    [one], [two] = await first, await second
+    assert one.error == ErrorCode.kafka_storage_error
+    assert two.error == ErrorCode.kafka_storage_error  # was OUT_OF_ORDER_SEQUENCE_NUMBER
+    [one] = await appender.submit([idempotent(1)])
+    [two] = await appender.submit([idempotent(2)])
+    assert (one.error, two.error) == (0, 0)
+    await appender.close()

@@ -320,6 +320,9 @@ class Appender:
         except Exception:
             log.exception("flush of %d bytes failed", buffer.size)
             results = [PartitionResult(int(ErrorCode.kafka_storage_error))] * len(buffer.appends)
+            # Answered as a storage error, so remembered as one: the producers' next
+            # batches, sent before they heard, must not be refused for the gap (_gap_error).
+            self._note_storage_failure(buffer.appends)
         finally:
             upload_ended()
             if resolving:
