@@ -49,6 +49,14 @@ def is_unavailable(exc: BaseException) -> bool:
     return False
 
 
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` tells a statement's connection died under it: PostgreSQL gone
+    (``is_unavailable``), or asyncpg's InternalClientError, the same death seen late (a
+    FATAL that reached the connection just before its EOF leaves its protocol mid-error,
+    and the next statement on it fails so: "cannot switch to state 12")."""
+    return is_unavailable(exc) or isinstance(exc, asyncpg.InternalClientError)
+
+
 class _QuietPoolFloor(logging.Filter):
     """asyncpg's pool logs "Failed to restore the pool connection floor; retrying" with a
     traceback each time it cannot reopen its ``min_size`` connections: during an outage,
@@ -202,14 +210,11 @@ class PostgresPool:
             if isinstance(e, asyncpg.InterfaceError) and _closed(conn):
                 # asyncpg noticed the dead connection before sending anything.
                 raise CoordinatorUnavailable(f"PostgreSQL connection lost: {e!r}") from e
-            if is_unavailable(e) or isinstance(e, asyncpg.InternalClientError):
+            if lost_connection(e):
                 if not isinstance(e, TimeoutError):
                     # The server said FATAL (shutdown, terminated) or the socket broke:
                     # drop the connection, the pool opens a new one at the next acquire.
-                    # InternalClientError is the same death seen late: a FATAL that
-                    # reached an idle pooled connection just before its EOF leaves its
-                    # protocol mid-error, and the next statement on it fails so. (A
-                    # timed-out statement is cancelled by asyncpg instead, which keeps
+                    # (A timed-out statement is cancelled by asyncpg instead, which keeps
                     # the connection usable.)
                     _terminate(conn)
                 raise CoordinatorUnavailable(
