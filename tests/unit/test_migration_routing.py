@@ -154,6 +154,10 @@ def test_diskless_to_classic_has_three_parts() -> None:
     assert not routing.appends_classic(broker, classic, tid, 0)
     assert not routing.reads_classic(broker, classic, tid, 0, 150, -1)
     assert routing.reads_classic(broker, classic, tid, 0, 150, 2)  # followers: never diskless
+    # LATEST (and a time past the first classic log) until the seal: the diskless log's,
+    # never the classic log that continues only at the boundary and is still empty.
+    assert routing.list_offset_route(broker, classic, tid, 0, -1, False) == routing.DISKLESS
+    assert routing.list_offset_route(broker, classic, tid, 0, 10**12, False) == routing.DISKLESS
     seal(c, 0, 300, old_start=100)
     assert not routing.refuses_diskless_append(broker, tid, 0)
     assert routing.appends_classic(broker, classic, tid, 0)
