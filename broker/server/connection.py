@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import datetime
 import functools
 import logging
@@ -34,10 +33,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.security import sasl as sasl_mod
 from broker.security.listeners import DEFAULT_LISTENER
-from broker.security.principal import ANONYMOUS, user_of
+from broker.security.principal import ANONYMOUS
 from broker.security.request_context import RequestContext
 from broker.security.tls import certificate_principal
-from broker.server.client_quotas import QuotaManager, pending_throttle, reset_throttle
+from broker.server.client_quotas import QuotaManager, settle_request
 from broker.server.connection_limits import ConnectionLimits, LimitSettings
 from broker.server.handler_helpers import fetch_replica_id
 from broker.server.log_budget import TRACEBACKS, LineBudget
@@ -552,7 +551,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         _request_counter(api.name).inc()
         admitted = time.perf_counter()
         started = admitted if self._request_quota is not None else 0.0
-        reset_throttle()
         try:
             result = await api.handler(ctx, request.body)
         except Exception:
@@ -562,10 +560,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if result is None:
                 self._abort("internal", f"{api.name} handler failed")
                 return
-        if (throttle_ms := pending_throttle()) > 0:
+        result, throttle_ms = settle_request(
+            self._request_quota,
+            ctx.principal,
+            header.client_id or "",
+            result,
+            time.perf_counter() - started,
+        )
+        if throttle_ms > 0:
             self._throttle(throttle_ms)
-        if self._request_quota is not None:
-            result = self._charge_request_time(ctx, result, time.perf_counter() - started)
         fetch_kind = None
         if key == FETCH_KEY:
             fetch_kind = "FetchFollower" if fetch_replica_id(request.body) >= 0 else "FetchConsumer"
@@ -665,31 +668,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._draining = True
         self._pending -= sum(r.cost for r in self._inbox)
         self._inbox.clear()
-
-    def _charge_request_time(self, ctx: RequestContext, result: Any, seconds: float) -> Any:
-        """Count the handler's time against the request quota; a throttled answer carries
-        its throttle time (when the answer is at hand: a future only mutes)."""
-        quota = self._request_quota
-        assert quota is not None
-        if not quota.enabled():
-            return result  # the common case: nothing to measure, no principal to name
-        throttle_ms = quota.record(
-            user_of(ctx.principal), ctx.header.client_id or "", seconds * 100
-        )
-        if throttle_ms <= 0:
-            return result
-        fields = getattr(result, "__dataclass_fields__", None)
-        if fields is not None and "throttle_time" in fields:
-            current = result.throttle_time
-            if isinstance(current, datetime.timedelta) and current.total_seconds() * 1000 < (
-                throttle_ms
-            ):
-                return dataclasses.replace(
-                    result, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
-                )
-            return result
-        self._throttle(throttle_ms)
-        return result
 
     def _queue(
         self,
