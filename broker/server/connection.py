@@ -379,7 +379,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _account_receiving(self) -> None:
         """Reserve (or return) pool memory for the large request being received; a
         connection the pool cannot serve stops reading until memory is returned."""
-        need = self._reader.incomplete_frame_size()
+        need = self._reader.incomplete_size
         if need <= self._reserved:
             if need < self._reserved:
                 self._set_reserved(need)
@@ -402,7 +402,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 retry()
 
     def _retry_memory(self) -> None:
-        need = self._reader.incomplete_frame_size()
+        need = self._reader.incomplete_size
         if self._closed or self._limits.may_buffer(need - self._reserved):
             self._limits.memory_waiters.discard(self._retry_memory)
             self._memory_wait = False
