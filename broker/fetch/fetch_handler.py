@@ -255,18 +255,22 @@ async def _collect(
         # Then every partition in the request's order (the client rotates it), sharing
         # what is left.
         available = below
-        interests: list[tuple[UUID, int, int]] = []
         for slot, reader in zip(slots, readers, strict=True):
             available += reader.read_round(slot, budget, plan, read_committed)
-            interests += reader.interests(slot, plan)
         remaining = deadline - loop.time()
-        if (
+        answered = (
             available >= max(min_bytes, 1)
             or remaining <= 0
             or any(r.error for r in plan.results)
             or any(s.error for s in slots)
-            or not interests
-        ):
+        )
+        # What the long poll would wait on, asked only when it waits (no await since the
+        # reads: the logs answer for the same image).
+        interests: list[tuple[UUID, int, int]] = []
+        if not answered:
+            for slot, reader in zip(slots, readers, strict=True):
+                interests += reader.interests(slot, plan)
+        if answered or not interests:
             for reader, group in groups:
                 await reader.end_reads(group, plan)
             return
