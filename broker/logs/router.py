@@ -248,31 +248,14 @@ def list_offset_route(
     partition: int,
     timestamp: int,
     read_committed: bool,
+    seen: TopicSeen | None = None,
 ) -> tuple[int, int, int, int] | str | None:
     """ListOffsets of a partition with a sealed log: an answer from this broker's replica
     of the classic log below the diskless part (error, offset, timestamp, leader epoch),
     CLASSIC (the classic leader's answer), DISKLESS (the diskless log's), or None (the
-    topic's kind answers: no migration, or nothing sealed that matters yet)."""
-    return _list_offset_route(
-        broker,
-        classic,
-        _migration(broker, topic_id),
-        topic_id,
-        partition,
-        timestamp,
-        read_committed,
-    )
-
-
-def _list_offset_route(
-    broker: RoutingView,
-    classic: ClassicReplicas,
-    m: MigrationState | None,
-    topic_id: UUID,
-    partition: int,
-    timestamp: int,
-    read_committed: bool,
-) -> tuple[int, int, int, int] | str | None:
+    topic's kind answers: no migration, or nothing sealed that matters yet). ``seen``: the
+    topic as the caller read it (``LogRouter.route``), else read here."""
+    m = seen.migration if seen is not None else _migration(broker, topic_id)
     if m is None:
         return None
     s = m.sealed_partition(partition)
@@ -334,6 +317,7 @@ def epochs_route(
     replication: bool,
     epoch: int,
     current: int,
+    seen: TopicSeen | None = None,
 ) -> tuple[int, int, int] | str | None:
     """OffsetForLeaderEpoch of a sealed partition: CLASSIC (the classic epoch cache, for
     replication), DISKLESS (the diskless answer), an answer (error, epoch, end offset), or
@@ -347,21 +331,8 @@ def epochs_route(
     truncated. Never the high watermark: a new leader's trails its log end until its
     followers fetch again, and a consumer whose position is between the two would take it
     for a truncation and seek back (librdkafka drops what it had fetched ahead: records
-    skipped)."""
-    return _epochs_route(
-        classic, _migration(broker, topic_id), topic_id, partition, replication, epoch, current
-    )
-
-
-def _epochs_route(
-    classic: ClassicReplicas,
-    m: MigrationState | None,
-    topic_id: UUID,
-    partition: int,
-    replication: bool,
-    epoch: int,
-    current: int,
-) -> tuple[int, int, int] | str | None:
+    skipped). ``seen``: as for ``list_offset_route``."""
+    m = seen.migration if seen is not None else _migration(broker, topic_id)
     if m is None:
         return None
     p = classic.get(topic_id, partition)
@@ -467,8 +438,8 @@ class LogRouter:
                 return Answered(int(ErrorCode.not_leader_or_follower))
             return self.diskless
         if purpose is Purpose.LIST_OFFSETS:
-            route = _list_offset_route(
-                broker, manager, t.migration, topic_id, partition, offset, read_committed
+            route = list_offset_route(
+                broker, manager, topic_id, partition, offset, read_committed, t
             )
             if isinstance(route, tuple):
                 # A migrated partition: the old classic log (below a boundary) answered.
@@ -476,8 +447,8 @@ class LogRouter:
             return self._kind(route, t)
         if purpose is Purpose.EPOCHS:
             current = broker.leader_epoch(topic_id, partition)
-            epochs = _epochs_route(
-                manager, t.migration, topic_id, partition, replica_id >= 0, offset, current
+            epochs = epochs_route(
+                broker, manager, topic_id, partition, replica_id >= 0, offset, current, t
             )
             if isinstance(epochs, tuple):
                 # A partition migrated to classic, asked by a consumer.
