@@ -24,8 +24,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from broker.security.principal import user_of
-
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
 REQUEST = "request_percentage"
@@ -227,7 +225,7 @@ def throttle_connection(throttle_ms: int) -> None:
 
 
 def settle_request(
-    request_quota: QuotaManager | None, principal: str, client_id: str, result: Any, seconds: float
+    request_quota: QuotaManager | None, user: str, client_id: str, result: Any, seconds: float
 ) -> tuple[Any, int]:
     """After a handler ran (the request pipeline), a request's quotas in one step: the
     throttle time its handler asked for (``throttle_connection``, cleared for the next
@@ -239,8 +237,8 @@ def settle_request(
     if throttle_ms:
         _THROTTLE.set(0)
     if request_quota is None or not request_quota.enabled():
-        return result, throttle_ms  # the common case: nothing to measure, no one to name
-    charged = request_quota.record(user_of(principal), client_id, seconds * 100)
+        return result, throttle_ms  # the common case: nothing to measure
+    charged = request_quota.record(user, client_id, seconds * 100)
     if charged <= 0:
         return result, throttle_ms
     fields = getattr(result, "__dataclass_fields__", None)

@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.security import sasl as sasl_mod
 from broker.security.listeners import DEFAULT_LISTENER
-from broker.security.principal import ANONYMOUS
+from broker.security.principal import ANONYMOUS, user_of
 from broker.security.request_context import RequestContext
 from broker.security.tls import certificate_principal
 from broker.server.client_quotas import QuotaManager, settle_request
@@ -236,6 +236,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._reserved = 0
         self._memory_wait = False
         self._principal = ANONYMOUS
+        # The principal's user name, as quotas name a client: derived once per principal.
+        self._user = user_of(ANONYMOUS)
         self._sasl: sasl_mod.SaslSession | None = None
         self._close_when_written = False
         self._request_quota = request_quota
@@ -288,6 +290,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 # name rather than taking the connection (or the broker) down.
                 log.warning("unreadable client certificate from %s:%s", *self._peer)
                 self._principal = ANONYMOUS
+            self._user = user_of(self._principal)
         if self._security.sasl is not None:
             self._sasl = sasl_mod.SaslSession(self._security.sasl)
             # Until authenticated, frames are small (Kafka's sasl.server.max.receive.size).
@@ -562,7 +565,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 return
         result, throttle_ms = settle_request(
             self._request_quota,
-            ctx.principal,
+            self._user,
             header.client_id or "",
             result,
             time.perf_counter() - started,
@@ -662,6 +665,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert sasl is not None and sasl.principal is not None
         if previous is None:
             self._principal = sasl.principal
+            self._user = user_of(sasl.principal)
             self._reader.max_size = self._max_frame
 
     def _pending_stop_reading(self) -> None:
