@@ -177,8 +177,7 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
         committed = asyncio.get_running_loop().create_future()
         committed.set_result([])
     # The request's record bytes, on this broker's logs and the diskless ones: one count.
-    produced = plan.local_bytes + sum(len(a.records) for a in plan.diskless)
-    broker.client_bytes.count("produce", az_from_client_id(ctx.header.client_id), produced)
+    broker.client_bytes.count("produce", az_from_client_id(ctx.header.client_id), plan.record_bytes)
     if plan.waits:
         # acks=all on logs of this broker: answered once their high watermarks pass.
         return asyncio.ensure_future(

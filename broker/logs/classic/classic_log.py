@@ -110,7 +110,7 @@ class ClassicLog:
             plan.acks,
             plan.timeout_ms,
         )
-        plan.local_bytes += len(records)
+        plan.record_bytes += len(records)
         if isinstance(outcome, PartitionResult):
             return outcome
         plan.waits.append(outcome)
