@@ -280,8 +280,10 @@ class ControllerMembership(Membership):
             log.warning("controlled shutdown heartbeat failed: %s", exc.message)
 
     def watch(self, changed: Callable[[], None]) -> None:
-        # The live brokers are the image's: any change of it may change them.
-        self._follower.on_change.append(changed)
+        # The live brokers are the image's: any change of it may change them. (The
+        # follower outlives a broker's restart: the same view is not added twice.)
+        if changed not in self._follower.on_change:
+            self._follower.on_change.append(changed)
 
     def live(self) -> list[BrokerEndpoint]:
         version, live = self._live
