@@ -24,6 +24,13 @@ Counted: fresh calls (a coroutine's or generator's resumption after an ``await``
 not a new entry) of functions whose file is in a product package (PRODUCT_PACKAGES).
 Consecutive calls within one file collapse into one entry; a file "entered twice" is one that
 appears again after the request had moved on to another file.
+
+A second, coarser figure (``stages``), derived from the same path and changing nothing in the
+first: each file replaced by its package (broker's sub-packages, ``broker/server``,
+``broker/produce``, ``broker/logs``, ...; ``broker`` for its loose modules; the other product
+packages whole: ``protocol``, ``storage``, ...), consecutive entries collapsed again. It
+counts how often a request crosses between the layers of the data-flow layout, whatever the
+number of helper files within one. The issue's goal is stated in files: the first figure.
 """
 
 from __future__ import annotations
@@ -76,17 +83,29 @@ class RequestPath:
 
     @property
     def reentered(self) -> list[str]:
-        seen: dict[str, int] = {}
+        return _reentered(self.files)
+
+    @property
+    def stages(self) -> list[str]:
+        """The path by package (the second figure): consecutive entries collapsed."""
+        out: list[str] = []
         for name in self.files:
-            seen[name] = seen.get(name, 0) + 1
-        return sorted(name for name, n in seen.items() if n > 1)
+            stage = stage_of(name)
+            if not out or out[-1] != stage:
+                out.append(stage)
+        return out
 
     def as_dict(self) -> dict[str, Any]:
+        stages = self.stages
         return {
             **asdict(self),
             "entries": len(self.files),
             "distinct": self.distinct,
             "reentered": self.reentered,
+            "stages": stages,
+            "stage_entries": len(stages),
+            "stage_distinct": len(set(stages)),
+            "stages_reentered": _reentered(stages),
         }
 
     def render(self, functions: bool = False) -> str:
@@ -103,7 +122,28 @@ class RequestPath:
             lines.append(
                 "  entered more than once: " + ", ".join(f"{n} x{c}" for n, c in counts.items())
             )
+        stages = self.stages
+        lines.append(
+            f"  by package: {len(set(stages))} distinct, {len(stages)} entries, "
+            f"{len(_reentered(stages))} entered more than once: " + " > ".join(stages)
+        )
         return "\n".join(lines)
+
+
+def stage_of(path: str) -> str:
+    """A product file's package: broker's sub-package (``broker`` for its loose modules),
+    else its top-level package."""
+    parts = path.split("/")
+    if parts[0] == "broker":
+        return "/".join(parts[:2]) if len(parts) > 2 else "broker"
+    return parts[0]
+
+
+def _reentered(names: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+    return sorted(name for name, n in seen.items() if n > 1)
 
 
 class _Tracer:
@@ -349,9 +389,12 @@ def run(root: Path | None = None) -> list[RequestPath]:
 
 def _summary(paths: list[RequestPath]) -> Iterator[str]:
     for p in paths:
+        stages = p.stages
         yield (
             f"{p.request:7s} {p.topic_kind:8s} distinct={p.distinct:3d} "
             f"entries={len(p.files):3d} reentered={len(p.reentered)}"
+            f"   by package: distinct={len(set(stages))} entries={len(stages)} "
+            f"reentered={len(_reentered(stages))}"
         )
 
 

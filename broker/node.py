@@ -32,6 +32,7 @@ from broker.logs.migration.sealer import MigrationSealer
 from broker.logs.partition_log import PartitionLog
 from broker.logs.router import Purpose
 from broker.logs.tiered.manager import TieringManager
+from broker.metadata.client_az import ClientBytes
 from broker.metadata.controller_catalog import ControllerCatalog
 from broker.metadata.controller_client import ControllerRefused
 from broker.metadata.membership import (
@@ -172,6 +173,9 @@ class Broker:
         # Which log serves a partition, for every handler and for the components below
         # that ask it (broker/logs/router.py); it reads the engines only when asked.
         self.router = log_router(self)
+        # Produce and fetch count their record bytes by client AZ (labels kept until the
+        # live brokers change: the membership says when, once it is made in start()).
+        self.client_bytes = ClientBytes(self.endpoints, config.rack)
         # Classic topics (local logs, leader-follower replication) need the controllers'
         # leaders and epochs: controller mode only. Their tiered part is built with them.
         self._tiered: TieringManager | None = None
@@ -382,6 +386,7 @@ class Broker:
             await server.start(serving=self.controller is None)
         self._server = self._servers[self.listener_plan.inter_broker]
         self._membership = self._make_membership()
+        self._membership.watch(self.client_bytes.live_changed)
         if isinstance(self._membership, ControllerMembership) and self._tiered is not None:
             # KIP-950: the controller's DisableRemoteTopic requests ride the heartbeats.
             self._membership.requests = self._tiered

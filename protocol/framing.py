@@ -87,6 +87,7 @@ class FrameReader:
         "_ro",
         "_start",
         "_view",
+        "incomplete_size",
     )
 
     def __init__(
@@ -107,6 +108,10 @@ class FrameReader:
         self._ro = self._view.toreadonly()  # frames are read-only views (kio insists)
         self._start = 0  # first byte not yet handed out as part of a frame
         self._end = 0  # end of the bytes received
+        # The size of the frame being received when it is a large one (what receiving it
+        # will hold), else 0 (small frames need no reservation): as of the last
+        # ``frames_received``, which reads its size prefix anyway.
+        self.incomplete_size = 0
 
     @property
     def capacity(self) -> int:
@@ -162,17 +167,13 @@ class FrameReader:
         if pos == end:
             # Everything handed out: the next read starts at the beginning again.
             self._start = self._end = 0
+            self.incomplete_size = 0
         else:
             self._start = pos
+            # The loop stopped at the incomplete frame's size prefix, if it has one.
+            whole = 4 + size if end - pos >= 4 else 0
+            self.incomplete_size = whole if whole > self._large else 0
         return frames
-
-    def incomplete_frame_size(self) -> int:
-        """The size of the frame being received when it is a large one (what receiving it
-        will hold), else 0: small frames need no reservation."""
-        if self._end - self._start < 4:
-            return 0
-        size = self._head_frame_end() - self._start
-        return size if size > self._large else 0
 
     def release(self) -> None:
         """Called after the frames of one read are decoded: drop an outsized buffer."""

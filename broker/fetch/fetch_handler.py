@@ -16,7 +16,7 @@ from broker.fetch.fetch_sessions import SessionView
 from broker.logs.fetch_slots import DENIED_REPLICA, FetchBudget, FetchSlot, leader_epoch_error
 from broker.logs.partition_log import Answered, PartitionLog, ReadPlan
 from broker.logs.router import Purpose, RoutedView
-from broker.metadata.client_az import az_from_client_id, count_fetch
+from broker.metadata.client_az import az_from_client_id
 from broker.metadata.transformer import preferred_read_replica, route_without_replicas
 from broker.security import access
 from broker.security.principal import user_of
@@ -30,6 +30,7 @@ from storage.outage import OutageLog
 if TYPE_CHECKING:
     from broker.fetch.fetch_sessions import FetchSessionCache
     from broker.logs.fetch_slots import CommitWatch
+    from broker.metadata.client_az import ClientBytes
     from broker.security.request_context import RequestContext
     from broker.server.client_quotas import ClientQuotas
     from storage.catalog import Topic
@@ -47,6 +48,9 @@ class FetchView(RoutedView, Protocol):
 
     @property
     def fetch_sessions(self) -> FetchSessionCache: ...  # KIP-227
+
+    @property
+    def client_bytes(self) -> ClientBytes: ...  # the answer's record bytes, by client AZ
 
 
 log = logging.getLogger(__name__)
@@ -251,18 +255,22 @@ async def _collect(
         # Then every partition in the request's order (the client rotates it), sharing
         # what is left.
         available = below
-        interests: list[tuple[UUID, int, int]] = []
         for slot, reader in zip(slots, readers, strict=True):
             available += reader.read_round(slot, budget, plan, read_committed)
-            interests += reader.interests(slot, plan)
         remaining = deadline - loop.time()
-        if (
+        answered = (
             available >= max(min_bytes, 1)
             or remaining <= 0
             or any(r.error for r in plan.results)
             or any(s.error for s in slots)
-            or not interests
-        ):
+        )
+        # What the long poll would wait on, asked only when it waits (no await since the
+        # reads: the logs answer for the same image).
+        interests: list[tuple[UUID, int, int]] = []
+        if not answered:
+            for slot, reader in zip(slots, readers, strict=True):
+                interests += reader.interests(slot, plan)
+        if answered or not interests:
             for reader, group in groups:
                 await reader.end_reads(group, plan)
             return
@@ -302,7 +310,7 @@ async def _fetch(
     if local_read:
         METRICS.fetched_bytes.inc(sum(len(d) for d in local_read))
     records = plan.records
-    count_fetch(broker, az, [*records, *local_read] if local_read else records)
+    broker.client_bytes.count_fetch(az, [*records, *local_read] if local_read else records)
     throttle_ms = 0
     quota = broker.quotas.fetch
     if quota.enabled():

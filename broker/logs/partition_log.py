@@ -113,7 +113,8 @@ class AppendPlan:
     timeout_ms: int
     diskless: list[PartitionAppend] = field(default_factory=list)
     waits: list[asyncio.Future[PartitionResult]] = field(default_factory=list)
-    local_bytes: int = 0  # appended to logs on this broker (counted per AZ by the handler)
+    # The record bytes handed to the logs, both engines' (counted per AZ by the handler).
+    record_bytes: int = 0
 
 
 @dataclass(slots=True)

@@ -9,8 +9,8 @@ by ``route`` and by the components that keep the engines (the replica manager's 
 logs, the coordinator's retention, markers, the AZ transformer's metadata, group lag).
 Outside ``broker/logs`` they are asked through the ``LogRouter`` only.
 
-A partition is of its topic's kind (``ReplicaManager.is_classic``: from the image, so a
-new classic topic's produce never takes the diskless path while its replicas open)
+A partition is of its topic's kind (``read_topic``: from the image, so a new classic
+topic's produce never takes the diskless path while its replicas open)
 unless its topic is migrating or migrated between classic and diskless. Until the
 partition's leader sealed its old log and the controller recorded it
 (``PartitionSealed`` in the image), the partition is of its topic's current kind. Then:
@@ -47,7 +47,7 @@ paths.
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -79,7 +79,7 @@ DISKLESS = "diskless"
 class ClassicReplicas(Protocol):
     """This broker's classic replicas (``ReplicaManager``), as the rules ask them."""
 
-    def is_classic(self, topic_id: UUID) -> bool: ...
+    def is_classic(self, topic_id: UUID) -> bool: ...  # without an image (``read_topic``)
 
     def get(self, topic_id: UUID, partition: int) -> ClassicPartition | None: ...
 
@@ -99,6 +99,35 @@ class RoutingView(Protocol):
     def classic(self) -> ClassicReplicas | None: ...
 
     def leader_epoch(self, topic_id: UUID, partition: int) -> int: ...
+
+
+class TopicSeen(NamedTuple):
+    """What the image says of a topic, read once per routed call: its migration (None:
+    none) and its kind (``classic``: ``diskless.enable=false``). Every rule decides from
+    it, so one call reads the image once, however many rules it asks."""
+
+    migration: MigrationState | None
+    classic: bool
+
+
+_UNKNOWN_TOPIC = TopicSeen(None, False)
+
+
+def read_topic(broker: RoutingView, classic: ClassicReplicas, topic_id: UUID) -> TopicSeen:
+    """The topic as the image shows it now: its kind from the image itself, not from the
+    replica manager's last reconcile (a new topic is in the image, and Metadata names this
+    broker its leader, a database round trip before the reconcile that opens its
+    replicas: a produce arriving then must not take the diskless path, into a log no
+    reader of the classic partition looks at; until the replica is open the classic path
+    answers NOT_LEADER_OR_FOLLOWER, which clients retry). Without an image (no
+    controller) the replica manager's hosted topics are the classic ones."""
+    controller = broker.controller
+    if controller is None:
+        return TopicSeen(None, classic.is_classic(topic_id))
+    topic = controller.image.topics.get(topic_id)
+    if topic is None:
+        return _UNKNOWN_TOPIC
+    return TopicSeen(topic.migration, not topic.diskless)
 
 
 def _migration(broker: RoutingView, topic_id: UUID) -> MigrationState | None:
@@ -149,19 +178,26 @@ def appends_classic(
     broker: RoutingView, classic: ClassicReplicas, topic_id: UUID, partition: int
 ) -> bool:
     """Produce goes to the classic leader (else: the diskless append path)."""
-    m = _migration(broker, topic_id)
+    return _appends_classic(read_topic(broker, classic, topic_id), partition)
+
+
+def _appends_classic(t: TopicSeen, partition: int) -> bool:
+    m = t.migration
     if m is None:
-        return classic.is_classic(topic_id)
+        return t.classic
     sealed = m.boundary(partition) is not None
     if m.direction == TO_DISKLESS:
-        return not sealed and classic.is_classic(topic_id)
+        return not sealed and t.classic
     return sealed
 
 
 def refuses_diskless_append(broker: RoutingView, topic_id: UUID, partition: int) -> bool:
     """A diskless partition being sealed towards classic: produce is answered with a
     retriable error until the seal is recorded (then it goes to the classic leader)."""
-    m = _migration(broker, topic_id)
+    return _refuses_diskless_append(_migration(broker, topic_id), partition)
+
+
+def _refuses_diskless_append(m: MigrationState | None, partition: int) -> bool:
     return (
         m is not None
         and m.direction == TO_CLASSIC
@@ -186,18 +222,22 @@ def reads_classic(
     replica_id: int,
 ) -> bool:
     """A fetch at ``offset`` reads the classic log (else: the diskless one)."""
-    m = _migration(broker, topic_id)
-    if m is not None and replica_id >= 0:
+    return _reads_classic(read_topic(broker, classic, topic_id), partition, offset, replica_id)
+
+
+def _reads_classic(t: TopicSeen, partition: int, offset: int, replica_id: int) -> bool:
+    m = t.migration
+    if m is None:
+        return t.classic
+    if replica_id >= 0:
         # A follower of the classic log, sealed or not: never a diskless batch (one that
         # copied them would hold offsets its classic log does not own).
         return True
-    if m is None:
-        return classic.is_classic(topic_id)
     if offset < classic_end_below(m, partition):
         return True
     s = m.sealed_partition(partition)
     if s is None:
-        return classic.is_classic(topic_id)
+        return t.classic
     return m.direction == TO_CLASSIC and offset >= s.boundary
 
 
@@ -208,12 +248,14 @@ def list_offset_route(
     partition: int,
     timestamp: int,
     read_committed: bool,
+    seen: TopicSeen | None = None,
 ) -> tuple[int, int, int, int] | str | None:
     """ListOffsets of a partition with a sealed log: an answer from this broker's replica
     of the classic log below the diskless part (error, offset, timestamp, leader epoch),
     CLASSIC (the classic leader's answer), DISKLESS (the diskless log's), or None (the
-    topic's kind answers: no migration, or nothing sealed that matters yet)."""
-    m = _migration(broker, topic_id)
+    topic's kind answers: no migration, or nothing sealed that matters yet). ``seen``: the
+    topic as the caller read it (``LogRouter.route``), else read here."""
+    m = seen.migration if seen is not None else _migration(broker, topic_id)
     if m is None:
         return None
     s = m.sealed_partition(partition)
@@ -275,6 +317,7 @@ def epochs_route(
     replication: bool,
     epoch: int,
     current: int,
+    seen: TopicSeen | None = None,
 ) -> tuple[int, int, int] | str | None:
     """OffsetForLeaderEpoch of a sealed partition: CLASSIC (the classic epoch cache, for
     replication), DISKLESS (the diskless answer), an answer (error, epoch, end offset), or
@@ -288,8 +331,8 @@ def epochs_route(
     truncated. Never the high watermark: a new leader's trails its log end until its
     followers fetch again, and a consumer whose position is between the two would take it
     for a truncation and seek back (librdkafka drops what it had fetched ahead: records
-    skipped)."""
-    m = _migration(broker, topic_id)
+    skipped). ``seen``: as for ``list_offset_route``."""
+    m = seen.migration if seen is not None else _migration(broker, topic_id)
     if m is None:
         return None
     p = classic.get(topic_id, partition)
@@ -319,25 +362,16 @@ def hosted_classic(image: MetadataImage, classic: set[UUID]) -> set[UUID]:
     return classic | {tid for tid, t in image.topics.items() if t.migration is not None}
 
 
-def has_diskless_part(controller: object, topic_id: UUID) -> bool:
-    """A topic migrated (or migrating) to classic: offsets below its boundaries are in the
-    diskless log, whose retention the batch coordinator enforces."""
-    image = getattr(controller, "image", None)
-    topic = None if image is None else image.topics.get(topic_id)
-    m = None if topic is None else topic.migration
-    return m is not None and m.direction == TO_CLASSIC
-
-
 def coordinator_retains(broker: RoutingView, topic_id: UUID) -> bool:
     """Whether the batch coordinator enforces this topic's retention: diskless topics, and
     the diskless part of a topic migrated (or migrating) to classic (classic logs are
     local: broker/logs/classic enforces theirs)."""
     classic = broker.classic
-    return (
-        classic is None
-        or not classic.is_classic(topic_id)
-        or has_diskless_part(broker.controller, topic_id)
-    )
+    if classic is None:
+        return True
+    t = read_topic(broker, classic, topic_id)
+    m = t.migration
+    return not t.classic or (m is not None and m.direction == TO_CLASSIC)
 
 
 def markers_on_classic_leader(broker: RoutingView, topic_id: UUID, partition: int) -> bool:
@@ -386,44 +420,47 @@ class LogRouter:
         if manager is None:
             # No classic engine on this broker (no controller): every log is diskless.
             return self.diskless
-        if purpose is Purpose.APPEND:
-            if appends_classic(broker, manager, topic_id, partition):
-                # A classic partition: appended to this broker's log if it leads it.
+        # The image read once for the call: every rule below decides from it.
+        t = read_topic(broker, manager, topic_id)
+        if purpose is Purpose.READ:
+            return (
+                self.classic if _reads_classic(t, partition, offset, replica_id) else self.diskless
+            )
+        if purpose is Purpose.APPEND or purpose is Purpose.MARKER:
+            if _appends_classic(t, partition):
+                # A classic partition: appended to (its markers written by) this broker's
+                # log if it leads it.
                 return self.classic
-            if refuses_diskless_append(broker, topic_id, partition):
+            if purpose is Purpose.MARKER:
+                return self.diskless  # answers INVALID_REQUEST: its coordinator writes them
+            if _refuses_diskless_append(t.migration, partition):
                 # Being sealed for a migration to classic: retriable, nothing written.
                 return Answered(int(ErrorCode.not_leader_or_follower))
             return self.diskless
-        if purpose is Purpose.READ:
-            if reads_classic(broker, manager, topic_id, partition, offset, replica_id):
-                return self.classic
-            return self.diskless
         if purpose is Purpose.LIST_OFFSETS:
-            route = list_offset_route(broker, manager, topic_id, partition, offset, read_committed)
+            route = list_offset_route(
+                broker, manager, topic_id, partition, offset, read_committed, t
+            )
             if isinstance(route, tuple):
                 # A migrated partition: the old classic log (below a boundary) answered.
                 return Answered(route[0], offsets=OffsetAnswer(*route))
-            return self._kind(route, manager, topic_id)
+            return self._kind(route, t)
         if purpose is Purpose.EPOCHS:
             current = broker.leader_epoch(topic_id, partition)
             epochs = epochs_route(
-                broker, manager, topic_id, partition, replica_id >= 0, offset, current
+                broker, manager, topic_id, partition, replica_id >= 0, offset, current, t
             )
             if isinstance(epochs, tuple):
                 # A partition migrated to classic, asked by a consumer.
                 return Answered(epochs[0], epochs=EpochAnswer(*epochs))
-            return self._kind(epochs, manager, topic_id)
+            return self._kind(epochs, t)
         if purpose is Purpose.DELETE:
-            return self.classic if manager.is_classic(topic_id) else self.diskless
-        if purpose is Purpose.MARKER:
-            if markers_on_classic_leader(broker, topic_id, partition):
-                return self.classic
-            return self.diskless  # answers INVALID_REQUEST: its coordinator writes them
+            return self.classic if t.classic else self.diskless
         raise ValueError(purpose)
 
-    def _kind(self, route: str | None, manager: ClassicReplicas, topic_id: UUID) -> PartitionLog:
+    def _kind(self, route: str | None, t: TopicSeen) -> PartitionLog:
         """CLASSIC, DISKLESS, or None: the topic's kind."""
-        if route == CLASSIC or (route is None and manager.is_classic(topic_id)):
+        if route == CLASSIC or (route is None and t.classic):
             return self.classic
         return self.diskless
 

@@ -8,14 +8,14 @@ read it), then the ``diskless_az=<az>`` marker anywhere in ``client.id``, else u
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from broker.server.metrics import METRICS
 
 if TYPE_CHECKING:
-    from broker.metadata.view import ClusterView
+    from broker.metadata.membership import BrokerEndpoint
 
 # Inkless' ClientAZExtractor pattern: the marker at the start or after a comma or space;
 # the AZ runs to the next '=', ',' or space. "my-app:diskless_az=x" (wrong separator) and
@@ -53,15 +53,37 @@ def az_label(known_racks: Iterable[str | None], az: str | None) -> str:
     return az if az in known_racks else "other"
 
 
-def count_bytes(broker: ClusterView, direction: str, az: str | None, nbytes: int) -> None:
-    """Add one request's record bytes to ``sluice_client_bytes`` (once per request)."""
-    if nbytes <= 0:
-        return
-    racks = {e.rack for e in broker.endpoints()}
-    METRICS.client_bytes.labels(direction, az_label(racks, az), broker.config.rack or "none").inc(
-        nbytes
-    )
+class ClientBytes:
+    """``sluice_client_bytes``: each request's record bytes, counted once, by direction,
+    the client's AZ and this broker's rack. The labelled counter of a (direction, AZ) is
+    made once and kept until the live brokers change (``live_changed``, called by the
+    membership): the AZ label is "other" for an AZ that names no live broker's rack."""
+
+    __slots__ = ("_counters", "_live", "_rack")
+
+    def __init__(self, live: Callable[[], Iterable[BrokerEndpoint]], rack: str | None) -> None:
+        self._live = live
+        self._rack = rack or "none"
+        self._counters: dict[tuple[str, str | None], Any] = {}
+
+    def live_changed(self) -> None:
+        self._counters = {}
+
+    def count(self, direction: str, az: str | None, nbytes: int) -> None:
+        """Add one request's record bytes (once per request)."""
+        if nbytes <= 0:
+            return
+        counter = self._counters.get((direction, az))
+        if counter is None:
+            if len(self._counters) >= _MAX_COUNTERS:
+                self._counters = {}  # client ids are free text: bounded, rebuilt on use
+            racks = {e.rack for e in self._live()}
+            counter = METRICS.client_bytes.labels(direction, az_label(racks, az), self._rack)
+            self._counters[(direction, az)] = counter
+        counter.inc(nbytes)
+
+    def count_fetch(self, az: str | None, records: Sequence[Any]) -> None:
+        self.count("fetch", az, sum(len(r) for r in records if r is not None))
 
 
-def count_fetch(broker: ClusterView, az: str | None, records: Sequence[Any]) -> None:
-    count_bytes(broker, "fetch", az, sum(len(r) for r in records if r is not None))
+_MAX_COUNTERS = 4096

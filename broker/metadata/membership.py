@@ -17,7 +17,7 @@ import contextlib
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,6 +70,10 @@ class Membership(ABC):
     def live(self) -> list[BrokerEndpoint]:
         """The live brokers by node id; always includes this one."""
 
+    def watch(self, changed: Callable[[], None]) -> None:  # noqa: B027 - static: never
+        """Call ``changed()`` whenever the live brokers may have changed: what is derived
+        from them and kept (``ClientBytes``' labels) is made again."""
+
     def problem(self) -> str | None:
         """Why this broker may not be part of the cluster right now, if it may not be."""
         return None
@@ -104,6 +108,7 @@ class RegistryMembership(Membership):
         self._interval = interval_ms / 1000
         self._session_timeout_ms = session_timeout_ms
         self._live: list[BrokerEndpoint] = [me]
+        self._watchers: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._last_ok = 0.0  # loop time of the last heartbeat that reached the database
 
@@ -115,6 +120,9 @@ class RegistryMembership(Membership):
 
     def live(self) -> list[BrokerEndpoint]:
         return self._live
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        self._watchers.append(changed)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -167,7 +175,9 @@ class RegistryMembership(Membership):
             live = sorted([*live, self._me], key=lambda b: b.node_id)
         if live != self._live:
             log.info("live brokers: %s", ", ".join(str(b.node_id) for b in live))
-        self._live = live
+            self._live = live
+            for changed in self._watchers:
+                changed()
         return None
 
     async def _loop(self) -> None:
@@ -268,6 +278,12 @@ class ControllerMembership(Membership):
             )
         except ControllerRefused as exc:
             log.warning("controlled shutdown heartbeat failed: %s", exc.message)
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        # The live brokers are the image's: any change of it may change them. (The
+        # follower outlives a broker's restart: the same view is not added twice.)
+        if changed not in self._follower.on_change:
+            self._follower.on_change.append(changed)
 
     def live(self) -> list[BrokerEndpoint]:
         version, live = self._live

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Protocol
 from uuid import UUID
 
@@ -87,8 +88,10 @@ class MetadataFollower:
         self._wait_ms = wait_ms
         self.image = MetadataImage()
         self.applied = 0
-        # Bumped on every change of the image: cheap cache keys for derived views.
+        # Bumped on every change of the image: cheap cache keys for derived views; and
+        # called then, for views that keep what they derived until it changes.
         self.version = 0
+        self.on_change: list[Callable[[], None]] = []
         self.last_error: str | None = None
         self.synced = False  # True after the first answer was applied
         self._listener: FollowerListener | None = None
@@ -216,6 +219,8 @@ class MetadataFollower:
         self.synced = True
         if changed:
             self.version += 1
+            for derived in self.on_change:
+                derived()
             self._diff(before, _shape(self.image))
         await self._do_storage_work(changed)
         # Waiters wake once the storage work for what they wait on was attempted.

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from broker.logs.classic.txn_verification import Verification, verify_transaction
 from broker.logs.partition_log import AppendPlan, PartitionResult
 from broker.logs.router import Purpose
-from broker.metadata.client_az import az_from_client_id, count_bytes
+from broker.metadata.client_az import az_from_client_id
 from broker.produce import implicit_add, recompress
 from broker.security import access
 from broker.security.principal import user_of
@@ -30,6 +30,7 @@ from storage.partition_key import PartitionKey
 
 if TYPE_CHECKING:
     from broker.logs.diskless.diskless_append import Appender
+    from broker.metadata.client_az import ClientBytes
     from broker.metadata.topics import TopicRegistry
     from broker.security.request_context import RequestContext
     from broker.server.client_quotas import ClientQuotas
@@ -42,6 +43,9 @@ class ProduceView(implicit_add.ImplicitAddView, Protocol):
 
     @property
     def appender(self) -> Appender: ...  # the diskless partitions' appends, once a request
+
+    @property
+    def client_bytes(self) -> ClientBytes: ...  # the request's record bytes, by client AZ
 
 
 VALID_ACKS = (-1, 0, 1)
@@ -173,8 +177,7 @@ async def handle(broker: ProduceView, ctx: RequestContext, request: Any) -> Any:
         committed = asyncio.get_running_loop().create_future()
         committed.set_result([])
     # The request's record bytes, on this broker's logs and the diskless ones: one count.
-    produced = plan.local_bytes + sum(len(a.records) for a in plan.diskless)
-    count_bytes(broker, "produce", az_from_client_id(ctx.header.client_id), produced)
+    broker.client_bytes.count("produce", az_from_client_id(ctx.header.client_id), plan.record_bytes)
     if plan.waits:
         # acks=all on logs of this broker: answered once their high watermarks pass.
         return asyncio.ensure_future(

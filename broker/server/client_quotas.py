@@ -18,6 +18,8 @@ from for that long after the answer (KIP-219, see broker/server/connection.py).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import datetime
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -222,12 +224,29 @@ def throttle_connection(throttle_ms: int) -> None:
         _THROTTLE.set(throttle_ms)
 
 
-def reset_throttle() -> None:
-    """Before a handler runs (the request pipeline): nothing throttled yet."""
-    if _THROTTLE.get():
+def settle_request(
+    request_quota: QuotaManager | None, user: str, client_id: str, result: Any, seconds: float
+) -> tuple[Any, int]:
+    """After a handler ran (the request pipeline), a request's quotas in one step: the
+    throttle time its handler asked for (``throttle_connection``, cleared for the next
+    request), and its handling time (``seconds``) charged to the request quota when any
+    client has one, in percent of a second as Kafka counts. An answer at hand that has a
+    throttle time carries the request quota's (a future only mutes). Returns the answer
+    and how long to mute the connection for (0: not throttled)."""
+    throttle_ms = _THROTTLE.get()
+    if throttle_ms:
         _THROTTLE.set(0)
-
-
-def pending_throttle() -> int:
-    """After a handler ran (the request pipeline): the throttle time it asked for, in ms."""
-    return _THROTTLE.get()
+    if request_quota is None or not request_quota.enabled():
+        return result, throttle_ms  # the common case: nothing to measure
+    charged = request_quota.record(user, client_id, seconds * 100)
+    if charged <= 0:
+        return result, throttle_ms
+    fields = getattr(result, "__dataclass_fields__", None)
+    if fields is not None and "throttle_time" in fields:
+        current = result.throttle_time
+        if isinstance(current, datetime.timedelta) and current.total_seconds() * 1000 < charged:
+            result = dataclasses.replace(
+                result, throttle_time=datetime.timedelta(milliseconds=charged)
+            )
+        return result, throttle_ms  # the answer's throttle time mutes when it is written
+    return result, max(throttle_ms, charged)

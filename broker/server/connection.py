@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import datetime
 import functools
 import logging
@@ -37,7 +36,7 @@ from broker.security.listeners import DEFAULT_LISTENER
 from broker.security.principal import ANONYMOUS, user_of
 from broker.security.request_context import RequestContext
 from broker.security.tls import certificate_principal
-from broker.server.client_quotas import QuotaManager, pending_throttle, reset_throttle
+from broker.server.client_quotas import QuotaManager, settle_request
 from broker.server.connection_limits import ConnectionLimits, LimitSettings
 from broker.server.handler_helpers import fetch_replica_id
 from broker.server.log_budget import TRACEBACKS, LineBudget
@@ -237,6 +236,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._reserved = 0
         self._memory_wait = False
         self._principal = ANONYMOUS
+        # The principal's user name, as quotas name a client: derived once per principal.
+        self._user = user_of(ANONYMOUS)
         self._sasl: sasl_mod.SaslSession | None = None
         self._close_when_written = False
         self._request_quota = request_quota
@@ -289,6 +290,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 # name rather than taking the connection (or the broker) down.
                 log.warning("unreadable client certificate from %s:%s", *self._peer)
                 self._principal = ANONYMOUS
+            self._user = user_of(self._principal)
         if self._security.sasl is not None:
             self._sasl = sasl_mod.SaslSession(self._security.sasl)
             # Until authenticated, frames are small (Kafka's sasl.server.max.receive.size).
@@ -380,7 +382,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _account_receiving(self) -> None:
         """Reserve (or return) pool memory for the large request being received; a
         connection the pool cannot serve stops reading until memory is returned."""
-        need = self._reader.incomplete_frame_size()
+        need = self._reader.incomplete_size
         if need <= self._reserved:
             if need < self._reserved:
                 self._set_reserved(need)
@@ -403,7 +405,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 retry()
 
     def _retry_memory(self) -> None:
-        need = self._reader.incomplete_frame_size()
+        need = self._reader.incomplete_size
         if self._closed or self._limits.may_buffer(need - self._reserved):
             self._limits.memory_waiters.discard(self._retry_memory)
             self._memory_wait = False
@@ -552,7 +554,6 @@ class KafkaConnection(asyncio.BufferedProtocol):
         _request_counter(api.name).inc()
         admitted = time.perf_counter()
         started = admitted if self._request_quota is not None else 0.0
-        reset_throttle()
         try:
             result = await api.handler(ctx, request.body)
         except Exception:
@@ -562,10 +563,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if result is None:
                 self._abort("internal", f"{api.name} handler failed")
                 return
-        if (throttle_ms := pending_throttle()) > 0:
+        result, throttle_ms = settle_request(
+            self._request_quota,
+            self._user,
+            header.client_id or "",
+            result,
+            time.perf_counter() - started,
+        )
+        if throttle_ms > 0:
             self._throttle(throttle_ms)
-        if self._request_quota is not None:
-            result = self._charge_request_time(ctx, result, time.perf_counter() - started)
         fetch_kind = None
         if key == FETCH_KEY:
             fetch_kind = "FetchFollower" if fetch_replica_id(request.body) >= 0 else "FetchConsumer"
@@ -659,37 +665,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert sasl is not None and sasl.principal is not None
         if previous is None:
             self._principal = sasl.principal
+            self._user = user_of(sasl.principal)
             self._reader.max_size = self._max_frame
 
     def _pending_stop_reading(self) -> None:
         self._draining = True
         self._pending -= sum(r.cost for r in self._inbox)
         self._inbox.clear()
-
-    def _charge_request_time(self, ctx: RequestContext, result: Any, seconds: float) -> Any:
-        """Count the handler's time against the request quota; a throttled answer carries
-        its throttle time (when the answer is at hand: a future only mutes)."""
-        quota = self._request_quota
-        assert quota is not None
-        if not quota.enabled():
-            return result  # the common case: nothing to measure, no principal to name
-        throttle_ms = quota.record(
-            user_of(ctx.principal), ctx.header.client_id or "", seconds * 100
-        )
-        if throttle_ms <= 0:
-            return result
-        fields = getattr(result, "__dataclass_fields__", None)
-        if fields is not None and "throttle_time" in fields:
-            current = result.throttle_time
-            if isinstance(current, datetime.timedelta) and current.total_seconds() * 1000 < (
-                throttle_ms
-            ):
-                return dataclasses.replace(
-                    result, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
-                )
-            return result
-        self._throttle(throttle_ms)
-        return result
 
     def _queue(
         self,

@@ -38,8 +38,9 @@ from storage.objects.local import LocalObjectStore
 from storage.partition_key import PartitionKey
 from storage.transactions import CompleteRequest, Marker
 from tests.e2e._batches import Record, build_batch
+from tests.fixtures.brokers import eventually, started_brokers
 from tests.fixtures.postgres import PostgresServer
-from tests.unit._handlers import decode_answer, request_and_context
+from tests.unit._handlers import decode_answer, fetch_body, request_and_context
 
 NOW = 1_700_000_000_000
 # Spelled out rather than imported from storage/postgres/notify.py, so that this module runs
@@ -286,74 +287,41 @@ async def _call(broker: Broker, key: int, version: int, data: dict[str, Any]) ->
     return decode_answer(response, key, version)
 
 
-async def _eventually(check: Any, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 @contextlib.asynccontextmanager
 async def _two_brokers(
     server: PostgresServer, tmp_path: Path, notify: bool
 ) -> AsyncIterator[tuple[Broker, Broker]]:
     dsn = await server.new_database()
     store_dir = tmp_path / "objects"  # one object store for both, as one bucket
-    nodes: list[Broker] = []
+
+    def make(node_id: int) -> Broker:
+        config = BrokerConfig(
+            node_id=node_id,
+            port=0,
+            data_dir=str(tmp_path / f"b{node_id}"),
+            coordinator="postgresql",
+            coordinator_dsn=dsn,
+            broker_heartbeat_interval_ms=100,
+            broker_session_timeout_ms=3000,
+            metadata_refresh_interval_ms=100,
+            # Only a notification wakes a long poll within the test: no re-check of
+            # others' commits before a minute (the default is 100 ms, 1 s once notified).
+            remote_poll_interval_ms=60_000,
+        )
+        coordinator, catalog = coordinator_and_catalog(config)
+        assert isinstance(coordinator, PostgresCoordinator)
+        if not notify:
+            coordinator.notifier = None
+        return Broker(config, LocalObjectStore(str(store_dir)), coordinator, catalog)
+
     try:
-        for node_id in (1, 2):
-            config = BrokerConfig(
-                node_id=node_id,
-                port=0,
-                data_dir=str(tmp_path / f"b{node_id}"),
-                coordinator="postgresql",
-                coordinator_dsn=dsn,
-                broker_heartbeat_interval_ms=100,
-                broker_session_timeout_ms=3000,
-                metadata_refresh_interval_ms=100,
-                # Only a notification wakes a long poll within the test: no re-check of
-                # others' commits before a minute (the default is 100 ms, 1 s once notified).
-                remote_poll_interval_ms=60_000,
+        async with started_brokers(make) as nodes:
+            await eventually(
+                lambda: all(n.multi_broker for n in nodes), 20.0, "the brokers see each other"
             )
-            coordinator, catalog = coordinator_and_catalog(config)
-            assert isinstance(coordinator, PostgresCoordinator)
-            if not notify:
-                coordinator.notifier = None
-            node = Broker(config, LocalObjectStore(str(store_dir)), coordinator, catalog)
-            await node.start()
-            nodes.append(node)
-        await _eventually(lambda: all(n.multi_broker for n in nodes), "the brokers see each other")
-        yield nodes[0], nodes[1]
+            yield nodes[0], nodes[1]
     finally:
-        for node in nodes:
-            await node.stop()
         await server.drop_database(dsn)
-
-
-def _fetch_request(topic: str, offset: int, max_wait_ms: int) -> dict[str, Any]:
-    return {
-        "replica_id": -1,
-        "max_wait": max_wait_ms,
-        "min_bytes": 1,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 1 << 20,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
 
 
 async def _produce(broker: Broker, topic: str) -> None:
@@ -393,14 +361,18 @@ async def _long_poll_woken_after(
             },
         )  # fmt: skip
         assert created.topics[0].error_code == ErrorCode.none
-        await _eventually(lambda: b.topics.get("woken") is not None, "broker 2 knows the topic")
+        await eventually(
+            lambda: b.topics.get("woken") is not None, 20.0, "broker 2 knows the topic"
+        )
         # Each broker served one fetch and one produce first: warm connections and plans,
         # as a running cluster has them (and broker 1's commit wakes broker 2's listener
         # path once before the measured one).
         await _produce(a, "woken")
-        await _call(b, 1, 12, _fetch_request("woken", 0, 0))
+        await _call(b, 1, 12, fetch_body("woken", 0, min_bytes=1))
         began = time.monotonic()
-        poll = asyncio.ensure_future(_call(b, 1, 12, _fetch_request("woken", 1, max_wait_ms)))
+        poll = asyncio.ensure_future(
+            _call(b, 1, 12, fetch_body("woken", 1, max_wait_ms=max_wait_ms, min_bytes=1))
+        )
         await asyncio.sleep(0.5)  # broker 2's long poll is waiting
         assert not poll.done()
         await _produce(a, "woken")

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from broker.config import load_config
-from controller.service import ControllerService, ControllerSettings
+from controller.service import ControllerService
 from jobs import cli
 from jobs.source import NoTopicSource, existing_topic_source, topic_source
+from tests.fixtures.controller_settings import single_voter
 
 POSTGRES = {
     "object.store": "s3",
@@ -27,15 +28,7 @@ def sluice_dev_metadata_log(data_dir: Path) -> None:
 
     async def go() -> None:
         service = ControllerService(
-            ControllerSettings(
-                node_id=1,
-                voters={1: ("127.0.0.1", 0)},
-                host="127.0.0.1",
-                http_port=0,
-                data_dir=data_dir / "controller",
-                secret="s",
-                raft_options={"fsync": False},
-            )
+            single_voter(data_dir / "controller", secret="s", raft_options={"fsync": False})
         )
         await service.start()
         try:

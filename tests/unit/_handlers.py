@@ -50,3 +50,33 @@ def decode_answer(response: Any, key: int, version: int) -> Any:
     start = 9 if schema.__header_schema__.__flexible__ else 8
     decoded, _ = entity_reader(schema)(memoryview(encoded), start)
     return decoded
+
+
+def fetch_body(
+    topic: str, offset: int, replica: int = -1, max_wait_ms: int = 0, min_bytes: int = 0
+) -> dict[str, Any]:
+    """A Fetch (v12) of partition 0 of ``topic`` by name: a consumer's (``replica`` -1), or a
+    follower's replication fetch."""
+    return {
+        "replica_id": replica,
+        "max_wait": max_wait_ms,
+        "min_bytes": min_bytes,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 1 << 20,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }

@@ -33,6 +33,7 @@ from broker.logs.engines import log_router
 from broker.metadata import describe_cluster as cluster
 from broker.metadata import describe_quorum
 from broker.metadata import metadata_handler as metadata
+from broker.metadata.client_az import ClientBytes
 from broker.security.authorizer import Authorizer
 from broker.server.client_quotas import ClientQuotas
 from broker.transactions import init_producer_id as producer_ids
@@ -83,6 +84,7 @@ class FakeBroker:
         self.cluster_id = "unit-cluster"
         self.controller_id = 1
         self.router = log_router(self)  # type: ignore[arg-type]
+        self.client_bytes = ClientBytes(self.endpoints, None)
 
     def endpoints(self) -> list[Any]:
         return []

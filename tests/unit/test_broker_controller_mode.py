@@ -1042,7 +1042,8 @@ async def test_a_topic_stores_its_compression_type_and_a_config_change_applies(
     from protocol.compression import CODEC_MASK, GZIP, ZSTD
     from tests.e2e._batches import Record as BatchRecord
     from tests.e2e._batches import build_batch
-    from tests.unit.classic.test_brokers import fetch_body, produce_body
+    from tests.unit._handlers import fetch_body
+    from tests.unit.classic.test_brokers import produce_body
 
     answer = await call(
         broker,

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.metadata.client_az import az_from_client_id, client_az
+from broker.metadata.client_az import ClientBytes, az_from_client_id, client_az
+from broker.server.metrics import METRICS
 
 
 @pytest.mark.parametrize(
@@ -48,3 +49,44 @@ def test_protocol_rack_takes_precedence() -> None:
     assert client_az("app,diskless_az=az-a", SimpleNamespace(rack_id="")) == "az-a"
     assert client_az("app,diskless_az=az-a", object()) == "az-a"
     assert client_az("app", None) is None
+
+
+def _client_bytes(direction: str, az: str, rack: str) -> float:
+    labels = {"direction": direction, "client_az": az, "broker_rack": rack}
+    return METRICS.registry.get_sample_value("sluice_client_bytes_total", labels) or 0.0
+
+
+def test_client_bytes_label_an_az_by_the_live_brokers_racks_until_they_change() -> None:
+    """An AZ naming no live broker's rack is "other" (client ids are free text); the labels
+    are made again when the membership says the live brokers changed."""
+    live = [SimpleNamespace(rack="unit-az-a")]
+    asked: list[int] = []
+
+    def brokers() -> list[SimpleNamespace]:
+        asked.append(1)
+        return live
+
+    meter = ClientBytes(brokers, "unit-az-a")
+    labels = [(d, az) for d in ("produce", "fetch") for az in ("unit-az-a", "other", "none")]
+    before = {(d, az): _client_bytes(d, az, "unit-az-a") for d, az in labels}
+
+    def added(direction: str, az: str) -> float:
+        return _client_bytes(direction, az, "unit-az-a") - before[direction, az]
+
+    meter.count("produce", "unit-az-a", 10)
+    meter.count("produce", "unit-az-b", 5)
+    meter.count("produce", None, 3)
+    meter.count("produce", "unit-az-a", 0)  # nothing counted, nothing made
+    meter.count_fetch("unit-az-a", [b"abcd", None, b"ef"])
+    assert added("produce", "unit-az-a") == 10
+    assert added("produce", "other") == 5
+    assert added("produce", "none") == 3
+    assert added("fetch", "unit-az-a") == 6
+    assert len(asked) == 4  # once per (direction, AZ), not per request
+    meter.count("produce", "unit-az-b", 5)
+    assert len(asked) == 4
+    live.append(SimpleNamespace(rack="unit-az-b"))
+    meter.live_changed()
+    meter.count("produce", "unit-az-b", 7)
+    assert len(asked) == 5
+    assert _client_bytes("produce", "unit-az-b", "unit-az-a") == 7

@@ -3,10 +3,22 @@ rate, the sampled rate and the throttle time."""
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
+import datetime
+from typing import Any
+
 import pytest
 
 from broker.security.principal import user_of
-from broker.server.client_quotas import PRODUCE, QuotaManager, SampledRate
+from broker.server.client_quotas import (
+    PRODUCE,
+    REQUEST,
+    QuotaManager,
+    SampledRate,
+    settle_request,
+    throttle_connection,
+)
 from controller.image import quota_entity
 
 
@@ -111,3 +123,34 @@ def test_quota_changes_take_effect() -> None:
 def test_user_of_principal() -> None:
     assert user_of("User:alice") == "alice"
     assert user_of("User:ANONYMOUS") == "ANONYMOUS"
+
+
+def test_a_request_is_settled_once_after_its_handler() -> None:
+    """settle_request: the throttle the handler asked for, read and cleared for the next
+    request; the request quota charged with the handling time only when some client has
+    one, an answer at hand carrying its throttle (anything else: the connection mutes)."""
+    # The image's quotas, replaced whole on a change (as the metadata image's are).
+    tables: list[dict] = [{}]
+    request = QuotaManager(REQUEST, lambda: tables[0], clock=Clock())
+
+    def settle(result: Any, handler_ms: int = 0) -> tuple[Any, int]:
+        if handler_ms:
+            throttle_connection(handler_ms)  # as a handler does, in the request's context
+        return settle_request(request, "alice", "app", result, 0.5)
+
+    def run() -> None:
+        answer = Answer(datetime.timedelta(0))
+        assert settle(answer, 300) == (answer, 300)
+        assert settle(answer) == (answer, 0)  # cleared: not the next request's
+        assert request._rates == {}  # no request quota anywhere: nothing measured
+        tables[0] = {quota_entity(["user"], ["alice"]): {REQUEST: 1.0}}
+        carried, mute = settle(answer)
+        assert mute == 0 and carried.throttle_time > datetime.timedelta(0)
+        assert settle(object(), 5)[1] > 5  # no throttle field: muted for the larger
+
+    contextvars.copy_context().run(run)
+
+
+@dataclasses.dataclass
+class Answer:
+    throttle_time: datetime.timedelta

@@ -11,20 +11,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.records import Partition, Topic, encode_batch
-from controller.service import SECRET_HEADER, ControllerService, ControllerSettings
+from controller.service import SECRET_HEADER, ControllerService
+from tests.fixtures.controller_settings import single_voter
 
 
 async def start(tmp_path: Path, expand: bool) -> ControllerService:
     service = ControllerService(
-        ControllerSettings(
-            node_id=1,
-            voters={1: ("127.0.0.1", 0)},
-            host="127.0.0.1",
-            http_port=0,
-            data_dir=tmp_path,
-            secret="s",
-            expand_legacy_topics=expand,
-            raft_options={"fsync": False},
+        single_voter(
+            tmp_path, secret="s", expand_legacy_topics=expand, raft_options={"fsync": False}
         )
     )
     await service.start()

@@ -24,7 +24,7 @@ from broker.config import load_config, parse_config_file
 from broker.server.metrics import METRICS
 from controller.access import secret_problem
 from controller.config import load_settings
-from controller.service import ControllerService, ControllerSettings
+from controller.service import ControllerService
 from sluice.compose_init import (
     ADMIN_FILES,
     GRAFANA_UID,
@@ -34,6 +34,7 @@ from sluice.compose_init import (
     make_secrets,
 )
 from sluice.secure import generate
+from tests.fixtures.controller_settings import single_voter
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -236,16 +237,7 @@ _SUFFIXES = {
 def exported_series(tmp_path: Path) -> dict[str, str]:
     """Every series name the broker's and the controller's registries export -> its
     metric's name, from the registries themselves (the Kafka-named collectors included)."""
-    controller = ControllerService(
-        ControllerSettings(
-            node_id=1,
-            voters={1: ("127.0.0.1", 0)},
-            host="127.0.0.1",
-            http_port=0,
-            data_dir=tmp_path,
-            secret="s",
-        )
-    )
+    controller = ControllerService(single_voter(tmp_path, secret="s"))
     out = {}
     for registry in (METRICS.registry, controller.registry):
         for family in registry.collect():

@@ -60,6 +60,25 @@ def test_the_summary_agrees_with_the_path(paths: list[request_path.RequestPath])
         json.dumps(figures)
 
 
+def test_the_package_figure_is_the_path_by_package(
+    paths: list[request_path.RequestPath],
+) -> None:
+    """The second figure is derived from the files and changes nothing in the first."""
+    assert request_path.stage_of("broker/server/connection.py") == "broker/server"
+    assert request_path.stage_of("broker/logs/classic/partition.py") == "broker/logs"
+    assert request_path.stage_of("broker/node.py") == "broker"
+    assert request_path.stage_of("storage/classic/log.py") == "storage"
+    for p in paths:
+        figures = p.as_dict()
+        by_package = [request_path.stage_of(f) for f in p.files]
+        collapsed = [s for i, s in enumerate(by_package) if i == 0 or by_package[i - 1] != s]
+        assert figures["stages"] == collapsed
+        assert figures["stage_entries"] == len(collapsed) <= figures["entries"]
+        assert figures["stage_distinct"] == len(set(collapsed))
+        assert set(figures["stages_reentered"]) == {s for s in collapsed if collapsed.count(s) > 1}
+        assert f"by package: {figures['stage_distinct']} distinct" in p.render()
+
+
 def test_the_script_is_executable() -> None:
     script = Path(request_path.ROOT) / "scripts" / "request-path"
     assert script.stat().st_mode & 0o111

@@ -49,11 +49,14 @@ class ClassicSlot(FetchSlot):
     (None when refused or redirected), the one the fetch started with even if the
     partition's replica is replaced while the fetch waits."""
 
-    __slots__ = ("classic",)
+    __slots__ = ("classic", "moved")
 
     def __init__(self, topic_key: Any, partition: int) -> None:
         super().__init__(topic_key, partition, 0, -1)
         self.classic: ClassicPartition | None = None
+        # A seal moved the slot's offset to the other log (``ReadPlan.moved``): asked by
+        # each round's read, kept for the round's interests and every later round.
+        self.moved = False
 
 
 # Reads slots whose offsets are in the tiered part only (``tiered_read.read_tiered``).
@@ -107,7 +110,7 @@ class ClassicLog:
             plan.acks,
             plan.timeout_ms,
         )
-        plan.local_bytes += len(records)
+        plan.record_bytes += len(records)
         if isinstance(outcome, PartitionResult):
             return outcome
         plan.waits.append(outcome)
@@ -145,17 +148,21 @@ class ClassicLog:
     ) -> int:
         if not _reads_here(slot):
             return 0
-        if self._moved(slot, plan):
+        if slot.moved or self._moved(slot, plan):
             # A migration sealed since the fetch was routed: this log may have a gap at the
             # offset now (its records in the diskless log), and reading it would answer
-            # with the batches after the gap. Nothing from here (ReadPlan.moved).
+            # with the batches after the gap. Nothing from here (ReadPlan.moved), now or
+            # in a later round, and nothing to wait for (``interests``).
+            slot.moved = True
             slot.data = b""
             return 0
         # Read again from the local log each round (a replica's log grows as it waits).
         return read_classic(self._broker, slot, budget, read_committed)
 
     def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
-        if not _reads_here(slot) or self._moved(slot, plan):
+        # Asked right after the round's read_round (no await between: the same image),
+        # which found whether the slot moved.
+        if not _reads_here(slot) or slot.moved:
             return []
         assert slot.classic is not None
         return [(slot.classic.topic_id, slot.partition, slot.offset)]

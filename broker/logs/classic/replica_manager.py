@@ -150,21 +150,10 @@ class ReplicaManager:
         return throttled(topic.configs.get(key), p.index, self.me)
 
     def is_classic(self, topic_id: UUID) -> bool:
-        """Whether the topic's partitions live in classic logs, from the image itself.
-
-        Not from the last reconcile: a new topic is in the image (and Metadata names this
-        broker its leader) a database round trip before the reconcile that opens its
-        replicas (its diskless logs are created first). A produce arriving then must not
-        take the diskless path: it would be acknowledged into a log no reader of the
-        classic partition looks at. Until the replica is open the classic path answers
-        NOT_LEADER_OR_FOLLOWER, which clients retry.
-
-        Asked by ``broker.logs.router`` only: which log serves a call is decided there."""
-        controller = self.broker.controller
-        if controller is None:
-            return topic_id in self._classic
-        topic = controller.image.topics.get(topic_id)
-        return topic is not None and not topic.diskless
+        """Whether the topic is one this manager hosts as classic (its last reconcile):
+        the router's answer for a topic's kind on a broker without a metadata image. With
+        one, the router reads the kind from the image itself (``read_topic``)."""
+        return topic_id in self._classic
 
     def get(self, topic_id: UUID, partition: int) -> ClassicPartition | None:
         return self.partitions.get((topic_id, partition))

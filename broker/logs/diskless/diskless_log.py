@@ -92,6 +92,7 @@ class DisklessLog:
         plan.diskless.append(
             PartitionAppend(topic.topic_id, partition, records, batches, log_append_time)
         )
+        plan.record_bytes += len(records)
         return len(plan.diskless) - 1
 
     def open_read(self, key: Any, topic: Topic, part: Any, plan: ReadPlan) -> FetchSlot:

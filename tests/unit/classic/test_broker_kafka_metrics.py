@@ -10,9 +10,9 @@ from kio.schema.errors import ErrorCode
 from broker.logs.classic.kafka_client import KafkaConnection
 from broker.node import Broker
 from broker.server.metrics import METRICS
-from tests.fixtures.classic_brokers import eventually
-from tests.unit._handlers import request_and_context
-from tests.unit.classic.test_brokers import batch, fetch_body, produce_body
+from tests.fixtures.brokers import eventually
+from tests.unit._handlers import fetch_body, request_and_context
+from tests.unit.classic.test_brokers import batch, produce_body
 from tests.unit.test_broker_controller_mode import call
 
 E = ErrorCode

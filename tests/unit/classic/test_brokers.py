@@ -17,8 +17,8 @@ from protocol.records import TRANSACTIONAL_BIT
 from storage.classic.batches import walk
 from storage.partition_key import PartitionKey
 from tests.e2e._batches import Record, build_batch, build_raw_batch, encode_record
-from tests.fixtures.classic_brokers import eventually
-from tests.unit._handlers import decode_answer, request_and_context, settled
+from tests.fixtures.brokers import eventually
+from tests.unit._handlers import decode_answer, fetch_body, request_and_context, settled
 from tests.unit.test_broker_controller_mode import call
 
 E = ErrorCode
@@ -30,32 +30,6 @@ def produce_body(topic: str, records: bytes, acks: int = -1) -> dict[str, Any]:
         "acks": acks,
         "timeout": 10_000,
         "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
-    }
-
-
-def fetch_body(topic: str, offset: int, replica: int = -1) -> dict[str, Any]:
-    return {
-        "replica_id": replica,
-        "max_wait": 0,
-        "min_bytes": 0,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": offset,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 1 << 20,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
     }
 
 

@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.node import Broker
 from storage.classic.batches import walk
 from tests.e2e._batches import Record, build_batch
-from tests.fixtures.classic_brokers import eventually
+from tests.fixtures.brokers import eventually
 from tests.unit.test_broker_controller_mode import call
 
 E = ErrorCode

@@ -16,7 +16,8 @@ from broker.metadata.controller_client import (
 )
 from broker.security.scram import credential_from_password
 from controller.requests import ScramDeletion, ScramUpsertion
-from controller.service import ControllerService, ControllerSettings
+from controller.service import ControllerService
+from tests.fixtures.controller_settings import single_voter
 
 
 @pytest.fixture
@@ -42,12 +43,8 @@ async def test_tls_api_with_client_certificates_and_secret(
     tmp_path: Path, pki: dict[str, str]
 ) -> None:
     service = ControllerService(
-        ControllerSettings(
-            node_id=1,
-            voters={1: ("127.0.0.1", 0)},
-            host="127.0.0.1",
-            http_port=0,
-            data_dir=tmp_path / "c",
+        single_voter(
+            tmp_path / "c",
             secret="the-secret",
             raft_options={"fsync": False},
             ssl_certificate_location=pki["server.pem"],
@@ -120,12 +117,8 @@ async def test_the_raft_link_is_tls_when_the_controller_has_a_certificate(
     from controller.raft.messages import VoteRequest
     from controller.raft.transport import TcpTransport
 
-    settings = ControllerSettings(
-        node_id=1,
-        voters={1: ("127.0.0.1", 0)},
-        host="127.0.0.1",
-        http_port=0,
-        data_dir=tmp_path / "c",
+    settings = single_voter(
+        tmp_path / "c",
         secret="the-secret-of-the-quorum",
         ssl_certificate_location=pki["server.pem"],
         ssl_key_location=pki["server.key"],
@@ -161,11 +154,4 @@ async def test_the_raft_link_is_tls_when_the_controller_has_a_certificate(
         await sender.close()
         await receiver.close()
     with pytest.raises(ValueError, match=r"ssl\.ca\.location"):
-        ControllerSettings(
-            node_id=1,
-            voters={1: ("127.0.0.1", 0)},
-            host="127.0.0.1",
-            http_port=0,
-            data_dir=tmp_path / "c",
-            ssl_certificate_location=pki["server.pem"],
-        ).raft_ssl_contexts()
+        single_voter(tmp_path / "c", ssl_certificate_location=pki["server.pem"]).raft_ssl_contexts()
