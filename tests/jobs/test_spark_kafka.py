@@ -33,10 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
 from tests.e2e._kafka import (
     Got,
+    confluent_admin,
     confluent_consume,
     confluent_create_topic,
     unique_topic,
@@ -240,6 +241,26 @@ def test_batch_read_with_offsets_and_headers(spark: Any, broker: SluiceBroker, k
     want = [r for r in produced if (r[0] == 0 and r[1] >= 5) or r[0] == 1]
     assert_rows(spark_rows(timed, topic), want)
 
+    # More read tasks than partitions: Spark splits the offset ranges, and each task's
+    # consumer starts in the middle of a batch.
+    split = kafka_read(spark, bootstrap, topic, minPartitions="10")
+    assert split.rdd.getNumPartitions() > 3  # minPartitions is a hint: 9 here
+    assert_rows(spark_rows(split, topic), produced)
+
+    # DeleteRecords below offset 7 of partition 0: "earliest" is the new log start; an
+    # offset below it is data loss (the fetch's OFFSET_OUT_OF_RANGE), which fails the read,
+    # or with failOnDataLoss=false is skipped.
+    admin = confluent_admin(bootstrap)
+    for future in admin.delete_records([TopicPartition(topic, 0, 7)]).values():
+        future.result(30)
+    kept = [r for r in produced if r[0] != 0 or r[1] >= 7]
+    assert_rows(spark_rows(kafka_read(spark, bootstrap, topic), topic), kept)
+    below = json.dumps({topic: {"0": 2, "1": -2, "2": -2}})
+    with pytest.raises(Exception, match="Some data may have been lost"):
+        kafka_read(spark, bootstrap, topic, startingOffsets=below).collect()
+    lossy = kafka_read(spark, bootstrap, topic, startingOffsets=below, failOnDataLoss="false")
+    assert_rows(spark_rows(lossy, topic), kept)
+
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_read_committed(spark: Any, broker: SluiceBroker, kind: str) -> None:
@@ -249,7 +270,14 @@ def test_read_committed(spark: Any, broker: SluiceBroker, kind: str) -> None:
     bootstrap, topic = broker.bootstrap, unique_topic(f"spark-txn-{kind}")
     confluent_create_topic(bootstrap, topic, 2, config=KINDS[kind])
     txn = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"spark-{uuid.uuid4().hex[:8]}"}
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"spark-{uuid.uuid4().hex[:8]}",
+            # The open transaction below outlives two Spark reads: on a loaded machine more
+            # than librdkafka's default 60 s, after which the broker aborts it (as Kafka's
+            # coordinator does) and the commit is fenced.
+            "transaction.timeout.ms": 600_000,
+        }
     )
     txn.init_transactions(30)
     committed: list[Row] = []
@@ -283,20 +311,38 @@ def test_read_committed(spark: Any, broker: SluiceBroker, kind: str) -> None:
             txn.abort_transaction(30)
             aborted += delivered
     assert len(committed) == 12 + 12 and len(aborted) == 6
+    # One more transaction left open, with a plain record after it on partition 0: the
+    # latest offset Spark asks for (ListOffsets, read_committed) is then the last stable
+    # offset, so neither shows until the transaction ends.
+    txn.begin_transaction()
+    open_txn: list[Row] = []
 
-    read_committed = kafka_read(
-        spark, bootstrap, topic, **{"kafka.isolation.level": "read_committed"}
-    )
+    def report_open(err: Any, msg: Any) -> None:
+        open_txn.append(
+            (msg.partition(), msg.offset(), msg.key(), msg.value(), [], msg.timestamp()[1])
+        )
+
+    txn.produce(topic, key=b"open", value=b"open", partition=0, on_delivery=report_open)
+    txn.flush(30)
+    after_open = produce(bootstrap, topic, [{"partition": 0, "key": b"plain", "value": b"late"}])
+
+    committed_only = {"kafka.isolation.level": "read_committed"}
+    read_committed = kafka_read(spark, bootstrap, topic, **committed_only)
     assert_rows(spark_rows(read_committed, topic), committed)
     uncommitted = kafka_read(spark, bootstrap, topic)
-    assert_rows(spark_rows(uncommitted, topic), committed + aborted)
+    assert_rows(spark_rows(uncommitted, topic), committed + aborted + open_txn + after_open)
+
+    txn.commit_transaction(30)
+    read_committed = kafka_read(spark, bootstrap, topic, **committed_only)
+    assert_rows(spark_rows(read_committed, topic), committed + open_txn + after_open)
 
 
 def test_streaming_read_resumes_from_its_checkpoint(
     spark: Any, broker: SluiceBroker, tmp_path: Path
 ) -> None:
-    """A query with a checkpoint into a file sink, stopped and started again three times,
-    while the topic grows: every record lands in the sink once."""
+    """A query with a checkpoint into a file sink (exactly once: its own log names the
+    files of committed micro-batches), run three times while the topic grows, the second
+    run stopped while it still had records to read: every record lands in the sink once."""
     bootstrap, topic = broker.bootstrap, unique_topic("spark-stream")
     confluent_create_topic(bootstrap, topic, 2)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
@@ -329,13 +375,16 @@ def test_streaming_read_resumes_from_its_checkpoint(
     query = start({"availableNow": True})
     query.awaitTermination(120)
     assert query.exception() is None
+    assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [16, 16, 8]
     assert_rows(sunk(), produced)
 
-    # A live query, records arriving while it runs; stopped once it has them all.
-    query = start({"processingTime": "500 milliseconds"})
+    # A live query, records arriving while it runs; stopped once it has sunk one more
+    # micro-batch, possibly in the middle of the next one (its offsets then in the
+    # checkpoint's offset log, its output not committed: the next run does it again).
+    query = start({"processingTime": "200 milliseconds"})
     try:
         produced += produce(bootstrap, topic, records[40:70])
-        wait_until(lambda: len(sunk()) >= 70, "the live query sinking 70 records", 120)
+        wait_until(lambda: len(sunk()) > 40, "the live query sinking a micro-batch", 120)
     finally:
         query.stop()
     assert query.exception() is None
