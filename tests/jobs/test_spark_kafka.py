@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -63,8 +64,22 @@ COLUMNS = (
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceBroker]:
-    b = SluiceBroker(tmp_path_factory.mktemp("spark-kafka"))
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``sluice dev``; or, with SLUICE_SPARK_KAFKA_ORACLE=1, Apache Kafka 4.4 (one KRaft
+    node, sluice/launch/kafka.py): the same tests then show what Kafka does, both kinds of
+    topic being Kafka's own."""
+    workdir = tmp_path_factory.mktemp("spark-kafka")
+    if os.environ.get("SLUICE_SPARK_KAFKA_ORACLE"):
+        from sluice.launch.kafka import KafkaBroker
+
+        kafka = KafkaBroker(workdir)
+        kafka.start()
+        try:
+            yield kafka
+        finally:
+            kafka.stop()
+        return
+    b = SluiceBroker(workdir)
     b.start()
     try:
         yield b
@@ -75,6 +90,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceBroker]:
     finally:
         with contextlib.suppress(Exception):
             b.stop()
+
+
+def create_topic(broker: Any, topic: str, partitions: int, kind: str = "diskless") -> None:
+    config = KINDS[kind] if isinstance(broker, SluiceBroker) else {}
+    confluent_create_topic(broker.bootstrap, topic, partitions, config=config)
 
 
 def produce(
@@ -199,9 +219,9 @@ def kafka_read(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_batch_read_with_offsets_and_headers(spark: Any, broker: SluiceBroker, kind: str) -> None:
+def test_batch_read_with_offsets_and_headers(spark: Any, broker: Any, kind: str) -> None:
     bootstrap, topic = broker.bootstrap, unique_topic(f"spark-read-{kind}")
-    confluent_create_topic(bootstrap, topic, 3, config=KINDS[kind])
+    create_topic(broker, topic, 3, kind)
     base_ts = int(time.time() * 1000) - 3_600_000
     produced = produce(bootstrap, topic, record_set(3, 20, base_ts))
     assert len(produced) == 60
@@ -263,12 +283,12 @@ def test_batch_read_with_offsets_and_headers(spark: Any, broker: SluiceBroker, k
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_read_committed(spark: Any, broker: SluiceBroker, kind: str) -> None:
+def test_read_committed(spark: Any, broker: Any, kind: str) -> None:
     """Transactions committed and aborted, plain records between them: Spark's source with
     ``kafka.isolation.level=read_committed`` reads the committed ones at their offsets (the
     markers and aborted records leave gaps), ``read_uncommitted`` the aborted ones too."""
     bootstrap, topic = broker.bootstrap, unique_topic(f"spark-txn-{kind}")
-    confluent_create_topic(bootstrap, topic, 2, config=KINDS[kind])
+    create_topic(broker, topic, 2, kind)
     txn = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -338,13 +358,13 @@ def test_read_committed(spark: Any, broker: SluiceBroker, kind: str) -> None:
 
 
 def test_streaming_read_resumes_from_its_checkpoint(
-    spark: Any, broker: SluiceBroker, tmp_path: Path
+    spark: Any, broker: Any, tmp_path: Path
 ) -> None:
     """A query with a checkpoint into a file sink (exactly once: its own log names the
     files of committed micro-batches), run three times while the topic grows, the second
     run stopped while it still had records to read: every record lands in the sink once."""
     bootstrap, topic = broker.bootstrap, unique_topic("spark-stream")
-    confluent_create_topic(bootstrap, topic, 2)
+    create_topic(broker, topic, 2)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     base_ts = int(time.time() * 1000) - 3_600_000
     records = record_set(2, 45, base_ts)
@@ -396,7 +416,7 @@ def test_streaming_read_resumes_from_its_checkpoint(
     assert_rows(sunk(), produced)
 
 
-def test_sink_batch_and_streaming(spark: Any, broker: SluiceBroker, tmp_path: Path) -> None:
+def test_sink_batch_and_streaming(spark: Any, broker: Any, tmp_path: Path) -> None:
     """``write.format("kafka")`` of rows with key, value, headers and partition columns (a
     diskless topic), then a streaming copy of that topic into a classic one: confluent-kafka
     reads back what was written, partition by partition, in order."""
@@ -411,8 +431,8 @@ def test_sink_batch_and_streaming(spark: Any, broker: SluiceBroker, tmp_path: Pa
 
     bootstrap = broker.bootstrap
     written, copied = unique_topic("spark-sink"), unique_topic("spark-sink-copy")
-    confluent_create_topic(bootstrap, written, 3)
-    confluent_create_topic(bootstrap, copied, 3, config=KINDS["classic"])
+    create_topic(broker, written, 3)
+    create_topic(broker, copied, 3, "classic")
     header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
     schema = StructType(
         [
