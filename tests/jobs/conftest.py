@@ -40,8 +40,17 @@ def spark() -> Iterator[Any]:
     # Spark's Kafka source and sink (test_spark_kafka.py) must be on the class path when the
     # JVM starts, and the session is shared: every module's session has them (fetched once
     # with Maven; scripts/test fetches them before the tests).
-    jars = ",".join(str(p) for p in kafka_connector_jars())
-    s = session("local[2]", app_name="sluice-tests", conf={"spark.jars": jars})
+    # Its producers and consumers are cached per config for 10 and 5 minutes (Spark's
+    # defaults); a module's broker is gone long before, and an idle cached producer goes on
+    # reconnecting to its port (which a later module's broker may get): close them soon.
+    conf = {
+        "spark.jars": ",".join(str(p) for p in kafka_connector_jars()),
+        "spark.kafka.producer.cache.timeout": "10s",
+        "spark.kafka.producer.cache.evictorThreadRunInterval": "5s",
+        "spark.kafka.consumer.cache.timeout": "10s",
+        "spark.kafka.consumer.cache.evictorThreadRunInterval": "5s",
+    }
+    s = session("local[2]", app_name="sluice-tests", conf=conf)
     try:
         yield s
     finally:
