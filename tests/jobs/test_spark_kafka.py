@@ -207,12 +207,14 @@ def _short(row: Row) -> str:
 
 
 def kafka_read(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
+    """A batch read of ``topic`` (``subscribe``, unless ``assign`` is among ``options``)."""
     reader = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
         .option("includeHeaders", "true")
     )
+    if "assign" not in options:
+        reader = reader.option("subscribe", topic)
     for key, value in options.items():
         reader = reader.option(key, value)
     return reader.load()
@@ -245,6 +247,16 @@ def test_batch_read_with_offsets_and_headers(spark: Any, broker: Any, kind: str)
     )
     want = [r for r in produced if ranges[r[0]][0] <= r[1] < ranges[r[0]][1]]
     assert_rows(spark_rows(sliced, topic), want)
+    # The same with partitions assigned rather than subscribed: only those are read.
+    assigned = kafka_read(
+        spark,
+        bootstrap,
+        topic,
+        assign=json.dumps({topic: [0, 2]}),
+        startingOffsets=json.dumps({topic: {"0": 3, "2": 12}}),
+        endingOffsets=json.dumps({topic: {"0": 11, "2": -1}}),
+    )
+    assert_rows(spark_rows(assigned, topic), [r for r in want if r[0] != 1])
 
     # By timestamp (ListOffsets with a time): the first offset at or after it, per
     # partition; a time after the last record of partition 2 finds none (offset -1), which
