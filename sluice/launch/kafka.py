@@ -36,9 +36,15 @@ def cache_dir(version: str = KAFKA_VERSION) -> Path:
     return root / f"kafka-{version}"
 
 
-def ensure_jars(version: str = KAFKA_VERSION, pom: Path = POM, name: str = "kafka") -> Path:
+def ensure_jars(
+    version: str = KAFKA_VERSION,
+    pom: Path = POM,
+    name: str = "kafka",
+    version_property: str = "kafka.version",
+) -> Path:
     """The directory of the runtime jars ``pom`` names (Kafka's by default; the e2e suite's
-    Kafka Streams has its own pom and ``name``), fetched with Maven on first use into
+    Kafka Streams has its own pom and ``name``, Spark's Kafka connector its own
+    ``version_property`` too), fetched with Maven on first use into
     ~/.cache/sluice/<name>-<version>/libs."""
     root = cache_dir(version).with_name(f"{name}-{version}")
     libs, stamp = root / "libs", root / ".complete"
@@ -59,7 +65,7 @@ def ensure_jars(version: str = KAFKA_VERSION, pom: Path = POM, name: str = "kafk
             "-f",
             str(pom),
             "dependency:copy-dependencies",
-            f"-Dkafka.version={version}",
+            f"-D{version_property}={version}",
             f"-DoutputDirectory={partial}",
             "-DincludeScope=runtime",
         ],

@@ -1,6 +1,7 @@
 """Fixtures of the jobs tests: one Spark session (start-up costs 7-17 s, so it is shared
-by the whole session) and one cluster per module: PostgreSQL, SeaweedFS and two brokers
-started by LocalCluster, exactly as `sluice cluster up` does."""
+by the whole session; Spark's Kafka connector is on its class path) and one cluster per
+module: PostgreSQL, SeaweedFS and two brokers started by LocalCluster, exactly as `sluice
+cluster up` does."""
 
 from __future__ import annotations
 
@@ -34,8 +35,22 @@ def spark() -> Iterator[Any]:
     if shutil.which("java") is None:
         pytest.fail("PySpark needs Java 17+ (scripts/test installs default-jre-headless)")
     from jobs.spark import session
+    from sluice.launch.spark import kafka_connector_jars
 
-    s = session("local[2]", app_name="sluice-tests")
+    # Spark's Kafka source and sink (test_spark_kafka.py) must be on the class path when the
+    # JVM starts, and the session is shared: every module's session has them (fetched once
+    # with Maven; scripts/test fetches them before the tests).
+    # Its producers and consumers are cached per config for 10 and 5 minutes (Spark's
+    # defaults); a module's broker is gone long before, and an idle cached producer goes on
+    # reconnecting to its port (which a later module's broker may get): close them soon.
+    conf = {
+        "spark.jars": ",".join(str(p) for p in kafka_connector_jars()),
+        "spark.kafka.producer.cache.timeout": "10s",
+        "spark.kafka.producer.cache.evictorThreadRunInterval": "5s",
+        "spark.kafka.consumer.cache.timeout": "10s",
+        "spark.kafka.consumer.cache.evictorThreadRunInterval": "5s",
+    }
+    s = session("local[2]", app_name="sluice-tests", conf=conf)
     try:
         yield s
     finally:
