@@ -227,3 +227,8 @@ BUGS: list[Known] = [
     # --- Transactions ---
     # --- Classic groups ---
 ]
+
+# --- the three-broker sessions (sessions_cluster.py, test_cluster.py) ---
+CLUSTER_INTENDED: list[Known] = []
+
+CLUSTER_BUGS: list[Known] = []

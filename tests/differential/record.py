@@ -129,6 +129,8 @@ def brokers(workdir: Path, secure: bool = False) -> Iterator[dict[str, tuple[str
 
 def record_all(workdir: Path, only: set[str] | None = None) -> tuple[Recordings, dict[str, int]]:
     selected = [name for name in SESSIONS if not only or name in only]
+    if not selected:
+        return {}, {}
     with brokers(workdir, secure=any(name in SECURE for name in selected)) as addrs:
         tables = {}
         for target, (host, port) in addrs.items():
@@ -158,3 +160,40 @@ def record_all(workdir: Path, only: set[str] | None = None) -> tuple[Recordings,
                     side.close()
                 out[name][target] = side.steps
         return out, versions
+
+
+def record_cluster(workdir: Path, only: set[str] | None = None) -> Recordings:
+    """The three-broker sessions (sessions_cluster.py) against Kafka's three nodes, then
+    Sluice's cluster with classic topics, then with diskless ones."""
+    from .cluster import CLUSTER_KINDS, SUFFIX, ClusterSide, clusters
+    from .sessions_cluster import CLUSTER_SESSIONS
+
+    selected = [name for name in CLUSTER_SESSIONS if only is None or name in only]
+    if not selected:
+        return {}
+    out: Recordings = {name: {} for name in selected}
+    with clusters(workdir) as nodes:
+        tables = {}
+        for side in ("kafka", "sluice"):
+            conn = Connection(*nodes[side].address(3))
+            tables[side] = api_versions(conn)
+            conn.close()
+        versions = common_versions(*tables.values())
+        for target in ("kafka", *CLUSTER_KINDS):
+            cluster = nodes["kafka" if target == "kafka" else "sluice"]
+            for name in selected:
+                try:
+                    side = ClusterSide(
+                        target, cluster, versions, CLUSTER_KINDS.get(target, {}), SUFFIX[target]
+                    )
+                except Exception as exc:
+                    out[name][target] = {"(session error)": f"connect: {exc}"}
+                    continue
+                try:
+                    CLUSTER_SESSIONS[name](side)
+                except Exception as exc:
+                    side.steps["(session error)"] = f"{type(exc).__name__}: {exc}"
+                finally:
+                    side.close()
+                out[name][target] = side.steps
+    return out
