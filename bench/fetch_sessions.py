@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import struct
 import sys
 import time
@@ -414,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 run of 30 fetches")
     ap.add_argument("--no-kafka", action="store_true", help="Sluice only")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    ap.add_argument("--json", type=Path, help="also write the medians there")
     add_broker_options(ap, "the sluice dev broker")
     args = ap.parse_args(argv)
     if args.quick:
@@ -439,12 +441,26 @@ def main(argv: list[str] | None = None) -> int:
                         p = phase(t, args.partitions, pattern, mode, args.fetches, args.changed)
                         results.setdefault((t.name, pattern, mode), []).append(p)
             say(f"  run {run + 1}/{args.repeats} done")
-    for line in report(results):
+    lines, medians = report(results)
+    for line in lines:
         say(line)
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps(
+                [
+                    {"target": t, "pattern": p, "mode": m, **vars(v)}
+                    for (t, p, m), v in medians.items()
+                ],
+                indent=1,
+            )
+        )
     return 0
 
 
-def report(results: dict[tuple[str, str, str], list[Phase]]) -> list[str]:
+def report(
+    results: dict[tuple[str, str, str], list[Phase]],
+) -> tuple[list[str], dict[tuple[str, str, str], Phase]]:
+    """The table of medians, and the medians."""
     lines = [
         "",
         f"  {'target':<9} {'pattern':<7} {'mode':<8} {'CPU us/fetch':>13} "
@@ -474,7 +490,7 @@ def report(results: dict[tuple[str, str, str], list[Phase]]) -> list[str]:
             f"request bytes {_ratio(s.request_bytes, f.request_bytes)}  "
             f"response bytes {_ratio(s.response_bytes, f.response_bytes)}"
         )
-    return lines
+    return lines, medians
 
 
 def _ratio(a: float, b: float) -> str:
