@@ -2,7 +2,8 @@
 az-a/b/c) beside a Sluice cluster of three brokers (the same racks) behind one controller, on
 PostgreSQL and SeaweedFS. Both number their brokers 1, 2, 3, so the cluster sessions compare
 node ids as they are (replicas, ISR, leaders, offline replicas) where the single-broker
-sessions only compare that there is one.
+sessions only compare that there is one. The sessions reach both clusters through a recording
+proxy (proxy.py), one port per broker.
 
 One Sluice cluster serves both kinds: its classic side creates its topics with
 ``diskless.enable=false`` and its diskless side without, each under a name of its own (a
@@ -23,6 +24,7 @@ from sluice.launch.kafka import ORACLE_JVM, KafkaCluster, answers_api_versions
 from tests.fixtures.cluster import FAST_LIVENESS
 
 from .compare import code
+from .proxy import RecordingProxy
 from .side import SETTLE_TIMEOUT_S, Side
 from .wire import Connection
 
@@ -53,7 +55,10 @@ SUFFIX = {"kafka": "", "diskless": "-dl", "classic": "-cl"}
 
 
 class Nodes(Protocol):
-    """Start and stop the brokers of one cluster by node id."""
+    """Start and stop the brokers of one cluster by node id; ``proxy`` records what they
+    answer the sessions."""
+
+    proxy: RecordingProxy
 
     def address(self, node: int) -> tuple[str, int]: ...
 
@@ -68,6 +73,7 @@ class KafkaNodes:
     def __init__(self, cluster: KafkaCluster) -> None:
         self.cluster = cluster
         self.by_id = {b.node_id: b for b in cluster.nodes}
+        self.proxy = RecordingProxy({n: self.address(n) for n in self.by_id})
 
     def address(self, node: int) -> tuple[str, int]:
         b = self.by_id[node]
@@ -113,6 +119,7 @@ class KafkaNodes:
 class SluiceNodes:
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
+        self.proxy = RecordingProxy({b.node_id: self.address(b.node_id) for b in cluster.brokers})
 
     def address(self, node: int) -> tuple[str, int]:
         b = self.cluster.broker(node)
@@ -153,7 +160,12 @@ def clusters(workdir: Path) -> Iterator[dict[str, Nodes]]:
         sluice.up()  # meanwhile Kafka's JVMs start
         for b in kafka.nodes:
             b._wait_ready()
-        yield {"kafka": KafkaNodes(kafka), "sluice": SluiceNodes(sluice)}
+        nodes: dict[str, Nodes] = {"kafka": KafkaNodes(kafka), "sluice": SluiceNodes(sluice)}
+        try:
+            yield nodes
+        finally:
+            for n in nodes.values():
+                n.proxy.close()
     finally:
         with contextlib.suppress(Exception):
             sluice.down()
@@ -179,12 +191,13 @@ class ClusterSide(Side):
         self._conns: dict[int, Connection] = {}
         self.ensure_up()
         host, port = self._any_live()
-        super().__init__(name, host, port, versions)
+        super().__init__(name, host, port, versions, proxy=nodes.proxy)
 
     def _any_live(self) -> tuple[str, int]:
-        for node in (3, 2, 1):  # 1 is the one the sessions stop
+        """The proxy's address of a running broker (1 is the one the sessions stop)."""
+        for node in (3, 2, 1):
             if self.nodes.alive(node):
-                return self.nodes.address(node)
+                return self.nodes.proxy.address(node)
         raise RuntimeError(f"{self.name}: no broker alive")
 
     def ensure_up(self) -> None:
@@ -243,7 +256,7 @@ class ClusterSide(Side):
         broker whose log dirs are described)."""
         conn = self._conns.get(node)
         if conn is None:
-            conn = self._conns[node] = Connection(*self.nodes.address(node))
+            conn = self._conns[node] = Connection(*self.nodes.proxy.address(node))
         saved, self.conn = self.conn, conn
         try:
             yield

@@ -12,6 +12,7 @@ from sluice.launch.kafka import KafkaBroker
 from sluice.launch.process import SluiceProcess, free_port
 
 from .catalog import KIND_FREE, SECURE, SESSIONS
+from .proxy import RecordingProxy
 from .sessions_auth import USERS
 from .side import Side, common_versions
 from .wire import Connection, api_versions
@@ -84,6 +85,7 @@ def sluice_secure(workdir: Path) -> SluiceProcess:
         port,
     )
 
+
 KINDS_AND_KAFKA = ("kafka", *KINDS)
 # recordings[session][target] = {label: recorded step}; targets: "kafka", and the kinds.
 Recordings = dict[str, dict[str, dict[str, Any]]]
@@ -138,28 +140,43 @@ def record_all(workdir: Path, only: set[str] | None = None) -> tuple[Recordings,
             tables[target] = api_versions(conn)
             conn.close()
         versions = common_versions(*tables.values())
-        out: Recordings = {}
-        for name in selected:
-            run = SESSIONS[name]
-            secure = name in SECURE
-            targets = ["kafka", "diskless"] if name in KIND_FREE else list(KINDS_AND_KAFKA)
-            out[name] = {}
-            for target in targets:
-                address = addrs[f"secure-{target}" if secure else target]
-                login = ("admin", USERS["admin"]) if secure else None
-                try:
-                    side = Side(target, *address, versions, login)
-                except Exception as exc:
-                    out[name][target] = {"(session error)": f"login: {exc}"}
-                    continue
-                try:
-                    run(side)
-                except Exception as exc:  # recorded, so the comparison names the session
-                    side.steps["(session error)"] = f"{type(exc).__name__}: {exc}"
-                finally:
-                    side.close()
-                out[name][target] = side.steps
-        return out, versions
+        # Every session through a recording proxy of its broker (proxy.py).
+        proxies = {target: RecordingProxy({0: address}) for target, address in addrs.items()}
+        try:
+            return _record(selected, addrs, proxies, versions), versions
+        finally:
+            for proxy in proxies.values():
+                proxy.close()
+
+
+def _record(
+    selected: list[str],
+    addrs: dict[str, tuple[str, int]],
+    proxies: dict[str, RecordingProxy],
+    versions: dict[str, int],
+) -> Recordings:
+    out: Recordings = {}
+    for name in selected:
+        run = SESSIONS[name]
+        secure = name in SECURE
+        targets = ["kafka", "diskless"] if name in KIND_FREE else list(KINDS_AND_KAFKA)
+        out[name] = {}
+        for target in targets:
+            proxy = proxies[f"secure-{target}" if secure else target]
+            login = ("admin", USERS["admin"]) if secure else None
+            try:
+                side = Side(target, *proxy.address(0), versions, login, proxy)
+            except Exception as exc:
+                out[name][target] = {"(session error)": f"login: {exc}"}
+                continue
+            try:
+                run(side)
+            except Exception as exc:  # recorded, so the comparison names the session
+                side.steps["(session error)"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                side.close()
+            out[name][target] = side.steps
+    return out
 
 
 def record_cluster(workdir: Path, only: set[str] | None = None) -> Recordings:
