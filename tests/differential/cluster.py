@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,8 +25,9 @@ from tests.fixtures.cluster import FAST_LIVENESS
 
 from .compare import code
 from .proxy import RecordingProxy
+from .record import NO_EARLY_RETENTION
 from .side import SETTLE_TIMEOUT_S, Side
-from .wire import Connection
+from .wire import API_KEYS, Connection
 
 RACKS = ("az-a", "az-b", "az-c")
 # Both: no auto-creation; liveness fast enough that a stopped broker leaves the ISR within
@@ -42,6 +43,7 @@ KAFKA3_OVERRIDES = {
     "num.replica.fetchers": "1",
     "num.network.threads": "2",
     "num.io.threads": "2",
+    **NO_EARLY_RETENTION,
 }
 SLUICE3_OPTIONS = {
     **FAST_LIVENESS,
@@ -269,6 +271,32 @@ class ClusterSide(Side):
         if conn is not None:
             conn.close()
         self.nodes.stop(node)
+
+    # --- a stock client's calls, recorded by the proxy ---
+
+    def stock(self, label: str, apis: set[str], action: Callable[[str], Any], names: str) -> Any:
+        """Run ``action(bootstrap)`` (a stock client's call, its bootstrap servers the
+        proxy's) and record, for each API of ``apis``, the last answer the proxy forwarded
+        to it during the call that names ``names`` (a client also sends other requests of its
+        own: metadata refreshes, ApiVersions). The action's result (or error) is recorded
+        too, as the application saw it."""
+        assert label not in self.steps, f"step label {label!r} used twice"
+        bootstrap = ",".join(
+            "{}:{}".format(*self.proxy.address(n)) for n in (1, 2, 3) if self.nodes.alive(n)
+        )
+        before = self.proxy.keys()
+        try:
+            outcome: Any = action(bootstrap)
+        except Exception as exc:
+            outcome = f"(raised {type(exc).__name__}: {exc})"
+        by_name = {key: name for name, key in API_KEYS.items()}
+        answers: dict[str, Any] = {}
+        for _key, rec in self.proxy.since(before):
+            api = by_name.get(rec.api_key, str(rec.api_key))
+            if api in apis and names in repr(rec.response):
+                answers[api] = {"version": rec.version, "response": rec.response}
+        self.steps[label] = self._unalias({"answers": answers, "outcome": outcome})
+        return outcome
 
     # --- setup helpers (not recorded) ---
 

@@ -80,6 +80,15 @@ class RecordingProxy:
             with contextlib.suppress(OSError):
                 sock.close()
 
+    def keys(self) -> set[tuple[int, int]]:
+        with self._lock:
+            return set(self.records)
+
+    def since(self, before: set[tuple[int, int]]) -> list[tuple[tuple[int, int], Recorded]]:
+        """The answers recorded since ``before`` (:meth:`keys`), in the order forwarded."""
+        with self._lock:
+            return [(k, r) for k, r in self.records.items() if k not in before]
+
     def response(self, client_port: int, correlation_id: int) -> Recorded | None:
         with self._lock:
             return self.records.get((client_port, correlation_id))

@@ -23,7 +23,13 @@ from .wire import Connection, api_versions
 # new group's first rebalance without the initial delay (Kafka's oracle has it at 0 in its
 # server.properties, kafka.py).
 SWEEPS = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}
-KAFKA_OVERRIDES = {"auto.create.topics.enable": "false", **SWEEPS}
+# Kafka's first retention check runs 30 s after its start (log.initial.task.delay.ms) and
+# deletes the sessions' records: their fixed timestamps (2023, sessions.T0) are older than
+# the 7 days of log.retention.ms, so a log start offset moved in the answers of a run slow
+# enough to reach that point (seen on a loaded machine). Not a topic config synonym, so no
+# DescribeConfigs answer shows it.
+NO_EARLY_RETENTION = {"log.initial.task.delay.ms": "3600000"}
+KAFKA_OVERRIDES = {"auto.create.topics.enable": "false", **SWEEPS, **NO_EARLY_RETENTION}
 # num.partitions=1: Kafka's oracle names it in its server.properties (kafka.py), which
 # DescribeConfigs then reports as a static broker config; Sluice's gets the same.
 SLUICE_OPTIONS = {

@@ -375,3 +375,53 @@ def s_stopped_broker(s: ClusterSide) -> None:
     _elect(s, "preferred election while the preferred leader is down", 0, [(t3, [0])])
     _reassign(s, "reassign onto the stopped broker", [(t2, 0, [2, 3, 1])])
     _list_reassignments(s, "reassignments with a broker down", [(t2, [0])])
+
+
+@cluster_session(core=False)
+def s_stock_admin(s: ClusterSide) -> None:
+    """confluent-kafka's AdminClient (librdkafka) through the recording proxy: what it sent
+    for each call is its own choice (versions, batching, retries), what both brokers answered
+    it is recorded off the wire."""
+    from confluent_kafka import ElectionType, TopicCollection, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+    name = s.topic("stock")
+    kind = dict(s.kind_configs)
+
+    def admin(bootstrap: str) -> AdminClient:
+        return AdminClient({"bootstrap.servers": bootstrap, "client.id": "differential"})
+
+    def create(bootstrap: str) -> Any:
+        if s.name == "diskless":  # no manual placement (INVALID_REQUEST): as the others' RF
+            topic = NewTopic(name, 2, 3, config=kind)
+        else:
+            topic = NewTopic(name, replica_assignment=[[1, 2, 3], [2, 3, 1]], config=kind)
+        return admin(bootstrap).create_topics([topic])[name].result(30)
+
+    s.stock("create an RF=3 topic", {"create_topics"}, create, name)
+    s.wait_leaders(name, 2)
+    s.wait_isr(name, lambda p: len(p["isr_nodes"]) == 3)
+
+    def describe(bootstrap: str) -> Any:
+        d = admin(bootstrap).describe_topics(TopicCollection([name]))[name].result(30)
+        return [
+            (p.id, p.leader.id, [r.id for r in p.replicas], [r.id for r in p.isr])
+            for p in d.partitions
+        ]
+
+    s.stock("describe the topic", {"describe_topic_partitions", "metadata"}, describe, name)
+
+    def elect(bootstrap: str) -> Any:
+        result = admin(bootstrap).elect_leaders(
+            ElectionType.PREFERRED, [TopicPartition(name, 0), TopicPartition(name, 7)]
+        )
+        return {f"{tp.topic}-{tp.partition}": str(err) for tp, err in result.result(30).items()}
+
+    s.stock("preferred election, one unknown partition", {"elect_leaders"}, elect, name)
+
+    def configs(bootstrap: str) -> Any:
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        got = admin(bootstrap).describe_configs([resource])[resource].result(30)
+        return {k: got[k].value for k in ("min.insync.replicas", "cleanup.policy")}
+
+    s.stock("topic configs", {"describe_configs"}, configs, name)
