@@ -420,7 +420,7 @@ def s_stock_admin(s: ClusterSide) -> None:
             ElectionType.PREFERRED, [TopicPartition(name, 0), TopicPartition(name, 7)]
         )
         # By partition, the error's name (its text is free, as error_message).
-        return {tp.partition: err and err.name() for tp, err in result.result(30).items()}
+        return {str(tp.partition): err and err.name() for tp, err in result.result(30).items()}
 
     s.stock("preferred election, one unknown partition", {"elect_leaders"}, elect, name)
 
