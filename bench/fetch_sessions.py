@@ -20,8 +20,9 @@ Each pattern is fetched in two modes: **full** (sessionless: ``session_epoch`` -
 partition named in every request and answered in every response) and **session** (the
 first fetch opens a session, epoch 0, with every partition; each later one names only the
 partitions whose position moved and is answered only about partitions with something new).
-Per fetch: the broker's CPU (``/proc``, the broker process over ``--fetches`` fetches; in the
-busy pattern the same produces run alone first and their CPU is subtracted), the request and
+Per fetch: the broker's CPU (``/proc``, the broker process over ``--fetches`` fetches, less
+its background CPU measured with no request for 2 s before each run; in the busy pattern the
+same produces run alone first and their CPU is subtracted too), the request and
 response bytes on the wire (frames as sent and received, size prefix included), and the
 client's round trip (p50). Medians of ``--repeats`` runs; the phases of a run one after the
 other, after one unmeasured warm-up of each (Kafka's JIT).
@@ -317,8 +318,27 @@ def create_topic(target: Target, partitions: int, configs: dict[str, str]) -> No
                 time.sleep(0.5)
 
 
+IDLE_SECONDS = 2.0
+
+
+def idle_cpu_rate(pid: int, seconds: float = IDLE_SECONDS) -> float:
+    """CPU seconds per second the process spends with no client request: its background
+    work (``sluice dev``'s in-process controller refreshing its metrics over every partition,
+    the coordinator's sweeps, a JVM's threads), subtracted from every phase's CPU."""
+    proc = ProcStats(pid)
+    before = proc.cpu_seconds()
+    time.sleep(seconds)
+    return (proc.cpu_seconds() - before) / seconds
+
+
 def phase(
-    target: Target, partitions: int, pattern: str, mode: str, fetches: int, changed: int
+    target: Target,
+    partitions: int,
+    pattern: str,
+    mode: str,
+    fetches: int,
+    changed: int,
+    idle_rate: float = 0.0,
 ) -> Phase:
     proc = ProcStats(target.pid)
     record = one_record()
@@ -335,10 +355,11 @@ def phase(
         produce_cpu = 0.0
         if pattern == "busy":
             # The produces alone, to subtract their cost from the fetches'.
-            before = proc.cpu_seconds()
+            before, started = proc.cpu_seconds(), time.perf_counter()
             for i in range(fetches):
                 produce(producer, target.topic, sets[i], record)
             produce_cpu = proc.cpu_seconds() - before
+            produce_cpu -= idle_rate * (time.perf_counter() - started)
             for _ in range(3):  # the consumer catches up with them, unmeasured
                 consumer.fetch("full")
         if mode == "session":
@@ -347,7 +368,7 @@ def phase(
         rtts: list[float] = []
         answered = 0
         sent0, received0 = client.sent, client.received
-        cpu0 = proc.cpu_seconds()
+        cpu0, started = proc.cpu_seconds(), time.perf_counter()
         for i in range(fetches):
             if pattern == "busy":
                 produce(producer, target.topic, sets[i], record)
@@ -355,6 +376,7 @@ def phase(
             answered += consumer.fetch(mode)
             rtts.append(time.perf_counter() - start)
         cpu = proc.cpu_seconds() - cpu0 - produce_cpu
+        cpu -= idle_rate * (time.perf_counter() - started)
         rtts.sort()
         return Phase(
             cpu_us=max(cpu, 0.0) / fetches * 1e6,
@@ -435,10 +457,23 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in MODES:
                     phase(t, args.partitions, pattern, mode, 10, args.changed)
         for run in range(args.repeats):
+            idle = {pid: idle_cpu_rate(pid) for pid in {t.pid for t in ts}}
+            say(
+                "  background CPU (no requests), subtracted: "
+                + ", ".join(f"{t.name} {idle[t.pid] * 1000:.0f} ms/s" for t in ts)
+            )
             for t in ts:
                 for pattern in PATTERNS:
                     for mode in MODES:
-                        p = phase(t, args.partitions, pattern, mode, args.fetches, args.changed)
+                        p = phase(
+                            t,
+                            args.partitions,
+                            pattern,
+                            mode,
+                            args.fetches,
+                            args.changed,
+                            idle[t.pid],
+                        )
                         results.setdefault((t.name, pattern, mode), []).append(p)
             say(f"  run {run + 1}/{args.repeats} done")
     lines, medians = report(results)
