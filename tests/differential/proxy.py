@@ -6,7 +6,7 @@ upstream connection; frames are forwarded as they are, both ways, except the ans
 name brokers (Metadata, FindCoordinator, DescribeCluster, Produce's and Fetch's
 node endpoints), re-encoded with the proxy's
 address of each broker, so a client (a stock one too) that follows them stays behind the
-proxy. Every answer is recorded under (the client connection's port, its correlation id),
+proxy. Every answer is recorded under (the proxy's serial of the connection, its correlation id),
 with its API and version, as the client then reads it.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import itertools
 import socket
 import struct
 import threading
@@ -63,7 +64,12 @@ class RecordingProxy:
             self.listeners[node] = sock
         # Brokers the upstream answers name, by (host, port): the proxy's port for each.
         self.by_address = {addr: node for node, addr in self.upstream.items()}
+        # By (connection serial, correlation id): a client port comes back with a new
+        # connection (and librdkafka's correlation ids restart at 1 on each), so answers are
+        # keyed by the proxy's own serial of the connection; ``_by_port`` has a port's latest.
         self.records: dict[tuple[int, int], Recorded] = {}
+        self._by_port: dict[int, int] = {}
+        self._serial = itertools.count(1)
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -91,7 +97,8 @@ class RecordingProxy:
 
     def response(self, client_port: int, correlation_id: int) -> Recorded | None:
         with self._lock:
-            return self.records.get((client_port, correlation_id))
+            serial = self._by_port.get(client_port)
+            return None if serial is None else self.records.get((serial, correlation_id))
 
     # --- plumbing ---
 
@@ -111,13 +118,15 @@ class RecordingProxy:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._sockets += [client, upstream]
             pending: dict[int, tuple[int, int]] = {}
-            port = int(peer[1])
+            with self._lock:
+                serial = next(self._serial)
+                self._by_port[int(peer[1])] = serial
             threading.Thread(
                 target=self._pump, args=(client, upstream, self._request(pending)), daemon=True
             ).start()
             threading.Thread(
                 target=self._pump,
-                args=(upstream, client, self._response(pending, port)),
+                args=(upstream, client, self._response(pending, serial)),
                 daemon=True,
             ).start()
 
@@ -146,7 +155,9 @@ class RecordingProxy:
 
         return on_request
 
-    def _response(self, pending: dict[int, tuple[int, int]], port: int) -> Callable[[bytes], bytes]:
+    def _response(
+        self, pending: dict[int, tuple[int, int]], serial: int
+    ) -> Callable[[bytes], bytes]:
         def on_response(frame: bytes) -> bytes:
             (correlation,) = struct.unpack_from(">i", frame, 0)
             api_key, version = pending.pop(correlation)
@@ -162,7 +173,7 @@ class RecordingProxy:
                         frame = _encode(api_key, version, header, body)
                 answer = plain(body)
             with self._lock:
-                self.records[(port, correlation)] = Recorded(api_key, version, answer)
+                self.records[(serial, correlation)] = Recorded(api_key, version, answer)
             return frame
 
         return on_response
