@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from broker.metadata.view import HandlerView
     from broker.security.request_context import RequestContext
 
-PREFERRED = 0
+PREFERRED, UNCLEAN = 0, 1
 
 
 async def elect_leaders(broker: HandlerView, ctx: RequestContext, request: Any) -> Any:
@@ -33,6 +33,9 @@ async def elect_leaders(broker: HandlerView, ctx: RequestContext, request: Any) 
     if not access.cluster(broker, ctx, AclOperation.ALTER):
         # Kafka answers every named partition (none when all were asked for) with it too.
         top, message = ErrorCode.cluster_authorization_failed, None
+    elif election_type not in (PREFERRED, UNCLEAN):
+        # As Kafka: the whole request is invalid (top-level error, and every partition named).
+        top, message = ErrorCode.invalid_request, f"Unknown election type {election_type}"
     elif broker.controller is None:
         top, message = ErrorCode.invalid_request, NO_CONTROLLER
     else:

@@ -86,14 +86,26 @@ def decode_batches(data: bytes) -> list[Any]:
     return out
 
 
-def normalise(tree: Any, key: str = "") -> Any:
+# The three-broker sessions (cluster.py) number both sides' brokers 1, 2, 3 and compare which
+# broker holds which replica; only the controller a broker names is its own choice (Kafka's
+# KRaft brokers name a random live broker).
+CLUSTER_NODE_KEYS = {"controller_id"}
+# DescribeLogDirs: the directory's path and the file system's sizes are the machine's.
+MACHINE_KEYS = {"log_dir", "total_bytes", "usable_bytes"}
+
+
+def normalise(tree: Any, key: str = "", nodes: frozenset[str] | set[str] = NODE_KEYS) -> Any:
+    """``nodes``: the keys whose node ids are normalised (all by default; the cluster
+    sessions pass :data:`CLUSTER_NODE_KEYS`)."""
     if isinstance(tree, dict):
-        return {k: normalise(v, k) for k, v in tree.items()}
+        return {k: normalise(v, k, nodes) for k, v in tree.items()}
     if isinstance(tree, list):
-        items = [normalise(v, key) for v in tree]
+        items = [normalise(v, key, nodes) for v in tree]
         return _keyed(items)
-    if key in NODE_KEYS and isinstance(tree, int):
+    if key in nodes and isinstance(tree, int):
         return "<node>" if tree >= 0 else tree
+    if key in MACHINE_KEYS and tree is not None:
+        return f"<{key}>" if not isinstance(tree, int) or tree >= 0 else tree
     if key in RANDOM_ID_KEYS:
         if isinstance(tree, int):
             return "<id>" if tree >= 0 else tree

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .compare import code, plain
+from .proxy import RecordingProxy
 from .wire import API_KEYS, Connection, request_for
 
 # Transient answers a broker gives while an internal topic or coordinator is being set up
@@ -28,8 +29,12 @@ class Side:
         port: int,
         versions: Mapping[str, int],
         login: tuple[str, str] | None = None,
+        proxy: RecordingProxy | None = None,
     ) -> None:
         self.name = name
+        # host:port is the proxy's when there is one: the recorded answers are then what it
+        # saw on the wire and forwarded (proxy.py), not this client's own decoding.
+        self.proxy = proxy
         self.address = (host, port)
         self.login = login
         self.versions = versions
@@ -46,7 +51,7 @@ class Side:
     def as_user(self, user: str, password: str) -> Side:
         """The same broker through a connection of ``user``'s (SASL/PLAIN), recording into
         the same steps (the secure sessions: an administrator sets up, a user is refused)."""
-        other = Side(self.name, *self.address, self.versions, (user, password))
+        other = Side(self.name, *self.address, self.versions, (user, password), self.proxy)
         other.steps = self.steps
         self._others.append(other)
         return other
@@ -96,8 +101,19 @@ class Side:
             if until is None or until(response) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        self.steps[label] = {"version": v, "response": response}
+        self.steps[label] = {"version": v, "response": self._as_recorded(response)}
         return response
+
+    def _as_recorded(self, response: Any) -> Any:
+        """The answer the proxy recorded for the request just sent (the client's own decoding
+        without a proxy)."""
+        if self.proxy is None:
+            return response
+        port = int(self.conn.sock.getsockname()[1])
+        recorded = self.proxy.response(port, self.conn.correlation_id)
+        if recorded is None:
+            return f"(not seen by the recording proxy; the client read {response!r})"
+        return recorded.response
 
     # --- setup helpers (not recorded) ---
 

@@ -9,14 +9,14 @@ reason, or as a BUG, which is an xfail(strict=True) test of its own (it flips wh
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from .catalog import KIND_FREE, SESSIONS
 from .compare import Difference, diff, normalise
-from .known import BUGS, INTENDED, Known
+from .known import BUGS, CLUSTER_BUGS, INTENDED, Known
 from .record import KINDS, Recordings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.differential]
@@ -108,7 +108,12 @@ def test_intended_entries_still_match(recordings: Recordings) -> None:
     assert not stale, "INTENDED entries that match nothing:\n" + "\n".join(stale)
 
 
-def _write_report(session: str, target: str, found: list[tuple[str, Difference]]) -> None:
+def _write_report(
+    session: str,
+    target: str,
+    found: list[tuple[str, Difference]],
+    classifier: Callable[[str, str, str, Difference], Known | None] = classify,
+) -> None:
     """With SLUICE_TEST_DIFFERENTIAL_REPORT set (scripts/differential does), every difference
     with its classification goes to that file, one per line."""
     path = os.environ.get("SLUICE_TEST_DIFFERENTIAL_REPORT")
@@ -116,6 +121,10 @@ def _write_report(session: str, target: str, found: list[tuple[str, Difference]]
         return
     with Path(path).open("a") as out:
         for label, d in found:
-            known = classify(session, target, label, d)
-            kind = "UNEXPLAINED" if known is None else ("BUG" if known in BUGS else "intended")
+            known = classifier(session, target, label, d)
+            kind = (
+                "UNEXPLAINED"
+                if known is None
+                else ("BUG" if known in (*BUGS, *CLUSTER_BUGS) else "intended")
+            )
             out.write(f"{kind}\t{session}\t{target}\t{label}\t{d}\n")

@@ -288,7 +288,10 @@ class ClassicPartition:
         if self.role != LEADER:
             return PartitionResult(int(ErrorCode.not_leader_or_follower))
         if acks == -1 and len(self.isr) < min_isr:
-            return PartitionResult(int(ErrorCode.not_enough_replicas))
+            # With the log start offset: Kafka's answer to an append refused by the log.
+            return PartitionResult(
+                int(ErrorCode.not_enough_replicas), log_start_offset=self.log_start_offset
+            )
         first = batches[0]
         if first.producer_id >= 0:
             last_seq = first.base_sequence + sum(b.record_count for b in batches) - 1
