@@ -55,12 +55,10 @@ MODES = ("full", "session")
 SLUICE_OPTIONS = {
     "auto.create.topics.enable": "false",
     "produce.commit.interval.ms": "20",
-    # Every partition of one consumer's session fits (Kafka's default is 1,000 slots too).
-    "max.incremental.fetch.session.cache.slots": "10000",
 }
+# Both sides keep their default session cache (1,000 sessions, whatever their sizes).
 KAFKA_OVERRIDES = {
     "auto.create.topics.enable": "false",
-    "max.incremental.fetch.session.cache.slots": "10000",
 }
 
 

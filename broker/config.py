@@ -141,8 +141,8 @@ class BrokerConfig:
     # Peers probed this often (ApiVersions over the inter-broker listener) so that diskless
     # clients are routed around one that stops answering for diskless.peer.suspect.ms,
     # long before its session times out (broker/metadata/peer_probe.py); 0: off.
-    # KIP-227: partitions kept in incremental fetch sessions, all sessions together (Kafka's
-    # name and default); 0: every fetch is a full one.
+    # KIP-227: incremental fetch sessions kept (Kafka's name, meaning and default: sessions,
+    # whatever their sizes); 0: every fetch is a full one.
     max_incremental_fetch_session_cache_slots: int = 1000
     diskless_peer_probe_interval_ms: int = 250
     diskless_peer_suspect_ms: int = 1000

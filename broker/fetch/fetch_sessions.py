@@ -12,15 +12,21 @@ A request's ``session_id`` / ``session_epoch``:
   An unknown id is FETCH_SESSION_ID_NOT_FOUND; another epoch than the one expected
   INVALID_FETCH_SESSION_EPOCH (the client then starts a new session).
 
-Sessions live in this broker's memory (at most ``max.incremental.fetch.session.cache.slots``
-partitions in all, least recently used sessions evicted first, as Kafka); a client whose
-session is gone (a restart, an eviction) starts over with a full fetch.
+Sessions live in this broker's memory: at most ``max.incremental.fetch.session.cache.slots``
+sessions, whatever their sizes, as Kafka's FetchSessionCache. When it is full, a new session
+takes the place of one unused for two minutes (the least recently used), else of the
+smallest session created more than two minutes ago if the new one has more partitions
+(Kafka's tryEvict: consumers with many partitions gain the most from a session); otherwise
+the fetch goes on without one. A client whose session is gone (a restart, an eviction)
+starts over with a full fetch.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +34,9 @@ from kio.schema.errors import ErrorCode
 
 FINAL_EPOCH = -1
 INITIAL_EPOCH = 0
+# Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS: a session unused this long may be
+# evicted by any new one; one created less than this long ago is never evicted for size.
+EVICTION_S = 120.0
 
 
 @dataclass(slots=True)
@@ -48,6 +57,8 @@ class SessionPartition:
 class Session:
     session_id: int
     by_id: bool  # keyed by topic id (Fetch v13+) or by name
+    created: float = 0.0  # the cache's clock
+    last_used: float = 0.0
     epoch: int = 1  # the epoch the next request must carry
     # (topic key, partition) -> its state, in the order the client named them
     partitions: dict[tuple[Any, int], SessionPartition] = field(default_factory=dict)
@@ -97,18 +108,23 @@ class SessionView:
 
 
 class FetchSessionCache:
-    def __init__(self, max_partitions: int = 1000) -> None:
-        self._max_partitions = max_partitions
+    def __init__(
+        self,
+        max_sessions: int = 1000,
+        eviction_s: float = EVICTION_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._max_sessions = max_sessions
+        self._eviction_s = eviction_s
+        self._clock = clock
+        # Least recently used first.
         self._sessions: OrderedDict[int, Session] = OrderedDict()
-        self._size = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def _close(self, session_id: int) -> None:
-        session = self._sessions.pop(session_id, None)
-        if session is not None:
-            self._size -= len(session.partitions)
+        self._sessions.pop(session_id, None)
 
     def _new_id(self) -> int:
         while True:
@@ -137,7 +153,7 @@ class FetchSessionCache:
         if epoch != session.epoch or session.by_id != by_id:
             return SessionView(error=int(ErrorCode.invalid_fetch_session_epoch))
         self._sessions.move_to_end(session_id)
-        before = len(session.partitions)
+        session.last_used = self._clock()
         for key, part in asked.items():
             old = session.partitions.get(key)
             if old is not None:
@@ -145,9 +161,7 @@ class FetchSessionCache:
             session.partitions[key] = part
         for key in _forgotten(request, by_id):
             session.partitions.pop(key, None)
-        self._size += len(session.partitions) - before
         session.epoch = _next_epoch(session.epoch)
-        self._evict(keep=session_id)
         return SessionView(
             session=session,
             incremental=True,
@@ -157,22 +171,31 @@ class FetchSessionCache:
     def _create(
         self, asked: dict[tuple[Any, int], SessionPartition], by_id: bool
     ) -> Session | None:
-        if len(asked) > self._max_partitions:
+        now = self._clock()
+        if len(self._sessions) >= self._max_sessions and not self._evict_for(len(asked), now):
             return None
-        session = Session(self._new_id(), by_id, partitions=dict(asked))
+        session = Session(self._new_id(), by_id, now, now, partitions=dict(asked))
         self._sessions[session.session_id] = session
-        self._size += len(asked)
-        self._evict(keep=session.session_id)
         return session
 
-    def _evict(self, keep: int) -> None:
-        """Least recently used sessions go first while the partitions are over the bound."""
-        while self._size > self._max_partitions and len(self._sessions) > 1:
-            oldest = next(iter(self._sessions))
-            if oldest == keep:
-                self._sessions.move_to_end(oldest)
-                continue
-            self._close(oldest)
+    def _evict_for(self, size: int, now: float) -> bool:
+        """Make room for a new session of ``size`` partitions in a full cache, as Kafka's
+        tryEvict does for a consumer's: the least recently used session if it is stale,
+        else the smallest of those created before the eviction time if it is smaller."""
+        if not self._sessions:
+            return False  # a cache of 0 sessions: every fetch is a full one
+        oldest_id, oldest = next(iter(self._sessions.items()))
+        if now - oldest.last_used > self._eviction_s:
+            self._close(oldest_id)
+            return True
+        settled = [s for s in self._sessions.values() if now - s.created > self._eviction_s]
+        if not settled:
+            return False
+        victim = min(settled, key=lambda s: (len(s.partitions), s.session_id))
+        if size <= len(victim.partitions):
+            return False
+        self._close(victim.session_id)
+        return True
 
 
 def _next_epoch(epoch: int) -> int:

@@ -91,15 +91,65 @@ def test_the_errors_a_client_recovers_from() -> None:
     assert gone.error == ErrorCode.fetch_session_id_not_found
 
 
-def test_followers_and_a_full_cache_fetch_without_a_session() -> None:
-    cache = FetchSessionCache(max_partitions=3)
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def opened(cache: FetchSessionCache, topic: str, size: int) -> int:
+    view = cache.open(request(0, 0, {topic: [(i, 0) for i in range(size)]}), False, False)
+    assert len(read(view)) == size  # read whole, with a session or without
+    return view.session_id
+
+
+def test_followers_fetch_without_a_session() -> None:
+    cache = FetchSessionCache()
     assert cache.open(request(0, 0, {"t": [(0, 0)]}), by_id=False, replica=True).session_id == 0
-    big = cache.open(request(0, 0, {"t": [(i, 0) for i in range(4)]}), by_id=False, replica=False)
-    assert big.session_id == 0 and len(read(big)) == 4  # over the bound: sessionless
-    first = cache.open(request(0, 0, {"t": [(0, 0), (1, 0)]}), by_id=False, replica=False)
-    second = cache.open(request(0, 0, {"u": [(0, 0), (1, 0)]}), by_id=False, replica=False)
-    assert first.session_id and second.session_id
-    # Over three partitions in all: the least recently used session is evicted.
-    assert len(cache) == 1
-    evicted = cache.open(request(first.session_id, 1, {}), by_id=False, replica=False)
-    assert evicted.error == ErrorCode.fetch_session_id_not_found
+    assert len(cache) == 0
+
+
+def test_the_cache_counts_sessions_not_partitions() -> None:
+    # Kafka's max.incremental.fetch.session.cache.slots is a number of sessions: a consumer
+    # of 5,000 partitions gets one from the default cache (Sluice counted partitions: 1000
+    # in all, so such a consumer fetched fully every time).
+    cache = FetchSessionCache()
+    assert opened(cache, "t", 5000)
+    assert (
+        FetchSessionCache(max_sessions=0)
+        .open(request(0, 0, {"t": [(0, 0)]}), by_id=False, replica=False)
+        .session_id
+        == 0
+    )
+
+
+def test_a_full_cache_evicts_as_kafka() -> None:
+    clock = Clock()
+    cache = FetchSessionCache(max_sessions=2, eviction_s=120, clock=clock)
+    small = opened(cache, "a", 2)
+    big = opened(cache, "b", 10)
+    assert small and big and len(cache) == 2
+    # Full, both recently created and used: no session, not even for a bigger consumer.
+    assert opened(cache, "c", 50) == 0
+    # Older than the eviction time but both used lately: a bigger session takes the
+    # smallest one's place; one no bigger than the smallest gets none.
+    clock.now += 121
+    for sid in (small, big):
+        epoch = 1
+        assert not cache.open(request(sid, epoch, {}), False, False).error
+    assert opened(cache, "d", 2) == 0
+    bigger = opened(cache, "d", 3)
+    assert bigger and len(cache) == 2
+    gone = cache.open(request(small, 2, {}), by_id=False, replica=False)
+    assert gone.error == ErrorCode.fetch_session_id_not_found
+    # A session unused for the eviction time goes first, whatever its size.
+    clock.now += 60
+    assert not cache.open(request(bigger, 1, {}), False, False).error
+    clock.now += 61  # big: unused for 121 s, the least recently used
+    assert opened(cache, "e", 1)
+    assert (
+        cache.open(request(big, 2, {}), False, False).error == ErrorCode.fetch_session_id_not_found
+    )
+    assert not cache.open(request(bigger, 2, {}), False, False).error
