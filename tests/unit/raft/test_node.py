@@ -85,6 +85,20 @@ async def eventually(check, timeout: float = 5.0) -> None:  # type: ignore[no-un
         await asyncio.sleep(0.01)
 
 
+async def propose_to_leader(nodes: list[RaftNode], data: bytes) -> int:
+    """``data`` proposed as a client of the quorum does: to the leader, and again to the
+    new one when the node asked is no longer leader (NotLeader is raised before anything is
+    appended, so nothing is proposed twice). The timeouts here are 100 ms: on a loaded
+    machine (load 20) the event loop can stall longer than that and a follower start an
+    election in the middle of the test's proposals."""
+    while True:
+        leader = await wait_for_leader(nodes)
+        try:
+            return await leader.propose(data, timeout=5)
+        except NotLeader:
+            await asyncio.sleep(0.01)
+
+
 async def test_three_nodes_elect_replicate_and_survive_a_leader_loss(tmp_path: Path) -> None:
     pairs = make_nodes(tmp_path, snapshot_every=20, retain_entries=5)
     nodes = [n for n, _ in pairs]
@@ -97,8 +111,9 @@ async def test_three_nodes_elect_replicate_and_survive_a_leader_loss(tmp_path: P
         with pytest.raises(NotLeader) as exc:
             await follower.propose(b"nope")
         assert exc.value.leader == leader.node_id
-        indexes = [await leader.propose(b"v%d" % i, timeout=5) for i in range(30)]
+        indexes = [await propose_to_leader(nodes, b"v%d" % i) for i in range(30)]
         assert indexes == sorted(indexes)
+        leader = await wait_for_leader(nodes)
         await leader.read_index(timeout=5)
         for _, sm in pairs:
             await eventually(lambda sm=sm: len(sm.items) == 30)
