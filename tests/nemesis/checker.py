@@ -17,6 +17,7 @@ losing acks=1 records on a leader change, and a non-idempotent producer's retry 
 
 from __future__ import annotations
 
+import re
 import struct
 import time
 from collections import Counter, defaultdict
@@ -148,7 +149,16 @@ def check_txns(
                 seen[value] += 1
     out: Counter[str] = Counter()
     examples: list[str] = []
-    for key, (_topic, outcome, values) in ledger.txns.items():
+    causes = (
+        client_logs.classify_files(sorted(client_logs_dir.glob("*txn*.out")))
+        if client_logs_dir is not None
+        else {}
+    )
+    partitions: Counter[str] = Counter()
+    for topic, partition in committed_read:
+        partitions[topic] = max(partitions[topic], partition + 1)
+    missing: list[tuple[str, str, list[int], int]] = []
+    for key, (topic, outcome, values) in ledger.txns.items():
         out[outcome] += 1
         counts = [seen.get(v, 0) for v in values]
         visible = sum(1 for c in counts if c)
@@ -157,6 +167,7 @@ def check_txns(
             problem = "duplicated"
         elif outcome == "committed" and visible != len(values):
             problem = "committed_missing"
+            missing.append((key, topic, counts, partitions[topic] or 1))
         elif outcome == "aborted" and visible:
             problem = "aborted_visible"
         elif 0 < visible < len(values):
@@ -168,9 +179,20 @@ def check_txns(
     aborted = {v for _, o, vs in ledger.txns.values() if o == "aborted" for v in vs}
     live_aborted = sorted(v for v in ledger.reader_seen if v in aborted)
     fatal, client_caused = ledger.txn_fatal, []
+    missing_client_caused: list[str] = []
     if client_logs_dir is not None:
-        causes = client_logs.classify_files(sorted(client_logs_dir.glob("*txn*.out")))
         client_caused, fatal = client_logs.split_fatals(ledger.txn_fatal, causes)
+        missing_client_caused, _ = client_logs.explain_missing(
+            missing,
+            causes,
+            lambda r: _duplicated_batch(client_logs_dir.parent / "cluster", r),
+            {key: outcome for key, (_t, outcome, _v) in ledger.txns.items()},
+        )
+        if missing_client_caused:
+            out["committed_missing"] -= len(missing_client_caused)
+            out["committed_missing_client_caused"] = len(missing_client_caused)
+            if not out["committed_missing"]:
+                del out["committed_missing"]
     return {
         "transactions": dict(out),
         "fatal_errors": len(fatal),
@@ -180,12 +202,43 @@ def check_txns(
         # the coordinator never saw after a commit; shown, not a broker violation
         "fatal_client_caused": len(client_caused),
         "fatal_client_caused_examples": client_caused[:3],
+        # the same reuse when the new batch had the purged one's range: answered as its
+        # duplicate (Kafka alike), the committed transaction misses that batch's records
+        "committed_missing_client_caused_examples": missing_client_caused[:3],
         "reader_saw_aborted": len(live_aborted),
         "examples": examples + live_aborted[:5],
     }
 
 
 # ---------------------------------------------------------------------- replica logs
+
+# A v2 batch's producer fields: producerId int64, producerEpoch int16, baseSequence int32,
+# records count int32, after the 43 bytes of base offset .. max timestamp.
+_PRODUCER = struct.Struct(">qhii")
+_TXN_VALUE = re.compile(rb"txn/([^/\x00-\x1f]+/\d+)/\d+")
+
+
+def _duplicated_batch(cluster: Path, r: client_logs.Reused) -> str | None:
+    """The transaction (``<worker>/<n>``) whose records are in the batch of ``r``'s producer
+    id and epoch that starts at its base sequence with as many records, in a replica's log of
+    the partition (a classic one: diskless batches are in the object store, not looked at);
+    None if there is no such batch."""
+    want = (r.producer_id, r.epoch, r.base_sequence, r.records)
+    for directory in sorted(cluster.glob(f"broker-*/data/{r.topic}-{r.partition}")):
+        for path in sorted(directory.glob("*.log")):
+            data = path.read_bytes()
+            pos = 0
+            while pos + 61 <= len(data):
+                length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
+                if length <= 0:
+                    break
+                if _PRODUCER.unpack_from(data, pos + 43) == want:
+                    m = _TXN_VALUE.search(data, pos, pos + 12 + length)
+                    return None if m is None else m.group(1).decode()
+                pos += 12 + length
+        return None  # one replica is enough: the replicas are compared apart
+    return None
+
 
 # A v2 record batch: baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic
 # int8, crc uint32, attributes int16, lastOffsetDelta int32, ...

@@ -16,6 +16,13 @@ answers exactly as Kafka 4.x does (tests/differential session ``txn_sequence_reu
 fatal error is reported, not counted as a broker violation, but only with that evidence in the
 client's own log; every other fatal error still is one.
 
+The duplicate case is recognised too: a request delivered with sequence numbers an abort's
+purge had reused (``FatalCauses.reused_delivered``). When the purged records had been written,
+the broker answered the new batch as their duplicate (Kafka 4.x alike: the same differential
+session) and wrote nothing: the transaction commits without those records. The checker puts
+a committed transaction missing exactly such a batch's records in a partition down to the
+client (``explain_missing``).
+
 The second: an abort answered INVALID_TXN_STATE. librdkafka sends EndTxn(abort) whenever it
 sent an AddPartitionsToTxn in the transaction, even one the coordinator refused (it counts any
 error as "maybe received"); when none was registered, the coordinator still holds the previous
@@ -27,21 +34,23 @@ when, since the transaction began, no partition was registered and the one befor
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 # "%7|1796630124.810|PRODUCE|rdkafka#producer-1| [thrd:...]: ...: <topic> [<p>]: Produce
 # MessageSet with <n> message(s) (<b> bytes, ApiVersion 10, MsgVersion 2, MsgId <id>, BaseSeq
 # <seq>, PID{...}, ...)"
 _PRODUCE = re.compile(
     r"\|PRODUCE\|(?P<client>[^|]+)\|.*?: (?P<topic>\S+) \[(?P<p>\d+)\]: Produce MessageSet "
-    r"with (?P<n>\d+) message\(s\) \(.*?MsgId (?P<msgid>\d+), BaseSeq (?P<seq>-?\d+)"
+    r"with (?P<n>\d+) message\(s\) \(.*?MsgId (?P<msgid>\d+), BaseSeq (?P<seq>-?\d+), "
+    r"PID\{Id:(?P<pid>\d+),Epoch:(?P<epoch>\d+)\}"
 )
 # "...: <topic> [<p>]: MessageSet with <n> message(s) (MsgId <id>, BaseSeq <seq>) delivered"
 _DELIVERED = re.compile(
     r"\|MSGSET\|(?P<client>[^|]+)\|.*?: (?P<topic>\S+) \[(?P<p>\d+)\]: MessageSet with "
-    r"(?P<n>\d+) message\(s\) \(MsgId (?P<msgid>\d+), BaseSeq -?\d+\) delivered"
+    r"(?P<n>\d+) message\(s\) \(MsgId (?P<msgid>\d+), BaseSeq (?P<seq>-?\d+)\) delivered"
 )
 _ADVBASE = re.compile(
     r"\|ADVBASE\|(?P<client>[^|]+)\|.*?: (?P<topic>\S+) \[(?P<p>\d+)\] advancing epoch base "
@@ -79,6 +88,17 @@ class _Partition:
     sent: dict[int, int] = field(default_factory=dict)
     # sequence numbers of such records that a purge on abort gave to later records
     reused: set[int] = field(default_factory=set)
+    # first msgid of a request -> the (producer id, epoch) it was last sent with
+    pids: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+class Reused(NamedTuple):
+    topic: str
+    partition: int
+    records: int
+    producer_id: int
+    epoch: int
+    base_sequence: int
 
 
 @dataclass
@@ -87,6 +107,9 @@ class FatalCauses:
     # fatal INVALID_TXN_STATE ends of an abort of a transaction the coordinator never saw
     unregistered_aborts: int = 0
     unexplained: list[str] = field(default_factory=list)
+    # Each request delivered with sequence numbers an abort's purge reused: answered as a
+    # duplicate of the purged records if they had been written (the checker looks).
+    reused_delivered: list[Reused] = field(default_factory=list)
 
 
 def classify(lines: Iterable[str]) -> FatalCauses:
@@ -114,13 +137,17 @@ def classify(lines: Iterable[str]) -> FatalCauses:
                 first, seq = int(m["msgid"]), int(m["seq"])
                 for i in range(int(m["n"])):
                     p.sent[first + i] = seq + i
+                p.pids[first] = (int(m["pid"]), int(m["epoch"]))
         elif "|MSGSET|" in line:
             m = _DELIVERED.search(line)
             if m is not None:
                 p = state.setdefault(_key(m), _Partition())
-                first = int(m["msgid"])
-                for i in range(int(m["n"])):
+                first, seq, n = int(m["msgid"]), int(m["seq"]), int(m["n"])
+                for i in range(n):
                     p.sent.pop(first + i, None)
+                pid, epoch = p.pids.pop(first, (-1, -1))
+                if p.reused and all(seq + i in p.reused for i in range(n)):
+                    out.reused_delivered.append(Reused(m["topic"], int(m["p"]), n, pid, epoch, seq))
         elif "|ADVBASE|" in line:
             m = _ADVBASE.search(line)
             if m is not None:
@@ -200,4 +227,68 @@ def split_fatals(fatals: list[str], causes: dict[str, FatalCauses]) -> tuple[lis
             explained.append(fatal)
         else:
             rest.append(fatal)
+    return explained, rest
+
+
+def explain_missing(
+    missing: list[tuple[str, str, list[int], int]],
+    causes: dict[str, FatalCauses],
+    duplicated: Callable[[Reused], str | None],
+    outcomes: dict[str, str],
+) -> tuple[list[str], list[str]]:
+    """Committed transactions missing records, (key, topic, read count per record, the
+    topic's partitions), split into (the client's doing, the rest).
+
+    The worker writes record i of a transaction to partition i % partitions. A transaction
+    is the client's doing when, in each partition where it misses records, it misses all of
+    them, and its worker's log shows a request delivered there with reused sequence numbers
+    carrying as many records, whose producer id, epoch and sequence numbers are those of a
+    batch in the partition's log (``duplicated``: the key of the transaction that batch's
+    records belong to, or None) of an earlier transaction of the same worker that was not
+    committed, with none committed between the two: the batch the abort's purge left
+    behind, which the broker answered the new request as a duplicate of."""
+    left = {worker: list(c.reused_delivered) for worker, c in causes.items()}
+    explained: list[str] = []
+    rest: list[str] = []
+    for key, topic, counts, partitions in missing:
+        worker, number = key.rsplit("/", 1)
+        events = left.get(worker, [])
+        per: dict[int, list[int]] = {}
+        for i, c in enumerate(counts):
+            per.setdefault(i % partitions, []).append(c)
+        short = {p: len(cs) for p, cs in per.items() if 0 in cs}
+
+        def left_behind(e: Reused, worker: str = worker, number: str = number) -> bool:
+            old = duplicated(e)
+            if old is None or old.rsplit("/", 1)[0] != worker:
+                return False
+            first = int(old.rsplit("/", 1)[1])
+            if not first < int(number) or outcomes.get(old) == "committed":
+                return False
+            between = (f"{worker}/{j}" for j in range(first + 1, int(number)))
+            return all(outcomes.get(k) != "committed" for k in between)
+
+        found: list[Reused] = []
+        for p, n in sorted(short.items()):
+            if any(per[p]):
+                break  # only part of the partition's records missing: not this
+            match = next(
+                (
+                    e
+                    for e in events
+                    if (e.topic, e.partition, e.records) == (topic, p, n)
+                    and e not in found
+                    and left_behind(e)
+                ),
+                None,
+            )
+            if match is None:
+                break
+            found.append(match)
+        if short and len(found) == len(short):
+            for e in found:
+                events.remove(e)
+            explained.append(key)
+        else:
+            rest.append(key)
     return explained, rest

@@ -5,7 +5,7 @@ from a CI run's log."""
 
 from __future__ import annotations
 
-from tests.nemesis.client_logs import classify, split_fatals
+from tests.nemesis.client_logs import Reused, classify, explain_missing, split_fatals
 
 C = "rdkafka#producer-1"
 T = "nemesis-diskless [2]"
@@ -119,3 +119,57 @@ def test_an_abort_refused_with_a_partition_registered_counts() -> None:
     assert causes.unregistered_aborts == 0
     assert len(causes.unexplained) == 1
     assert split_fatals([END_LEDGER], {"diskless-txn.1": causes}) == ([], [END_LEDGER])
+
+
+# --- a reused batch answered as a duplicate: a committed transaction missing its records -----
+
+
+def failed_in_transport(msgid: int, seq: int, n: int) -> str:
+    return transport_error(msgid, seq).replace("with 1 message(s)", f"with {n} message(s)")
+
+
+REUSED_THEN_DELIVERED = [
+    produce(10, 12, 3),
+    failed_in_transport(10, 12, 3),  # possibly written
+    ADVBASE,  # purged by the abort; the next transaction's records get 12..14
+    produce(13, 12, 3),
+    delivered(13, 12, 3),  # answered as a duplicate of the purged batch, if it was written
+]
+W = "classic-txn.1"
+# Ten records over three partitions: partition 2 holds records 2, 5 and 8.
+MISSING_2 = [1, 1, 0, 1, 1, 0, 1, 1, 0, 1]
+
+
+def test_a_delivered_request_with_reused_sequence_numbers_is_noted() -> None:
+    [reused] = classify(REUSED_THEN_DELIVERED).reused_delivered
+    assert reused == Reused("nemesis-diskless", 2, 3, 1, 0, 12)
+    # Without the purge nothing was reused: an ordinary delivery.
+    assert classify([produce(10, 12, 3), delivered(10, 12, 3)]).reused_delivered == []
+
+
+def explain(
+    counts: list[int], duplicated: str | None, outcomes: dict[str, str]
+) -> tuple[list[str], list[str]]:
+    causes = {W: classify(REUSED_THEN_DELIVERED)}
+    missing = [(f"{W}/6", "nemesis-diskless", counts, 3)]
+    return explain_missing(missing, causes, lambda _r: duplicated, outcomes)
+
+
+def test_a_committed_transaction_missing_a_duplicated_batch_is_the_clients() -> None:
+    # The partition's log holds transaction 5's batch with those sequence numbers; 5 was
+    # aborted, nothing committed since: 6's batch was answered as its duplicate.
+    assert explain(MISSING_2, f"{W}/5", {f"{W}/5": "aborted"}) == ([f"{W}/6"], [])
+    assert explain(MISSING_2, f"{W}/4", {f"{W}/4": "unknown", f"{W}/5": "aborted"})[0]
+
+
+def test_missing_records_without_that_evidence_count() -> None:
+    none: tuple[list[str], list[str]] = ([], [f"{W}/6"])
+    assert explain(MISSING_2, None, {}) == none  # no such batch in the log
+    assert explain(MISSING_2, f"{W}/5", {f"{W}/5": "committed"}) == none
+    # A committed transaction between them: the reused numbers were taken by it.
+    assert explain(MISSING_2, f"{W}/4", {f"{W}/4": "aborted", f"{W}/5": "committed"}) == none
+    assert explain(MISSING_2, f"{W}/7", {f"{W}/7": "aborted"}) == none  # a later one's
+    assert explain(MISSING_2, "other.1/5", {"other.1/5": "aborted"}) == none
+    # Only part of the partition's records missing, or another partition's.
+    assert explain([1, 1, 0, 1, 1, 1, 1, 1, 0, 1], f"{W}/5", {f"{W}/5": "aborted"}) == none
+    assert explain([1, 0, 1, 1, 0, 1, 1, 0, 1, 1], f"{W}/5", {f"{W}/5": "aborted"}) == none
