@@ -18,13 +18,14 @@ one at a time down to one. For each step, from the membership change (the new me
 - **moved**: partitions whose owner changed; **paused**: partitions that were nobody's at
   some moment of the step (stop-the-world revokes them all, an incremental protocol only
   those that move), and the partition-seconds without an owner, summed over partitions;
-- **stalled**: partitions with a gap of more than ``--stall-ms`` between two consumed
-  records (any member) from the change until the next step; **gap**: the longest such gap
-  of any partition;
+- **stalled**: partitions with a gap between two consumed records (any member), from the
+  change until the next step, longer than twice the longest gap of any partition in the
+  sequence's quiet stretches and at least 1 s (``--stall-ms`` sets it); **gap**: the
+  longest such gap of any partition;
 - **re-read**: records consumed again after a partition moved (auto commit every second).
 
-Each step waits ``--quiet`` seconds once consuming everywhere; the largest per-partition gap
-in those quiet stretches is printed as the baseline a stall is judged against. Client and
+Each step waits ``--quiet`` seconds once consuming everywhere (those are the quiet
+stretches, whose longest gap is printed). Client and
 broker group settings are the stock defaults (both brokers: KIP-848 heartbeat interval 5 s,
 session 45 s; librdkafka classic heartbeat 3 s) except ``group.initial.rebalance.delay.ms=0``
 on both; ``-c KEY=VALUE`` sets a consumer config, ``-o KEY=VALUE`` a Sluice broker config.
@@ -427,11 +428,16 @@ def run_sequence(
     if producer.errors:
         errors.append(f"{producer.errors} produce errors")
     bounds = [s.t0 for s in steps[1:]] + [end]
-    results = [
-        analyse_step(log, s, b, args.stall_ms / 1000) for s, b in zip(steps, bounds, strict=True)
-    ]
-    gaps = [quiet_gap(log, a, b) for a, b in quiet]
-    return Sequence_(results, max(gaps, default=0.0), errors)
+    quiet_s = max((quiet_gap(log, a, b) for a, b in quiet), default=0.0)
+    stall_s = stall_threshold(args.stall_ms, quiet_s)
+    results = [analyse_step(log, s, b, stall_s) for s, b in zip(steps, bounds, strict=True)]
+    return Sequence_(results, quiet_s, errors)
+
+
+def stall_threshold(stall_ms: int, quiet_s: float) -> float:
+    """``--stall-ms`` when given, else twice the longest quiet gap, and at least 1 s: a
+    stall is judged against what this system's consumption looks like undisturbed."""
+    return stall_ms / 1000 if stall_ms > 0 else max(1.0, 2 * quiet_s)
 
 
 # ---------------------------------------------------------------- report
@@ -469,7 +475,8 @@ def report(
     say("")
     say(
         f"rebalance 1 -> {args.members} -> 1 on {args.partitions} partitions, "
-        f"a record per partition every {args.interval_ms} ms, stall > {args.stall_ms} ms; "
+        f"a record per partition every {args.interval_ms} ms, stall > "
+        f"{f'{args.stall_ms} ms' if args.stall_ms else 'max(1 s, 2 x quiet gap)'}; "
         f"medians over the steps of {args.repeats} run(s)"
     )
     say(f"load average (1/5/15 min) at each run's start: {'; '.join(loads)}")
@@ -526,7 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--protocols", default=",".join(PROTOCOLS), help="eager,cooperative,consumer")
     ap.add_argument("--brokers", type=int, default=3, help="brokers of each system (default 3)")
     ap.add_argument("--interval-ms", type=int, default=100, help="a record per partition every")
-    ap.add_argument("--stall-ms", type=int, default=1000, help="a longer gap is a stall")
+    ap.add_argument(
+        "--stall-ms", type=int, default=0, help="a longer gap is a stall (0: 2 x quiet gap, >= 1 s)"
+    )
     ap.add_argument("--quiet", type=float, default=2.0, help="seconds between steps")
     ap.add_argument("--step-timeout", type=float, default=90.0)
     ap.add_argument("--steps", action="store_true", help="also print every step")
