@@ -251,10 +251,24 @@ class Member(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import Consumer
 
+        perf = time.perf_counter
+        # The rebalance callbacks log each change when it happens: an eager revoke and the
+        # next assignment can both be served within one consume() call, and would not be
+        # seen by comparing assignment() between calls. An eager protocol's callbacks name
+        # the whole assignment, the incremental ones (cooperative, KIP-848) the change.
+        eager = self.conf.get("partition.assignment.strategy") in ("range", "roundrobin")
+
+        def on_assign(_c, parts) -> None:  # type: ignore[no-untyped-def]
+            got = frozenset(tp.partition for tp in parts)
+            self._saw(got if eager else self.assignment | got, perf())
+
+        def on_revoke(_c, parts) -> None:  # type: ignore[no-untyped-def]
+            gone = frozenset(tp.partition for tp in parts)
+            self._saw(frozenset() if eager else self.assignment - gone, perf())
+
         try:
             c = Consumer({**self.conf, "client.id": f"bench-{self.mid}"})
-            c.subscribe([self.topic])
-            perf = time.perf_counter
+            c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
             while not self.stop.is_set():
                 msgs = c.consume(1000, POLL_S)
                 now = perf()
@@ -470,14 +484,17 @@ def summary(results: list[StepResult], kind: str) -> dict[str, float | int | Non
 
 
 def report(
-    table: dict[tuple[str, str], list[Sequence_]], args: argparse.Namespace, loads: list[str]
+    table: dict[tuple[str, str], list[Sequence_]],
+    args: argparse.Namespace,
+    loads: list[str],
+    runs_done: int,
 ) -> None:
     say("")
     say(
         f"rebalance 1 -> {args.members} -> 1 on {args.partitions} partitions, "
         f"a record per partition every {args.interval_ms} ms, stall > "
         f"{f'{args.stall_ms} ms' if args.stall_ms else 'max(1 s, 2 x quiet gap)'}; "
-        f"medians over the steps of {args.repeats} run(s)"
+        f"medians over the steps of {runs_done} run(s)"
     )
     say(f"load average (1/5/15 min) at each run's start: {'; '.join(loads)}")
     head = (
@@ -571,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
                         + " ".join(_fmt(x) for x in joins)
                         + (f"; {len(seq.errors)} error(s)" if seq.errors else "")
                     )
-        report(table, args, loads)
+            # After every run, the table so far: a long run cut short still reports.
+            report(table, args, loads, runs_done=run + 1)
     return 0
 
 

@@ -15,7 +15,9 @@ beginning by a fresh group per phase, the phases one after the other on the same
 Every consumer runs in its own process (no shared GIL); all start polling at the same
 instant and stop once the records delivered by all of them reach the topic's count. Per
 phase: **records/s** from the first record delivered to the last acknowledged (accepted /
-committed), the time from the start to the first record (joining), records delivered more
+committed), the time from the start to the first record (joining: a consumer group's first
+rebalance waits ``group.initial.rebalance.delay.ms``, 3 s, Kafka's default, on both systems,
+so that its members join together), records delivered more
 than once (share: delivery count above one, or the same offset twice; group: the same
 offset twice) and records never delivered. Medians of ``--repeats`` runs.
 
@@ -43,6 +45,10 @@ from .workdir import workdir
 
 SYSTEMS = ("diskless", "classic", "kafka")
 KINDS = ("share", "group")
+# Kafka's default (the launcher sets 0): the consumers of a group, started together, join
+# its first rebalance together instead of the first taking every partition and draining
+# much of the topic alone before the others join.
+INITIAL_DELAY_MS = "3000"
 
 
 # ---------------------------------------------------------------- the consumer processes
@@ -285,7 +291,7 @@ def clusters(
         if {"diskless", "classic"} & set(systems):
             from sluice.cluster import LocalCluster
 
-            options = {"group.initial.rebalance.delay.ms": "0", **args.options}
+            options = {"group.initial.rebalance.delay.ms": INITIAL_DELAY_MS, **args.options}
             sluice = LocalCluster(
                 wd / "sluice", args.brokers, ("az-a", "az-b", "az-c"), options, controllers=1
             )
@@ -296,7 +302,8 @@ def clusters(
         if "kafka" in systems:
             from sluice.launch.kafka import KAFKA_VERSION, KafkaCluster
 
-            kafka = KafkaCluster(wd / "kafka", args.brokers)
+            delay = {"group.initial.rebalance.delay.ms": INITIAL_DELAY_MS}
+            kafka = KafkaCluster(wd / "kafka", args.brokers, overrides=delay)
             stack.callback(kafka.down)
             kafka.up()
             boots["kafka"] = kafka.bootstrap
