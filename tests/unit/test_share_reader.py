@@ -52,14 +52,27 @@ def test_each_partition_is_read_up_to_a_partition_fetch_not_the_whole_request() 
     router = SimpleNamespace(
         route=lambda *_: log, log_start=lambda *_: 0, consumer_read=lambda *_: log
     )
-    broker = SimpleNamespace(router=router)
-    topic = SimpleNamespace(topic_id=uuid.uuid4(), name="t")
+    topics = SimpleNamespace(int_config=lambda topic, name: topic.configs[name])
+    broker = SimpleNamespace(router=router, topics=topics)
+    topic = SimpleNamespace(
+        topic_id=uuid.uuid4(), name="t", configs={"max.message.bytes": 1024 * 1024 + 12}
+    )
     request_max = 50 * 1024 * 1024  # librdkafka's fetch.max.bytes
     asks = [ReadAsk(topic, p, 100 * p, request_max) for p in range(3)]  # type: ignore[arg-type]
     results, _ = asyncio.run(read(broker, asks, request_max, False))  # type: ignore[arg-type]
     assert [r.error for r in results] == [0, 0, 0]
-    assert log.asked == [(p, 100 * p, PARTITION_READ_BYTES) for p in range(3)]
+    # Kafka's default max.message.bytes (1 MiB + 12): a batch as large as the topic takes.
+    assert log.asked == [(p, 100 * p, 1024 * 1024 + 12) for p in range(3)]
     assert PARTITION_READ_BYTES == 1024 * 1024
+    # A topic taking larger batches is read up to its largest batch in every partition.
+    log.asked.clear()
+    big = SimpleNamespace(topic_id=uuid.uuid4(), name="b", configs={"max.message.bytes": 8 << 20})
+    asyncio.run(read(broker, [ReadAsk(big, 1, 0, request_max)], request_max, False))  # type: ignore[arg-type]
+    assert log.asked == [(1, 0, 8 << 20)]
+    small = SimpleNamespace(topic_id=uuid.uuid4(), name="s", configs={"max.message.bytes": 1000})
+    log.asked.clear()
+    asyncio.run(read(broker, [ReadAsk(small, 1, 0, request_max)], request_max, False))  # type: ignore[arg-type]
+    assert log.asked == [(1, 0, PARTITION_READ_BYTES)]
     # A request asking less than that is read within its own limit.
     log.asked.clear()
     asyncio.run(read(broker, [ReadAsk(topic, 0, 0, 4096)], 4096, False))  # type: ignore[arg-type]
