@@ -25,7 +25,8 @@ one at a time down to one. For each step, from the membership change (the new me
 - **re-read**: records consumed again after a partition moved (auto commit every second).
 
 Each step waits ``--quiet`` seconds once consuming everywhere (those are the quiet
-stretches, whose longest gap is printed). Client and
+stretches, whose longest gap is printed), then a random time up to the protocol's heartbeat
+interval (``--jitter``), so that changes meet the members' heartbeat timers at any phase. Client and
 broker group settings are the stock defaults (both brokers: KIP-848 heartbeat interval 5 s,
 session 45 s; librdkafka classic heartbeat 3 s) except ``group.initial.rebalance.delay.ms=0``
 on both; ``-c KEY=VALUE`` sets a consumer config, ``-o KEY=VALUE`` a Sluice broker config.
@@ -40,6 +41,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
+import signal
 import struct
 import sys
 import threading
@@ -61,6 +64,9 @@ PROTOCOLS: dict[str, dict[str, str]] = {
     "consumer": {"group.protocol": "consumer"},
 }
 POLL_S = 0.05
+# The stock heartbeat intervals: librdkafka's classic heartbeat.interval.ms, and the one
+# both brokers give KIP-848 members (group.consumer.heartbeat.interval.ms).
+HEARTBEAT_S = {"eager": 3.0, "cooperative": 3.0, "consumer": 5.0}
 
 # ---------------------------------------------------------------- what the members log
 
@@ -385,6 +391,7 @@ def run_sequence(
         **args.client,
     }
     log = Log(args.partitions)
+    rng = random.Random(args.seed)
     producer = SteadyProducer(bootstrap, topic, args.partitions, args.interval_ms / 1000)
     producer.start()
     members: list[Member] = []
@@ -419,7 +426,14 @@ def run_sequence(
         wait_ready(join())  # the first member: not a measured step
         quiet.clear()
         plan = ["join"] * (args.members - 1) + ["leave"] * (args.members - 1)
+        jitter = args.jitter if args.jitter >= 0 else HEARTBEAT_S[protocol]
         for kind in plan:
+            # A random wait of up to a heartbeat interval: the members' heartbeat timers
+            # restart at each rebalance, so without it every step would meet them at the
+            # same phase (how long after the last rebalance the change comes is set by the
+            # quiet period and by how long consumption took to resume), and a system a
+            # little slower to resume would wait a whole heartbeat more at every step.
+            time.sleep(rng.uniform(0.0, jitter))
             if kind == "join":
                 t0 = join()
             else:
@@ -534,6 +548,17 @@ def report(
                 say(f"  {system:<9}{protocol:<12}#{i + 1} {cells}")
 
 
+def stop_cleanly_on_sigterm() -> None:
+    """SIGTERM (and SIGINT, which a shell ignores for a background job) end the run through
+    its ``finally`` blocks: the clusters and their databases are stopped, not left behind."""
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
 def load_average() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -554,6 +579,14 @@ def main(argv: list[str] | None = None) -> int:
         "--stall-ms", type=int, default=0, help="a longer gap is a stall (0: 2 x quiet gap, >= 1 s)"
     )
     ap.add_argument("--quiet", type=float, default=2.0, help="seconds between steps")
+    ap.add_argument(
+        "--jitter",
+        type=float,
+        default=-1.0,
+        help="seconds of random wait before each change, at most (default: the protocol's "
+        "heartbeat interval, 3 s classic, 5 s KIP-848)",
+    )
+    ap.add_argument("--seed", type=int, default=30, help="of the random waits")
     ap.add_argument("--step-timeout", type=float, default=90.0)
     ap.add_argument("--steps", action="store_true", help="also print every step")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
@@ -568,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     if set(systems) - set(SYSTEMS) or set(protocols) - set(PROTOCOLS):
         ap.error("unknown system or protocol")
     args.replicas = min(3, args.brokers)
+    stop_cleanly_on_sigterm()
     say(f"bench.rebalance: {os.cpu_count()} cores, load average {load_average()}")
     with workdir(args.keep) as wd, clusters(wd, systems, args) as boots:
         table: dict[tuple[str, str], list[Sequence_]] = {

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .harness import add_broker_options, broker_options, say
+from .rebalance import stop_cleanly_on_sigterm
 from .stats import med, runs
 from .workdir import workdir
 
@@ -333,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     systems = [s for s in args.systems.split(",") if s]
     kinds = [k for k in args.kinds.split(",") if k]
     counts = [int(x) for x in args.consumers.split(",") if x]
+    stop_cleanly_on_sigterm()
     say(
         f"bench.share_groups: {args.records} records of {args.size} B, {args.partitions} "
         f"partitions, {os.cpu_count()} cores, load average {load_average()}"
