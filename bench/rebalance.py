@@ -39,7 +39,6 @@ Figures are medians over the join steps and over the leave steps of ``--repeats`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import random
 import signal
@@ -48,11 +47,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from .harness import add_broker_options, broker_options, say
+from .harness import add_broker_options, broker_options, say, sluice_and_kafka
 from .stats import med
 from .workdir import workdir
 
@@ -593,6 +591,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-c", dest="client_opts", action="append", default=[], metavar="KEY=VALUE",
                     help="consumer config override (every member, every system)")  # fmt: skip
     add_broker_options(ap, "every Sluice broker")
+    ap.add_argument(
+        "--bootstrap",
+        help="an existing cluster to run on (nothing is started): every system is that "
+        "cluster, diskless and classic naming the kind of topic created",
+    )
     args = ap.parse_args(argv)
     args.client = broker_options(args.client_opts)
     args.options = broker_options(args.options)
@@ -601,9 +604,18 @@ def main(argv: list[str] | None = None) -> int:
     if set(systems) - set(SYSTEMS) or set(protocols) - set(PROTOCOLS):
         ap.error("unknown system or protocol")
     args.replicas = min(3, args.brokers)
-    stop_cleanly_on_sigterm()
     say(f"bench.rebalance: {os.cpu_count()} cores, load average {load_average()}")
-    with workdir(args.keep) as wd, clusters(wd, systems, args) as boots:
+    with (
+        workdir(args.keep) as wd,
+        sluice_and_kafka(
+            wd,
+            systems,
+            args.brokers,
+            {"group.initial.rebalance.delay.ms": "0"},
+            args.options,
+            args.bootstrap,
+        ) as boots,
+    ):
         table: dict[tuple[str, str], list[Sequence_]] = {
             (s, p): [] for s in systems for p in protocols
         }
@@ -627,36 +639,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def clusters(
-    wd: Path, systems: Sequence[str], args: argparse.Namespace
-) -> Iterator[dict[str, str]]:
-    """The Sluice cluster (``--brokers`` brokers, one controller, SeaweedFS + PostgreSQL)
-    when a Sluice system is asked for, and Kafka's (``--brokers`` KRaft nodes) when kafka
-    is: {system: bootstrap}; both stopped on the way out."""
-    boots: dict[str, str] = {}
-    with contextlib.ExitStack() as stack:
-        if {"diskless", "classic"} & set(systems):
-            from sluice.cluster import LocalCluster
-
-            options = {"group.initial.rebalance.delay.ms": "0", **args.options}
-            sluice = LocalCluster(
-                wd / "sluice", args.brokers, ("az-a", "az-b", "az-c"), options, controllers=1
-            )
-            stack.callback(sluice.remove_data)
-            stack.callback(sluice.down)
-            sluice.up()
-            boots["diskless"] = boots["classic"] = sluice.bootstrap
-        if "kafka" in systems:
-            from sluice.launch.kafka import KAFKA_VERSION, KafkaCluster
-
-            kafka = KafkaCluster(wd / "kafka", args.brokers)
-            stack.callback(kafka.down)
-            kafka.up()
-            boots["kafka"] = kafka.bootstrap
-            say(f"  Apache Kafka {KAFKA_VERSION}, {args.brokers} KRaft node(s)")
-        yield boots
-
-
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     sys.exit(main())

@@ -35,11 +35,9 @@ import sys
 import time
 import uuid
 from array import array
-from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
-from .harness import add_broker_options, broker_options, say
+from .harness import add_broker_options, broker_options, say, sluice_and_kafka
 from .rebalance import stop_cleanly_on_sigterm
 from .stats import med, runs
 from .workdir import workdir
@@ -281,37 +279,6 @@ def fill(bootstrap: str, system: str, args: argparse.Namespace) -> tuple[str, di
 # ---------------------------------------------------------------- main
 
 
-@contextlib.contextmanager
-def clusters(
-    wd: Path, systems: Sequence[str], args: argparse.Namespace
-) -> Iterator[dict[str, str]]:
-    """The Sluice cluster (``--brokers`` brokers, one controller, SeaweedFS + PostgreSQL)
-    and Kafka's (``--brokers`` KRaft nodes) as asked: {system: bootstrap}."""
-    boots: dict[str, str] = {}
-    with contextlib.ExitStack() as stack:
-        if {"diskless", "classic"} & set(systems):
-            from sluice.cluster import LocalCluster
-
-            options = {"group.initial.rebalance.delay.ms": INITIAL_DELAY_MS, **args.options}
-            sluice = LocalCluster(
-                wd / "sluice", args.brokers, ("az-a", "az-b", "az-c"), options, controllers=1
-            )
-            stack.callback(sluice.remove_data)
-            stack.callback(sluice.down)
-            sluice.up()
-            boots["diskless"] = boots["classic"] = sluice.bootstrap
-        if "kafka" in systems:
-            from sluice.launch.kafka import KAFKA_VERSION, KafkaCluster
-
-            delay = {"group.initial.rebalance.delay.ms": INITIAL_DELAY_MS}
-            kafka = KafkaCluster(wd / "kafka", args.brokers, overrides=delay)
-            stack.callback(kafka.down)
-            kafka.up()
-            boots["kafka"] = kafka.bootstrap
-            say(f"  Apache Kafka {KAFKA_VERSION}, {args.brokers} KRaft node(s)")
-        yield boots
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.share_groups", description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=100_000)
@@ -327,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-c", dest="client_opts", action="append", default=[], metavar="KEY=VALUE",
                     help="consumer config override (both kinds, every system)")  # fmt: skip
     add_broker_options(ap, "every Sluice broker")
+    ap.add_argument(
+        "--bootstrap",
+        help="an existing cluster to run on (nothing is started): every system is that "
+        "cluster, diskless and classic naming the kind of topic created",
+    )
     args = ap.parse_args(argv)
     args.client = broker_options(args.client_opts)
     args.options = broker_options(args.options)
@@ -334,14 +306,23 @@ def main(argv: list[str] | None = None) -> int:
     systems = [s for s in args.systems.split(",") if s]
     kinds = [k for k in args.kinds.split(",") if k]
     counts = [int(x) for x in args.consumers.split(",") if x]
-    stop_cleanly_on_sigterm()
     say(
         f"bench.share_groups: {args.records} records of {args.size} B, {args.partitions} "
         f"partitions, {os.cpu_count()} cores, load average {load_average()}"
     )
     table: dict[tuple[str, str, int], list[dict]] = {}
     loads: list[str] = []
-    with workdir(args.keep) as wd, clusters(wd, systems, args) as boots:
+    with (
+        workdir(args.keep) as wd,
+        sluice_and_kafka(
+            wd,
+            systems,
+            args.brokers,
+            {"group.initial.rebalance.delay.ms": INITIAL_DELAY_MS},
+            args.options,
+            args.bootstrap,
+        ) as boots,
+    ):
         for run in range(args.repeats):
             loads.append(load_average())
             for system in systems:
@@ -407,4 +388,5 @@ def load_average() -> str:
 
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     sys.exit(main())
