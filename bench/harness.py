@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,3 +57,48 @@ def one_broker(root: Path, options: Mapping[str, str]) -> Iterator[LocalCluster]
 
     with LocalCluster(root, brokers=1, broker_options=dict(options)) as cluster:
         yield cluster
+
+
+@contextlib.contextmanager
+def sluice_and_kafka(
+    root: Path,
+    systems: Sequence[str],
+    brokers: int,
+    group_options: Mapping[str, str],
+    options: Mapping[str, str],
+    bootstrap: str | None = None,
+) -> Iterator[dict[str, str]]:
+    """The systems a group bench compares, as {system: bootstrap}: "diskless" and "classic"
+    (topic kinds of one LocalCluster under ``root``: ``brokers`` brokers in three racks, one
+    controller, SeaweedFS + PostgreSQL) and "kafka" (``brokers`` KRaft nodes of Apache
+    Kafka); ``group_options`` are broker configs of both, ``options`` (``-o``) Sluice's.
+    Everything started is stopped on the way out. With ``bootstrap``, nothing is started:
+    every system is that cluster (its topic kind chosen by the system's name)."""
+    if bootstrap:
+        yield dict.fromkeys(systems, bootstrap)
+        return
+    boots: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        if {"diskless", "classic"} & set(systems):
+            from sluice.cluster import LocalCluster
+
+            sluice = LocalCluster(
+                root / "sluice",
+                brokers,
+                ("az-a", "az-b", "az-c"),
+                {**group_options, **options},
+                controllers=1,
+            )
+            stack.callback(sluice.remove_data)
+            stack.callback(sluice.down)
+            sluice.up()
+            boots["diskless"] = boots["classic"] = sluice.bootstrap
+        if "kafka" in systems:
+            from sluice.launch.kafka import KAFKA_VERSION, KafkaCluster
+
+            kafka = KafkaCluster(root / "kafka", brokers, overrides=dict(group_options))
+            stack.callback(kafka.down)
+            kafka.up()
+            boots["kafka"] = kafka.bootstrap
+            say(f"  Apache Kafka {KAFKA_VERSION}, {brokers} KRaft node(s)")
+        yield boots

@@ -19,6 +19,11 @@ Targets, each measured in the same run as the machine limits it is compared with
 ``scale`` 1 vs 2 broker processes on this host behind the same storage (bench.scale_out).
 ``tls``  produce/consume MiB/s and broker CPU per MiB over an SSL listener vs PLAINTEXT on
          the same broker, with TLS/plaintext ratios (bench.tls; not in the default set).
+``rebalance`` rebalance time of 1 -> 10 -> 1 group members on 100 partitions, classic
+         (eager, cooperative-sticky) vs KIP-848, Sluice and Kafka (bench.rebalance; not in
+         the default set).
+``share`` share-group vs consumer-group delivery throughput, 1 and 3 consumers, Sluice
+         and Kafka (bench.share_groups; not in the default set).
 
 Every figure is the median of --repeats runs; machines are shared and noisy.
 """
@@ -491,7 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         "same storage; bench.scale_out), tls (TLS vs plaintext; bench.tls), classic (classic "
         "RF=3 vs diskless topics on 3 brokers, and Apache Kafka's 3 KRaft nodes beside them; "
         "bench.classic; kafka is the same target), tiered (copy to remote vs raw "
-        "PUT, catch-up reads from remote vs diskless; bench.tiered) or any of them "
+        "PUT, catch-up reads from remote vs diskless; bench.tiered), rebalance (classic vs "
+        "KIP-848 group rebalances, Sluice and Kafka; bench.rebalance), share (share groups "
+        "vs consumer groups; bench.share_groups) or any of them "
         "(default dev,s3,commit,scale)",
     )
     ap.add_argument("--quick", action="store_true", help="~1 min: 64 MiB, 1 run, 1 MiB batches")
@@ -524,7 +531,19 @@ def main(argv: list[str] | None = None) -> int:
     args.tail_mib = 32.0
     args.tail_fetches = 40 if args.quick else 100
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    unknown = set(targets) - {"dev", "s3", "commit", "scale", "tls", "classic", "kafka", "tiered"}
+    known = {
+        "dev",
+        "s3",
+        "commit",
+        "scale",
+        "tls",
+        "classic",
+        "kafka",
+        "tiered",
+        "rebalance",
+        "share",
+    }
+    unknown = set(targets) - known
     if unknown:
         ap.error(f"unknown targets {sorted(unknown)}")
 
@@ -578,6 +597,29 @@ def main(argv: list[str] | None = None) -> int:
             tiered.main(
                 ["--repeats", str(args.repeats)]
                 + (["--quick"] if args.quick else ["--mib", str(min(args.mib, 128))])
+            )
+        if "rebalance" in targets:
+            from . import rebalance
+
+            # Sluice and Kafka in the same run; --quick: 1 -> 4 -> 1, one run.
+            rebalance.main(
+                (
+                    ["--members", "4", "--repeats", "1"]
+                    if args.quick
+                    else ["--repeats", str(args.repeats)]
+                )
+                + as_arguments(args.options)
+            )
+        if "share" in targets:
+            from . import share_groups
+
+            share_groups.main(
+                (
+                    ["--records", "20000", "--repeats", "1"]
+                    if args.quick
+                    else ["--repeats", str(args.repeats)]
+                )
+                + as_arguments(args.options)
             )
         if verdicts:
             say("\ntargets (issue 3), on the medians above:")

@@ -36,6 +36,16 @@ _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _ABORT_MARKER = 0
 _FETCH_VERSION = 16  # reads as a Fetch by topic id would
+# The most one share fetch reads of one partition's log, unless the topic allows larger
+# batches (max.message.bytes): a consumer's default max.partition.fetch.bytes, about what
+# MaxRecords (500 by default) of 1-2 KiB records need. ShareFetch has no per-partition
+# limit, and reading up to the request's MaxBytes (tens of MiB from the stock clients) of
+# every partition, for the few hundred records acquired, copied and walked tens of MiB
+# per answer, read again at the next fetch (issue 30's bench: a diskless share group
+# delivered a tenth of a consumer group's rate). Any batch the topic accepts still fits
+# one partition's read, as it did within MaxBytes (only the request's first batch may
+# exceed the limits, KIP-74: a later partition's batch larger than its limit would wait).
+PARTITION_READ_BYTES = 1_048_576
 
 
 class _Part(NamedTuple):
@@ -71,7 +81,7 @@ async def read(
     readers: list[PartitionLog] = []
     for ask in asks:
         log = broker.router.route(ask.topic.topic_id, ask.partition, Purpose.READ, ask.offset)
-        part = _Part(ask.partition, ask.offset, ask.max_bytes)
+        part = _Part(ask.partition, ask.offset, partition_read_bytes(broker, ask))
         slots.append(log.open_read(ask.topic.topic_id, ask.topic, part, plan))
         readers.append(log)
     groups: dict[int, tuple[PartitionLog, list[FetchSlot]]] = {}
@@ -114,6 +124,13 @@ async def read(
             result.batches = walk(data, entry.get("aborted_transactions") or [], read_committed)
         results.append(result)
     return results, interests
+
+
+def partition_read_bytes(broker: RoutedView, ask: ReadAsk) -> int:
+    """How much of ``ask``'s partition one share fetch reads: PARTITION_READ_BYTES, or the
+    topic's largest batch if larger, within the request's MaxBytes."""
+    largest_batch = broker.topics.int_config(ask.topic, "max.message.bytes")
+    return min(ask.max_bytes, max(PARTITION_READ_BYTES, largest_batch))
 
 
 def walk(
