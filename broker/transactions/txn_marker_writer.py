@@ -39,6 +39,7 @@ from storage.coordinator import BatchCoordinator, CoordinatorUnavailable
 from storage.objects import ObjectStore, ObjectStoreError, new_data_key
 from storage.objects.block_cache import BlockCache
 from storage.objects.marker_objects import marker_key
+from storage.outage import is_outage
 from storage.partition_key import PartitionKey
 from storage.transactions import COMPLETE_COMMIT, CompleteRequest, Marker, TransactionState
 
@@ -259,6 +260,7 @@ class MarkerWriter:
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_resent)
 
     async def stop(self) -> None:
         await cancel_and_wait(list(self._tasks))
@@ -288,3 +290,15 @@ def _still_pending(current: TransactionState | None, listed: TransactionState) -
         and current.producer_epoch == listed.producer_epoch
         and current.state == listed.state
     )
+
+
+def _resent(task: asyncio.Task[None]) -> None:
+    """A background resend's end. Its markers stay pending in the database when it failed,
+    and the coordinator's sweep sends them again: an unreachable database (a restart) is
+    one line, a bug its traceback; never an unretrieved task exception."""
+    if task.cancelled() or (exc := task.exception()) is None:
+        return
+    if is_outage(exc):
+        log.info("resending transaction markers: %s; the sweep sends them again", exc)
+    else:
+        log.error("resending transaction markers failed", exc_info=exc)

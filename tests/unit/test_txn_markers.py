@@ -486,3 +486,41 @@ async def test_an_end_whose_answer_is_lost_leaves_no_object(
     else:
         assert got.state == ONGOING
         assert [await batches(c, k) for k in THREE] == [[], [], []]
+
+
+async def test_a_background_resend_that_finds_the_database_down_leaves_no_stray_error(
+    coordinator: BatchCoordinator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sweep's resend runs in a task of its own; when PostgreSQL goes away under it (a
+    restart: long run #6) the markers stay pending and the next sweep sends them. It was
+    logged as asyncio's "Task exception was never retrieved" with a traceback at ERROR."""
+    import asyncio
+    import gc
+    import logging
+
+    c = coordinator
+    await c.create_logs([CLASSIC])
+    w, _store, _sender = writer(c, tmp_path, {CLASSIC})
+    state = await begin(c, CLASSIC)
+    assert await w.end(state, commit=True, bump_epoch=False) == NONE
+    [listed] = await c.txn_pending_markers(10)
+
+    class DatabaseDown:
+        def __getattr__(self, name: str) -> Any:
+            async def unreachable(*_a: Any, **_k: Any) -> Any:
+                raise CoordinatorUnavailable("PostgreSQL unavailable: connection reset")
+
+            return unreachable
+
+    other, _store2, resender = writer(DatabaseDown(), tmp_path / "other", {CLASSIC})  # type: ignore[arg-type]
+    caplog.set_level(logging.INFO)
+    other.resend(listed)
+    while other._tasks:
+        await asyncio.sleep(0.01)
+    gc.collect()
+    await asyncio.sleep(0)
+    assert resender.sent == []
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert any("the sweep sends them again" in r.getMessage() for r in caplog.records)
+    # Still pending: the first writer's sender acknowledges, or a later sweep resends.
+    assert await c.txn_pending_markers(10) == [listed]
