@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import add_broker_options, broker_options, say
+from bench.harness import add_broker_options, broker_options, record_batch, say
 from bench.kafka_wire import WireClient
 from bench.stats import ProcStats, med, percentile
 from bench.workdir import workdir
@@ -106,24 +106,8 @@ class Phase:
 
 
 def one_record(value: bytes = b"v" * 100) -> bytes:
-    """One v2 batch of one 100-byte record (kafka-python's builder, as bench.validation)."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from kafka.record.default_records import DefaultRecordBatchBuilder
-
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    builder.append(0, int(time.time() * 1000), b"k", value, [])
-    return bytes(builder.build())
+    """One v2 batch of one 100-byte record."""
+    return record_batch([(b"k", value)])
 
 
 def produce(client: WireClient, topic: str, partitions: Sequence[int], record: bytes) -> None:

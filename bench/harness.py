@@ -21,6 +21,50 @@ def say(line: str = "") -> None:
     print(line, flush=True)
 
 
+def record_batch(records: Sequence[tuple[bytes | None, bytes | None]]) -> bytes:
+    """One v2 record batch of (key, value) records, no producer id, stamped now
+    (kafka-python's builder): what the raw-protocol benches send."""
+    import time
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's schema loading
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    now = int(time.time() * 1000)
+    for i, (key, value) in enumerate(records):
+        builder.append(i, now, key, value, [])
+    return bytes(builder.build())
+
+
+def add_client_options(ap: argparse.ArgumentParser, applies_to: str) -> None:
+    """``-c KEY=VALUE`` (``args.client_opts``, repeatable: a client config override,
+    ``applies_to`` says of which clients) and ``--bootstrap`` (an existing cluster to run
+    on instead of starting any), for the benches that drive stock clients."""
+    ap.add_argument(
+        "-c",
+        dest="client_opts",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"client config override ({applies_to})",
+    )
+    ap.add_argument(
+        "--bootstrap",
+        help="an existing cluster to run on (nothing is started): every system is that "
+        "cluster, diskless and classic naming the kind of topic created",
+    )
+
+
 def add_broker_options(ap: argparse.ArgumentParser, applies_to: str) -> None:
     """The ``-o KEY=VALUE`` argument (``args.options``, repeatable): a broker config of
     every broker the bench starts; ``applies_to`` says which, in the help."""

@@ -50,7 +50,13 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .harness import add_broker_options, broker_options, say, sluice_and_kafka
+from .harness import (
+    add_broker_options,
+    add_client_options,
+    broker_options,
+    say,
+    sluice_and_kafka,
+)
 from .stats import med
 from .workdir import workdir
 
@@ -588,14 +594,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-timeout", type=float, default=90.0)
     ap.add_argument("--steps", action="store_true", help="also print every step")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (logs)")
-    ap.add_argument("-c", dest="client_opts", action="append", default=[], metavar="KEY=VALUE",
-                    help="consumer config override (every member, every system)")  # fmt: skip
+    add_client_options(ap, "consumer configs: every member, every system")
     add_broker_options(ap, "every Sluice broker")
-    ap.add_argument(
-        "--bootstrap",
-        help="an existing cluster to run on (nothing is started): every system is that "
-        "cluster, diskless and classic naming the kind of topic created",
-    )
     args = ap.parse_args(argv)
     args.client = broker_options(args.client_opts)
     args.options = broker_options(args.options)

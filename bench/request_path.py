@@ -51,6 +51,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bench.harness import record_batch
+
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT_PACKAGES = ("broker", "storage", "protocol", "controller", "common", "replication")
 _PREFIXES = tuple(str(ROOT / p) + "/" for p in PRODUCT_PACKAGES)
@@ -202,25 +204,7 @@ class _Tracer:
 
 
 def _records(count: int = 3) -> bytes:
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # kafka-python's schema loading
-        from kafka.record.default_records import DefaultRecordBatchBuilder
-
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 20,
-    )
-    now = int(time.time() * 1000)
-    for i in range(count):
-        builder.append(i, now, b"key-%d" % i, b"value-%d" % i, [])
-    return bytes(builder.build())
+    return record_batch([(b"key-%d" % i, b"value-%d" % i) for i in range(count)])
 
 
 def _produce(topic: str) -> dict[str, Any]:

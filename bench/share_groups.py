@@ -37,7 +37,13 @@ import uuid
 from array import array
 from typing import Any
 
-from .harness import add_broker_options, broker_options, say, sluice_and_kafka
+from .harness import (
+    add_broker_options,
+    add_client_options,
+    broker_options,
+    say,
+    sluice_and_kafka,
+)
 from .rebalance import stop_cleanly_on_sigterm
 from .stats import med, runs
 from .workdir import workdir
@@ -291,14 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--brokers", type=int, default=3, help="brokers of each system (default 3)")
     ap.add_argument("--budget", type=float, default=180.0, help="seconds per phase at most")
     ap.add_argument("--keep", action="store_true")
-    ap.add_argument("-c", dest="client_opts", action="append", default=[], metavar="KEY=VALUE",
-                    help="consumer config override (both kinds, every system)")  # fmt: skip
+    add_client_options(ap, "consumer configs: both kinds, every system")
     add_broker_options(ap, "every Sluice broker")
-    ap.add_argument(
-        "--bootstrap",
-        help="an existing cluster to run on (nothing is started): every system is that "
-        "cluster, diskless and classic naming the kind of topic created",
-    )
     args = ap.parse_args(argv)
     args.client = broker_options(args.client_opts)
     args.options = broker_options(args.options)
