@@ -10,6 +10,7 @@ next PUT is made to fail."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
@@ -34,30 +35,44 @@ class FailsPuts(LocalObjectStore):
         await super().put(key, chunks)
 
 
-async def test_the_batches_after_a_failed_upload_are_a_storage_error_not_a_gap(
-    coordinator: BatchCoordinator, tmp_path: Path
-) -> None:
-    await coordinator.create_logs([PartitionKey(TOPIC, 0)])
-    store = FailsPuts(str(tmp_path / "objects"))
+async def appender_on(store: LocalObjectStore, coordinator: object) -> Appender:
     await store.start()
-    appender = Appender(
-        store, coordinator, BlockCache(store), 1, commit_interval_ms=20,
+    return Appender(
+        store, coordinator, BlockCache(store), 1, commit_interval_ms=20,  # type: ignore[arg-type]
         buffer_max_bytes=1 << 20, on_commit=lambda _: None,
     )  # fmt: skip
+
+
+async def storage_error_then_retries(appender: Appender, fail_next: Callable[[], None]) -> None:
+    """Seq 0 written; seq 1's flush fails (``fail_next``) while seq 2 is on its way in the
+    next flush: both are answered KAFKA_STORAGE_ERROR, and their retries, in order with the
+    same sequence numbers, are written once, one after the other."""
     [zero] = await appender.submit([idempotent(0)])
     assert zero.error == 0
-    store.fail_next = 1
+    fail_next()
     first = asyncio.ensure_future(appender.submit([idempotent(1)]))
     await asyncio.sleep(0.05)  # its flush is under way: the next request is another flush
     second = asyncio.ensure_future(appender.submit([idempotent(2)]))
     [one], [two] = await first, await second
     assert one.error == ErrorCode.kafka_storage_error
     assert two.error == ErrorCode.kafka_storage_error  # was OUT_OF_ORDER_SEQUENCE_NUMBER
-    # The producer retries both, in order, with the same sequence numbers: written once.
     [one] = await appender.submit([idempotent(1)])
     [two] = await appender.submit([idempotent(2)])
     assert (one.error, two.error) == (0, 0)
     assert two.base_offset == one.base_offset + 1
+
+
+async def test_the_batches_after_a_failed_upload_are_a_storage_error_not_a_gap(
+    coordinator: BatchCoordinator, tmp_path: Path
+) -> None:
+    await coordinator.create_logs([PartitionKey(TOPIC, 0)])
+    store = FailsPuts(str(tmp_path / "objects"))
+    appender = await appender_on(store, coordinator)
+
+    def fail_next() -> None:
+        store.fail_next = 1
+
+    await storage_error_then_retries(appender, fail_next)
     # A gap that is not this broker's doing is still one.
     [four] = await appender.submit([idempotent(4)])
     assert four.error == ErrorCode.out_of_order_sequence_number
@@ -86,23 +101,11 @@ async def test_the_batches_after_an_unexpected_commit_failure_are_a_storage_erro
     coordinator: BatchCoordinator, tmp_path: Path
 ) -> None:
     await coordinator.create_logs([PartitionKey(TOPIC, 0)])
-    store = LocalObjectStore(str(tmp_path / "objects"))
-    await store.start()
     failing = FailsOneCommit(coordinator)
-    appender = Appender(
-        store, failing, BlockCache(store), 1, commit_interval_ms=20,  # type: ignore[arg-type]
-        buffer_max_bytes=1 << 20, on_commit=lambda _: None,
-    )  # fmt: skip
-    [zero] = await appender.submit([idempotent(0)])
-    assert zero.error == 0
-    failing.fail_next = 1
-    first = asyncio.ensure_future(appender.submit([idempotent(1)]))
-    await asyncio.sleep(0.005)
-    second = asyncio.ensure_future(appender.submit([idempotent(2)]))
-    [one], [two] = await first, await second
-    assert one.error == ErrorCode.kafka_storage_error
-    assert two.error == ErrorCode.kafka_storage_error  # was OUT_OF_ORDER_SEQUENCE_NUMBER
-    [one] = await appender.submit([idempotent(1)])
-    [two] = await appender.submit([idempotent(2)])
-    assert (one.error, two.error) == (0, 0)
+    appender = await appender_on(LocalObjectStore(str(tmp_path / "objects")), failing)
+
+    def fail_next() -> None:
+        failing.fail_next = 1
+
+    await storage_error_then_retries(appender, fail_next)
     await appender.close()
