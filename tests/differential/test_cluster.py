@@ -15,11 +15,12 @@ from collections.abc import Iterator
 import pytest
 
 from .cluster import CLUSTER_KINDS
-from .compare import CLUSTER_NODE_KEYS, Difference, diff, normalise
+from .compare import CLUSTER_NODE_KEYS, Difference
 from .known import CLUSTER_BUGS, CLUSTER_INTENDED, INTENDED, Known
 from .record import Recordings
 from .sessions_cluster import CLUSTER_SESSIONS
-from .test_core import _write_report
+from .verdict import assert_explained
+from .verdict import differences as _differences
 
 pytestmark = [pytest.mark.e2e, pytest.mark.differential]
 
@@ -28,14 +29,8 @@ SHARED = [k for k in INTENDED if k.session == "*"]
 
 
 def differences(rec: Recordings, session: str, target: str) -> Iterator[tuple[str, Difference]]:
-    steps = rec.get(session, {})
-    kafka, sluice = steps.get("kafka", {}), steps.get(target, {})
-    for label in [*kafka, *(s for s in sluice if s not in kafka)]:
-        for d in diff(
-            normalise(kafka.get(label), nodes=CLUSTER_NODE_KEYS),
-            normalise(sluice.get(label), nodes=CLUSTER_NODE_KEYS),
-        ):
-            yield label, d
+    # Node ids as they are: both sides number their brokers 1, 2, 3.
+    return _differences(rec, session, target, CLUSTER_NODE_KEYS)
 
 
 def classify(session: str, target: str, label: str, d: Difference) -> Known | None:
@@ -54,21 +49,7 @@ def test_no_unexplained_difference(
 ) -> None:
     if session not in cluster_recordings:
         pytest.skip("session not recorded (SLUICE_TEST_DIFFERENTIAL_CLUSTER=all records it)")
-    errors = {
-        side: steps["(session error)"]
-        for side, steps in cluster_recordings[session].items()
-        if side in ("kafka", target) and "(session error)" in steps
-    }
-    assert not errors, f"session {session} broke off: {errors}"
-    found = list(differences(cluster_recordings, session, target))
-    _write_report(session, target, found, classify)
-    unexplained = [
-        f"{label} :: {d}" for label, d in found if classify(session, target, label, d) is None
-    ]
-    assert not unexplained, (
-        f"{len(unexplained)} difference(s) from Apache Kafka not in known.py:\n"
-        + "\n".join(unexplained)
-    )
+    assert_explained(cluster_recordings, session, target, classify, CLUSTER_NODE_KEYS)
 
 
 if CLUSTER_BUGS:

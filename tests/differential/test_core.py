@@ -8,26 +8,15 @@ reason, or as a BUG, which is an xfail(strict=True) test of its own (it flips wh
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
 import pytest
 
 from .catalog import KIND_FREE, SESSIONS
-from .compare import Difference, diff, normalise
-from .known import BUGS, CLUSTER_BUGS, INTENDED, Known
+from .compare import Difference
+from .known import BUGS, INTENDED, Known
 from .record import KINDS, Recordings
+from .verdict import assert_explained, differences
 
 pytestmark = [pytest.mark.e2e, pytest.mark.differential]
-
-
-def differences(rec: Recordings, session: str, target: str) -> Iterator[tuple[str, Difference]]:
-    steps = rec.get(session, {})
-    kafka, sluice = steps.get("kafka", {}), steps.get(target, {})
-    for label in [*kafka, *(s for s in sluice if s not in kafka)]:
-        for d in diff(normalise(kafka.get(label)), normalise(sluice.get(label))):
-            yield label, d
 
 
 def classify(session: str, target: str, label: str, d: Difference) -> Known | None:
@@ -48,23 +37,7 @@ CASES = [
 def test_no_unexplained_difference(recordings: Recordings, session: str, target: str) -> None:
     if session not in recordings:
         pytest.skip("session not recorded (SLUICE_TEST_DIFFERENTIAL_ONLY)")
-    errors = {
-        side: steps["(session error)"]
-        for side, steps in recordings[session].items()
-        if side in ("kafka", target) and "(session error)" in steps
-    }
-    # A session that broke off compares nothing after the break, even when both sides broke
-    # alike (a bug of the session itself): that is a failure of its own.
-    assert not errors, f"session {session} broke off: {errors}"
-    found = list(differences(recordings, session, target))
-    _write_report(session, target, found)
-    unexplained = [
-        f"{label} :: {d}" for label, d in found if classify(session, target, label, d) is None
-    ]
-    assert not unexplained, (
-        f"{len(unexplained)} difference(s) from Apache Kafka not in known.py:\n"
-        + "\n".join(unexplained)
-    )
+    assert_explained(recordings, session, target, classify)
 
 
 # Defined only while known.py lists Sluice bugs (none is left now): an empty parameter set
@@ -106,25 +79,3 @@ def test_intended_entries_still_match(recordings: Recordings) -> None:
         k.id for k in INTENDED if not any(k.matches(s, t, lb, d.path) for s, t, lb, d in found)
     ]
     assert not stale, "INTENDED entries that match nothing:\n" + "\n".join(stale)
-
-
-def _write_report(
-    session: str,
-    target: str,
-    found: list[tuple[str, Difference]],
-    classifier: Callable[[str, str, str, Difference], Known | None] = classify,
-) -> None:
-    """With SLUICE_TEST_DIFFERENTIAL_REPORT set (scripts/differential does), every difference
-    with its classification goes to that file, one per line."""
-    path = os.environ.get("SLUICE_TEST_DIFFERENTIAL_REPORT")
-    if not path:
-        return
-    with Path(path).open("a") as out:
-        for label, d in found:
-            known = classifier(session, target, label, d)
-            kind = (
-                "UNEXPLAINED"
-                if known is None
-                else ("BUG" if known in (*BUGS, *CLUSTER_BUGS) else "intended")
-            )
-            out.write(f"{kind}\t{session}\t{target}\t{label}\t{d}\n")
