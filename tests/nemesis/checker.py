@@ -21,6 +21,7 @@ import re
 import struct
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,17 +226,10 @@ def _duplicated_batch(cluster: Path, r: client_logs.Reused) -> str | None:
     None if there is no such batch."""
     want = (r.producer_id, r.epoch, r.base_sequence, r.records)
     for directory in sorted(cluster.glob(f"broker-*/data/{r.topic}-{r.partition}")):
-        for path in sorted(directory.glob("*.log")):
-            data = path.read_bytes()
-            pos = 0
-            while pos + 61 <= len(data):
-                length = int.from_bytes(data[pos + 8 : pos + 12], "big", signed=True)
-                if length <= 0:
-                    break
-                if _PRODUCER.unpack_from(data, pos + 43) == want:
-                    m = _TXN_VALUE.search(data, pos, pos + 12 + length)
-                    return None if m is None else m.group(1).decode()
-                pos += 12 + length
+        for data, pos, end in _batch_spans(directory):
+            if end - pos >= 61 and _PRODUCER.unpack_from(data, pos + 43) == want:
+                m = _TXN_VALUE.search(data, pos, end)
+                return None if m is None else m.group(1).decode()
         return None  # one replica is enough: the replicas are compared apart
     return None
 
@@ -245,18 +239,26 @@ def _duplicated_batch(cluster: Path, r: client_logs.Reused) -> str | None:
 _HEAD = struct.Struct(">qiibIhi")
 
 
-def batches(directory: Path) -> list[tuple[int, int, int]]:
-    """(base offset, last offset, crc) of every complete batch in a partition directory."""
-    out = []
+def _batch_spans(directory: Path) -> Iterator[tuple[bytes, int, int]]:
+    """(segment bytes, start, end) of every complete batch in a partition directory, in
+    segment and offset order."""
     for path in sorted(directory.glob("*.log")):
         data = path.read_bytes()
         pos = 0
         while pos + _HEAD.size <= len(data):
-            base, length, _epoch, _magic, crc, _attrs, last_delta = _HEAD.unpack_from(data, pos)
+            length = _HEAD.unpack_from(data, pos)[1]
             if length <= 0 or pos + 12 + length > len(data):
                 break  # the tail being written, or preallocated zeroes
-            out.append((base, base + last_delta, crc))
+            yield data, pos, pos + 12 + length
             pos += 12 + length
+
+
+def batches(directory: Path) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, crc) of every complete batch in a partition directory."""
+    out = []
+    for data, pos, _end in _batch_spans(directory):
+        base, _length, _epoch, _magic, crc, _attrs, last_delta = _HEAD.unpack_from(data, pos)
+        out.append((base, base + last_delta, crc))
     return out
 
 
