@@ -69,13 +69,16 @@ class FlushFailed(Exception):
 
 
 class _Buffer:
-    __slots__ = ("appends", "size", "waiters")
+    __slots__ = ("appends", "retry_keys", "size", "waiters")
 
     def __init__(self) -> None:
         self.appends: list[PartitionAppend] = []
         self.size = 0
         # (future, number of appends it covers) in submission order
         self.waiters: list[tuple[asyncio.Future[list[PartitionResult]], int]] = []
+        # (index in appends, its _retry_key, the future its retries wait on): the
+        # idempotent producers' appends, see Appender.submit
+        self.retry_keys: list[tuple[int, tuple[object, ...], asyncio.Future[PartitionResult]]] = []
 
 
 CommitListener = Callable[[Sequence[tuple[UUID, int, int]]], None]
@@ -199,6 +202,10 @@ class Appender:
         # with a storage error (the flush's upload or commit), so its later batches are
         # refused for a gap this broker made; see _gap_error.
         self._storage_failed: dict[tuple[UUID, int, int], float] = {}
+        # An idempotent producer's batches buffered or in a flush not yet answered, by
+        # _retry_key: a retry of them (the producer's request timed out, it sent them again)
+        # waits for their answer instead of being written a second time (see submit).
+        self._unanswered: dict[tuple[object, ...], asyncio.Future[PartitionResult]] = {}
 
     def submit(
         self, appends: list[PartitionAppend], timeout_ms: int | None = None
@@ -213,19 +220,44 @@ class Appender:
         if not appends:
             future.set_result([])
             return future
+        # A retry while the first attempt is still unanswered is not written again: it is
+        # answered as the first is (Kafka too answers a retry of a batch it has appended
+        # with that append's offsets, once replicated). Under overload, when requests wait
+        # longer than the producers' request timeout, every retry written again would make
+        # the next objects larger and the commits slower: a queue that feeds itself.
         buffer = self._buffer
-        if not buffer.appends:
-            self._buffer_started = loop.time()
-        buffer.appends.extend(appends)
-        for append in appends:
-            buffer.size += len(append.records)
-        buffer.waiters.append((future, len(appends)))
-        if buffer.size >= self._max_bytes:
-            self._flush_at(loop.time(), full=True)
-        elif self._adaptive and self._pipeline_free():
-            self._flush_at(self._buffer_started + self._min_wait)
+        retried: list[tuple[int, asyncio.Future[PartitionResult]]] = []
+        fresh = []
+        for i, append in enumerate(appends):
+            if append.batches[0].producer_id < 0:
+                fresh.append(append)
+                continue
+            key = _retry_key(append)
+            earlier = self._unanswered.get(key)
+            if earlier is None:
+                registered: asyncio.Future[PartitionResult] = loop.create_future()
+                self._unanswered[key] = registered
+                buffer.retry_keys.append((len(buffer.appends) + len(fresh), key, registered))
+                fresh.append(append)
+            else:
+                retried.append((i, earlier))
+        if fresh:
+            if not buffer.appends:
+                self._buffer_started = loop.time()
+            buffer.appends.extend(fresh)
+            for append in fresh:
+                buffer.size += len(append.records)
+            buffer.waiters.append((future, len(fresh)))
+            if buffer.size >= self._max_bytes:
+                self._flush_at(loop.time(), full=True)
+            elif self._adaptive and self._pipeline_free():
+                self._flush_at(self._buffer_started + self._min_wait)
+            else:
+                self._flush_at(self._buffer_started + self._interval)
         else:
-            self._flush_at(self._buffer_started + self._interval)
+            future.set_result([])
+        if retried:
+            future = _merged(future, retried, len(appends))
         return future if timeout_ms is None else _within(future, len(appends), timeout_ms)
 
     def _flush_at(self, when: float, full: bool = False) -> None:
@@ -292,6 +324,7 @@ class Appender:
         task = asyncio.create_task(self._upload_and_commit(buffer, previous, done))
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
+        task.add_done_callback(lambda _t: self._forget_unanswered(buffer))
 
     async def _upload_and_commit(
         self,
@@ -335,6 +368,11 @@ class Appender:
             else:
                 done.set_result(None)
                 self._commit_ended()
+        for index, key, registered in buffer.retry_keys:
+            if self._unanswered.get(key) is registered:
+                del self._unanswered[key]
+            if not registered.done():
+                registered.set_result(results[index])
         pos = 0
         for future, count in buffer.waiters:
             if not future.done():
@@ -512,6 +550,14 @@ class Appender:
             self._on_commit(advanced)
         return out
 
+    def _forget_unanswered(self, buffer: _Buffer) -> None:
+        """A flush that ended without answering (cancelled at close): its retries are not
+        left waiting for an answer that will not come."""
+        for _index, key, registered in buffer.retry_keys:
+            if self._unanswered.get(key) is registered:
+                del self._unanswered[key]
+            registered.cancel()  # nothing if answered
+
     def _note_storage_failure(self, appends: list[PartitionAppend]) -> None:
         now = asyncio.get_running_loop().time()
         for stale in [k for k, at in self._storage_failed.items() if now - at > GAP_MEMORY_S]:
@@ -549,6 +595,45 @@ class Appender:
         self._flush()
         if self._flushes:
             await asyncio.gather(*self._flushes, return_exceptions=True)
+
+
+def _retry_key(append: PartitionAppend) -> tuple[object, ...]:
+    """What makes a partition's batches in a request the same as an earlier request's: the
+    producer, its epoch and sequence numbers, and each batch's CRC (bytes 17-20 of its
+    header: it covers everything after it, so a batch that differs in any record differs
+    here)."""
+    batches = append.batches
+    first, last = batches[0], batches[-1]
+    records = append.records
+    return (
+        append.topic_id,
+        append.partition,
+        first.producer_id,
+        first.producer_epoch,
+        first.base_sequence,
+        last.base_sequence + last.record_count,
+        b"".join(bytes(records[b.offset + 17 : b.offset + 21]) for b in batches),
+    )
+
+
+def _merged(
+    fresh: asyncio.Future[list[PartitionResult]],
+    retried: list[tuple[int, asyncio.Future[PartitionResult]]],
+    count: int,
+) -> asyncio.Future[list[PartitionResult]]:
+    """One request's answers, in its order: its ``retried`` appends (position, the earlier
+    request's answer) and the ``fresh`` ones (buffered now, in order)."""
+
+    async def merge() -> list[PartitionResult]:
+        new = iter(await fresh)
+        at = dict(retried)
+        out = []
+        for i in range(count):
+            earlier = at.get(i)
+            out.append(next(new) if earlier is None else await asyncio.shield(earlier))
+        return out
+
+    return asyncio.ensure_future(merge())
 
 
 def _producer_key(append: PartitionAppend) -> tuple[UUID, int, int]:
