@@ -69,6 +69,9 @@ class LogConfig:
     local_retention_ms: int = 7 * 24 * 3600 * 1000
     local_retention_bytes: int = -1
     max_compaction_lag_ms: int = (1 << 63) - 1
+    # min.insync.replicas: with fewer in the ISR a leader refuses acks=all appends and, as
+    # Kafka 4 does (KIP-966), holds its high watermark.
+    min_insync_replicas: int = 1
 
 
 class Log:

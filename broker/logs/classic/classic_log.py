@@ -41,7 +41,6 @@ from storage.catalog import Topic
 
 if TYPE_CHECKING:
     from broker.logs.classic.replica_manager import ClassicHost, ReplicaManager
-    from broker.metadata.topics import TopicRegistry
 
 
 class ClassicSlot(FetchSlot):
@@ -101,7 +100,6 @@ class ClassicLog:
     ) -> PartitionResult | int:
         outcome = classic_append(
             self._manager,
-            self._broker.topics,
             topic,
             partition,
             records,
@@ -260,7 +258,6 @@ def begin_verification(
 
 def classic_append(
     manager: ReplicaManager,
-    topics: TopicRegistry,
     topic: Topic,
     partition: int,
     records: memoryview,
@@ -280,9 +277,8 @@ def classic_append(
         return PartitionResult(int(ErrorCode.not_leader_or_follower))
     if not batches:
         return PartitionResult(0, p.log.log_end_offset, -1, p.log_start_offset)
-    min_isr = topics.int_config(topic, "min.insync.replicas")
     try:
-        result = p.append(records, batches, log_append_time, acks, min_isr, timeout_ms)
+        result = p.append(records, batches, log_append_time, acks, timeout_ms)
     except OSError:
         # The disk refused (full, I/O error): retriable for the client, as Kafka answers.
         return PartitionResult(int(ErrorCode.kafka_storage_error))

@@ -94,9 +94,6 @@ class ClassicPartition:
         self.isr_retry_at = 0.0  # ms: a refused ISR change is not asked again before
         # Sealed by a migration to diskless (broker/logs/migration): no appends here any more.
         self.sealed = False
-        # min.insync.replicas of the last acks=all produce: checked again when the HW
-        # completes it (NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank meanwhile).
-        self._min_isr = 1
         self.producers = ProducerState()
         self.txns = TxnIndex()
         # Tiered storage: the remote segments of this replica's lineage (refreshed by
@@ -106,6 +103,17 @@ class ClassicPartition:
         # (broker.logs.tiered.manager.load_tiered_aborted), after the local log's.
         self.tiered_aborted_loaded = False
         self._load_producers()
+
+    @property
+    def min_isr(self) -> int:
+        """min.insync.replicas as it applies here: never more than the replicas there are
+        (Kafka's effectiveMinIsr), so a topic asking more than its replication factor still
+        takes acks=all writes."""
+        return min(self.log.config.min_insync_replicas, max(len(self.replicas), 1))
+
+    @property
+    def under_min_isr(self) -> bool:
+        return len(self.isr) < self.min_isr
 
     @property
     def log_start_offset(self) -> int:
@@ -282,12 +290,11 @@ class ClassicPartition:
         batches: list[BatchHeader],
         log_append_time: bool,
         acks: int,
-        min_isr: int,
         timeout_ms: int,
     ) -> PartitionResult | asyncio.Future[PartitionResult]:
         if self.role != LEADER:
             return PartitionResult(int(ErrorCode.not_leader_or_follower))
-        if acks == -1 and len(self.isr) < min_isr:
+        if acks == -1 and self.under_min_isr:
             # With the log start offset: Kafka's answer to an append refused by the log.
             return PartitionResult(
                 int(ErrorCode.not_enough_replicas), log_start_offset=self.log_start_offset
@@ -313,7 +320,7 @@ class ClassicPartition:
                 )
                 if acks != -1 or self.high_watermark > last:
                     return result
-                return self._wait_for_high_watermark(last, result, timeout_ms, min_isr)
+                return self._wait_for_high_watermark(last, result, timeout_ms)
         append_time = -1
         if log_append_time:
             append_time = int(now_ms())
@@ -343,7 +350,7 @@ class ClassicPartition:
         result = PartitionResult(0, base, append_time, self.log_start_offset)
         if acks != -1 or self.high_watermark > last_offset:
             return result
-        return self._wait_for_high_watermark(last_offset, result, timeout_ms, min_isr)
+        return self._wait_for_high_watermark(last_offset, result, timeout_ms)
 
     def _batch_timestamp(self, offset: int) -> int:
         """What Kafka answers a retry of the batch at ``offset`` with as its log append
@@ -383,7 +390,7 @@ class ClassicPartition:
                 done = PartitionResult(0, at, -1, self.log_start_offset)
                 if self.high_watermark > at:
                     return done
-                return self._wait_for_high_watermark(at, done, 30_000, None)
+                return self._wait_for_high_watermark(at, done, 30_000)
         data = marker_batch(producer_id, producer_epoch, commit, int(now_ms()), coordinator_epoch)
         view = memoryview(data)
         batches = parse_batches(view, len(data))
@@ -396,10 +403,10 @@ class ClassicPartition:
         result = PartitionResult(0, base, -1, self.log_start_offset)
         if self.high_watermark > last_offset:
             return result
-        return self._wait_for_high_watermark(last_offset, result, 30_000, None)
+        return self._wait_for_high_watermark(last_offset, result, 30_000)
 
     def _wait_for_high_watermark(
-        self, last_offset: int, result: PartitionResult, timeout_ms: int, min_isr: int | None
+        self, last_offset: int, result: PartitionResult, timeout_ms: int
     ) -> asyncio.Future[PartitionResult]:
         future: asyncio.Future[PartitionResult] = asyncio.get_running_loop().create_future()
         self._waiters.append((last_offset, result, future))
@@ -412,13 +419,17 @@ class ClassicPartition:
             ),
         )
         future.add_done_callback(lambda _f: handle.cancel())
-        if min_isr is not None:  # a marker keeps the last produce's
-            self._min_isr = min_isr
         return future
 
     def _advance(self) -> None:
         """Recompute the high watermark; complete the produces it passed."""
         if self.leader_state is None:
+            return
+        if self.under_min_isr:
+            # Kafka 4 (KIP-966, Partition.maybeIncrementLeaderHW): with fewer in the ISR than
+            # min.insync.replicas nothing more counts as committed, so an acks=1 write is not
+            # shown to consumers before enough replicas hold it, and acks=all waiters stay
+            # until the ISR is back (or their timeout).
             return
         hw = self.leader_state.advance_high_watermark(self.log.log_end_offset)
         self.high_watermark = hw
@@ -426,17 +437,13 @@ class ClassicPartition:
             return
         done = [w for w in self._waiters if w[0] < hw]
         self._waiters = [w for w in self._waiters if w[0] >= hw]
-        short = len(self.isr) < self._min_isr
+        # Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND (the ISR shrank below the minimum after
+        # the append) cannot arise here: the high watermark does not pass a batch then.
         for _last, result, future in done:
             if not future.done():
-                if short:
-                    future.set_result(
-                        PartitionResult(int(ErrorCode.not_enough_replicas_after_append))
-                    )
-                else:
-                    # The answer as appended (its log append time on a LogAppendTime topic,
-                    # a duplicate's original timestamp), with the log start of now.
-                    future.set_result(result._replace(log_start_offset=self.log_start_offset))
+                # The answer as appended (its log append time on a LogAppendTime topic, a
+                # duplicate's original timestamp), with the log start of now.
+                future.set_result(result._replace(log_start_offset=self.log_start_offset))
 
     # ---------------------------------------------------------------- leader: fetch
 

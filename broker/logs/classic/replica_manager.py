@@ -256,6 +256,7 @@ class ReplicaManager:
             delete_retention_ms=ic(topic, "delete.retention.ms"),
             min_compaction_lag_ms=ic(topic, "min.compaction.lag.ms"),
             max_compaction_lag_ms=max_lag,
+            min_insync_replicas=ic(topic, "min.insync.replicas"),
             segment_bytes=ic(topic, "segment.bytes"),
             segment_ms=ic(topic, "segment.ms"),
             index_interval_bytes=ic(topic, "index.interval.bytes"),

@@ -155,7 +155,6 @@ def test_first_transactional_batch_is_verified_kip_890(tmp_path: Path) -> None:
             watch=SimpleNamespace(notify=lambda _changes: None),
         )
         manager = SimpleNamespace(broker=broker, leader_partition=lambda _tid, _i: (p, 0))
-        topics = SimpleNamespace(int_config=lambda _t, _name: 1)
 
         async def append(tid: str | None, seq: int) -> int:
             data = memoryview(txn_records(1, seq))
@@ -166,7 +165,6 @@ def test_first_transactional_batch_is_verified_kip_890(tmp_path: Path) -> None:
                 return refusal
             result = classic_append(
                 manager,  # type: ignore[arg-type]
-                topics,  # type: ignore[arg-type]
                 topic,
                 0,
                 data,
@@ -303,7 +301,6 @@ def test_a_reused_sequence_of_an_aborted_batch_blocks_the_rest_of_the_transactio
         broker=SimpleNamespace(watch=SimpleNamespace(notify=lambda _changes: None)),
         leader_partition=lambda _tid, _i: (p, 0),
     )
-    topics = SimpleNamespace(int_config=lambda _t, _name: 1)
 
     def append(seq: int, n: int = 1, verify: bool = True) -> tuple[int, int]:
         data = memoryview(txn_records(n, seq))
@@ -311,7 +308,6 @@ def test_a_reused_sequence_of_an_aborted_batch_blocks_the_rest_of_the_transactio
         assert begin_verification(manager, topic, 0, batches) is verify  # type: ignore[arg-type]
         result = classic_append(
             manager,
-            topics,
             topic,
             0,
             data,

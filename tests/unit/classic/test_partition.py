@@ -32,8 +32,10 @@ def records(n: int = 1, ts: int = 1_000, pid: int = -1, epoch: int = -1, seq: in
     )
 
 
-def partition(tmp_path: Path, me: int = 1, name: str = "p") -> ClassicPartition:
-    plog = Log(str(tmp_path / name), LogConfig())
+def partition(
+    tmp_path: Path, me: int = 1, name: str = "p", min_isr: int = 1
+) -> ClassicPartition:
+    plog = Log(str(tmp_path / name), LogConfig(min_insync_replicas=min_isr))
     return ClassicPartition(TOPIC_ID, "t", 0, plog, me, lag_max_ms=1000)
 
 
@@ -42,10 +44,10 @@ def lead(p: ClassicPartition, isr: tuple[int, ...] = (1, 2, 3), epoch: int = 1) 
 
 
 def produce(
-    p: ClassicPartition, data: bytes, acks: int = -1, min_isr: int = 1
+    p: ClassicPartition, data: bytes, acks: int = -1, timeout_ms: int = 5_000
 ) -> PartitionResult | asyncio.Future[PartitionResult]:
     view = memoryview(data)
-    return p.append(view, parse_batches(view, 1 << 20), False, acks, min_isr, 5_000)
+    return p.append(view, parse_batches(view, 1 << 20), False, acks, timeout_ms)
 
 
 def test_acks_all_completes_when_every_isr_member_has_fetched(tmp_path: Path) -> None:
@@ -73,32 +75,82 @@ def test_acks_all_completes_when_every_isr_member_has_fetched(tmp_path: Path) ->
 
 def test_min_insync_replicas_refuses_before_the_append(tmp_path: Path) -> None:
     async def run() -> None:
-        p = partition(tmp_path)
+        p = partition(tmp_path, min_isr=3)
         lead(p, isr=(1, 2))
         # With the partition's log start offset, as Kafka answers it (its generic append
         # failure path; the three-broker differential sessions found -1 here).
-        assert produce(p, records(), min_isr=3) == PartitionResult(
+        assert produce(p, records()) == PartitionResult(
             int(ErrorCode.not_enough_replicas), log_start_offset=0
         )
         assert p.log.log_end_offset == 0
         # acks=1 ignores min.insync.replicas, as in Kafka.
-        assert produce(p, records(), acks=1, min_isr=3).error == 0
+        assert produce(p, records(), acks=1).error == 0
 
     asyncio.run(run())
 
 
-def test_isr_shrinking_while_waiting_answers_not_enough_replicas_after_append(
+def test_min_insync_replicas_above_the_replication_factor_counts_as_all_replicas(
     tmp_path: Path,
 ) -> None:
+    """Kafka's effectiveMinIsr: min.insync.replicas=3 on a one-replica partition asks for
+    that one replica, so acks=all writes are taken and the high watermark moves."""
+
     async def run() -> None:
-        p = partition(tmp_path)
+        p = partition(tmp_path, min_isr=3)
+        p.apply(PartitionState((1,), (1,), 1, 1, 1), lambda _p: None)
+        assert produce(p, records(2)) == PartitionResult(0, 0, -1, 0)
+        assert p.high_watermark == 2
+
+    asyncio.run(run())
+
+
+def test_high_watermark_held_while_the_isr_is_below_min_insync_replicas(
+    tmp_path: Path,
+) -> None:
+    """Kafka 4 (KIP-966): a leader whose ISR is smaller than min.insync.replicas does not
+    move its high watermark, so an acks=1 write is not shown to consumers, and an acks=all
+    write made before the ISR shrank is answered only once the ISR is back (or times out)."""
+
+    async def run() -> None:
+        p = partition(tmp_path, min_isr=2)
         lead(p)
-        waiting = produce(p, records(), min_isr=3)
+        waiting = produce(p, records())  # offset 0, acks=all, ISR 1,2,3
+        assert isinstance(waiting, asyncio.Future)
+        # The controller takes 2 and 3 out of the ISR before either fetched it.
+        p.apply(PartitionState((1, 2, 3), (1,), 1, 1, 2), lambda _p: None)
+        assert produce(p, records(), acks=1).error == 0  # offset 1
+        p._advance()
+        assert p.high_watermark == 0 and not waiting.done()
+        assert p.read(0, 1 << 20, -1) == (0, b"")
+        assert produce(p, records()).error == ErrorCode.not_enough_replicas
+        # 2 catches up and is back in the ISR: two of three, the minimum; everything
+        # replicated to it is committed.
+        p.read(2, 1 << 20, 2)
+        p.apply(PartitionState((1, 2, 3), (1, 2), 1, 1, 3), lambda _p: None)
+        assert p.high_watermark == 2
+        assert waiting.done() and waiting.result() == PartitionResult(0, 0, -1, 0)
+        error, data = p.read(0, 1 << 20, -1)
+        assert error == 0 and [(b.base_offset, b.last_offset) for b in walk(data)] == [
+            (0, 0),
+            (1, 1),
+        ]
+
+    asyncio.run(run())
+
+
+def test_acks_all_waiting_while_the_isr_is_short_times_out(tmp_path: Path) -> None:
+    async def run() -> None:
+        p = partition(tmp_path, min_isr=3)
+        lead(p)
+        waiting = produce(p, records(), timeout_ms=50)
         assert isinstance(waiting, asyncio.Future)
         p.read(1, 1 << 20, 2)
-        # The controller removes 3 from the ISR: the HW passes the batch, ISR is short.
+        # 3 leaves the ISR before it fetched the batch: two of three, below the minimum,
+        # so the high watermark stays at 0 even though 2 has the batch (Kafka 4 answers
+        # REQUEST_TIMED_OUT here; before KIP-966 it answered NOT_ENOUGH_REPLICAS_AFTER_APPEND).
         p.apply(PartitionState((1, 2, 3), (1, 2), 1, 1, 2), lambda _p: None)
-        assert waiting.result().error == ErrorCode.not_enough_replicas_after_append
+        assert p.high_watermark == 0
+        assert (await waiting).error == ErrorCode.request_timed_out
 
     asyncio.run(run())
 
@@ -193,7 +245,7 @@ def test_acks_all_on_a_log_append_time_topic_answers_the_append_time(tmp_path: P
         lead(p)
         view = memoryview(records(1))
         before = int(time.time() * 1000)
-        pending = p.append(view, parse_batches(view, 1 << 20), True, -1, 1, 5_000)
+        pending = p.append(view, parse_batches(view, 1 << 20), True, -1, 5_000)
         assert isinstance(pending, asyncio.Future)
         p.read(1, 1 << 20, 2)
         p.read(1, 1 << 20, 3)
@@ -210,7 +262,7 @@ def test_acks_all_retry_times_out_while_the_followers_do_not_fetch(tmp_path: Pat
         lead(p)
         produce(p, records(1, pid=9, epoch=0, seq=0))
         view = memoryview(records(1, pid=9, epoch=0, seq=0))
-        retry = p.append(view, parse_batches(view, 1 << 20), False, -1, 1, 50)
+        retry = p.append(view, parse_batches(view, 1 << 20), False, -1, 50)
         assert isinstance(retry, asyncio.Future)
         assert (await retry).error == ErrorCode.request_timed_out
 

@@ -240,7 +240,7 @@ async def test_producer_state_travels_with_the_tiered_segments(
             base_sequence=seq,
         )
         view = memoryview(data)
-        leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
+        leader.append(view, parse_batches(view, 1 << 20), False, 1, 1000)
     copied = await tiered_storage.copier.copy_rolled(
         tiered_storage.log,
         TOPIC,
@@ -284,7 +284,7 @@ async def test_aborted_transactions_travel_with_the_tiered_segments(tiered_stora
             base_sequence=3 * txn,
         )
         view = memoryview(data)
-        leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
+        leader.append(view, parse_batches(view, 1 << 20), False, 1, 1000)
         leader.append_marker(9, 0, txn % 2 == 0, 0)  # odd transactions are aborted
     fill(tiered_storage.log, 20, epoch=1)  # roll past the markers
     aborted = list(leader.txns.aborted)
@@ -327,7 +327,7 @@ async def test_a_transaction_open_across_the_tiered_boundary_is_aborted_on_a_new
         base_sequence=0,
     )
     view = memoryview(data)
-    leader.append(view, parse_batches(view, 1 << 20), False, 1, 1, 1000)
+    leader.append(view, parse_batches(view, 1 << 20), False, 1, 1000)
     fill(tiered_storage.log, 10, epoch=1)  # the transaction's first segment rolls
     first = tiered_storage.log.segments[0]
     copied = await tiered_storage.copier.copy_segment(
