@@ -38,6 +38,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sluice.cluster import LocalCluster
 from sluice.launch.kafka import KafkaCluster
 
+from .perf_test import consumer_perf, producer_perf
 from .produce_consume import PARTITIONS, RECORD_SIZE, consume
 from .stats import MiB, ProcStats, med, percentile
 
@@ -143,6 +144,36 @@ def produce(
     }
 
 
+class Client:
+    """The load generator of every phase: confluent-kafka (``produce`` above, ``consume``
+    of bench.produce_consume) or Kafka's perf-test tools (bench/perf_test.py)."""
+
+    def __init__(self, kind: str, batch_size: int = 0) -> None:
+        self.kind = kind
+        self.props = {"linger.ms": "5"}
+        if batch_size:
+            self.props["batch.size"] = str(batch_size)
+
+    def produce(
+        self, bootstrap: str, topic: str, mib: float, acks: str, budget_s: float,
+        rate_mib_s: float = 0.0,
+    ) -> dict:  # fmt: skip
+        if self.kind == "confluent":
+            return produce(bootstrap, topic, mib, acks, budget_s, rate_mib_s)
+        records = int(mib * MiB) // RECORD_SIZE
+        rate = rate_mib_s * MiB / RECORD_SIZE if rate_mib_s > 0 else -1
+        return producer_perf(
+            bootstrap, topic, records, RECORD_SIZE, acks, rate, self.props, budget_s * 4
+        )
+
+    def consume(self, bootstrap: str, topic: str, records: int, budget_s: float) -> float:
+        """MiB/s read back from the beginning."""
+        if self.kind == "confluent":
+            got, seconds = consume(bootstrap, topic, records, budget_s)
+            return got * RECORD_SIZE / MiB / seconds if seconds else 0.0
+        return consumer_perf(bootstrap, topic, records, budget_s * 4)["fetch_mib_s"]
+
+
 def cpu_seconds(pids: list[int]) -> float:
     return sum(ProcStats(pid).tree_cpu_seconds() for pid in pids)
 
@@ -162,12 +193,30 @@ def main(argv: list[str] | None = None) -> int:
         "--latency-seconds", type=float, default=6.0, help="seconds of the half-load phase"
     )
     ap.add_argument("--no-kafka", action="store_true", help="without the Apache Kafka phase")
+    ap.add_argument(
+        "--client",
+        choices=("confluent", "perf-test"),
+        default="confluent",
+        help="confluent-kafka (librdkafka), or Kafka's kafka-producer-perf-test and "
+        "kafka-consumer-perf-test (the Java client, its defaults; bench/perf_test.py)",
+    )
+    ap.add_argument(
+        "--batch-size",
+        type=int,
+        default=0,
+        help="perf-test: the producer's batch.size (default: the Java client's, 16384)",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.mib, args.latency_seconds = 32, 3.0
     phases = [p for p in PHASES if not (args.no_kafka and p[1] == "kafka")]
     root = Path(tempfile.mkdtemp(prefix="sluice-bench-classic-"))
-    print(f"classic vs diskless: {args.mib:g} MiB x {args.repeats} runs, {PARTITIONS} partitions")
+    batch = f", batch.size {args.batch_size}" if args.batch_size else ""
+    print(
+        f"classic vs diskless: {args.mib:g} MiB x {args.repeats} runs, {PARTITIONS} partitions, "
+        f"client {args.client}{batch if args.client == 'perf-test' else ''}"
+    )
+    client = Client(args.client, args.batch_size)
     fsync = med([fsync_write_mib_s(root) for _ in range(args.repeats)])
     print(f"  fsync'd local write (1 MiB + fsync): {fsync:.0f} MiB/s")
     cluster = LocalCluster(
@@ -189,19 +238,18 @@ def main(argv: list[str] | None = None) -> int:
         # seconds of load (and Sluice's caches fill), so neither is timed cold.
         for _name, system, acks in phases:
             warm, _pids = target.get(system, sluice)
-            produce(warm, create(warm, system), min(args.mib, 32), acks, args.budget)
+            client.produce(warm, create(warm, system), min(args.mib, 32), acks, args.budget)
         results: dict[str, list[dict]] = {name: [] for name, _, _ in phases}
         for _run in range(args.repeats):
             for name, system, acks in phases:
                 bootstrap, pids = target.get(system, sluice)
                 topic = create(bootstrap, system)
                 cpu0 = cpu_seconds(pids)
-                r = produce(bootstrap, topic, args.mib, acks, args.budget)
+                r = client.produce(bootstrap, topic, args.mib, acks, args.budget)
                 r["cpu_s_per_mib"] = (cpu_seconds(pids) - cpu0) / max(r["mib"], 1e-9)
-                got, seconds = consume(bootstrap, topic, r["records"], args.budget)
-                r["consume_mib_s"] = got * RECORD_SIZE / MiB / seconds if seconds else 0.0
+                r["consume_mib_s"] = client.consume(bootstrap, topic, r["records"], args.budget)
                 half = r["mib_s"] / 2
-                paced = produce(
+                paced = client.produce(
                     bootstrap, topic, half * args.latency_seconds, acks, args.budget,
                     rate_mib_s=half,
                 )  # fmt: skip
