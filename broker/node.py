@@ -134,15 +134,18 @@ class Broker:
             GroupConfig.from_broker(config),
             group_store,
         )
-        # Share groups (KIP-932): membership in memory, share-partition state in the
-        # coordinator database (storage/share_groups).
+        # Share groups (KIP-932): membership in memory and, for the next coordinator,
+        # in the coordinator database with the share-partition state (storage/share_groups).
         from storage.backends import share_state_store
 
         self.share = ShareService(
             ShareConfig.from_broker(config),
             share_state_store(config, coordinator),
             self._share_topics,
+            owns=self.groups.coordinator.owns,
         )
+        # One group id space: a classic or consumer group cannot take a share group's id.
+        self.groups.coordinator.share_group = self.share.is_share_group
         # Transactions: all state in the coordinator database; diskless markers made from
         # their file's key by readers (no PUT), unless diskless.txn.marker.objects.
         marker_writer = MarkerWriter(

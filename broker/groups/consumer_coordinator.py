@@ -92,6 +92,10 @@ class ConsumerCoordinator:
             return HeartbeatResult.failed(ErrorCode.not_coordinator, "Not the coordinator.")
         if loaded := await self._held.load(group_id):
             return HeartbeatResult.failed(loaded, f"Loading group {group_id} failed.")
+        if await self._held.is_share_group(group_id):
+            return HeartbeatResult.failed(
+                ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
+            )
         group = self._group_for(request, lookup)
         if isinstance(group, HeartbeatResult):
             return group

@@ -49,6 +49,9 @@ async def join_group(broker: GroupsView, ctx: RequestContext, request: Any) -> A
     coordinator = broker.groups.coordinator
     consumer = broker.groups.consumer
     loaded = await coordinator.load(request.group_id)
+    if loaded is None and await coordinator.is_share_group(request.group_id):
+        # Kafka's answer to a classic member joining a share group's id.
+        loaded = ErrorCode.inconsistent_group_protocol
     protocols = [(p.name, p.metadata) for p in request.protocols]
     if loaded is None and consumer.serves_classic(request.group_id):
         ask = ClassicJoin(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -99,6 +99,9 @@ class HeldGroups:
         self.consumer_groups: dict[str, ConsumerGroup] = {}
         # Starts the member timers of a consumer group loaded from its snapshot.
         self.on_consumer_group_loaded: Callable[[ConsumerGroup], None] | None = None
+        # Whether a group id is a share group's (the broker's share service says): a new
+        # classic or consumer group cannot take it, as on Kafka.
+        self.share_group: Callable[[str], Awaitable[bool]] | None = None
         self._view: tuple[int, ...] | None = None
         self._persistence = GroupPersistence(store) if store is not None else None
         self._loading: dict[str, asyncio.Future[ErrorCode | None]] = {}
@@ -223,6 +226,21 @@ class HeldGroups:
         """A consumer group became this classic group (a downgrade): hold it, store it,
         and start the rebalance its members rejoin in (GroupCoordinator's)."""
         raise NotImplementedError
+
+    async def is_share_group(self, group_id: str) -> bool:
+        """Whether ``group_id``, held here as no classic or consumer group, is a share
+        group's (looked up only for a group not held: a new one)."""
+        if self.share_group is None or not group_id:
+            return False
+        if group_id in self.groups or group_id in self.consumer_groups:
+            return False
+        try:
+            return await self.share_group(group_id)
+        except Exception as exc:
+            # The store away: the group is served as asked (its own store calls answer
+            # COORDINATOR_NOT_AVAILABLE if the outage lasts).
+            log.warning("looking up whether group %s is a share group failed: %s", group_id, exc)
+            return False
 
     # ---------------------------------------------------------------- snapshots
 

@@ -1,7 +1,10 @@
 """Share groups' share-partition state (KIP-932), kept in the batch coordinator's database
 next to the consumer groups' offsets: SQLite embedded, PostgreSQL in production.
 
-Also the configs set on groups (``share.auto.offset.reset``, ...: Kafka's group configs,
+Also each share group's membership (group epoch, members with their epochs and
+assignments: Kafka's ShareGroupMetadata, member and assignment records), one row per
+group, so a broker that becomes the group's coordinator goes on with the same members;
+and the configs set on groups (``share.auto.offset.reset``, ...: Kafka's group configs,
 which Kafka keeps in its metadata log).
 
 One row per (group, topic id, partition): the state as text (JSON, written and read by
@@ -68,7 +71,24 @@ class ShareStateStore(ABC):
 
     @abstractmethod
     async def groups(self) -> list[str]:
-        """Every group with share-partition state, sorted."""
+        """Every share group (with share-partition state or a stored membership), sorted."""
+
+    @abstractmethod
+    async def has_group(self, group_id: str) -> bool:
+        """Whether the group is a share group (share-partition state or a membership)."""
+
+    @abstractmethod
+    async def store_membership(self, group_id: str, membership: str) -> None:
+        """Replace the group's membership (epochs, members, assignments: JSON written and
+        read by ``broker.groups.share.persistence``), one round trip."""
+
+    @abstractmethod
+    async def load_membership(self, group_id: str) -> str | None:
+        """The group's stored membership, or None."""
+
+    @abstractmethod
+    async def delete_membership(self, group_id: str) -> None:
+        """Forget the group's membership (DeleteGroups); its share-partitions stay."""
 
     @abstractmethod
     async def delete(self, group_id: str, keys: Sequence[ShareKey] | None) -> int:

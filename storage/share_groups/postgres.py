@@ -1,7 +1,7 @@
 """Share-partition state on PostgreSQL, in the coordinator's database (table
-``share_partitions``, migration 0015). Same contract as
-:class:`storage.share_groups.sqlite.SqliteShareStateStore`; every method is one
-statement (one round trip), the compare-and-set write of many partitions included.
+``share_partitions``, migration 0015; the groups' membership in ``share_groups``, 0019).
+Same contract as :class:`storage.share_groups.sqlite.SqliteShareStateStore`; every method
+is one statement (one round trip), the compare-and-set write of many partitions included.
 """
 
 from __future__ import annotations
@@ -42,7 +42,19 @@ _GROUP_STATES = (
     "SELECT topic_id, partition, version, state FROM share_partitions WHERE group_id = $1"
     " ORDER BY topic_id, partition"
 )
-_GROUPS = "SELECT DISTINCT group_id FROM share_partitions ORDER BY 1"
+_GROUPS = (
+    "SELECT group_id FROM share_partitions UNION SELECT group_id FROM share_groups ORDER BY 1"
+)
+_HAS_GROUP = (
+    "SELECT EXISTS (SELECT 1 FROM share_groups WHERE group_id = $1)"
+    " OR EXISTS (SELECT 1 FROM share_partitions WHERE group_id = $1)"
+)
+_STORE_MEMBERSHIP = (
+    "INSERT INTO share_groups (group_id, membership) VALUES ($1, $2)"
+    " ON CONFLICT (group_id) DO UPDATE SET membership = excluded.membership"
+)
+_LOAD_MEMBERSHIP = "SELECT membership FROM share_groups WHERE group_id = $1"
+_DELETE_MEMBERSHIP = "DELETE FROM share_groups WHERE group_id = $1"
 _DELETE_ALL = (
     "WITH d AS (DELETE FROM share_partitions WHERE group_id = $1 RETURNING 1)"
     " SELECT count(*) FROM d"
@@ -101,6 +113,20 @@ class PostgresShareStateStore(PoolUser, ShareStateStore):
 
     async def groups(self) -> list[str]:
         return [r[0] for r in await self._pool.fetch(_GROUPS, write=False)]
+
+    async def has_group(self, group_id: str) -> bool:
+        row = await self._pool.fetchrow(_HAS_GROUP, group_id, write=False)
+        return bool(row is not None and row[0])
+
+    async def store_membership(self, group_id: str, membership: str) -> None:
+        await self._pool.fetch(_STORE_MEMBERSHIP, group_id, membership, write=True)
+
+    async def load_membership(self, group_id: str) -> str | None:
+        row = await self._pool.fetchrow(_LOAD_MEMBERSHIP, group_id, write=False)
+        return str(row[0]) if row is not None else None
+
+    async def delete_membership(self, group_id: str) -> None:
+        await self._pool.fetch(_DELETE_MEMBERSHIP, group_id, write=True)
 
     async def delete(self, group_id: str, keys: Sequence[ShareKey] | None) -> int:
         if keys is None:

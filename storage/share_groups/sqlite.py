@@ -34,6 +34,13 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (group_id, name)
         ) WITHOUT ROWID""",
     ],
+    [
+        # Share groups' membership (epochs, members, assignments) as JSON, one row per group.
+        """CREATE TABLE share_groups (
+            group_id TEXT NOT NULL PRIMARY KEY,
+            membership TEXT NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]
 
 
@@ -56,8 +63,43 @@ class SqliteShareStateStore(SqliteUser, ShareStateStore):
         return await self._read(
             lambda cur: [
                 r[0]
-                for r in cur.execute("SELECT DISTINCT group_id FROM share_partitions ORDER BY 1")
+                for r in cur.execute(
+                    "SELECT group_id FROM share_partitions"
+                    " UNION SELECT group_id FROM share_groups ORDER BY 1"
+                )
             ]
+        )
+
+    async def has_group(self, group_id: str) -> bool:
+        return await self._read(
+            lambda cur: cur.execute(
+                "SELECT EXISTS (SELECT 1 FROM share_groups WHERE group_id = ?)"
+                " OR EXISTS (SELECT 1 FROM share_partitions WHERE group_id = ?)",
+                (group_id, group_id),
+            ).fetchone()[0]
+            == 1
+        )
+
+    async def store_membership(self, group_id: str, membership: str) -> None:
+        await self._write(
+            lambda cur: cur.execute(
+                "INSERT INTO share_groups (group_id, membership) VALUES (?, ?)"
+                " ON CONFLICT (group_id) DO UPDATE SET membership = excluded.membership",
+                (group_id, membership),
+            )
+        )
+
+    async def load_membership(self, group_id: str) -> str | None:
+        row = await self._read(
+            lambda cur: cur.execute(
+                "SELECT membership FROM share_groups WHERE group_id = ?", (group_id,)
+            ).fetchone()
+        )
+        return row[0] if row is not None else None
+
+    async def delete_membership(self, group_id: str) -> None:
+        await self._write(
+            lambda cur: cur.execute("DELETE FROM share_groups WHERE group_id = ?", (group_id,))
         )
 
     async def delete(self, group_id: str, keys: Sequence[ShareKey] | None) -> int:

@@ -13,10 +13,24 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    AcknowledgeType,
+    Consumer,
+    KafkaException,
+    Producer,
+    ShareConsumer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from sluice.cluster import LocalCluster
+from tests.differential.wire import Connection, request_for
 from tests.fixtures.cluster import FAST_LIVENESS, running_cluster
 
 from ._groups import (
@@ -263,3 +277,112 @@ def test_committed_offsets_survive_a_restart_of_every_broker(healthy: LocalClust
     second = consume_and_commit(bootstrap, group, topic, 13)
     assert_resumes(first, second)
     assert sorted(first + second) == [(p, o) for p in range(2) for o in range(10)]
+
+
+def _share_group(bootstrap: str, group: str) -> tuple[int, int, dict[str, int]]:
+    """(coordinator id, group epoch, member id -> member epoch), from the coordinator."""
+    host, port = bootstrap.split(",")[0].rsplit(":", 1)
+    conn = Connection(host, int(port))
+    try:
+        found = conn.send(
+            request_for("find_coordinator", 4, {"key_type": 0, "coordinator_keys": [group]})
+        )
+        coordinator = found.coordinators[0]
+    finally:
+        conn.close()
+    conn = Connection(coordinator.host, coordinator.port)
+    try:
+        described = conn.send(request_for("share_group_describe", 1, {"group_ids": [group]}))
+    finally:
+        conn.close()
+    [g] = described.groups
+    assert g.error_code == 0, g
+    return coordinator.node_id, g.group_epoch, {m.member_id: m.member_epoch for m in g.members}
+
+
+def test_share_group_members_stay_when_the_coordinator_dies(healthy: LocalCluster) -> None:
+    """KIP-932: the survivor loads the share group's membership from the coordinator
+    database: the same members with the same epochs go on (no UNKNOWN_MEMBER_ID, no
+    rejoin), every record is delivered, and none acknowledged is delivered again."""
+    bootstrap = healthy.bootstrap
+    topic = unique_topic("share-failover")
+    create_topic(bootstrap, topic, 2)
+    group = f"sg-{topic}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    configs = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": "5000"}
+    ops = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+    ]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=ops)
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    produce_round_robin(bootstrap, topic, 2, 25, tag="before")
+    consumers = [
+        ShareConsumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "share.acknowledgement.mode": "explicit",
+                "max.poll.records": "5",
+            }
+        )
+        for _ in range(2)
+    ]
+    delivered: list[str] = []
+    acknowledged: set[str] = set()
+    errors: list[str] = []
+
+    def poll_all() -> None:
+        for c in consumers:
+            msgs = list(c.poll(0.3))
+            for m in msgs:
+                if m.error() is not None:
+                    errors.append(str(m.error()))
+                    continue
+                value = m.value().decode()
+                # Accepted and committed before: never delivered again.
+                assert value not in acknowledged, value
+                delivered.append(value)
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+            if msgs:
+                try:
+                    done = c.commit_sync(30)
+                except KafkaException as exc:  # the coordinator or a fetch broker went away
+                    errors.append(str(exc))
+                    continue
+                for m in msgs:
+                    tp = TopicPartition(m.topic(), m.partition())
+                    if m.error() is None and done.get(tp, None) is None:
+                        acknowledged.add(m.value().decode())
+
+    try:
+        for c in consumers:
+            c.subscribe([topic])
+        wait_until(lambda: poll_all() or len(set(delivered)) >= 50, "the first 50 records", 60)
+        described: list[tuple[int, int, dict[str, int]]] = []
+
+        def settled() -> bool:
+            poll_all()
+            described[:] = [_share_group(bootstrap, group)]
+            _, epoch, members = described[0]
+            return len(members) == 2 and set(members.values()) == {epoch}
+
+        wait_until(settled, "both members at the group epoch", 30)
+        [(coordinator, epoch, before)] = described
+        survivor = next(b for b in healthy.brokers if b.node_id != coordinator)
+        healthy.broker(coordinator).kill()
+
+        produce_round_robin(survivor.bootstrap, topic, 2, 25, tag="after")
+        expected = {
+            f"{tag}{p}-{i}" for tag in ("before", "after") for p in range(2) for i in range(25)
+        }
+        wait_until(
+            lambda: poll_all() or set(delivered) >= expected, "every record after the failover", 90
+        )
+        moved, epoch_after, after = _share_group(survivor.bootstrap, group)
+        assert moved == survivor.node_id
+        # The same members at the same epochs: nobody was told UNKNOWN_MEMBER_ID and rejoined.
+        assert (epoch_after, after) == (epoch, before)
+        assert not [e for e in errors if "UNKNOWN_MEMBER_ID" in e or "FENCED" in e], errors
+    finally:
+        for c in consumers:
+            c.close()

@@ -128,3 +128,26 @@ async def test_group_configs(two: tuple[ShareStateStore, ShareStateStore]) -> No
         "share.isolation.level": "read_committed",
     }
     assert await a.group_configs("other") == {}
+
+
+async def test_membership_is_stored_for_the_next_coordinator(
+    two: tuple[ShareStateStore, ShareStateStore],
+) -> None:
+    a, b = two
+    assert await b.load_membership("g") is None
+    assert not await b.has_group("g")
+    await a.store_membership("g", '{"epoch": 1}')
+    await a.store_membership("g", '{"epoch": 2}')  # replaced whole
+    # Another broker (the next coordinator) reads what the first wrote.
+    assert await b.load_membership("g") == '{"epoch": 2}'
+    assert await b.has_group("g") and await b.groups() == ["g"]
+    assert await b.load_membership("other") is None
+    # A group with share-partition state only is a share group too.
+    await a.write("h", [StateWrite(K1, 0, "s")])
+    assert await b.has_group("h") and await b.groups() == ["g", "h"]
+    # Forgetting the share-partitions leaves the membership, and the other way round.
+    await a.delete("g", None)
+    assert await b.load_membership("g") == '{"epoch": 2}'
+    await b.delete_membership("g")
+    assert await a.load_membership("g") is None and not await a.has_group("g")
+    assert await a.groups() == ["h"]

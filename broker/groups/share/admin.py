@@ -36,19 +36,17 @@ def _coordinates(broker: ShareView, group_id: str) -> bool:
 async def list_share_groups(
     broker: ShareView, states: Collection[str], types: Collection[str]
 ) -> list[dict[str, Any]]:
-    """ListGroups' entries for the share groups this broker coordinates: with members
-    (Stable), or only share-partition state (Empty)."""
+    """ListGroups' entries for the share groups this broker coordinates (held here, or
+    stored: loaded): with members (Stable), or without (Empty)."""
     if types and GROUP_TYPE not in {t.lower() for t in types}:
         return []
     share = broker.share
-    listed: dict[str, str] = {
-        g.group_id: g.state
-        for g in share.groups.groups.values()
-        if g.members and _coordinates(broker, g.group_id)
-    }
-    for group_id in await share.store.groups():
-        if group_id not in listed and _coordinates(broker, group_id):
-            listed[group_id] = EMPTY
+    listed: dict[str, str] = {}
+    for group_id in sorted({*share.groups.groups, *await share.store.groups()}):
+        if not _coordinates(broker, group_id) or await share.load(group_id):
+            continue
+        group = share.groups.groups.get(group_id)
+        listed[group_id] = group.state if group is not None else EMPTY
     wanted = {s.lower() for s in states}
     return [
         {
@@ -74,12 +72,17 @@ async def delete_share_groups(broker: ShareView, group_ids: Collection[str]) -> 
             continue
         if not _coordinates(broker, group_id):
             out[group_id] = int(ErrorCode.not_coordinator)
-        elif group is not None and group.members:
+            continue
+        if error := await share.load(group_id):
+            out[group_id] = error
+            continue
+        group = share.groups.groups.get(group_id)
+        if group is not None and group.members:
             out[group_id] = int(ErrorCode.non_empty_group)
         else:
             await share.store.delete(group_id, None)
+            await share.held.delete(group_id)
             share.partitions.forget(group_id)
-            share.groups.drop(group_id)
             out[group_id] = 0
     return out
 
@@ -167,9 +170,11 @@ async def describe_offsets(broker: ShareView, ctx: RequestContext, request: Any)
     return ctx.respond({"throttle_time": 0, "groups": out})
 
 
-def _group_refusal(broker: ShareView, group_id: str) -> tuple[int, str | None]:
+async def _group_refusal(broker: ShareView, group_id: str) -> tuple[int, str | None]:
     if not _coordinates(broker, group_id):
         return int(ErrorCode.not_coordinator), None
+    if error := await broker.share.load(group_id):
+        return error, None
     group = broker.share.groups.groups.get(group_id)
     if group is not None and group.members:
         return int(ErrorCode.non_empty_group), "The group has active members."
@@ -180,7 +185,7 @@ async def alter_offsets(broker: ShareView, ctx: RequestContext, request: Any) ->
     group_id = request.group_id
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, group_id):
         return refusal
-    error, message = _group_refusal(broker, group_id)
+    error, message = await _group_refusal(broker, group_id)
     if error:
         return ctx.respond(
             {"throttle_time": 0, "error_code": error, "error_message": message, "responses": []}
@@ -230,7 +235,7 @@ async def delete_offsets(broker: ShareView, ctx: RequestContext, request: Any) -
     group_id = request.group_id
     if refusal := access.group_refusal(broker, ctx, AclOperation.DELETE, group_id):
         return refusal
-    error, message = _group_refusal(broker, group_id)
+    error, message = await _group_refusal(broker, group_id)
     share = broker.share
     if not error and group_id not in await share.store.groups():
         group = share.groups.groups.get(group_id)

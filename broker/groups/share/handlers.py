@@ -20,6 +20,7 @@ from broker.groups.share.partition_state import (
 from broker.groups.share.partitions import ShareConflict
 from broker.groups.share.reader import ReadAsk, ReadResult, read
 from broker.groups.share.sessions import FINAL_EPOCH, INITIAL_EPOCH
+from broker.groups.store_errors import store_error
 from broker.logs.partition_log import OffsetAsk
 from broker.logs.router import Purpose
 from broker.security import access
@@ -51,14 +52,28 @@ async def heartbeat(broker: ShareView, ctx: RequestContext, request: Any) -> Any
     if refusal := access.group_refusal(broker, ctx, AclOperation.READ, request.group_id):
         return refusal
     share = broker.share
-    chosen = broker.groups.coordinator.coordinator_of(request.group_id)  # type: ignore[attr-defined]
+    group_id = request.group_id
+    chosen = broker.groups.coordinator.coordinator_of(group_id)  # type: ignore[attr-defined]
     if chosen is None or chosen.node_id != broker.config.node_id:
-        share.groups.drop(request.group_id)
+        share.held.drop(group_id)
         return ctx.respond(_heartbeat_error(ErrorCode.not_coordinator))
     subscribed = request.subscribed_topic_names
     if subscribed:
         await broker.topics.ensure((name, None) for name in subscribed)
-    settings = await share.configs.settings(request.group_id)
+    settings = await share.configs.settings(group_id)
+    if group_id and (error := await share.load(group_id)):
+        return ctx.respond(_heartbeat_error(error))
+    # A new share group: not under a consumer or classic group's id (Kafka's answer).
+    if (
+        group_id
+        and group_id not in share.groups.groups
+        and request.member_epoch == 0
+        and (error := await _not_a_share_group(broker, group_id))
+    ):
+        message = None
+        if error == ErrorCode.group_id_not_found:
+            message = f"Group {group_id} is not a share group."
+        return ctx.respond(_heartbeat_error(error, message))
     result = share.groups.heartbeat(
         request.group_id,
         request.member_id,
@@ -72,6 +87,8 @@ async def heartbeat(broker: ShareView, ctx: RequestContext, request: Any) -> Any
     )
     if result.error:
         return ctx.respond(_heartbeat_error(result.error, result.message))
+    if error := await share.held.store(group_id):
+        return ctx.respond(_heartbeat_error(error, "Storing the group failed."))
     assignment = None
     if result.assignment is not None:
         assignment = {
@@ -90,6 +107,21 @@ async def heartbeat(broker: ShareView, ctx: RequestContext, request: Any) -> Any
             "assignment": assignment,
         }
     )
+
+
+async def _not_a_share_group(broker: ShareView, group_id: str) -> int:
+    """GROUP_ID_NOT_FOUND when ``group_id`` is a classic or consumer group's (with members,
+    or committed offsets only), as Kafka answers; 0 when it is free."""
+    coordinator = broker.groups.coordinator  # type: ignore[attr-defined]
+    if loaded := await coordinator.load(group_id):
+        return int(loaded)  # its snapshot could not be read
+    if group_id in coordinator.groups or group_id in coordinator.consumer_groups:
+        return int(ErrorCode.group_id_not_found)
+    try:
+        with_offsets = await broker.groups.store.groups_with_offsets([group_id])  # type: ignore[attr-defined]
+    except Exception as exc:
+        return int(store_error(exc, f"looking up group {group_id}"))
+    return int(ErrorCode.group_id_not_found) if with_offsets else 0
 
 
 def _heartbeat_error(error: int, message: str | None = None) -> dict[str, Any]:
@@ -129,6 +161,9 @@ async def describe(broker: ShareView, ctx: RequestContext, request: Any) -> Any:
         chosen = broker.groups.coordinator.coordinator_of(group_id)  # type: ignore[attr-defined]
         if chosen is None or chosen.node_id != broker.config.node_id:
             entry["error_code"] = int(ErrorCode.not_coordinator)
+            continue
+        if error := await share.load(group_id):
+            entry["error_code"] = error
             continue
         group = share.groups.groups.get(group_id)
         if group is None and group_id not in stored:

@@ -1,0 +1,140 @@
+"""One group id space for classic, consumer and share groups, as Kafka 4.4 answers
+(measured): a share group cannot take a classic or consumer group's id (members, or only
+committed offsets), nor they a share group's."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.groups import group_membership
+from broker.groups.consumer_group_heartbeat import HeartbeatRequest
+from broker.groups.held_groups import GroupConfig
+from broker.groups.service import GroupService
+from broker.groups.share import handlers as share_handlers
+from broker.groups.share.group_configs import ShareConfig
+from broker.groups.share.service import ShareService
+from storage.groups import CommittedOffset
+from storage.groups.sqlite import SqliteGroupStore
+from storage.share_groups.sqlite import SqliteShareStateStore
+from tests.unit._handlers import decode_answer, request_and_context, settled
+
+TOPIC_ID = uuid.UUID(int=7)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    node_id: int
+    host: str = "broker-1"
+    port: int = 9092
+    rack: str | None = None
+
+
+class Topics:
+    async def ensure(self, wanted: Any) -> None:
+        pass
+
+
+class NoTopics:
+    """A consumer heartbeat's topic lookup: no topic (the member subscribes to none that
+    exists: it joins all the same)."""
+
+    def get(self, name: str) -> None:
+        return None
+
+    def matching(self, pattern: str) -> set[str]:
+        return set()
+
+    def partition_racks(self, topic_id: uuid.UUID, partitions: int) -> list[Any]:
+        return []
+
+
+class Config:
+    node_id = 1
+
+
+class FakeBroker:
+    def __init__(self, groups: GroupService, share: ShareService) -> None:
+        self.groups = groups
+        self.share = share
+        self.topics = Topics()
+        self.config = Config()
+        self.authorizer = None
+
+
+@pytest.fixture
+async def broker(tmp_path: Path) -> AsyncIterator[FakeBroker]:
+    db = str(tmp_path / "coordinator.db")
+    groups = GroupService(1, lambda: [Endpoint(1)], GroupConfig(), SqliteGroupStore(db))
+    share = ShareService(
+        ShareConfig(), SqliteShareStateStore(db), lambda names: {n: (TOPIC_ID, 2) for n in names}
+    )
+    groups.coordinator.share_group = share.is_share_group  # as broker/node.py wires it
+    await groups.start()
+    await share.start()
+    try:
+        yield FakeBroker(groups, share)
+    finally:
+        await share.close()
+        await groups.close()
+
+
+async def call(
+    handler: Any, broker: FakeBroker, key: int, version: int, data: dict[str, Any]
+) -> Any:
+    request, ctx = request_and_context(key, version, data)
+    response = await settled(await handler(broker, ctx, request))
+    return decode_answer(response, key, version)
+
+
+async def share_join(broker: FakeBroker, group: str) -> Any:
+    data = {"group_id": group, "member_id": "m1", "member_epoch": 0,
+            "subscribed_topic_names": ["orders"]}  # fmt: skip
+    return await call(share_handlers.heartbeat, broker, 76, 1, data)
+
+
+async def test_a_share_group_cannot_take_a_consumer_groups_id(broker: FakeBroker) -> None:
+    joined = await broker.groups.consumer.heartbeat(
+        HeartbeatRequest("live", "c1", 0, rebalance_timeout_ms=30_000,
+                         subscribed_topic_names=("orders",), owned={}),
+        1,
+        NoTopics(),
+    )  # fmt: skip
+    assert joined.error == ErrorCode.none
+    await broker.groups.store.commit_offsets(
+        "offsets-only", [CommittedOffset(TOPIC_ID, 0, 5, -1, "", 0)]
+    )
+    for group in ("live", "offsets-only"):
+        answer = await share_join(broker, group)
+        assert answer.error_code == ErrorCode.group_id_not_found
+        assert answer.error_message == f"Group {group} is not a share group."
+    assert (await share_join(broker, "free")).error_code == ErrorCode.none
+
+
+async def test_a_consumer_or_classic_group_cannot_take_a_share_groups_id(
+    broker: FakeBroker,
+) -> None:
+    assert (await share_join(broker, "sg")).error_code == ErrorCode.none
+    refused = await broker.groups.consumer.heartbeat(
+        HeartbeatRequest("sg", "c1", 0, rebalance_timeout_ms=30_000,
+                         subscribed_topic_names=("orders",), owned={}),
+        1,
+        NoTopics(),
+    )  # fmt: skip
+    assert refused.error == ErrorCode.group_id_not_found
+    join = {"group_id": "sg", "session_timeout": 10_000, "rebalance_timeout": 10_000,
+            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"sub"}]}  # fmt: skip
+    answer = await call(group_membership.join_group, broker, 11, 9, join)
+    assert answer.error_code == ErrorCode.inconsistent_group_protocol
+    # Still refused once every member left: the empty share group keeps its id.
+    leave = {"group_id": "sg", "member_id": "m1", "member_epoch": -1}
+    assert (await call(share_handlers.heartbeat, broker, 76, 1, leave)).error_code == 0
+    answer = await call(group_membership.join_group, broker, 11, 9, join)
+    assert answer.error_code == ErrorCode.inconsistent_group_protocol
