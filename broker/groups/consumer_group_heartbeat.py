@@ -229,15 +229,20 @@ def racks_digest(racks: Sequence[PartitionRacks]) -> int:
 
 
 def subscribed_topics(
-    members: Mapping[str, ConsumerMember], lookup: TopicLookup, racks: bool = False
+    members: Mapping[str, ConsumerMember],
+    lookup: TopicLookup,
+    racks: bool = False,
+    unresolved: str | None = None,
 ) -> dict[str, TopicInfo]:
-    """The existing topics some member subscribes to, by name or regex; with ``racks``,
-    with the digest of their partitions' racks."""
+    """The existing topics some member subscribes to, by name or regex (but the
+    ``unresolved`` one, see apply_member); with ``racks``, with the digest of their
+    partitions' racks."""
     names: set[str] = set()
     for member in members.values():
         names.update(member.subscribed_topic_names)
-        if member.subscribed_topic_regex:
-            names |= lookup.matching(member.subscribed_topic_regex)
+        regex = member.subscribed_topic_regex
+        if regex and regex != unresolved:
+            names |= lookup.matching(regex)
     found = {}
     for name in sorted(names):
         info = lookup.get(name)
@@ -254,12 +259,20 @@ def compute_target(
     default_assignor: str,
     lookup: TopicLookup | None = None,
     rack_aware: bool = True,
+    unresolved: str | None = None,
 ) -> None:
-    """The target assignment at the group epoch (Kafka's TargetAssignmentBuilder)."""
+    """The target assignment at the group epoch (Kafka's TargetAssignmentBuilder), a member
+    whose regex is ``unresolved`` subscribed to its topic names only."""
     assignor = ASSIGNORS[group.preferred_assignor(default_assignor)]
     subscriptions = {
         m.member_id: frozenset(
-            group.topics[t].topic_id for t in member_topics(m, group.topics) if t in group.topics
+            group.topics[t].topic_id
+            for t in (
+                m.subscribed_topic_names
+                if unresolved and m.subscribed_topic_regex == unresolved
+                else member_topics(m, group.topics)
+            )
+            if t in group.topics
         )
         for m in group.members.values()
     }
@@ -277,11 +290,16 @@ def compute_target(
     group.assignment_epoch = group.group_epoch
 
 
-def refresh_metadata(group: ConsumerGroup, lookup: TopicLookup, rack_aware: bool = True) -> bool:
+def refresh_metadata(
+    group: ConsumerGroup,
+    lookup: TopicLookup,
+    rack_aware: bool = True,
+    unresolved: str | None = None,
+) -> bool:
     """Bump the group epoch when the subscribed topics changed since the last check
-    (created, deleted, more partitions; their racks, when the assignment uses racks).
-    True when it did."""
-    topics = subscribed_topics(group.members, lookup, uses_racks(group, rack_aware))
+    (created, deleted, more partitions; their racks, when the assignment uses racks; a
+    regex resolved). True when it did."""
+    topics = subscribed_topics(group.members, lookup, uses_racks(group, rack_aware), unresolved)
     if topics == group.topics:
         return False
     group.topics = topics
@@ -382,14 +400,33 @@ def apply_member(
         # Its rack matters to the assignment (what KAFKA-20909 proposes for Kafka).
         or (rack_aware and updated.rack_id != member.rack_id)
     )
+    # Kafka resolves a regex new to the group asynchronously (KIP-848: off the heartbeat's
+    # path, then a new group epoch), so the heartbeat that brings it is answered without
+    # its topics, the member's topic names assigned at once, and the regex's topics come
+    # with a later heartbeat. Here the regex is left out of this heartbeat's computation and
+    # counted from the group's next heartbeat on (whichever member sends it), which finds
+    # the subscribed topics changed and bumps the epoch, as the resolution would have. A
+    # regex another member already subscribes to is resolved.
+    regex = updated.subscribed_topic_regex
+    unresolved = (
+        regex
+        if regex
+        and regex != member.subscribed_topic_regex
+        and not any(
+            m.subscribed_topic_regex == regex
+            for m in group.members.values()
+            if m.member_id != updated.member_id
+        )
+        else None
+    )
     group.put(updated)
-    if refresh_metadata(group, lookup, rack_aware):
+    if refresh_metadata(group, lookup, rack_aware, unresolved):
         bump = False  # refresh_metadata bumped already
         changed = True
     if bump:
         group.group_epoch += 1
     if group.group_epoch > group.assignment_epoch:
-        compute_target(group, default_assignor, lookup, rack_aware)
+        compute_target(group, default_assignor, lookup, rack_aware, unresolved)
         changed = True
     target = group.target.get(updated.member_id, {})
     before = updated.current

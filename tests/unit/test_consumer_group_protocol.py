@@ -260,17 +260,44 @@ def test_regex_subscriptions_follow_matching_topics() -> None:
     )
     known = Topics(TopicInfo("orders-eu", T1, 2), TopicInfo("payments", T2, 2))
     answer = heartbeat(group, first, known, "uniform")
-    assert answer.assignment == {T1: frozenset({0, 1})}
+    # Kafka resolves a regex new to the group asynchronously: the heartbeat that brings it
+    # gets nothing from it, the next one gets its topics with a new group epoch.
+    assert answer.assignment == {} and answer.member_epoch == 1
+    answer = heartbeat(group, HeartbeatRequest("g", "a", 1, owned={}), known, "uniform")
+    assert answer.assignment == {T1: frozenset({0, 1})} and answer.member_epoch == 2
     epoch = group.group_epoch
     # A new topic the regex matches (whole names only) joins the assignment.
     t3 = uuid.UUID(int=3)
     grown = Topics(*known.by_name.values(), TopicInfo("orders-us", t3, 1),
                    TopicInfo("xorders-us", uuid.UUID(int=4), 1))  # fmt: skip
-    answer = heartbeat(group, HeartbeatRequest("g", "a", 1, owned={T1: frozenset({0, 1})}),
+    answer = heartbeat(group, HeartbeatRequest("g", "a", 2, owned={T1: frozenset({0, 1})}),
                        grown, "uniform")  # fmt: skip
     assert group.group_epoch == epoch + 1
     assert answer.assignment == {T1: frozenset({0, 1}), t3: frozenset({0})}
     assert group.is_subscribed_to("orders-us") and not group.is_subscribed_to("payments")
+
+
+def test_a_new_regex_beside_topic_names_assigns_the_names_first_as_kafka() -> None:
+    """What librdkafka's 0045 resubscribe_with_regex asserts of a KIP-848 broker: a
+    subscription to a regex and a topic name gets the name's partitions in the heartbeat
+    that brings it and the regex's in a later one; a second member subscribing to a regex
+    the group already resolved gets its topics at once."""
+    group = ConsumerGroup("g")
+    known = Topics(TopicInfo("orders-eu", T1, 2), TopicInfo("payments", T2, 2))
+    both = HeartbeatRequest("g", "a", 0, rebalance_timeout_ms=1000, owned={},
+                            subscribed_topic_names=("payments",),
+                            subscribed_topic_regex="orders-.*")  # fmt: skip
+    answer = heartbeat(group, both, known, "uniform")
+    assert answer.assignment == {T2: frozenset({0, 1})}
+    answer = heartbeat(group, HeartbeatRequest("g", "a", 1, owned={T2: frozenset({0, 1})}),
+                       known, "uniform")  # fmt: skip
+    assert answer.assignment == {T1: frozenset({0, 1}), T2: frozenset({0, 1})}
+    epoch = group.group_epoch
+    second = HeartbeatRequest("g", "b", 0, rebalance_timeout_ms=1000, owned={},
+                              subscribed_topic_regex="orders-.*")  # fmt: skip
+    heartbeat(group, second, known, "uniform")
+    assert group.group_epoch == epoch + 1  # the join's bump only: no resolution pending
+    assert set(group.target["b"]) == {T1}
 
 
 def test_an_invalid_regex_is_refused() -> None:
