@@ -46,7 +46,7 @@ from broker.groups.consumer_group_heartbeat import (
 )
 from broker.groups.consumer_group_persistence import snapshot_of
 from broker.groups.consumer_migration import can_downgrade, downgrade, upgrade
-from broker.groups.consumer_protocol import MalformedProtocol
+from broker.groups.consumer_protocol import CustomAssignorData, MalformedProtocol
 from broker.groups.group import (
     CONSUMER_PROTOCOL_TYPE,
     Group,
@@ -162,8 +162,18 @@ class ConsumerCoordinator:
             log.warning("group %s: cannot upgrade to a consumer group: %s", group_id, exc)
             return HeartbeatResult.failed(
                 ErrorCode.group_id_not_found,
-                f"Cannot upgrade the classic group {group_id} to consumer group because the "
+                f"Cannot upgrade classic group {group_id} to consumer group because the "
                 "embedded consumer protocol is malformed.",
+            )
+        except CustomAssignorData as exc:
+            # Kafka's answer (ConsumerGroup.fromClassicGroup): the consumer group's
+            # server-side assignor would drop what the custom one shares with its members.
+            log.info("group %s: cannot upgrade to a consumer group: %s", group_id, exc)
+            return HeartbeatResult.failed(
+                ErrorCode.group_id_not_found,
+                f"Cannot upgrade classic group {group_id} to consumer group because an "
+                "unsupported custom assignor is in use. Please refer to the documentation or "
+                "switch to a default assignor before re-attempting the upgrade.",
             )
         log.info(
             "group %s: classic group (generation %d, %d members) upgraded to a consumer group",

@@ -85,7 +85,8 @@ def topic_ids(by_name: Mapping[str, frozenset[int]], lookup: TopicLookup) -> Par
 
 def upgrade(classic: Group, lookup: TopicLookup) -> ConsumerGroup:
     """The consumer group a classic group with members becomes. MalformedProtocol when a
-    member's metadata or assignment is not the consumer protocol's."""
+    member's metadata or assignment is not the consumer protocol's, CustomAssignorData when
+    an assignment carries a custom assignor's user data (Kafka refuses those upgrades)."""
     group = ConsumerGroup(classic.group_id)
     generation = classic.generation_id
     group.group_epoch = group.assignment_epoch = generation
@@ -94,7 +95,7 @@ def upgrade(classic: Group, lookup: TopicLookup) -> ConsumerGroup:
         # member's protocols carry the same subscription, the first will do.
         metadata = m.metadata(classic.protocol_name) if classic.protocol_name else b""
         subscription = parse_subscription(metadata or m.protocols[0][1])
-        assigned = topic_ids(parse_assignment(m.assignment), lookup)
+        assigned = topic_ids(parse_assignment(m.assignment, refuse_user_data=True), lookup)
         member = ConsumerMember(
             m.member_id,
             m.group_instance_id,

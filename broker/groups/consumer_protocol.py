@@ -45,6 +45,11 @@ class MalformedProtocol(ValueError):
     """Member metadata or an assignment that is not the ``consumer`` protocol's."""
 
 
+class CustomAssignorData(ValueError):
+    """An assignment carrying user data: a custom client-side assignor's, which a consumer
+    group (server-side assignors) would lose."""
+
+
 @dataclass(frozen=True, slots=True)
 class Subscription:
     """A ConsumerProtocolSubscription: what the coordinator of a KIP-848 group needs of a
@@ -128,14 +133,18 @@ def parse_subscription(metadata: bytes) -> Subscription:
     return Subscription(version, topics, owned, rack)
 
 
-def parse_assignment(data: bytes) -> dict[str, frozenset[int]]:
-    """A ConsumerProtocolAssignment's partitions by topic name (empty bytes: none)."""
+def parse_assignment(data: bytes, refuse_user_data: bool = False) -> dict[str, frozenset[int]]:
+    """A ConsumerProtocolAssignment's partitions by topic name (empty bytes: none). With
+    ``refuse_user_data``, CustomAssignorData when it carries user data."""
     if not data:
         return {}
     r = _Reader(data)
     if r.take(_I16) < 0:
         raise MalformedProtocol("negative version")
-    return r.topic_partitions()
+    partitions = r.topic_partitions()
+    if refuse_user_data and r.pos + 4 <= len(data) and r.take(_I32) > 0:
+        raise CustomAssignorData("user data from a custom assignor would be lost")
+    return partitions
 
 
 def assignment_bytes(version: int, partitions: dict[str, frozenset[int]]) -> bytes:

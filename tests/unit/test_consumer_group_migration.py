@@ -156,6 +156,32 @@ async def test_the_policy_and_the_protocol_type_can_rule_the_upgrade_out(
         MigrationPolicy.parse("sideways")
 
 
+async def test_a_custom_assignor_s_user_data_rules_the_upgrade_out(
+    group_brokers: GroupBrokers, clock: ManualClock
+) -> None:
+    """Kafka refuses to convert a classic group whose assignments carry user data (a custom
+    client-side assignor's, which the server-side assignors would lose)."""
+    coordinator = group_brokers.one.coordinator
+    joins = [new_member(coordinator, group=G, protocols=PROTOCOLS) for _ in range(2)]
+    clock.advance(SETTLE)
+    results = [f.result() for f in joins]
+    leader = next(r for r in results if r.member_id == r.leader)
+    follower = next(r for r in results if r is not leader)
+    custom = struct.pack(">hih1si2iih", 0, 1, 1, b"t", 2, 0, 1, 2, 7)  # user data: 2 bytes
+    given = {leader.member_id: custom, follower.member_id: assignment([2, 3])}
+    pending = sync(coordinator, follower, group=G)
+    sync(coordinator, leader, given, group=G)
+    assert (await pending).error == E.none
+    refused = await consumer_join(group_brokers.one, "c")
+    assert (refused.error, refused.message) == (
+        E.group_id_not_found,
+        f"Cannot upgrade classic group {G} to consumer group because an unsupported custom "
+        "assignor is in use. Please refer to the documentation or switch to a default "
+        "assignor before re-attempting the upgrade.",
+    )
+    assert coordinator.groups[G].state is GroupState.STABLE  # still the classic group
+
+
 async def test_the_last_consumer_member_leaving_downgrades_the_group(
     group_brokers: GroupBrokers, clock: ManualClock
 ) -> None:
