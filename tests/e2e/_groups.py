@@ -35,6 +35,21 @@ SESSION_MS = 3000
 WAIT_S = 30.0
 
 
+JAVA_PROGRAM = Path(__file__).parent / "java" / "ClientCheck.java"
+
+
+def _java_member(bootstrap: str, topic: str, group: str, protocol: str, commit: bool) -> list[str]:
+    """The Java client (kafka-clients 4.x) as a member: ClientCheck.java's ``member`` mode
+    reports the same events as _group_member.py (the Java client's own session and
+    heartbeat settings: with group.protocol=consumer they are the broker's)."""
+    from sluice.launch.kafka import java_command
+
+    return java_command(
+        str(JAVA_PROGRAM), bootstrap, topic, "member", group, protocol,
+        "commit" if commit else "no-commit",
+    )  # fmt: skip
+
+
 class MemberProcess:
     def __init__(
         self,
@@ -53,6 +68,37 @@ class MemberProcess:
     ) -> None:
         self.client = client
         self.name = name
+        cmd = (
+            _java_member(bootstrap, topic, group, protocol, commit)
+            if client == "java"
+            else self._python_member(
+                client, bootstrap, group, topic, name, session_ms, instance_id, strategy,
+                commit, rebalance_ms, protocol,
+            )
+        )  # fmt: skip
+        self.events: list[dict[str, Any]] = []
+        self.stderr: list[str] = []
+        self._lock = threading.RLock()  # predicates of wait() read events under it
+        self._changed = threading.Condition(self._lock)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def __repr__(self) -> str:
+        return f"<{self.client} member {self.name}>"
+
+    @staticmethod
+    def _python_member(
+        client: str, bootstrap: str, group: str, topic: str, name: str, session_ms: int,
+        instance_id: str, strategy: str, commit: bool, rebalance_ms: int, protocol: str,
+    ) -> list[str]:  # fmt: skip
         cmd = [
             sys.executable,
             str(MEMBER_SCRIPT),
@@ -73,23 +119,7 @@ class MemberProcess:
             cmd.append("--commit")
         if protocol != "classic":
             cmd += ["--protocol", protocol]
-        self.events: list[dict[str, Any]] = []
-        self.stderr: list[str] = []
-        self._lock = threading.RLock()  # predicates of wait() read events under it
-        self._changed = threading.Condition(self._lock)
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-
-    def __repr__(self) -> str:
-        return f"<{self.client} member {self.name}>"
+        return cmd
 
     def _read_stdout(self) -> None:
         assert self.proc.stdout is not None

@@ -386,3 +386,79 @@ def test_share_group_members_stay_when_the_coordinator_dies(healthy: LocalCluste
     finally:
         for c in consumers:
             c.close()
+
+
+def test_a_kip848_group_of_librdkafka_and_java_members_across_restarts_and_a_kill(
+    healthy: LocalCluster, members: Members
+) -> None:
+    """Issue 30: a KIP-848 group of three consumers, two librdkafka and one Java client,
+    each committing every record, through a rolling restart of both brokers (one at a time,
+    SIGTERM and start again) and then a SIGKILL of one: every record produced meanwhile is
+    consumed, the committed offsets never go back and end at each partition's end; a member
+    that leaves has its partitions taken over by the others within a few heartbeat
+    intervals (500 ms here), without a stop-the-world rebalance of theirs."""
+    bootstrap = healthy.bootstrap
+    topic = unique_topic("kip848-mixed")
+    create_topic(bootstrap, topic, 6)
+    group = f"mixed-{topic}"
+    one, two = (
+        members.start(
+            "confluent", bootstrap, group, topic, name, commit=True,
+            session_ms=FAILOVER_SESSION_MS, protocol="consumer",
+        )
+        for name in ("one", "two")
+    )  # fmt: skip
+    java = members.start("java", bootstrap, group, topic, "java", commit=True, protocol="consumer")
+    everyone = (one, two, java)
+    wait_until(lambda: partitioned(everyone, 6), "three members split 6 partitions", 90)
+    produced: set[str] = set()
+    committed_seen: list[dict[int, int]] = []
+
+    def consumed() -> set[str]:
+        return {v for m in everyone for _, _, v in m.records()}
+
+    def round_of(tag: str, via: str) -> None:
+        produce_round_robin(via, topic, 6, 5, tag=tag)
+        produced.update(f"{tag}{p}-{i}" for p in range(6) for i in range(5))
+        wait_until(lambda: produced <= consumed(), f"the {tag} records consumed", 60)
+
+    def committed(via: str) -> dict[int, int]:
+        now = committed_offsets(via, group, topic, 6)
+        if committed_seen:
+            before = committed_seen[-1]
+            assert all(now[p] >= before[p] for p in range(6)), (before, now)
+        committed_seen.append(now)
+        return now
+
+    round_of("start", bootstrap)
+    committed(bootstrap)
+    for broker in healthy.brokers:  # a rolling restart
+        other = next(b for b in healthy.brokers if b is not broker)
+        broker.stop()
+        round_of(f"without{broker.node_id}-", other.bootstrap)
+        committed(other.bootstrap)
+        broker.start()
+        wait_until(lambda b=broker: _brokers_seen(b.bootstrap) == 2, "the broker back", 60)
+        round_of(f"after{broker.node_id}-", bootstrap)
+        committed(bootstrap)
+    victim, survivor = healthy.brokers
+    victim.kill()
+    round_of("killed-", survivor.bootstrap)
+    per_partition = len(produced) // 6
+    wait_until(
+        lambda: committed(survivor.bootstrap) == dict.fromkeys(range(6), per_partition),
+        "every record committed after the kill",
+        60,
+    )
+    # One librdkafka member leaves: the other two take its partitions over at their next
+    # heartbeats (KIP-848: only the leaver's partitions move).
+    kept = {m.name: set(m.assignment) for m in (two, java)}
+    left_at = time.monotonic()
+    one.stop()
+    wait_until(lambda: partitioned((two, java), 6), "two members hold all 6 partitions", 30)
+    took = time.monotonic() - left_at
+    assert took < 5.0, f"the leaver's partitions were taken over after {took:.1f} s"
+    for m in (two, java):
+        assert kept[m.name] <= set(m.assignment), f"{m} lost partitions: a stop-the-world move"
+    round_of("two-left-", survivor.bootstrap)
+    assert produced <= consumed()

@@ -34,6 +34,7 @@ public class ClientCheck {
             case "fence" -> fence(bootstrap, topic, args[3]);
             case "consume" -> consume(bootstrap, topic, args[3], args[4], Integer.parseInt(args[5]),
                 args.length > 6 ? args[6] : "classic");
+            case "member" -> member(bootstrap, topic, args[3], args[4], args[5].equals("commit"));
             default -> throw new IllegalArgumentException(mode);
         }
     }
@@ -241,5 +242,78 @@ public class ClientCheck {
             json.append("], \"committed_sum\": ").append(sum).append("}");
             System.out.println(json);
         }
+    }
+
+    // A group member for tests/e2e/_groups.py's MemberProcess: subscribes (group.protocol
+    // as given), reports one JSON line per event on stdout as tests/e2e/_group_member.py
+    // does (ready, assigned/revoked, assignment, record, commit_failed, closed), commits
+    // each record's offset synchronously before reporting it with commit, and closes
+    // cleanly (leaving the group) on a "stop" line or the end of stdin.
+    static void member(String bootstrap, String topic, String group, String protocol, boolean commit)
+            throws Exception {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        final boolean[] stop = {false};
+        Thread watcher = new Thread(() -> {
+            try (Scanner in = new Scanner(System.in)) {
+                while (in.hasNextLine() && !in.nextLine().trim().equals("stop")) { }
+            }
+            synchronized (stop) { stop[0] = true; }
+        });
+        watcher.setDaemon(true);
+        watcher.start();
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(p)) {
+            consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                    emit("revoked", parts);
+                }
+                public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                    emit("assigned", parts);
+                }
+            });
+            System.out.println("{\"event\": \"ready\"}");
+            List<Integer> last = null;
+            while (true) {
+                synchronized (stop) { if (stop[0]) break; }
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(100));
+                List<Integer> now = new ArrayList<>();
+                for (TopicPartition tp : consumer.assignment()) now.add(tp.partition());
+                Collections.sort(now);
+                if (!now.equals(last)) {
+                    last = now;
+                    System.out.println("{\"event\": \"assignment\", \"partitions\": " + now + "}");
+                }
+                for (ConsumerRecord<String, String> r : records) {
+                    if (commit) {
+                        try {
+                            consumer.commitSync(Map.of(new TopicPartition(r.topic(), r.partition()),
+                                new OffsetAndMetadata(r.offset() + 1)));
+                        } catch (Exception e) {  // e.g. during a rebalance: the record comes again
+                            System.out.printf("{\"event\": \"commit_failed\", \"error\": \"%s\"}%n",
+                                e.getClass().getSimpleName());
+                        }
+                    }
+                    System.out.printf("{\"event\": \"record\", \"partition\": %d, \"offset\": %d, \"value\": \"%s\"}%n",
+                        r.partition(), r.offset(), r.value());
+                }
+                System.out.flush();
+            }
+        }
+        System.out.println("{\"event\": \"closed\"}");
+        System.out.flush();
+    }
+
+    static void emit(String event, Collection<TopicPartition> parts) {
+        List<Integer> ps = new ArrayList<>();
+        for (TopicPartition tp : parts) ps.add(tp.partition());
+        Collections.sort(ps);
+        System.out.println("{\"event\": \"" + event + "\", \"partitions\": " + ps + "}");
+        System.out.flush();
     }
 }
