@@ -79,6 +79,20 @@ class CountsPuts(LocalObjectStore):
         await super().put(key, data)
 
 
+async def counted(
+    coordinator: BatchCoordinator, tmp_path: Path, delay: float
+) -> tuple[Appender, CountsPuts]:
+    """An appender on a store that counts its PUTs, commits held ``delay`` seconds."""
+    await coordinator.create_logs([PartitionKey(TOPIC, 0)])
+    store = CountsPuts(str(tmp_path / "objects"))
+    await store.start()
+    appender = Appender(
+        store, Slow(coordinator, delay), BlockCache(store), 1,  # type: ignore[arg-type]
+        commit_interval_ms=50, buffer_max_bytes=1 << 20, on_commit=lambda _: None,
+    )  # fmt: skip
+    return appender, store
+
+
 async def test_a_retry_of_an_unanswered_batch_waits_for_it_instead_of_being_written_again(
     coordinator: BatchCoordinator, tmp_path: Path
 ) -> None:
@@ -87,13 +101,8 @@ async def test_a_retry_of_an_unanswered_batch_waits_for_it_instead_of_being_writ
     Each copy written would make the next objects larger and the commits slower still; the
     retry is answered with the first attempt's answer instead, as Kafka answers a retry of a
     batch it appended."""
-    await coordinator.create_logs([PartitionKey(TOPIC, 0), PartitionKey(TOPIC, 1)])
-    store = CountsPuts(str(tmp_path / "objects"))
-    await store.start()
-    appender = Appender(
-        store, Slow(coordinator, 0.6), BlockCache(store), 1,  # type: ignore[arg-type]
-        commit_interval_ms=50, buffer_max_bytes=1 << 20, on_commit=lambda _: None,
-    )  # fmt: skip
+    await coordinator.create_logs([PartitionKey(TOPIC, 1)])
+    appender, store = await counted(coordinator, tmp_path, 0.6)
     [first] = await appender.submit([idempotent(0)], timeout_ms=100)
     assert first.error == ErrorCode.request_timed_out
     # Two retries while the first is uploaded and committed, the second in a request with
@@ -121,13 +130,7 @@ async def test_a_different_batch_under_the_same_sequence_is_not_taken_for_a_retr
 ) -> None:
     """Only the same bytes are a retry (each batch's CRC is compared): another batch claiming
     the same producer sequence is written and judged by the coordinator."""
-    await coordinator.create_logs([PartitionKey(TOPIC, 0)])
-    store = CountsPuts(str(tmp_path / "objects"))
-    await store.start()
-    appender = Appender(
-        store, Slow(coordinator, 0.3), BlockCache(store), 1,  # type: ignore[arg-type]
-        commit_interval_ms=50, buffer_max_bytes=1 << 20, on_commit=lambda _: None,
-    )  # fmt: skip
+    appender, store = await counted(coordinator, tmp_path, 0.3)
     original = appender.submit([idempotent(0)], timeout_ms=5000)
     changed = idempotent(0)
     data = bytearray(changed.records)

@@ -23,7 +23,7 @@ from broker.groups.share.service import ShareService
 from storage.groups import CommittedOffset
 from storage.groups.sqlite import SqliteGroupStore
 from storage.share_groups.sqlite import SqliteShareStateStore
-from tests.unit._handlers import decode_answer, request_and_context, settled
+from tests.unit.test_group_apis import call
 
 TOPIC_ID = uuid.UUID(int=7)
 
@@ -85,12 +85,6 @@ async def broker(tmp_path: Path) -> AsyncIterator[FakeBroker]:
         await groups.close()
 
 
-async def call(
-    handler: Any, broker: FakeBroker, key: int, version: int, data: dict[str, Any]
-) -> Any:
-    request, ctx = request_and_context(key, version, data)
-    response = await settled(await handler(broker, ctx, request))
-    return decode_answer(response, key, version)
 
 
 async def share_join(broker: FakeBroker, group: str) -> Any:

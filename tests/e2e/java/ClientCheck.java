@@ -282,12 +282,10 @@ public class ClientCheck {
             while (true) {
                 synchronized (stop) { if (stop[0]) break; }
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(100));
-                List<Integer> now = new ArrayList<>();
-                for (TopicPartition tp : consumer.assignment()) now.add(tp.partition());
-                Collections.sort(now);
+                List<Integer> now = partitions(consumer.assignment());
                 if (!now.equals(last)) {
                     last = now;
-                    System.out.println("{\"event\": \"assignment\", \"partitions\": " + now + "}");
+                    emit("assignment", consumer.assignment());
                 }
                 for (ConsumerRecord<String, String> r : records) {
                     if (commit) {
@@ -309,11 +307,15 @@ public class ClientCheck {
         System.out.flush();
     }
 
-    static void emit(String event, Collection<TopicPartition> parts) {
+    static List<Integer> partitions(Collection<TopicPartition> parts) {
         List<Integer> ps = new ArrayList<>();
         for (TopicPartition tp : parts) ps.add(tp.partition());
         Collections.sort(ps);
-        System.out.println("{\"event\": \"" + event + "\", \"partitions\": " + ps + "}");
+        return ps;
+    }
+
+    static void emit(String event, Collection<TopicPartition> parts) {
+        System.out.println("{\"event\": \"" + event + "\", \"partitions\": " + partitions(parts) + "}");
         System.out.flush();
     }
 }
