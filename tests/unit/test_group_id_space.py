@@ -85,8 +85,6 @@ async def broker(tmp_path: Path) -> AsyncIterator[FakeBroker]:
         await groups.close()
 
 
-
-
 async def share_join(broker: FakeBroker, group: str) -> Any:
     data = {"group_id": group, "member_id": "m1", "member_epoch": 0,
             "subscribed_topic_names": ["orders"]}  # fmt: skip

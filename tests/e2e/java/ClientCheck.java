@@ -205,16 +205,8 @@ public class ClientCheck {
 
     static void consume(String bootstrap, String topic, String group, String isolation, int expected,
                         String protocol) {
-        Properties p = new Properties();
-        // "consumer": KIP-848's group protocol (the broker assigns; ConsumerGroupHeartbeat).
-        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
-        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        Properties p = groupConsumer(bootstrap, group, protocol);
         p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
         List<String> values = new ArrayList<>();
         try (Consumer<String, String> consumer = new KafkaConsumer<>(p)) {
             consumer.subscribe(List.of(topic));
@@ -251,14 +243,7 @@ public class ClientCheck {
     // cleanly (leaving the group) on a "stop" line or the end of stdin.
     static void member(String bootstrap, String topic, String group, String protocol, boolean commit)
             throws Exception {
-        Properties p = new Properties();
-        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
-        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        Properties p = groupConsumer(bootstrap, group, protocol);
         final boolean[] stop = {false};
         Thread watcher = new Thread(() -> {
             try (Scanner in = new Scanner(System.in)) {
@@ -305,6 +290,20 @@ public class ClientCheck {
         }
         System.out.println("{\"event\": \"closed\"}");
         System.out.flush();
+    }
+
+    // A group consumer from the earliest offset, committing itself, string records;
+    // protocol "consumer": KIP-848's group protocol (the broker assigns; ConsumerGroupHeartbeat).
+    static Properties groupConsumer(String bootstrap, String group, String protocol) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        return p;
     }
 
     static List<Integer> partitions(Collection<TopicPartition> parts) {

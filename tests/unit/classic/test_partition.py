@@ -32,9 +32,7 @@ def records(n: int = 1, ts: int = 1_000, pid: int = -1, epoch: int = -1, seq: in
     )
 
 
-def partition(
-    tmp_path: Path, me: int = 1, name: str = "p", min_isr: int = 1
-) -> ClassicPartition:
+def partition(tmp_path: Path, me: int = 1, name: str = "p", min_isr: int = 1) -> ClassicPartition:
     plog = Log(str(tmp_path / name), LogConfig(min_insync_replicas=min_isr))
     return ClassicPartition(TOPIC_ID, "t", 0, plog, me, lag_max_ms=1000)
 
