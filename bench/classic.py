@@ -247,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                 cpu0 = cpu_seconds(pids)
                 r = client.produce(bootstrap, topic, args.mib, acks, args.budget)
                 r["cpu_s_per_mib"] = (cpu_seconds(pids) - cpu0) / max(r["mib"], 1e-9)
+                cpu0 = cpu_seconds(pids)
                 r["consume_mib_s"] = client.consume(bootstrap, topic, r["records"], args.budget)
+                r["fetch_cpu_s_per_mib"] = (cpu_seconds(pids) - cpu0) / max(r["mib"], 1e-9)
                 half = r["mib_s"] / 2
                 paced = client.produce(
                     bootstrap, topic, half * args.latency_seconds, acks, args.budget,
@@ -278,28 +280,36 @@ def report(
 
     print(
         f"  {'phase':<20}{'produce MiB/s':>14}{'x fsync':>9}{'p50 ms':>9}{'p99 ms':>9}"
-        f"{'CPU s/MiB':>11}{'consume MiB/s':>15}{'errors':>8}"
+        f"{'CPU s/MiB':>11}{'consume MiB/s':>15}{'fetch CPU s/MiB':>17}{'errors':>8}"
         f"{'p50/p99 ms at half load':>26}{'peak RSS MiB':>14}"
     )
     for name, _, _ in phases:
         print(
             f"  {name:<20}{m(name, 'mib_s'):>14.1f}{m(name, 'mib_s') / fsync:>9.2f}"
             f"{m(name, 'p50_ms'):>9.1f}{m(name, 'p99_ms'):>9.1f}{m(name, 'cpu_s_per_mib'):>11.3f}"
-            f"{m(name, 'consume_mib_s'):>15.1f}{sum(r['errors'] for r in results[name]):>8}"
+            f"{m(name, 'consume_mib_s'):>15.1f}{m(name, 'fetch_cpu_s_per_mib'):>17.3f}"
+            f"{sum(r['errors'] for r in results[name]):>8}"
             f"{m(name, 'half_p50_ms'):>17.1f} / {m(name, 'half_p99_ms'):.1f}"
             f"{m(name, 'peak_rss_mib'):>14.0f}"
         )
     if KAFKA not in results:
         return
-    print("  ratios to Kafka (same run; > 1 is better for MiB/s per CPU s, < 1 for the rest)")
-    print(f"  {'phase':<20}{'MiB per CPU s':>14}{'MiB/s':>9}{'half-load p99':>15}{'peak RSS':>10}")
-    k_eff = 1 / max(m(KAFKA, "cpu_s_per_mib"), 1e-9)
+    print("  ratios to Kafka (same run; > 1 is better for MiB per CPU s, < 1 for the rest)")
+    print(
+        f"  {'phase':<20}{'produced MiB per CPU s':>23}{'fetched MiB per CPU s':>22}"
+        f"{'MiB/s':>9}{'half-load p99':>15}{'peak RSS':>10}"
+    )
+
+    def per_core(name: str, key: str) -> float:
+        return (1 / max(m(name, key), 1e-9)) / (1 / max(m(KAFKA, key), 1e-9))
+
     for name, system, _ in phases:
         if system == "kafka":
             continue
-        eff = 1 / max(m(name, "cpu_s_per_mib"), 1e-9)
         print(
-            f"  {name:<20}{eff / k_eff:>14.2f}{m(name, 'mib_s') / m(KAFKA, 'mib_s'):>9.2f}"
+            f"  {name:<20}{per_core(name, 'cpu_s_per_mib'):>23.2f}"
+            f"{per_core(name, 'fetch_cpu_s_per_mib'):>22.2f}"
+            f"{m(name, 'mib_s') / m(KAFKA, 'mib_s'):>9.2f}"
             f"{m(name, 'half_p99_ms') / m(KAFKA, 'half_p99_ms'):>15.2f}"
             f"{m(name, 'peak_rss_mib') / m(KAFKA, 'peak_rss_mib'):>10.2f}"
         )
