@@ -359,6 +359,53 @@ def _log_info(cur: sqlite3.Cursor, logs: Sequence[PartitionKey]) -> list[LogInfo
     return out
 
 
+# A fetch's logs, a topic at a time: start, high watermark and the open transactions'
+# first offset (last_stable_offset's) of the partitions in a range, in one statement.
+# A consumer's fetch names up to thousands of partitions, nearly all with nothing new:
+# two point queries for each cost more than everything else the answer takes.
+_LOGS_IN_RANGE = (
+    "SELECT l.partition, l.log_start_offset, l.high_watermark,"
+    " (SELECT min(o.first_offset) FROM open_txns o"
+    "  WHERE o.topic_id = l.topic_id AND o.partition = l.partition)"
+    " FROM logs l WHERE l.topic_id = ? AND l.partition BETWEEN ? AND ?"
+)
+# A topic's partitions read by range from this many asked, when the range holds at most
+# _RANGE_SPREAD times as many partitions (else point queries: a few partitions of a
+# large topic).
+_RANGE_MIN = 8
+_RANGE_SPREAD = 4
+
+_FoundLog = tuple[int, int, int]  # log_start_offset, high_watermark, last_stable_offset
+
+
+def _logs_of(
+    cur: sqlite3.Cursor, requests: Sequence[FindRequest]
+) -> tuple[dict[UUID, bytes], dict[tuple[UUID, int], _FoundLog]]:
+    """The asked topics' ids as stored, and each existing asked log (absent: unknown)."""
+    by_topic: dict[UUID, set[int]] = {}
+    for req in requests:
+        parts = by_topic.get(req.topic_id)
+        if parts is None:
+            parts = by_topic[req.topic_id] = set()
+        parts.add(req.partition)
+    tids: dict[UUID, bytes] = {}
+    logs: dict[tuple[UUID, int], _FoundLog] = {}
+    for topic_id, parts in by_topic.items():
+        tid = tids[topic_id] = topic_id.bytes
+        low, high = min(parts), max(parts)
+        if len(parts) >= _RANGE_MIN and high - low < _RANGE_SPREAD * len(parts):
+            for p, start, hwm, first in cur.execute(_LOGS_IN_RANGE, (tid, low, high)):
+                # As last_stable_offset: the first open transaction's offset, else the HWM.
+                logs[(topic_id, p)] = (start, hwm, hwm if first is None else max(first, start))
+            continue
+        for p in parts:
+            row = cur.execute(SELECT_LOG, (tid, p)).fetchone()
+            if row is not None:
+                start, hwm = row[0], row[1]
+                logs[(topic_id, p)] = (start, hwm, last_stable_offset(cur, tid, p, start, hwm))
+    return tids, logs
+
+
 def _find_batches(
     cur: sqlite3.Cursor,
     requests: Sequence[FindRequest],
@@ -369,15 +416,15 @@ def _find_batches(
     out: list[FindResult] = []
     total = 0
     answer_empty = True  # Kafka's minOneMessage: the answer's first batch always goes
+    tids, logs = _logs_of(cur, requests)
     for req in requests:
-        tid = req.topic_id.bytes
-        log = cur.execute(SELECT_LOG, (tid, req.partition)).fetchone()
+        tid = tids[req.topic_id]
+        log = logs.get((req.topic_id, req.partition))
         aborted: list[AbortedTransaction] | None = [] if read_committed else None
         if log is None:
             out.append(FindResult(UNKNOWN_TOPIC_OR_PARTITION, aborted=aborted))
             continue
-        start, hwm = log[0], log[1]
-        lso = last_stable_offset(cur, tid, req.partition, start, hwm)
+        start, hwm, lso = log
         if req.offset < start or req.offset > hwm:
             out.append(FindResult(OFFSET_OUT_OF_RANGE, start, hwm, [], lso, aborted))
             continue
