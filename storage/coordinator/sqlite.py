@@ -380,30 +380,31 @@ _FoundLog = tuple[int, int, int]  # log_start_offset, high_watermark, last_stabl
 
 def _logs_of(
     cur: sqlite3.Cursor, requests: Sequence[FindRequest]
-) -> tuple[dict[UUID, bytes], dict[tuple[UUID, int], _FoundLog]]:
-    """The asked topics' ids as stored, and each existing asked log (absent: unknown)."""
-    by_topic: dict[UUID, set[int]] = {}
+) -> dict[UUID, tuple[bytes, dict[int, _FoundLog]]]:
+    """Per asked topic: its id as stored, and each existing asked log (absent: unknown)."""
+    asked: dict[UUID, set[int]] = {}
     for req in requests:
-        parts = by_topic.get(req.topic_id)
+        parts = asked.get(req.topic_id)
         if parts is None:
-            parts = by_topic[req.topic_id] = set()
+            parts = asked[req.topic_id] = set()
         parts.add(req.partition)
-    tids: dict[UUID, bytes] = {}
-    logs: dict[tuple[UUID, int], _FoundLog] = {}
-    for topic_id, parts in by_topic.items():
-        tid = tids[topic_id] = topic_id.bytes
+    out: dict[UUID, tuple[bytes, dict[int, _FoundLog]]] = {}
+    for topic_id, parts in asked.items():
+        tid = topic_id.bytes
+        logs: dict[int, _FoundLog] = {}
+        out[topic_id] = (tid, logs)
         low, high = min(parts), max(parts)
         if len(parts) >= _RANGE_MIN and high - low < _RANGE_SPREAD * len(parts):
             for p, start, hwm, first in cur.execute(_LOGS_IN_RANGE, (tid, low, high)):
                 # As last_stable_offset: the first open transaction's offset, else the HWM.
-                logs[(topic_id, p)] = (start, hwm, hwm if first is None else max(first, start))
+                logs[p] = (start, hwm, hwm if first is None else max(first, start))
             continue
         for p in parts:
             row = cur.execute(SELECT_LOG, (tid, p)).fetchone()
             if row is not None:
                 start, hwm = row[0], row[1]
-                logs[(topic_id, p)] = (start, hwm, last_stable_offset(cur, tid, p, start, hwm))
-    return tids, logs
+                logs[p] = (start, hwm, last_stable_offset(cur, tid, p, start, hwm))
+    return out
 
 
 def _find_batches(
@@ -416,10 +417,15 @@ def _find_batches(
     out: list[FindResult] = []
     total = 0
     answer_empty = True  # Kafka's minOneMessage: the answer's first batch always goes
-    tids, logs = _logs_of(cur, requests)
+    topics = _logs_of(cur, requests)
+    topic_id: UUID | None = None
+    tid, logs = b"", {}
     for req in requests:
-        tid = tids[req.topic_id]
-        log = logs.get((req.topic_id, req.partition))
+        if req.topic_id is not topic_id:
+            # (A request's partitions come a topic at a time: one lookup per topic.)
+            topic_id = req.topic_id
+            tid, logs = topics[topic_id]
+        log = logs.get(req.partition)
         aborted: list[AbortedTransaction] | None = [] if read_committed else None
         if log is None:
             out.append(FindResult(UNKNOWN_TOPIC_OR_PARTITION, aborted=aborted))
