@@ -53,15 +53,23 @@ class RecordChunks:
 
 
 class EncodedResponse:
-    """A response body already encoded (hot paths that skip kio's writer)."""
+    """A response body already encoded (hot paths that skip kio's writer): one buffer, or
+    buffers in order (record bytes passed through uncopied) of ``size`` bytes in all."""
 
-    __slots__ = ("body", "flexible_header", "throttle_ms")
+    __slots__ = ("body", "flexible_header", "size", "throttle_ms")
 
-    def __init__(self, body: bytes, flexible_header: bool, throttle_ms: int = 0) -> None:
+    def __init__(
+        self,
+        body: bytes | list[bytes | memoryview],
+        flexible_header: bool,
+        throttle_ms: int = 0,
+        size: int = -1,
+    ) -> None:
         self.body = body
         self.flexible_header = flexible_header
         # The throttle time encoded in the body, for the connection to honour (KIP-219).
         self.throttle_ms = throttle_ms
+        self.size = len(body) if type(body) is bytes else size
 
 
 class _Collector(list):  # type: ignore[type-arg]
@@ -151,11 +159,17 @@ def encode_response(correlation_id: int, response: Any) -> list[bytes | memoryvi
     """The whole response frame (size prefix included) as buffers for writelines."""
     if type(response) is EncodedResponse:
         head = _RESPONSE_HEADER.pack(
-            len(response.body) + (5 if response.flexible_header else 4), correlation_id
+            response.size + (5 if response.flexible_header else 4), correlation_id
         )
         if response.flexible_header:
             head += b"\x00"
-        return [head + response.body]
+        body = response.body
+        if type(body) is bytes:
+            return [head + body]
+        first = body[0]
+        if len(first) < _COALESCE_LIMIT and type(first) is bytes:
+            return [head + first, *body[1:]]
+        return [head, *body]
     schema = type(response)
     collector = _Collector()
     entity_writer(schema)(collector, response)

@@ -23,6 +23,7 @@ from broker.security.principal import user_of
 from broker.server.handler_helpers import fetch_replica_id
 from broker.server.metrics import METRICS
 from common.acl import AclOperation
+from protocol.fetch_response import encode_fetch_response
 from storage.coordinator import CoordinatorUnavailable, FindResult
 from storage.objects import ObjectStoreError
 from storage.outage import OutageLog
@@ -112,9 +113,7 @@ async def handle(broker: FetchView, ctx: RequestContext, request: Any) -> Any:
     replica_id = fetch_replica_id(request)
     session = broker.fetch_sessions.open(request, by_id, replica=replica_id >= 0)
     if session.error:
-        return ctx.respond(
-            {"throttle_time": 0, "error_code": session.error, "session_id": 0, "responses": []}
-        )
+        return encode_fetch_response(ctx.header.api_version, [], error_code=session.error)
     slots: list[FetchSlot] = []
     readers: list[PartitionLog] = []  # the log that opened each slot, and reads it
     # ensure() re-reads the catalog for a topic or partition this broker does not know
@@ -224,8 +223,16 @@ def _by_reader(
 ) -> list[tuple[PartitionLog, list[FetchSlot]]]:
     """The slots grouped by the log reading them, in first-seen order."""
     groups: dict[int, tuple[PartitionLog, list[FetchSlot]]] = {}
+    last: PartitionLog | None = None
+    group: list[FetchSlot] = []
     for slot, reader in zip(slots, readers, strict=True):
-        groups.setdefault(id(reader), (reader, []))[1].append(slot)
+        # Runs of one log are the rule (a topic's partitions): no lookup for them.
+        if reader is not last:
+            found = groups.get(id(reader))
+            if found is None:
+                found = groups[id(reader)] = (reader, [])
+            last, group = reader, found[1]
+        group.append(slot)
     return list(groups.values())
 
 
@@ -233,6 +240,7 @@ async def _collect(
     broker: FetchView,
     slots: list[FetchSlot],
     readers: list[PartitionLog],
+    groups: list[tuple[PartitionLog, list[FetchSlot]]],
     plan: ReadPlan,
     max_bytes: int,
     min_bytes: int,
@@ -241,7 +249,6 @@ async def _collect(
 ) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait
-    groups = _by_reader(slots, readers)
     # What no round reads again (a classic log's tiered part: always there, so no
     # waiting on it), first in the answer's budget.
     after_below = FetchBudget(max_bytes)
@@ -293,8 +300,11 @@ async def _fetch(
     session: SessionView | None = None,
 ) -> Any:
     started = time.monotonic()
+    groups = _by_reader(slots, readers)
     try:
-        await _collect(broker, slots, readers, plan, max_bytes, min_bytes, max_wait, read_committed)
+        await _collect(
+            broker, slots, readers, groups, plan, max_bytes, min_bytes, max_wait, read_committed
+        )
     except (CoordinatorUnavailable, ObjectStoreError) as exc:
         # Retriable for consumers: they back off and fetch again.
         _OUTAGE.failed(exc, started)
@@ -327,7 +337,7 @@ async def _fetch(
             plan.records = [None] * len(records)
             for s in consumed:
                 s.data = b""
-    for reader, group in _by_reader(slots, readers):
+    for reader, group in groups:
         await reader.describe(group, plan)
     topics: dict[Any, list[dict[str, Any]]] = {}
     for slot, reader in zip(slots, readers, strict=True):
@@ -359,12 +369,10 @@ async def _fetch(
         if session is not None and not session.include(slot.topic_key, entry):
             continue  # an incremental fetch: nothing new about this partition
         topics.setdefault(slot.topic_key, []).append(entry)
-    key_field = "topic_id" if by_id else "topic"
-    return ctx.respond(
-        {
-            "throttle_time": throttle_ms,
-            "error_code": 0,
-            "session_id": session.session_id if session is not None else 0,
-            "responses": [{key_field: key, "partitions": parts} for key, parts in topics.items()],
-        }
+    return encode_fetch_response(
+        ctx.header.api_version,
+        list(topics.items()),
+        throttle_ms,
+        0,
+        session.session_id if session is not None else 0,
     )

@@ -249,6 +249,11 @@ class Log:
             raise OffsetOutOfRange(
                 f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]"
             )
+        if offset >= end:
+            # Nothing below ``max_offset`` from here (a batch holding the offset ends at or
+            # past it): a consumer at the high watermark, the steady state of most of a
+            # large fetch's partitions, costs no index lookup or segment walk.
+            return b""
         i = max(0, self._segment_index(offset))
         for segment in self.segments[i:]:
             if segment.base_offset >= end:

@@ -359,6 +359,54 @@ def _log_info(cur: sqlite3.Cursor, logs: Sequence[PartitionKey]) -> list[LogInfo
     return out
 
 
+# A fetch's logs, a topic at a time: start, high watermark and the open transactions'
+# first offset (last_stable_offset's) of the partitions in a range, in one statement.
+# A consumer's fetch names up to thousands of partitions, nearly all with nothing new:
+# two point queries for each cost more than everything else the answer takes.
+_LOGS_IN_RANGE = (
+    "SELECT l.partition, l.log_start_offset, l.high_watermark,"
+    " (SELECT min(o.first_offset) FROM open_txns o"
+    "  WHERE o.topic_id = l.topic_id AND o.partition = l.partition)"
+    " FROM logs l WHERE l.topic_id = ? AND l.partition BETWEEN ? AND ?"
+)
+# A topic's partitions read by range from this many asked, when the range holds at most
+# _RANGE_SPREAD times as many partitions (else point queries: a few partitions of a
+# large topic).
+_RANGE_MIN = 8
+_RANGE_SPREAD = 4
+
+_FoundLog = tuple[int, int, int]  # log_start_offset, high_watermark, last_stable_offset
+
+
+def _logs_of(
+    cur: sqlite3.Cursor, requests: Sequence[FindRequest]
+) -> dict[UUID, tuple[bytes, dict[int, _FoundLog]]]:
+    """Per asked topic: its id as stored, and each existing asked log (absent: unknown)."""
+    asked: dict[UUID, set[int]] = {}
+    for req in requests:
+        parts = asked.get(req.topic_id)
+        if parts is None:
+            parts = asked[req.topic_id] = set()
+        parts.add(req.partition)
+    out: dict[UUID, tuple[bytes, dict[int, _FoundLog]]] = {}
+    for topic_id, parts in asked.items():
+        tid = topic_id.bytes
+        logs: dict[int, _FoundLog] = {}
+        out[topic_id] = (tid, logs)
+        low, high = min(parts), max(parts)
+        if len(parts) >= _RANGE_MIN and high - low < _RANGE_SPREAD * len(parts):
+            for p, start, hwm, first in cur.execute(_LOGS_IN_RANGE, (tid, low, high)):
+                # As last_stable_offset: the first open transaction's offset, else the HWM.
+                logs[p] = (start, hwm, hwm if first is None else max(first, start))
+            continue
+        for p in parts:
+            row = cur.execute(SELECT_LOG, (tid, p)).fetchone()
+            if row is not None:
+                start, hwm = row[0], row[1]
+                logs[p] = (start, hwm, last_stable_offset(cur, tid, p, start, hwm))
+    return out
+
+
 def _find_batches(
     cur: sqlite3.Cursor,
     requests: Sequence[FindRequest],
@@ -369,15 +417,20 @@ def _find_batches(
     out: list[FindResult] = []
     total = 0
     answer_empty = True  # Kafka's minOneMessage: the answer's first batch always goes
+    topics = _logs_of(cur, requests)
+    topic_id: UUID | None = None
+    tid, logs = b"", {}
     for req in requests:
-        tid = req.topic_id.bytes
-        log = cur.execute(SELECT_LOG, (tid, req.partition)).fetchone()
+        if req.topic_id is not topic_id:
+            # (A request's partitions come a topic at a time: one lookup per topic.)
+            topic_id = req.topic_id
+            tid, logs = topics[topic_id]
+        log = logs.get(req.partition)
         aborted: list[AbortedTransaction] | None = [] if read_committed else None
         if log is None:
             out.append(FindResult(UNKNOWN_TOPIC_OR_PARTITION, aborted=aborted))
             continue
-        start, hwm = log[0], log[1]
-        lso = last_stable_offset(cur, tid, req.partition, start, hwm)
+        start, hwm, lso = log
         if req.offset < start or req.offset > hwm:
             out.append(FindResult(OFFSET_OUT_OF_RANGE, start, hwm, [], lso, aborted))
             continue

@@ -1071,6 +1071,55 @@ async def test_several_partitions_in_one_fetch(coordinator: BatchCoordinator) ->
     assert [r.aborted for r in got] == [None, None, None]
 
 
+async def test_a_fetch_of_many_partitions_answers_each_as_alone(
+    coordinator: BatchCoordinator,
+) -> None:
+    # A consumer's fetch names many partitions of a topic (a backend may look them up
+    # together): each is answered as a fetch of it alone, open transactions (the last
+    # stable offset), a moved log start, unknown and repeated partitions included.
+    c = coordinator
+    keys = [PartitionKey(T1, i) for i in range(12)]
+    await setup_logs(c, *keys, P20)
+    rnd = random.Random(7)
+    for k in keys:
+        await commit(c, *(plain(k) for _ in range(rnd.randrange(4))))
+    open_txn = Producer(c, "open")
+    await open_txn.begin(keys[2], keys[5])
+    await open_txn.send(keys[2])
+    await open_txn.send(keys[5])
+    await commit(c, plain(keys[2]))
+    aborted = await _aborted_txn(c, "gone", keys[7])
+    assert aborted.pid >= 0
+    await commit(c, plain(keys[9]), plain(keys[9]), plain(keys[9]))
+    (moved,) = await c.delete_records([(keys[9], 2)], NOW)
+    assert moved.error == NONE
+    asked = [(k, o) for k in keys for o in (0, 1, 2)] + [
+        (PartitionKey(T1, 13), 0),  # no such log, inside the asked range
+        (keys[3], 0),  # asked twice
+        (P20, 0),
+    ]
+    rnd.shuffle(asked)
+    reqs = [FindRequest(k.topic_id, k.partition, o, BIG) for k, o in asked]
+    for read_committed in (True, False):
+        together = await c.find_batches(reqs, BIG, read_committed=read_committed)
+        alone = [(await c.find_batches([r], BIG, read_committed))[0] for r in reqs]
+
+        def seen(r: FindResult) -> Any:
+            return (
+                r.error,
+                r.log_start_offset,
+                r.high_watermark,
+                r.last_stable_offset,
+                offsets_of(r),
+                r.aborted,
+            )
+
+        assert [seen(r) for r in together] == [seen(r) for r in alone]
+        # Not all alike: the case covers what a fetch's partitions may differ in.
+        assert {r.error for r in together} == {NONE, UNKNOWN, OUT_OF_RANGE}
+        assert len({r.last_stable_offset - r.high_watermark for r in together}) > 1
+
+
 async def test_list_offsets_read_committed(coordinator: BatchCoordinator) -> None:
     await setup_logs(coordinator)
     c = coordinator

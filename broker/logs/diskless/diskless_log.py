@@ -133,7 +133,10 @@ class DisklessLog:
         i = slot.find_index
         if i < 0:
             return 0
-        result = plan.results[i] = budget.keep(plan.results[i], plan.finds[i].max_bytes)
+        result = plan.results[i]
+        if not result.batches:
+            return 0  # nothing found: nothing to keep, nothing taken from the budget
+        result = plan.results[i] = budget.keep(result, plan.finds[i].max_bytes)
         return sum(b.byte_size for b in result.batches)
 
     def interests(self, slot: FetchSlot, plan: ReadPlan) -> list[tuple[UUID, int, int]]:
@@ -149,7 +152,11 @@ class DisklessLog:
 
     async def end_reads(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
         broker = self._broker
-        epochs = [broker.leader_epoch(f.topic_id, f.partition) for f in plan.finds]
+        # The epoch is patched into the batches found: none to look up without them.
+        epochs = [
+            broker.leader_epoch(f.topic_id, f.partition) if r.batches else -1
+            for f, r in zip(plan.finds, plan.results, strict=True)
+        ]
         plan.records = await broker.fetcher.read(plan.results, epochs)
 
     async def describe(self, slots: list[FetchSlot], plan: ReadPlan) -> None:
@@ -167,27 +174,28 @@ class DisklessLog:
         plan.infos.update({id(s): info for s, info in zip(redirected, found, strict=True)})
 
     def entry(self, slot: FetchSlot, plan: ReadPlan, read_committed: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if (info := plan.infos.get(id(slot))) is not None and not info.error:
-            out.update(
-                high_watermark=info.high_watermark,
-                last_stable_offset=info.high_watermark,
-                log_start_offset=info.log_start_offset,
-            )
         i = slot.find_index
         if i < 0:
-            return out
+            # Redirected (KIP-392): no find, only the offsets ``describe`` looked up.
+            info = plan.infos.get(id(slot))
+            if info is None or info.error:
+                return {}
+            return {
+                "high_watermark": info.high_watermark,
+                "last_stable_offset": info.high_watermark,
+                "log_start_offset": info.log_start_offset,
+            }
         result = plan.results[i]
         data = plan.records[i]
         f = plan.finds[i]
-        out.update(
-            error_code=result.error,
-            high_watermark=result.high_watermark,
-            last_stable_offset=result.last_stable_offset,
+        out: dict[str, Any] = {
+            "error_code": result.error,
+            "high_watermark": result.high_watermark,
+            "last_stable_offset": result.last_stable_offset,
             # A migrated partition's log starts in its sealed classic log, if any.
-            log_start_offset=plan.log_start(f.topic_id, f.partition, result.log_start_offset),
-            records=data if data is not None else b"",
-        )
+            "log_start_offset": plan.log_start(f.topic_id, f.partition, result.log_start_offset),
+            "records": data if data is not None else b"",
+        }
         if result.aborted is not None:
             out["aborted_transactions"] = [
                 {"producer_id": a.producer_id, "first_offset": a.first_offset}

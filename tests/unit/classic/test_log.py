@@ -53,6 +53,23 @@ def test_leader_appends_assign_offsets_and_reads_return_whole_batches(tmp_path: 
     assert log.epochs.entries == [(0, 0), (1, 5)]
 
 
+def test_a_read_at_or_past_the_high_watermark_is_empty(tmp_path: Path) -> None:
+    # A consumer at the high watermark (or inside a batch that straddles it) gets nothing,
+    # whichever segment holds it; offsets outside the log are still out of range.
+    one = batch(1, value=b"x" * 200)
+    log = Log(str(tmp_path), LogConfig(segment_bytes=len(one) * 3, index_interval_bytes=64))
+    append(log, batch(3), batch(2))
+    for _ in range(5):
+        append(log, one)
+    assert log.log_end_offset == 10 and len(log.segments) > 1
+    for hwm, at in ((3, 3), (3, 4), (4, 4), (6, 6), (6, 9), (10, 10)):
+        assert log.read(at, 1 << 20, max_offset=hwm) == b"", (hwm, at)
+    assert offsets(log.read(2, 1 << 20, max_offset=3)) == [(0, 2)]
+    assert offsets(log.read(5, 1 << 20, max_offset=7)) == [(5, 5), (6, 6)]
+    with pytest.raises(OffsetOutOfRange):
+        log.read(11, 100, max_offset=5)
+
+
 def test_many_batches_use_the_sparse_index_and_roll_segments(tmp_path: Path) -> None:
     one = batch(1, value=b"x" * 200)
     log = Log(str(tmp_path), LogConfig(segment_bytes=len(one) * 10, index_interval_bytes=500))
