@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .harness import (
@@ -55,6 +55,7 @@ from .harness import (
     add_client_options,
     broker_options,
     say,
+    serve_until,
     sluice_and_kafka,
 )
 from .stats import med
@@ -335,18 +336,6 @@ class SteadyProducer(threading.Thread):
             tick += self.interval
             serve_until(p.poll, tick, self.stop)
         p.flush(30)
-
-
-def serve_until(poll: Callable[[float], object], until: float, stop: threading.Event) -> None:
-    """Serve the producer's callbacks until ``until`` (``time.perf_counter``). One
-    ``Producer.poll(timeout)`` returns as soon as it served an event, a delivery report
-    included, not after ``timeout``: pacing on a single call let the producer run as fast
-    as its records were acknowledged, about 14x the intended rate on a classic topic
-    (acknowledged from the local log within milliseconds) against the intended rate on a
-    diskless one (acknowledged after an object upload), so that the two topic kinds were
-    measured under different loads."""
-    while not stop.is_set() and (left := until - time.perf_counter()) > 0:
-        poll(left)
 
 
 # ---------------------------------------------------------------- one sequence
