@@ -178,6 +178,13 @@ class BrokerConfig:
     # is the default; "uniform", "range" or Kafka's class names).
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5000
+    # The bounds of a group's own consumer.session.timeout.ms / consumer.heartbeat.interval.ms
+    # group configs (KIP-848; Kafka's names and defaults). Unlike Kafka, the broker defaults
+    # above are not held to them: tests run with short sessions.
+    group_consumer_min_session_timeout_ms: int = 45_000
+    group_consumer_max_session_timeout_ms: int = 60_000
+    group_consumer_min_heartbeat_interval_ms: int = 5000
+    group_consumer_max_heartbeat_interval_ms: int = 15_000
     group_consumer_assignors: str = "uniform,range"
     # The server-side assignors prefer members in a partition's replica racks (members with
     # client.rack, classic topics); false assigns as Kafka 4 does, without racks.
@@ -314,6 +321,22 @@ class BrokerConfig:
                 "group.consumer.heartbeat.interval.ms must be > 0 and below "
                 "group.consumer.session.timeout.ms"
             )
+        for low, high, name in (
+            (
+                self.group_consumer_min_session_timeout_ms,
+                self.group_consumer_max_session_timeout_ms,
+                "session.timeout.ms",
+            ),
+            (
+                self.group_consumer_min_heartbeat_interval_ms,
+                self.group_consumer_max_heartbeat_interval_ms,
+                "heartbeat.interval.ms",
+            ),
+        ):
+            if not 0 < low <= high:
+                raise ValueError(
+                    f"group.consumer.min.{name} must be > 0 and <= group.consumer.max.{name}"
+                )
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")

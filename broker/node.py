@@ -146,6 +146,9 @@ class Broker:
         )
         # One group id space: a classic or consumer group cannot take a share group's id.
         self.groups.coordinator.share_group = self.share.is_share_group
+        # The group configs are one table: a consumer group's own session timeout and
+        # heartbeat interval (KIP-848) are kept and cached with the share groups' configs.
+        self.groups.consumer.group_timings = self.share.configs.consumer_timings
         # Transactions: all state in the coordinator database; diskless markers made from
         # their file's key by readers (no PUT), unless diskless.txn.marker.objects.
         marker_writer = MarkerWriter(

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
-RESOURCE_GROUP = 32  # group configs: share groups' (broker/groups/share/group_configs.py)
+# Group configs: share and consumer groups' (broker/groups/share/group_configs.py).
+RESOURCE_GROUP = 32
 # Never shown (broker/config.py is_sensitive): passwords, JAAS configs, a DSN's password.
 SENSITIVE_BROKER_KEYS = SENSITIVE_KEYS
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
@@ -151,6 +152,10 @@ _INT_BROKER_KEYS = frozenset(
         "group.initial.rebalance.delay.ms",
         "group.consumer.session.timeout.ms",
         "group.consumer.heartbeat.interval.ms",
+        "group.consumer.min.session.timeout.ms",
+        "group.consumer.max.session.timeout.ms",
+        "group.consumer.min.heartbeat.interval.ms",
+        "group.consumer.max.heartbeat.interval.ms",
         "offsets.commit.timeout.ms",
         "transaction.max.timeout.ms",
         "transactional.id.expiration.ms",

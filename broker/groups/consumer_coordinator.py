@@ -2,9 +2,12 @@
 timers and storage around the pure protocol (:mod:`broker.groups.consumer_group_heartbeat`),
 and what offsets and the admin APIs need to know of these groups.
 
-- Session timeout (``group.consumer.session.timeout.ms``): a member that does not
-  heartbeat within it is fenced (removed; the group epoch goes up, the others get its
-  partitions).
+- Session timeout (``group.consumer.session.timeout.ms``, or the group's own
+  ``consumer.session.timeout.ms`` group config): a member that does not heartbeat within it
+  is fenced (removed; the group epoch goes up, the others get its partitions). The heartbeat
+  interval members are told is likewise the group's ``consumer.heartbeat.interval.ms`` when
+  set. Both are read through :attr:`ConsumerCoordinator.group_timings` (the cached group
+  configs) on each heartbeat.
 - Rebalance timeout (the member's, from its first heartbeat): a member asked to revoke
   partitions that has not done so within it is fenced too, so it cannot hold others up.
 - Every heartbeat that changed the group is answered once the group's snapshot is
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
@@ -60,12 +64,20 @@ from broker.groups.store_errors import store_error
 
 log = logging.getLogger(__name__)
 
+# A group's (session timeout, heartbeat interval) in ms: its group configs, else the broker's.
+GroupTimings = Callable[[str], Awaitable[tuple[int, int]]]
+_TIMINGS_PRUNE_AT = 10_000
+
 
 class ConsumerCoordinator:
     def __init__(self, held: HeldGroups) -> None:
         self._held = held
         self.config = held.config
         held.on_consumer_group_loaded = self._start_timers
+        # Set by the node (the group configs kept with the share groups); None: the broker's.
+        self.group_timings: GroupTimings | None = None
+        # The timings each group's last heartbeat read, for its timers and answers.
+        self._timings: dict[str, tuple[int, int]] = {}
 
     @property
     def groups(self) -> dict[str, ConsumerGroup]:
@@ -90,6 +102,8 @@ class ConsumerCoordinator:
         group_id = request.group_id
         if not self._held.owns(group_id):
             return HeartbeatResult.failed(ErrorCode.not_coordinator, "Not the coordinator.")
+        # Before the load: a loaded group's members start their sessions with these.
+        await self._refresh_timings(group_id)
         if loaded := await self._held.load(group_id):
             return HeartbeatResult.failed(loaded, f"Loading group {group_id} failed.")
         if await self._held.is_share_group(group_id):
@@ -188,6 +202,27 @@ class ConsumerCoordinator:
         # Stored with the joining member's heartbeat, which changes the group.
         return group
 
+    async def _refresh_timings(self, group_id: str) -> None:
+        if self.group_timings is None:
+            return
+        try:
+            found = await self.group_timings(group_id)
+        except Exception as exc:  # a soft setting: the last known (or default) stays
+            log.warning("reading group %s's configs failed: %s", group_id, exc)
+            return
+        if len(self._timings) >= _TIMINGS_PRUNE_AT:
+            self._timings = {g: t for g, t in self._timings.items() if g in self.groups}
+        self._timings[group_id] = found
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        found = self._timings.get(group_id)
+        return self.config.consumer_session_timeout_ms if found is None else found[0]
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        """The interval a member of ``group_id`` is told (as of its group's last heartbeat)."""
+        found = self._timings.get(group_id)
+        return self.config.consumer_heartbeat_interval_ms if found is None else found[1]
+
     def _after_heartbeat(
         self, group: ConsumerGroup, request: HeartbeatRequest, result: HeartbeatResult
     ) -> None:
@@ -200,7 +235,7 @@ class ConsumerCoordinator:
         if timers.session is not None:
             timers.session.cancel()
         timers.session = self._held.later(
-            self.config.consumer_session_timeout_ms, self._session_expired, group, member_id
+            self.session_timeout_ms(group.group_id), self._session_expired, group, member_id
         )
         revoking = member.current.state is MemberState.UNREVOKED_PARTITIONS
         if timers.rebalance is not None and (
@@ -229,7 +264,7 @@ class ConsumerCoordinator:
                 continue
             timers = group.timers_of(member_id)
             timers.session = self._held.later(
-                self.config.consumer_session_timeout_ms, self._session_expired, group, member_id
+                self.session_timeout_ms(group.group_id), self._session_expired, group, member_id
             )
             if member.current.state is MemberState.UNREVOKED_PARTITIONS:
                 timers.rebalance_epoch = member.epoch

@@ -65,7 +65,7 @@ async def consumer_group_heartbeat(broker: GroupsView, ctx: RequestContext, requ
             "member_epoch": result.member_epoch if ok else 0,
             # None after a leave (epoch < 0) either, as Kafka answers.
             "heartbeat_interval": (
-                consumer.config.consumer_heartbeat_interval_ms
+                consumer.heartbeat_interval_ms(request.group_id)
                 if ok and result.member_epoch >= 0
                 else 0
             ),

@@ -109,6 +109,25 @@ async def test_a_silent_member_is_fenced_after_the_session_timeout(
     assert (await beat(group_brokers.one, "a", before["a"][0], set())).error == E.unknown_member_id
 
 
+async def test_a_groups_own_session_timeout_fences_its_members(
+    group_brokers: GroupBrokers, clock: ManualClock
+) -> None:
+    """consumer.session.timeout.ms set on the group (KIP-848) outlasts the broker's 45 s."""
+    own_session_ms = 55_000
+
+    async def group_timings(group_id: str) -> tuple[int, int]:
+        return (own_session_ms, 5000) if group_id == G else (CONSUMER_SESSION_MS, 5000)
+
+    group_brokers.one.consumer.group_timings = group_timings
+    before = await stable_pair(group_brokers.one)
+    b_epoch, b_held = before["b"]
+    clock.advance(CONSUMER_SESSION_MS + 1000)  # past the broker's timeout, not the group's
+    assert sorted(group_brokers.one.consumer.groups[G].members) == ["a", "b"]
+    assert (await beat(group_brokers.one, "b", b_epoch, b_held)).error == E.none
+    clock.advance(own_session_ms - CONSUMER_SESSION_MS)  # a's own session is over
+    assert list(group_brokers.one.consumer.groups[G].members) == ["b"]
+
+
 async def test_a_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout(
     group_brokers: GroupBrokers, clock: ManualClock
 ) -> None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.groups import find_coordinator, group_membership
+from broker.groups import consumer_group_handler, find_coordinator, group_membership
 from broker.groups import group_admin_handler as groups_admin
 from broker.groups import group_offsets_handler as group_offsets
 from broker.groups.held_groups import GroupConfig
@@ -61,6 +62,7 @@ class FakeBroker:
         self.share = share  # ListGroups and DeleteGroups cover share groups too
         self.topics = Topics()
         self.authorizer = None
+        self.controller = None  # no replica sets: every topic diskless
 
 
 @pytest.fixture
@@ -395,3 +397,32 @@ async def test_delete_groups_every_version(broker: FakeBroker, version: int) -> 
         ("h", E.none),
         ("ghost", E.group_id_not_found),
     ]
+
+
+# --------------------------------------------------------------------------- KIP-848 heartbeat
+
+
+@pytest.mark.parametrize("version", versions(68))
+async def test_consumer_heartbeat_tells_the_groups_own_heartbeat_interval(
+    broker: FakeBroker, version: int
+) -> None:
+    # As broker/node.py wires them: the group configs are one table with the share groups'.
+    broker.groups.consumer.group_timings = broker.share.configs.consumer_timings
+    await broker.share.configs.alter("tuned", {"consumer.heartbeat.interval.ms": "7000"})
+
+    async def first_heartbeat(group: str) -> Any:
+        data = {
+            "group_id": group,
+            "member_id": str(uuid.uuid4()),
+            "member_epoch": 0,
+            "rebalance_timeout": 10_000,
+            "subscribed_topic_names": ["orders"],
+            "topic_partitions": [],
+        }
+        return await call(
+            consumer_group_handler.consumer_group_heartbeat, broker, 68, version, data
+        )
+
+    tuned, plain = await first_heartbeat("tuned"), await first_heartbeat("plain")
+    assert (tuned.error_code, tuned.heartbeat_interval) == (E.none, timedelta(seconds=7))
+    assert (plain.error_code, plain.heartbeat_interval) == (E.none, timedelta(seconds=5))

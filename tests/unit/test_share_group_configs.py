@@ -1,14 +1,16 @@
-"""Share groups' group configs: validation as Kafka's GroupConfig, defaults from the
-broker's group.share.* settings."""
+"""Group configs: validation as Kafka's GroupConfig, defaults from the broker's
+group.share.* and group.consumer.* settings."""
 
 from __future__ import annotations
 
 import pytest
 
+from broker.config import load_config
 from broker.groups.share.group_configs import (
     GroupConfigs,
     InvalidGroupConfig,
     ShareConfig,
+    consumer_timings,
     duration_ms,
     settings,
 )
@@ -57,3 +59,107 @@ def test_settings_fall_back_to_the_broker_defaults() -> None:
         config, {"share.delivery.count.limit": "7", "share.isolation.level": "read_committed"}
     )
     assert set_on.limits.delivery_count_limit == 7 and set_on.read_committed
+
+
+SESSION = "consumer.session.timeout.ms"
+INTERVAL = "consumer.heartbeat.interval.ms"
+
+
+def test_consumer_keys_are_bounded_as_kafka_bounds_them() -> None:
+    """Kafka 4.4's answers (INVALID_CONFIG with these messages), probed."""
+    configs = GroupConfigs(ShareConfig(), None)  # type: ignore[arg-type]
+    assert configs.validate({SESSION: "45000", INTERVAL: "15000"}) == {
+        SESSION: "45000",
+        INTERVAL: "15000",
+    }
+    for key, value, message in (
+        (SESSION, "44999", f"{SESSION} must be in the range 45000 to 60000 inclusive."),
+        (SESSION, "60001", f"{SESSION} must be in the range 45000 to 60000 inclusive."),
+        (INTERVAL, "4999", f"{INTERVAL} must be in the range 5000 to 15000 inclusive."),
+        (INTERVAL, "15001", f"{INTERVAL} must be in the range 5000 to 15000 inclusive."),
+        (SESSION, "0", f"Invalid value 0 for configuration {SESSION}: Value must be at least 1"),
+        (
+            INTERVAL,
+            "abc",
+            f"Invalid value abc for configuration {INTERVAL}: Not a number of type INT",
+        ),
+    ):
+        with pytest.raises(InvalidGroupConfig) as refused:
+            configs.validate({key: value})
+        assert str(refused.value) == message
+
+
+def test_consumer_bounds_come_from_the_broker() -> None:
+    wide = ShareConfig(consumer_session_bounds=(1000, 90_000), consumer_heartbeat_bounds=(100, 900))
+    configs = GroupConfigs(wide, None)  # type: ignore[arg-type]
+    assert configs.validate({SESSION: "2000", INTERVAL: "300"}) == {
+        SESSION: "2000",
+        INTERVAL: "300",
+    }
+    with pytest.raises(InvalidGroupConfig, match="range 100 to 900"):
+        configs.validate({INTERVAL: "5000"})
+
+
+def test_consumer_timings_fall_back_to_the_broker_defaults() -> None:
+    config = ShareConfig(consumer_session_timeout_ms=30_000, consumer_heartbeat_interval_ms=3000)
+    assert consumer_timings(config, {}) == (30_000, 3000)
+    assert consumer_timings(config, {SESSION: "50000"}) == (50_000, 3000)
+    assert consumer_timings(config, {INTERVAL: "6000"}) == (30_000, 6000)
+
+
+class _Store:
+    def __init__(self) -> None:
+        self.configs: dict[str, dict[str, str]] = {}
+
+    async def group_configs(self, group_id: str) -> dict[str, str]:
+        return dict(self.configs.get(group_id, {}))
+
+    async def alter_group_configs(self, group_id: str, changes: dict[str, str | None]) -> None:
+        mine = self.configs.setdefault(group_id, {})
+        for key, value in changes.items():
+            if value is None:
+                mine.pop(key, None)
+            else:
+                mine[key] = value
+
+
+async def test_describe_lists_the_consumer_keys_as_kafka() -> None:
+    """Kafka 4.4: the default's synonym is the broker config it comes from."""
+    configs = GroupConfigs(ShareConfig(), _Store())  # type: ignore[arg-type]
+    await configs.alter("g", {SESSION: "50000"})
+    listed = {c["name"]: c for c in await configs.describe("g", None, False, True)}
+    session, interval = listed[SESSION], listed[INTERVAL]
+    assert (session["value"], session["config_source"], session["is_default"]) == (
+        "50000",
+        8,
+        False,
+    )
+    assert session["synonyms"] == [
+        {"name": SESSION, "value": "50000", "source": 8},
+        {"name": "group.consumer.session.timeout.ms", "value": "45000", "source": 5},
+    ]
+    assert (interval["value"], interval["config_source"], interval["config_type"]) == ("5000", 5, 3)
+    assert interval["synonyms"] == [
+        {"name": "group.consumer.heartbeat.interval.ms", "value": "5000", "source": 5}
+    ]
+    assert (
+        listed["share.session.timeout.ms"]["synonyms"][0]["name"]
+        == "group.share.session.timeout.ms"
+    )
+    assert await configs.consumer_timings("g") == (50_000, 5000)
+
+
+def test_the_consumer_bounds_are_broker_configs() -> None:
+    config = load_config(
+        {
+            "group.consumer.min.session.timeout.ms": "10000",
+            "group.consumer.max.heartbeat.interval.ms": "20000",
+        }
+    )
+    share = ShareConfig.from_broker(config)
+    assert (share.consumer_session_bounds, share.consumer_heartbeat_bounds) == (
+        (10_000, 60_000),
+        (5000, 20_000),
+    )
+    with pytest.raises(ValueError, match=r"group\.consumer\.min\.session\.timeout\.ms"):
+        load_config({"group.consumer.min.session.timeout.ms": "70000"})

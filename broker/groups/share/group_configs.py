@@ -1,8 +1,11 @@
-"""Share groups' group configs (Kafka's GroupConfig ``share.*`` keys), set with
+"""Group configs (Kafka's GroupConfig): share groups' ``share.*`` keys and KIP-848 consumer
+groups' ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms``, set with
 IncrementalAlterConfigs / AlterConfigs on a GROUP resource and shown by DescribeConfigs
 (``kafka-configs.sh --entity-type groups``). A group without a setting uses the broker's
-``group.share.*`` default; ``share.auto.offset.reset`` defaults to latest and
-``share.isolation.level`` to read_uncommitted, as Kafka.
+``group.share.*`` / ``group.consumer.*`` default; ``share.auto.offset.reset`` defaults to
+latest and ``share.isolation.level`` to read_uncommitted, as Kafka. The consumer keys are
+bounded by ``group.consumer.min/max.session.timeout.ms`` and
+``group.consumer.min/max.heartbeat.interval.ms``, with Kafka's messages.
 
 They are kept in the coordinator database (``storage.share_groups``), so every broker
 serving the group's share-partitions applies them; a broker reads them again after
@@ -15,7 +18,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker.groups.share.partition_state import Limits
 
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
     from storage.share_groups import ShareStateStore
 
 CACHE_S = 1.0
+_CACHE_PRUNE_AT = 10_000
 OP_SET = 0
 OP_DELETE = 1
 # DescribeConfigs' config types and sources.
@@ -43,13 +47,24 @@ _DURATION = re.compile(
 )
 
 
+CONSUMER_SESSION_TIMEOUT = "consumer.session.timeout.ms"
+CONSUMER_HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
+
+
 @dataclass(frozen=True, slots=True)
 class ShareConfig:
+    """The broker's defaults (and bounds) of every group config: the share groups' and,
+    since the group configs are one table, the consumer groups' two keys."""
+
     lock_ms: int = 30_000
     delivery_count_limit: int = 5
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     max_record_locks: int = 2000
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5000
+    consumer_session_bounds: tuple[int, int] = (45_000, 60_000)
+    consumer_heartbeat_bounds: tuple[int, int] = (5000, 15_000)
 
     @classmethod
     def from_broker(cls, config: Any) -> ShareConfig:
@@ -59,6 +74,16 @@ class ShareConfig:
             config.group_share_session_timeout_ms,
             config.group_share_heartbeat_interval_ms,
             config.group_share_partition_max_record_locks,
+            config.group_consumer_session_timeout_ms,
+            config.group_consumer_heartbeat_interval_ms,
+            (
+                config.group_consumer_min_session_timeout_ms,
+                config.group_consumer_max_session_timeout_ms,
+            ),
+            (
+                config.group_consumer_min_heartbeat_interval_ms,
+                config.group_consumer_max_heartbeat_interval_ms,
+            ),
         )
 
     @property
@@ -99,8 +124,8 @@ def _isolation(value: str) -> str:
     return value
 
 
-def _int_between(low: int, high: int) -> Callable[[str], str]:
-    def check(value: str) -> str:
+def _int_between(low: int, high: int) -> Callable[[str, ShareConfig], str]:
+    def check(value: str, config: ShareConfig) -> str:
         try:
             number = int(value)
         except ValueError:
@@ -112,44 +137,106 @@ def _int_between(low: int, high: int) -> Callable[[str], str]:
     return check
 
 
+_INT = re.compile(r"[+-]?\d+")
+
+
+def _consumer_ms(
+    key: str, bounds: Callable[[ShareConfig], tuple[int, int]]
+) -> Callable[[str, ShareConfig], str]:
+    """Kafka's two checks, with its messages: the key's type and minimum (1), then the
+    broker's group.consumer.min/max bounds."""
+
+    def check(value: str, config: ShareConfig) -> str:
+        text = value.strip()
+        if not _INT.fullmatch(text) or not -(2**31) <= int(text) < 2**31:
+            raise InvalidGroupConfig(
+                f"Invalid value {value} for configuration {key}: Not a number of type INT"
+            )
+        number = int(text)
+        if number < 1:
+            raise InvalidGroupConfig(
+                f"Invalid value {value} for configuration {key}: Value must be at least 1"
+            )
+        low, high = bounds(config)
+        if not low <= number <= high:
+            raise InvalidGroupConfig(f"{key} must be in the range {low} to {high} inclusive.")
+        return str(number)
+
+    return check
+
+
 @dataclass(frozen=True, slots=True)
 class _Key:
     type: int
-    check: Callable[[str], str]
+    check: Callable[[str, ShareConfig], str]
     default: Callable[[ShareConfig], str]
     doc: str
+    # The broker config whose value is the default, DescribeConfigs' default synonym (as
+    # Kafka names it); None: the key itself (a fixed default).
+    broker_key: str | None = None
 
 
 KEYS: dict[str, _Key] = {
+    CONSUMER_SESSION_TIMEOUT: _Key(
+        TYPE_INT,
+        _consumer_ms(CONSUMER_SESSION_TIMEOUT, lambda c: c.consumer_session_bounds),
+        lambda c: str(c.consumer_session_timeout_ms),
+        "A consumer-protocol member silent this long is fenced.",
+        "group.consumer.session.timeout.ms",
+    ),
+    CONSUMER_HEARTBEAT_INTERVAL: _Key(
+        TYPE_INT,
+        _consumer_ms(CONSUMER_HEARTBEAT_INTERVAL, lambda c: c.consumer_heartbeat_bounds),
+        lambda c: str(c.consumer_heartbeat_interval_ms),
+        "The heartbeat interval consumer-protocol members are told.",
+        "group.consumer.heartbeat.interval.ms",
+    ),
     "share.auto.offset.reset": _Key(
-        TYPE_STRING, _reset, lambda c: LATEST,
+        TYPE_STRING, lambda v, c: _reset(v), lambda c: LATEST,
         "Where a share-partition starts: earliest, latest or by_duration:<ISO-8601 duration>.",
     ),
     "share.isolation.level": _Key(
-        TYPE_STRING, _isolation, lambda c: READ_UNCOMMITTED,
+        TYPE_STRING, lambda v, c: _isolation(v), lambda c: READ_UNCOMMITTED,
         "read_committed: only committed transactional records are delivered.",
     ),
     "share.record.lock.duration.ms": _Key(
         TYPE_INT, _int_between(1000, 3_600_000), lambda c: str(c.lock_ms),
         "How long a delivered record stays locked to its consumer.",
+        "group.share.record.lock.duration.ms",
     ),
     "share.delivery.count.limit": _Key(
         TYPE_INT, _int_between(2, 10), lambda c: str(c.delivery_count_limit),
-        "Deliveries of a record before it is archived.",
+        "Deliveries of a record before it is archived.", "group.share.delivery.count.limit",
     ),
     "share.partition.max.record.locks": _Key(
         TYPE_INT, _int_between(100, 10_000), lambda c: str(c.max_record_locks),
-        "Records in flight per share-partition.",
+        "Records in flight per share-partition.", "group.share.partition.max.record.locks",
     ),
     "share.session.timeout.ms": _Key(
         TYPE_INT, _int_between(1000, 3_600_000), lambda c: str(c.session_timeout_ms),
-        "A member silent this long leaves the group.",
+        "A member silent this long leaves the group.", "group.share.session.timeout.ms",
     ),
     "share.heartbeat.interval.ms": _Key(
         TYPE_INT, _int_between(500, 3_600_000), lambda c: str(c.heartbeat_interval_ms),
-        "How often members heartbeat.",
+        "How often members heartbeat.", "group.share.heartbeat.interval.ms",
     ),
 }  # fmt: skip
+
+
+class ConsumerTimings(NamedTuple):
+    """A consumer group's session timeout and heartbeat interval (its own or the broker's)."""
+
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+
+
+def consumer_timings(config: ShareConfig, set_on_group: Mapping[str, str]) -> ConsumerTimings:
+    session = set_on_group.get(CONSUMER_SESSION_TIMEOUT)
+    interval = set_on_group.get(CONSUMER_HEARTBEAT_INTERVAL)
+    return ConsumerTimings(
+        int(session) if session else config.consumer_session_timeout_ms,
+        int(interval) if interval else config.consumer_heartbeat_interval_ms,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +281,15 @@ class GroupConfigs:
         if cached is not None and cached[0] > now:
             return cached[1]
         found = await self.store.group_configs(group_id)
+        if len(self._cache) >= _CACHE_PRUNE_AT:
+            # Every consumer group's heartbeats read here too: forget the groups not asked
+            # about for a while.
+            self._cache = {g: entry for g, entry in self._cache.items() if entry[0] > now}
         self._cache[group_id] = (now + CACHE_S, found)
         return found
+
+    async def consumer_timings(self, group_id: str) -> ConsumerTimings:
+        return consumer_timings(self.config, await self.set_on(group_id))
 
     async def settings(self, group_id: str) -> ShareSettings:
         return settings(self.config, await self.set_on(group_id))
@@ -206,7 +300,7 @@ class GroupConfigs:
             spec = KEYS.get(key)
             if spec is None:
                 raise InvalidGroupConfig(f"Unknown group config name: {key}")
-            out[key] = None if value is None else spec.check(value)
+            out[key] = None if value is None else spec.check(value, self.config)
         return out
 
     async def alter(self, group_id: str, changes: Mapping[str, str | None]) -> None:
@@ -244,7 +338,9 @@ class GroupConfigs:
                 continue
             spec = KEYS[key]
             default = spec.default(self.config)
-            synonyms = [{"name": key, "value": default, "source": SOURCE_DEFAULT}]
+            synonyms = [
+                {"name": spec.broker_key or key, "value": default, "source": SOURCE_DEFAULT}
+            ]
             if key in set_on:
                 synonyms.insert(0, {"name": key, "value": set_on[key], "source": SOURCE_GROUP})
             out.append(
