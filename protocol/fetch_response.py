@@ -20,6 +20,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .answer_writer import array_length, string, uvarint
 from .codec import EncodedResponse, RecordChunks
 
 FLEXIBLE_VERSION = 12
@@ -59,13 +60,13 @@ def encode_fetch_response(
         out += _TOP.pack(throttle_ms, error_code, session_id)
     else:
         out += _I32.pack(throttle_ms)
-    _length(out, len(topics), flexible)
+    array_length(out, len(topics), flexible)
     for key, entries in topics:
         if by_id:
             out += _ZERO_UUID if key is None else key.bytes
         else:
-            _string(out, key, flexible)
-        _length(out, len(entries), flexible)
+            string(out, key, flexible)
+        array_length(out, len(entries), flexible)
         for e in entries:
             if version >= 5:
                 out += partition_fields.pack(
@@ -86,7 +87,7 @@ def encode_fetch_response(
             if aborted is None:
                 out += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
-                _length(out, len(aborted), flexible)
+                array_length(out, len(aborted), flexible)
                 for a in aborted:
                     out += _ABORTED.pack(a["producer_id"], a["first_offset"])
                     if flexible:
@@ -99,7 +100,7 @@ def encode_fetch_response(
             else:
                 n = len(records)
                 if flexible:
-                    _uvarint(out, n + 1)
+                    uvarint(out, n + 1)
                 else:
                     out += _I32.pack(n)
                 if n:
@@ -125,26 +126,3 @@ def encode_fetch_response(
         return EncodedResponse(bytes(out), flexible, throttle_ms)
     parts.append(bytes(out))
     return EncodedResponse(parts, flexible, throttle_ms, size + len(out))
-
-
-def _length(out: bytearray, n: int, flexible: bool) -> None:
-    if flexible:
-        _uvarint(out, n + 1)
-    else:
-        out += _I32.pack(n)
-
-
-def _string(out: bytearray, value: str, flexible: bool) -> None:
-    data = value.encode()
-    if flexible:
-        _uvarint(out, len(data) + 1)
-    else:
-        out += _I16.pack(len(data))
-    out += data
-
-
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)

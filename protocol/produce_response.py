@@ -16,6 +16,7 @@ import struct
 from collections.abc import Sequence
 from functools import lru_cache
 
+from .answer_writer import array_length, string
 from .codec import EncodedResponse
 
 _I16 = struct.Struct(">h")
@@ -69,10 +70,10 @@ def encode_produce_response(
     flexible = version >= FLEXIBLE_VERSION
     fields = _PARTITION[5 if version >= 5 else 2 if version >= 2 else 0]
     out = bytearray()
-    _array_length(out, len(topics), flexible)
+    array_length(out, len(topics), flexible)
     for name, partitions in topics:
         out += _name(name, flexible)
-        _array_length(out, len(partitions), flexible)
+        array_length(out, len(partitions), flexible)
         for p in partitions:
             if version >= 5:
                 out += fields.pack(
@@ -88,13 +89,13 @@ def encode_produce_response(
                     # tagged fields.
                     out += _NO_ERRORS_FLEXIBLE if flexible else _NO_ERRORS
                     continue
-                _array_length(out, len(p.record_errors), flexible)
+                array_length(out, len(p.record_errors), flexible)
                 for batch_index, batch_index_message in p.record_errors:
                     out += _I32.pack(batch_index)
-                    _string(out, batch_index_message, flexible)
+                    string(out, batch_index_message, flexible)
                     if flexible:
                         out.append(0)  # no tagged fields
-                _string(out, p.error_message, flexible)
+                string(out, p.error_message, flexible)
             if flexible:
                 out.append(0)  # no tagged fields
         if flexible:
@@ -114,34 +115,5 @@ _NO_ERRORS_FLEXIBLE = b"\x01\x00\x00"
 def _name(name: str, flexible: bool) -> bytes:
     """A topic name as the answer spells it (the same few names, over and over)."""
     out = bytearray()
-    _string(out, name, flexible)
+    string(out, name, flexible)
     return bytes(out)
-
-
-def _array_length(out: bytearray, n: int, flexible: bool) -> None:
-    if flexible:
-        _uvarint(out, n + 1)
-    else:
-        out += _I32.pack(n)
-
-
-def _string(out: bytearray, value: str | None, flexible: bool) -> None:
-    if value is None:
-        if flexible:
-            out.append(0)
-        else:
-            out += _I16.pack(-1)
-        return
-    data = value.encode()
-    if flexible:
-        _uvarint(out, len(data) + 1)
-    else:
-        out += _I16.pack(len(data))
-    out += data
-
-
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
