@@ -42,7 +42,7 @@ from sluice.launch.kafka import KafkaCluster
 from .harness import serve_until
 from .perf_test import consumer_perf, producer_perf
 from .produce_consume import PARTITIONS, RECORD_SIZE, consume
-from .stats import MiB, ProcStats, med, percentile
+from .stats import MiB, ProcStats, idle_cpu_rate, med, percentile
 
 _NEVER = threading.Event()  # serve_until's stop, never set here
 
@@ -179,16 +179,6 @@ class Client:
         return consumer_perf(bootstrap, topic, records, budget_s * 4)["fetch_mib_s"]
 
 
-def idle_cpu_rate(pids: list[int], seconds: float = 2.0) -> float:
-    """The brokers' CPU seconds per second with no client request (heartbeats, replica
-    fetchers' long polls, metrics, a JVM's threads), subtracted from every phase's CPU: the
-    consume phase lasts about a second, in which three brokers' background alone would
-    count as much as the reads (as bench.fetch_sessions does)."""
-    before = cpu_seconds(pids)
-    time.sleep(seconds)
-    return (cpu_seconds(pids) - before) / seconds
-
-
 def cpu_seconds(pids: list[int]) -> float:
     return sum(ProcStats(pid).tree_cpu_seconds() for pid in pids)
 
@@ -259,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, system, acks in phases:
                 bootstrap, pids = target.get(system, sluice)
                 topic = create(bootstrap, system)
-                idle = idle_cpu_rate(pids)
+                # The brokers' background, subtracted: a consume phase lasts about a
+                # second, in which three brokers' idle work counts as much as the reads.
+                idle = idle_cpu_rate(lambda pids=pids: cpu_seconds(pids))
                 cpu0, t0 = cpu_seconds(pids), time.perf_counter()
                 r = client.produce(bootstrap, topic, args.mib, acks, args.budget)
                 work = cpu_seconds(pids) - cpu0 - idle * (time.perf_counter() - t0)

@@ -44,7 +44,7 @@ from typing import Any
 
 from bench.harness import add_broker_options, broker_options, record_batch, say
 from bench.kafka_wire import WireClient
-from bench.stats import ProcStats, med, percentile
+from bench.stats import ProcStats, idle_cpu_rate, med, percentile
 from bench.workdir import workdir
 
 FETCH_VERSION = 16  # the highest Sluice serves (topic ids, KIP-516; sessions since v7)
@@ -303,16 +303,6 @@ def create_topic(target: Target, partitions: int, configs: dict[str, str]) -> No
 IDLE_SECONDS = 2.0
 
 
-def idle_cpu_rate(pid: int, seconds: float = IDLE_SECONDS) -> float:
-    """CPU seconds per second the process spends with no client request: its background
-    work (``sluice dev``'s in-process controller refreshing its metrics over every partition,
-    the coordinator's sweeps, a JVM's threads), subtracted from every phase's CPU."""
-    proc = ProcStats(pid)
-    before = proc.cpu_seconds()
-    time.sleep(seconds)
-    return (proc.cpu_seconds() - before) / seconds
-
-
 def phase(
     target: Target,
     partitions: int,
@@ -439,7 +429,10 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in MODES:
                     phase(t, args.partitions, pattern, mode, 10, args.changed)
         for run in range(args.repeats):
-            idle = {pid: idle_cpu_rate(pid) for pid in {t.pid for t in ts}}
+            idle = {
+                pid: idle_cpu_rate(ProcStats(pid).cpu_seconds, IDLE_SECONDS)
+                for pid in {t.pid for t in ts}
+            }
             say(
                 "  background CPU (no requests), subtracted: "
                 + ", ".join(f"{t.name} {idle[t.pid] * 1000:.0f} ms/s" for t in ts)

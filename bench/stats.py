@@ -7,7 +7,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,3 +203,14 @@ def pin_process(pid: int, cpus: set[int], children: bool = True) -> int:
                 continue  # ended meanwhile
             pinned += 1
     return pinned
+
+
+def idle_cpu_rate(cpu: Callable[[], float], seconds: float = 2.0) -> float:
+    """CPU seconds per second a process (or processes) spends with no client request, from
+    ``cpu`` (a reading of its CPU seconds): its background work (heartbeats, replica
+    fetchers' long polls, metrics over every partition, the coordinator's sweeps, a JVM's
+    threads), which the benches subtract from a phase's CPU so that a short phase measures
+    its requests, not the background."""
+    before = cpu()
+    time.sleep(seconds)
+    return (cpu() - before) / seconds
