@@ -91,13 +91,18 @@ async def share_join(broker: FakeBroker, group: str) -> Any:
     return await call(share_handlers.heartbeat, broker, 76, 1, data)
 
 
-async def test_a_share_group_cannot_take_a_consumer_groups_id(broker: FakeBroker) -> None:
-    joined = await broker.groups.consumer.heartbeat(
-        HeartbeatRequest("live", "c1", 0, rebalance_timeout_ms=30_000,
+async def consumer_join(broker: FakeBroker, group: str) -> Any:
+    """A KIP-848 member joining ``group`` (ConsumerGroupHeartbeat, epoch 0)."""
+    return await broker.groups.consumer.heartbeat(
+        HeartbeatRequest(group, "c1", 0, rebalance_timeout_ms=30_000,
                          subscribed_topic_names=("orders",), owned={}),
         1,
         NoTopics(),
     )  # fmt: skip
+
+
+async def test_a_share_group_cannot_take_a_consumer_groups_id(broker: FakeBroker) -> None:
+    joined = await consumer_join(broker, "live")
     assert joined.error == ErrorCode.none
     await broker.groups.store.commit_offsets(
         "offsets-only", [CommittedOffset(TOPIC_ID, 0, 5, -1, "", 0)]
@@ -113,12 +118,7 @@ async def test_a_consumer_or_classic_group_cannot_take_a_share_groups_id(
     broker: FakeBroker,
 ) -> None:
     assert (await share_join(broker, "sg")).error_code == ErrorCode.none
-    refused = await broker.groups.consumer.heartbeat(
-        HeartbeatRequest("sg", "c1", 0, rebalance_timeout_ms=30_000,
-                         subscribed_topic_names=("orders",), owned={}),
-        1,
-        NoTopics(),
-    )  # fmt: skip
+    refused = await consumer_join(broker, "sg")
     assert refused.error == ErrorCode.group_id_not_found
     join = {"group_id": "sg", "session_timeout": 10_000, "rebalance_timeout": 10_000,
             "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
