@@ -204,6 +204,11 @@ class BrokerConfig:
     group_share_session_timeout_ms: int = 45_000
     group_share_heartbeat_interval_ms: int = 5_000
     group_share_partition_max_record_locks: int = 2000
+    # The least time between two computations of a share group's target assignment
+    # (KIP-1263, Kafka 4.3+), and the bounds of the group config share.assignment.interval.ms.
+    group_share_assignment_interval_ms: int = 1000
+    group_share_min_assignment_interval_ms: int = 0
+    group_share_max_assignment_interval_ms: int = 15_000
     # Transactions (Kafka's names and defaults): the longest transaction.timeout.ms a
     # producer may ask for, and how often the coordinator aborts timed-out transactions.
     transaction_max_timeout_ms: int = 900_000
@@ -337,6 +342,16 @@ class BrokerConfig:
                 raise ValueError(
                     f"group.consumer.min.{name} must be > 0 and <= group.consumer.max.{name}"
                 )
+        if not (
+            0
+            <= self.group_share_min_assignment_interval_ms
+            <= self.group_share_assignment_interval_ms
+            <= self.group_share_max_assignment_interval_ms
+        ):
+            raise ValueError(
+                "group.share.assignment.interval.ms must be within "
+                "group.share.min.assignment.interval.ms and group.share.max.assignment.interval.ms"
+            )
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")

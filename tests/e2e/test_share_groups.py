@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from sluice.launch.kafka import ensure_jars, java_command
+from tests.differential.wire import Connection, request_for
 
 from ._kafka import unique_topic
 from .conftest import SluiceBroker
@@ -42,7 +43,10 @@ KINDS = ["diskless", "classic"]
 def share_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SluiceBroker]:
     b = SluiceBroker(
         tmp_path_factory.mktemp("share"),
-        options={"group.share.record.lock.duration.ms": str(LOCK_MS)},
+        options={
+            "group.share.record.lock.duration.ms": str(LOCK_MS),
+            "group.share.heartbeat.interval.ms": "1000",
+        },
     )
     try:
         b.start()
@@ -97,13 +101,52 @@ def produce(broker: SluiceBroker, topic: str, values: list[bytes]) -> None:
     assert p.flush(30) == 0
 
 
-def joined(consumers: list[ShareConsumer], seconds: float = 3.0) -> None:
-    """Poll until the members have joined and fetched once: share.auto.offset.reset is
-    latest, so records produced before the share-partition starts are not delivered."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+def joined(
+    broker: SluiceBroker, group: str, topic: str, consumers: list[ShareConsumer], members: int = 0
+) -> None:
+    """Poll until every member has been answered its partitions and the topic's
+    share-partition has started (share.auto.offset.reset is latest, so records produced
+    before that are not delivered). As from Kafka, a new share group's members are given
+    their partitions one heartbeat after they join (the fixture's heartbeat interval: 1 s).
+    ``members``: how many (default: the consumers polled here)."""
+    members = members or len(consumers)
+    end = time.monotonic() + 30
+    while not _started(broker, group, topic, members):
+        assert time.monotonic() < end, f"share group {group} never started {topic}"
         for c in consumers:
             assert not list(c.poll(0.2))
+        if not consumers:
+            time.sleep(0.2)
+
+
+def _started(broker: SluiceBroker, group: str, topic: str, members: int) -> bool:
+    """ShareGroupDescribe: ``members`` members, each answered a non-empty assignment; and
+    DescribeShareGroupOffsets: the share-partition has a start offset (its first ShareFetch)."""
+    conn = Connection("127.0.0.1", broker.port)
+    try:
+        described = conn.send(request_for("share_group_describe", 1, {"group_ids": [group]}))
+        offsets = conn.send(
+            request_for(
+                "describe_share_group_offsets",
+                0,
+                {
+                    "groups": [
+                        {"group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}
+                    ]
+                },
+            )
+        )
+    finally:
+        conn.close()
+    [g] = described.groups
+    if g.error_code or len(g.members) != members:
+        return False
+    if any(
+        m.member_epoch != g.assignment_epoch or not m.assignment.topic_partitions for m in g.members
+    ):
+        return False
+    starts = [p.start_offset for t in offsets.groups[0].topics for p in t.partitions]
+    return bool(starts) and all(o >= 0 for o in starts)
 
 
 def accept_all(
@@ -131,7 +174,7 @@ def test_two_consumers_share_a_partition(share_broker: SluiceBroker, kind: str) 
     a = consumer(share_broker, group, topic, **{"max.poll.records": "5"})
     b = consumer(share_broker, group, topic, **{"max.poll.records": "5"})
     try:
-        joined([a, b])
+        joined(share_broker, group, topic, [a, b])
         values = [b"r%03d" % i for i in range(100)]
         produce(share_broker, topic, values)
         seen: dict[str, list[bytes]] = {"a": [], "b": []}
@@ -152,9 +195,10 @@ def test_two_consumers_share_a_partition(share_broker: SluiceBroker, kind: str) 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_released_record_is_delivered_again(share_broker: SluiceBroker, kind: str) -> None:
     topic = create(share_broker, kind, "release")
-    c = consumer(share_broker, unique_topic("sg"), topic)
+    group = unique_topic("sg")
+    c = consumer(share_broker, group, topic)
     try:
-        joined([c])
+        joined(share_broker, group, topic, [c])
         produce(share_broker, topic, [b"first", b"second"])
         first: list[tuple[int, bytes, int]] = []
         end = time.monotonic() + 30
@@ -182,9 +226,6 @@ from confluent_kafka import ShareConsumer
 c = ShareConsumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
                    "share.acknowledgement.mode": "explicit"})
 c.subscribe([sys.argv[3]])
-end = time.monotonic() + 3
-while time.monotonic() < end:  # joined, and the share-partition started at the log end
-    assert not list(c.poll(0.2))
 print("ready", flush=True)
 while True:
     got = [m for m in c.poll(0.5) if m.error() is None]
@@ -218,6 +259,7 @@ def test_records_of_a_killed_consumer_come_back_after_the_lock(
     survivor = None
     try:
         assert line(victim) == "ready"
+        joined(share_broker, group, topic, [], members=1)
         produce(share_broker, topic, [b"k%02d" % i for i in range(10)])
         held = [int(o) for o in line(victim).split()]
         assert held, "the victim got records"

@@ -65,6 +65,8 @@ class ShareConfig:
     consumer_heartbeat_interval_ms: int = 5000
     consumer_session_bounds: tuple[int, int] = (45_000, 60_000)
     consumer_heartbeat_bounds: tuple[int, int] = (5000, 15_000)
+    assignment_interval_ms: int = 1000
+    assignment_interval_bounds: tuple[int, int] = (0, 15_000)
 
     @classmethod
     def from_broker(cls, config: Any) -> ShareConfig:
@@ -83,6 +85,11 @@ class ShareConfig:
             (
                 config.group_consumer_min_heartbeat_interval_ms,
                 config.group_consumer_max_heartbeat_interval_ms,
+            ),
+            config.group_share_assignment_interval_ms,
+            (
+                config.group_share_min_assignment_interval_ms,
+                config.group_share_max_assignment_interval_ms,
             ),
         )
 
@@ -133,6 +140,15 @@ def _int_between(low: int, high: int) -> Callable[[str, ShareConfig], str]:
         if not low <= number <= high:
             raise InvalidGroupConfig(f"{number} is not in [{low}, {high}]")
         return str(number)
+
+    return check
+
+
+def _bounded(bounds: Callable[[ShareConfig], tuple[int, int]]) -> Callable[[str, ShareConfig], str]:
+    """An integer within bounds the broker's configs set."""
+
+    def check(value: str, config: ShareConfig) -> str:
+        return _int_between(*bounds(config))(value, config)
 
     return check
 
@@ -191,6 +207,12 @@ KEYS: dict[str, _Key] = {
         "The heartbeat interval consumer-protocol members are told.",
         "group.consumer.heartbeat.interval.ms",
     ),
+    "share.assignment.interval.ms": _Key(
+        TYPE_INT, _bounded(lambda c: c.assignment_interval_bounds),
+        lambda c: str(c.assignment_interval_ms),
+        "The least time between two computations of the group's target assignment.",
+        "group.share.assignment.interval.ms",
+    ),
     "share.auto.offset.reset": _Key(
         TYPE_STRING, lambda v, c: _reset(v), lambda c: LATEST,
         "Where a share-partition starts: earliest, latest or by_duration:<ISO-8601 duration>.",
@@ -248,6 +270,7 @@ class ShareSettings:
     limits: Limits
     session_timeout_ms: int
     heartbeat_interval_ms: int
+    assignment_interval_ms: int
 
 
 def settings(config: ShareConfig, set_on_group: Mapping[str, str]) -> ShareSettings:
@@ -264,6 +287,7 @@ def settings(config: ShareConfig, set_on_group: Mapping[str, str]) -> ShareSetti
         ),
         int(value("share.session.timeout.ms")),
         int(value("share.heartbeat.interval.ms")),
+        int(value("share.assignment.interval.ms")),
     )
 
 

@@ -84,6 +84,7 @@ async def heartbeat(broker: ShareView, ctx: RequestContext, request: Any) -> Any
         _client_host(ctx),
         share.clock_ms(),
         settings.session_timeout_ms,
+        settings.assignment_interval_ms,
     )
     if result.error:
         return ctx.respond(_heartbeat_error(result.error, result.message))

@@ -5,10 +5,24 @@ takes its assignment at once (share groups have no revocation phase: a partition
 held by several members).
 
 Epochs as Kafka: the group epoch moves when members, subscriptions or the subscribed
-topics' partitions change; a member's epoch becomes the group's when it heartbeats, and
-a heartbeat with another epoch than the member's is FENCED_MEMBER_EPOCH. Membership is
-in the coordinator's memory: when the group moves to another broker the members are told
-UNKNOWN_MEMBER_ID and join again (their records' state is in the database, untouched).
+topics' partitions change; a member's epoch becomes the target assignment's when it
+heartbeats, and a heartbeat with another epoch than the member's is FENCED_MEMBER_EPOCH.
+
+When the target is computed, as Kafka 4.3+ (KIP-1263 and share-partition initialization):
+
+- at most once per assignment interval (``share.assignment.interval.ms``, 1 s): a member
+  joining within it gets the current target (nothing for itself) and its partitions from
+  the next computation, so members joining together are given their shares at once;
+- a partition the group has not seen before is left out of the computation that first
+  sees it and *initialized* (recorded in the group's stored membership, as Kafka records
+  it after InitializeShareGroupState); the group epoch then moves, so the next computation
+  assigns it. A new group's first members therefore get no partitions in their first
+  answer but one heartbeat later, as from Kafka: a first joiner handed every partition at
+  once acquired every record before the others had joined (librdkafka's 0172 test of two
+  share consumers joining together: Kafka splits 400 records 201/199 between them).
+
+The membership is stored after each change (``held``, ``persistence``), so the next
+coordinator of the group goes on with it.
 """
 
 from __future__ import annotations
@@ -47,6 +61,9 @@ class ShareGroup:
     assignment_epoch: int = 0
     members: dict[str, ShareMember] = field(default_factory=dict)
     topics_seen: tuple[tuple[str, UUID, int], ...] = ()
+    # Partitions 0..n-1 of each topic are initialized for the group (assignable).
+    initialized: dict[UUID, int] = field(default_factory=dict)
+    assigned_at_ms: int | None = None  # when the target was last computed (not stored)
 
     @property
     def state(self) -> str:
@@ -68,8 +85,11 @@ TopicLookup = Callable[[Sequence[str]], Mapping[str, tuple[UUID, int]]]
 class ShareGroups:
     """The share groups this broker coordinates."""
 
-    def __init__(self, session_timeout_ms: int, lookup: TopicLookup) -> None:
+    def __init__(
+        self, session_timeout_ms: int, lookup: TopicLookup, assignment_interval_ms: int = 0
+    ) -> None:
         self.session_timeout_ms = session_timeout_ms
+        self.assignment_interval_ms = assignment_interval_ms
         self._lookup = lookup
         self.groups: dict[str, ShareGroup] = {}
 
@@ -84,6 +104,7 @@ class ShareGroups:
         client_host: str,
         now_ms: int,
         session_timeout_ms: int | None = None,
+        assignment_interval_ms: int | None = None,
     ) -> HeartbeatResult:
         if not group_id:
             return HeartbeatResult(int(ErrorCode.invalid_group_id), "GroupId can't be empty.")
@@ -123,7 +144,7 @@ class ShareGroups:
             if rack_id is not None:
                 member.rack_id = rack_id
         member.deadline_ms = now_ms + (session_timeout_ms or self.session_timeout_ms)
-        self._refresh(group)
+        self._refresh(group, now_ms, assignment_interval_ms)
         member.epoch = group.assignment_epoch
         changed = member.sent != member.assignment
         if changed:
@@ -142,15 +163,16 @@ class ShareGroups:
                     group.epoch += 1
                     gone.append((group.group_id, member.member_id))
             if any(g == group.group_id for g, _ in gone):
-                self._refresh(group)
+                self._refresh(group, now_ms)
         return gone
 
     def drop(self, group_id: str) -> None:
         """The group is no longer coordinated here (or was deleted)."""
         self.groups.pop(group_id, None)
 
-    def _refresh(self, group: ShareGroup) -> None:
-        """Recompute the target assignment when the group or its topics changed."""
+    def _refresh(self, group: ShareGroup, now_ms: int, interval_ms: int | None = None) -> None:
+        """Compute the target assignment again when the group or its topics changed and
+        the assignment interval has passed since the last computation."""
         names = sorted({t for m in group.members.values() for t in m.subscribed})
         found = self._lookup(names)
         seen = tuple((n, found[n][0], found[n][1]) for n in names if n in found)
@@ -159,7 +181,23 @@ class ShareGroups:
             group.epoch += 1
         if group.assignment_epoch == group.epoch:
             return
-        target = assign({m.member_id: m.subscribed for m in group.members.values()}, found)
+        interval = self.assignment_interval_ms if interval_ms is None else interval_ms
+        if group.assigned_at_ms is not None and now_ms < group.assigned_at_ms + interval:
+            return
+        assignable = {
+            name: (tid, min(count, group.initialized.get(tid, 0)))
+            for name, (tid, count) in found.items()
+        }
+        target = assign({m.member_id: m.subscribed for m in group.members.values()}, assignable)
         for member_id, assignment in target.items():
             group.members[member_id].assignment = assignment
         group.assignment_epoch = group.epoch
+        group.assigned_at_ms = now_ms
+        fresh = {
+            tid: count for tid, count in found.values() if group.initialized.get(tid, 0) < count
+        }
+        if fresh:
+            # Recorded with the membership this heartbeat stores before it is answered;
+            # assigned by the next computation (a new group epoch).
+            group.initialized.update(fresh)
+            group.epoch += 1

@@ -8,7 +8,8 @@ subscription), the target assignment (its epoch, each member's partitions) and
 ShareGroupCurrentMemberAssignment (each member's epoch and what it was told). Here:
 
 - group: ``epoch``, ``assignment_epoch``, ``topics`` (the subscribed topics' ids and
-  partition counts the target was computed with);
+  partition counts the target was computed with), ``initialized`` (how many partitions of
+  each topic are initialized for the group: Kafka's ShareGroupStatePartitionMetadata);
 - members, in join order: ids, client, rack, subscription, ``epoch``, ``assignment``
   (the target) and ``sent`` (the last assignment the member was answered: the current).
 
@@ -45,6 +46,7 @@ def membership_of(group: ShareGroup) -> str:
             "epoch": group.epoch,
             "assignment_epoch": group.assignment_epoch,
             "topics": [[name, str(tid), count] for name, tid, count in group.topics_seen],
+            "initialized": [[str(tid), count] for tid, count in group.initialized.items()],
             "members": [
                 {
                     "id": m.member_id,
@@ -68,6 +70,11 @@ def group_from(group_id: str, text: str, deadline_ms: int) -> ShareGroup:
     data: dict[str, Any] = json.loads(text)
     group = ShareGroup(group_id, data["epoch"], data["assignment_epoch"])
     group.topics_seen = tuple((name, UUID(tid), count) for name, tid, count in data["topics"])
+    if "initialized" in data:
+        group.initialized = {UUID(tid): count for tid, count in data["initialized"]}
+    else:
+        # Stored before partitions were initialized: every partition seen was assignable.
+        group.initialized = {tid: count for _, tid, count in group.topics_seen}
     for m in data["members"]:
         group.members[m["id"]] = ShareMember(
             m["id"],

@@ -41,7 +41,7 @@ class ShareService:
     ) -> None:
         self.config = config
         self.clock_ms = clock_ms
-        self.groups = ShareGroups(config.session_timeout_ms, topics)
+        self.groups = ShareGroups(config.session_timeout_ms, topics, config.assignment_interval_ms)
         # Membership stored for the next coordinator; ``owns``: whether this broker
         # coordinates a group (broker.groups.placement).
         self.held = HeldShareGroups(self.groups, store, owns)
