@@ -42,7 +42,7 @@ def s3_filesystem(config: BrokerConfig) -> Any:
 
 def _location(out: str, name: str) -> str:
     """``bucket/prefix/name``: PyArrow's path form of ``s3://bucket/prefix`` + table."""
-    return f"{out[len(S3_SCHEME):].rstrip('/')}/{name}"
+    return f"{out[len(S3_SCHEME) :].rstrip('/')}/{name}"
 
 
 def _clear(filesystem: Any, directory: str) -> None:

@@ -42,9 +42,7 @@ _GROUP_STATES = (
     "SELECT topic_id, partition, version, state FROM share_partitions WHERE group_id = $1"
     " ORDER BY topic_id, partition"
 )
-_GROUPS = (
-    "SELECT group_id FROM share_partitions UNION SELECT group_id FROM share_groups ORDER BY 1"
-)
+_GROUPS = "SELECT group_id FROM share_partitions UNION SELECT group_id FROM share_groups ORDER BY 1"
 _HAS_GROUP = (
     "SELECT EXISTS (SELECT 1 FROM share_groups WHERE group_id = $1)"
     " OR EXISTS (SELECT 1 FROM share_partitions WHERE group_id = $1)"

@@ -72,12 +72,14 @@ class SqliteShareStateStore(SqliteUser, ShareStateStore):
 
     async def has_group(self, group_id: str) -> bool:
         return await self._read(
-            lambda cur: cur.execute(
-                "SELECT EXISTS (SELECT 1 FROM share_groups WHERE group_id = ?)"
-                " OR EXISTS (SELECT 1 FROM share_partitions WHERE group_id = ?)",
-                (group_id, group_id),
-            ).fetchone()[0]
-            == 1
+            lambda cur: (
+                cur.execute(
+                    "SELECT EXISTS (SELECT 1 FROM share_groups WHERE group_id = ?)"
+                    " OR EXISTS (SELECT 1 FROM share_partitions WHERE group_id = ?)",
+                    (group_id, group_id),
+                ).fetchone()[0]
+                == 1
+            )
         )
 
     async def store_membership(self, group_id: str, membership: str) -> None:

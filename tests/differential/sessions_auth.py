@@ -100,10 +100,12 @@ def _setup(s: Side) -> dict[str, str]:
             f"admin commits offsets of {group}",
             "offset_commit",
             _commit_body(group, READABLE, s.topic_id(READABLE)),
-            until=lambda r: not any(
-                code(p["error_code"]) in TXN_COORDINATOR_WARMING  # NOT_COORDINATOR too
-                for t in r["topics"]
-                for p in t["partitions"]
+            until=lambda r: (
+                not any(
+                    code(p["error_code"]) in TXN_COORDINATOR_WARMING  # NOT_COORDINATOR too
+                    for t in r["topics"]
+                    for p in t["partitions"]
+                )
             ),
         )
     s.call(

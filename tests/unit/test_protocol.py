@@ -147,8 +147,13 @@ def test_unknown_tag_inside_nested_entity_is_skipped() -> None:
 
 def test_garbage_body_is_malformed() -> None:
     schema = load_request_schema(3, 12)
-    header = _request(3, 12, schema(topics=None, allow_auto_topic_creation=True,
-                                     include_topic_authorized_operations=False))
+    header = _request(
+        3,
+        12,
+        schema(
+            topics=None, allow_auto_topic_creation=True, include_topic_authorized_operations=False
+        ),
+    )
     raw = memoryview(header[:14] + b"\xff\xff\xff\xff\xff\xff")
     _parsed, offset = parse_request_header(raw)
     with pytest.raises(MalformedRequest):
@@ -191,8 +196,7 @@ def test_record_chunks_are_spliced_without_joining() -> None:
             "responses": [
                 {
                     "topic": "t",
-                    "partitions": [{"partition_index": 0, "high_watermark": 5,
-                                    "records": records}],
+                    "partitions": [{"partition_index": 0, "high_watermark": 5, "records": records}],
                 }
             ]
         },

@@ -79,9 +79,7 @@ async def test_list_offsets_answers_each_partition_storage_error() -> None:
         8,
         {
             "replica_id": -1,
-            "topics": [
-                {"name": "orders", "partitions": [{"partition_index": 1, "timestamp": -1}]}
-            ],
+            "topics": [{"name": "orders", "partitions": [{"partition_index": 1, "timestamp": -1}]}],
         },
     )
     [p] = partitions(answer)
