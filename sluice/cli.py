@@ -19,6 +19,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 from broker.config import BrokerConfig, load_config, parse_config_file
+from common.malloc_tuning import tune_malloc
 
 from .cluster import DEFAULT_RACKS
 
@@ -574,6 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _catch_early_stop()
         if (failed := _lock(config.data_dir)) is not None:
             return failed
+        tune_malloc()  # megabyte buffers keep their pages (common/malloc_tuning.py)
         runner = uvloop.run if uvloop else asyncio.run
         # `sluice dev` is a whole cluster in one process: its controller runs inside (unless
         # the config points at a quorum); `sluice broker` follows the configured quorum.

@@ -70,7 +70,7 @@ class FetchSlot:
         self.offset = 0
         self.max_bytes = 0
         self.replica = -1  # a follower's broker id for replication fetches
-        self.data: bytes = b""
+        self.data: bytes | memoryview = b""
 
 
 class FetchBudget:

@@ -53,6 +53,21 @@ def walk(
         pos += size
 
 
+def header_batch(head: bytes | memoryview, position: int, available: int) -> StoredBatch | None:
+    """The batch whose header (``HEADER_SIZE`` bytes) is ``head``, at file ``position``,
+    when it is framed as a v2 batch and ends within ``available`` bytes of the file; its
+    body is neither read nor checked (a lookup by offset needs only the header)."""
+    if len(head) < HEADER_SIZE:
+        return None
+    base, length, epoch, magic, _crc, _attrs, last_delta, _base_ts, max_ts = _HEAD.unpack_from(
+        head, 0
+    )
+    size = length + LOG_OVERHEAD
+    if magic != 2 or length < MIN_BATCH_LENGTH or size > available or last_delta < 0:
+        return None
+    return StoredBatch(position, size, base, base + last_delta, epoch, max_ts)
+
+
 def with_offset_and_epoch(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
     """The batch with its baseOffset and partitionLeaderEpoch set (both outside the CRC)."""
     out = bytearray(batch)

@@ -240,7 +240,7 @@ class Log:
 
     def read(
         self, offset: int, max_bytes: int, max_offset: int | None = None, min_one: bool = True
-    ) -> bytes:
+    ) -> bytes | memoryview:
         """Whole batches from the one holding ``offset``, below ``max_offset`` (the high
         watermark for consumers; the log end for followers), within ``max_bytes`` unless
         the first batch alone is larger and ``min_one``."""

@@ -458,7 +458,7 @@ class ClassicPartition:
         replica: int,
         read_committed: bool = False,
         min_one: bool = True,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes | memoryview]:
         """(error, records) for a consumer (up to the HW) or a follower (up to the log end,
         recording its progress), within ``max_bytes`` unless ``min_one`` and the first
         batch alone is larger (see ``broker.logs.fetch_slots.FetchBudget``)."""

@@ -219,3 +219,26 @@ def test_segment_ms_rolls_by_age(tmp_path: Path) -> None:
     clock.now += 2
     append(log, batch(1))
     assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_batches_larger_than_a_lookup_chunk_are_found_by_their_headers(tmp_path: Path) -> None:
+    """Batches of 40 KiB (above the 16 KiB a lookup reads first) and a sparse index: reads
+    at any offset return the batch holding it, and a read cut by max_bytes returns whole
+    batches, without the copy (a view of what was read)."""
+    big = [batch(4, value=bytes([i]) * 10_000) for i in range(5)]
+    log = Log(str(tmp_path), LogConfig(index_interval_bytes=100_000))
+    for b in big:
+        append(log, b)
+    assert log.log_end_offset == 20
+    for offset in range(20):
+        got = log.read(offset, 1 << 20)
+        assert offsets(got)[0] == (offset - offset % 4, offset - offset % 4 + 3)
+    cut = log.read(5, 2 * len(big[0]) + 100)
+    assert isinstance(cut, memoryview) and offsets(cut) == [(4, 7), (8, 11)]
+    assert len(cut) == 2 * len(big[0])
+    # A header that is not a batch's ends the lookup: nothing is found past it.
+    segment = log.segments[0]
+    with open(segment.path, "r+b") as f:
+        f.seek(2 * len(big[0]) + 16)  # the third batch's magic byte
+        f.write(b"\x07")
+    assert segment.position_of(9) is None
