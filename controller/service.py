@@ -630,6 +630,7 @@ class ControllerService:
 
     def _init_metrics(self) -> None:
         r = self.registry
+        self._metrics_seen: tuple[int, int, bool] | None = None  # the image metrics show
         self._g_term = Gauge("sluice_controller_raft_term", "Current Raft term", registry=r)
         self._g_commit = Gauge(
             "sluice_controller_raft_commit_index", "Raft commit index", registry=r
@@ -717,6 +718,12 @@ class ControllerService:
         self._g_leader_changes.set(self.node.leader_changes)
         self._g_active.set(1 if self.node.is_leader else 0)
         self._g_active_count.set(1 if self.node.is_leader else 0)
+        # The rest is a walk of every partition of the image: only when it changed (every
+        # 0.2 s it was a tenth of an idle `sluice dev`'s CPU with 2,000 partitions).
+        seen = (self.state.applied, id(self.state.image), self.node.is_leader)
+        if seen == self._metrics_seen:
+            return
+        self._metrics_seen = seen
         m = image_metrics.collect(self.state.image)
         self._g_rf.clear()
         for topic, rf in m.effective_rf.items():
