@@ -205,6 +205,23 @@ def pin_process(pid: int, cpus: set[int], children: bool = True) -> int:
     return pinned
 
 
+def wait_quiet(
+    cpu: Callable[[], float], idle_rate: float, timeout: float = 30.0, window: float = 0.5
+) -> float:
+    """Wait until the processes whose CPU ``cpu`` reads are back to their background rate
+    (within 20 ms per second of ``idle_rate``, over ``window``), at most ``timeout``
+    seconds; returns the seconds waited. After an acks=1 produce the followers are still
+    copying when the producer is answered: that work is the produce's, and left running it
+    would be counted in the next phase."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        before = cpu()
+        time.sleep(window)
+        if (cpu() - before) / window <= idle_rate + 0.02:
+            break
+    return time.perf_counter() - started
+
+
 def idle_cpu_rate(cpu: Callable[[], float], seconds: float = 2.0) -> float:
     """CPU seconds per second a process (or processes) spends with no client request, from
     ``cpu`` (a reading of its CPU seconds): its background work (heartbeats, replica
