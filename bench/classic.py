@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, system, acks in phases:
                 bootstrap, pids = target.get(system, sluice)
                 topic = create(bootstrap, system)
-                # The brokers' background, subtracted: a consume phase lasts about a
+                # The brokers' background, subtracted: one consume pass lasts about a
                 # second, in which three brokers' idle work counts as much as the reads.
                 idle = idle_cpu_rate(lambda pids=pids: cpu_seconds(pids))
                 cpu0, t0 = cpu_seconds(pids), time.perf_counter()
