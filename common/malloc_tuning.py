@@ -7,8 +7,8 @@ is free there (2x the largest block freed so far, a few MiB), and serves blocks 
 ``M_MMAP_THRESHOLD`` from fresh mappings: either way the next buffer's pages are new, and
 faulting in and zeroing them cost more than filling them. A classic broker serving
 librdkafka consumers spent 1.0 ms of CPU per MiB fetched with glibc's defaults and 0.57 ms
-with these (768 MiB fetched by one consumer; bench/README.md, zero-copy sends). The price is memory the
-process keeps: at most ``TRIM_THRESHOLD`` free at the top of its heap.
+with these (768 MiB fetched by one consumer; bench/README.md, zero-copy sends). The price
+is memory the process keeps: at most ``TRIM_THRESHOLD`` free at the top of its heap.
 
 Operators who set ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` themselves keep
 theirs. Not glibc (musl, macOS): nothing is changed.
