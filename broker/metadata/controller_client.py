@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 SECRET_HEADER = "X-Sluice-Secret"
+MAX_BACKOFF_S = 1.0  # between rounds of every controller failing
 NOT_LEADER = 421  # HTTP "Misdirected Request": this controller is not the active one
 
 
@@ -194,19 +195,28 @@ class ControllerClient:
         any_controller: bool = False,
         timeout: float | None = None,
         deadline: float | None = None,
+        max_backoff: float = MAX_BACKOFF_S,
     ) -> Any:
         """The JSON answer of the active controller (or of any, for reads), retrying
-        others until ``deadline`` seconds passed; raises ControllerUnavailable then."""
+        others until ``deadline`` seconds passed; raises ControllerUnavailable then.
+
+        A controller that cannot be reached or is not the active one sends the request on
+        to the next at once; only when every controller failed in a row does it back off
+        (doubling, up to ``max_backoff``). After a failover the new active controller is
+        then found within one round, not after a backoff that grew while the election
+        ran: a broker's heartbeats must reach it well within a session."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + (self.deadline if deadline is None else deadline)
         per_try = self.request_timeout if timeout is None else timeout
-        backoff = 0.05
+        backoff = min(0.05, max_backoff)
+        failed_in_row = 0  # controllers that failed since the last backoff
         last_error = "no controller tried"
         # The active controller first, reads too: it is never behind (a follower that
         # restarts or is cut off from the quorum may be), so read-your-writes is quick.
         next_url = self._leader
         followed: set[str] = set()  # leader hints followed since the last backoff
-        turn = 0
+        # The round goes on from the controller after the one tried first.
+        turn = self._urls.index(next_url) + 1 if next_url in self._urls else 0
         while True:
             if next_url is not None:
                 url, next_url = next_url, None
@@ -247,10 +257,16 @@ class ControllerClient:
                     self._leader = None
                 elif any_controller:
                     self._reader += 1
+            if loop.time() >= give_up:
+                raise ControllerUnavailable(f"no controller answered: {last_error}")
+            failed_in_row += 1
+            if failed_in_row < len(self._urls):
+                continue  # the next controller may be the active one
             if loop.time() + backoff >= give_up:
                 raise ControllerUnavailable(f"no controller answered: {last_error}")
             await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
+            backoff = min(backoff * 2, max_backoff)
+            failed_in_row = 0
             followed.clear()
 
     def _index(self, url: str) -> int:
@@ -295,9 +311,12 @@ class ControllerClient:
         want_shutdown: bool = False,
         deadline: float | None = None,
         disabled_remote: Sequence[DisableRemoteAck] = (),
+        max_backoff: float = MAX_BACKOFF_S,
+        timeout: float | None = None,
     ) -> tuple[HeartbeatResult, int]:
         """``disabled_remote``: this broker's answers to the controller's DisableRemoteTopic
-        requests (KIP-950), which come back in the answer's ``disable_remote``."""
+        requests (KIP-950), which come back in the answer's ``disable_remote``.
+        ``max_backoff`` and ``timeout`` (per attempt): see :meth:`request`."""
         body = {
             "node_id": node_id,
             "broker_epoch": broker_epoch,
@@ -305,7 +324,14 @@ class ControllerClient:
             "want_shutdown": want_shutdown,
             "disabled_remote": to_json(list(disabled_remote)),
         }
-        data = await self.request("POST", "/v1/brokers/heartbeat", body, deadline=deadline)
+        data = await self.request(
+            "POST",
+            "/v1/brokers/heartbeat",
+            body,
+            deadline=deadline,
+            max_backoff=max_backoff,
+            timeout=timeout,
+        )
         return from_json(HeartbeatResult, data), int(data.get("applied", 0) or 0)
 
     async def unregister(self, node_id: int) -> tuple[ErrorResult, int]:

@@ -360,8 +360,16 @@ class ControllerMembership(Membership):
     async def _beat(self) -> None:
         want_fence = self._follower.applied < self._registered_at
         answers = self.requests.answers() if self.requests is not None else []
+        # Retried at the broker's own pace, each attempt bounded by a third of a session:
+        # a controller that stopped answering (paused, cut off) or died must not keep this
+        # broker from reaching the next active one before its session there expires.
         result, _ = await self._client.heartbeat(
-            self._me.node_id, self.broker_epoch, want_fence=want_fence, disabled_remote=answers
+            self._me.node_id,
+            self.broker_epoch,
+            want_fence=want_fence,
+            disabled_remote=answers,
+            max_backoff=self._interval,
+            timeout=min(self._client.request_timeout, self._session_timeout_ms / 3000),
         )
         if self.requests is not None and result.error_code == ErrorCode.none:
             # Recorded by the controller (or refused for good): not sent again; and what
