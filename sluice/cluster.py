@@ -241,7 +241,8 @@ class LocalCluster:
     """PostgreSQL + SeaweedFS + ``brokers`` broker processes under ``root``.
 
     ``broker_options`` are broker configs every broker gets (e.g. a short commit interval);
-    ``postgres_dsn`` / ``s3`` point at existing servers instead of starting local ones.
+    ``postgres_dsn`` / ``s3`` point at existing servers instead of starting local ones;
+    ``seaweed_volume_mb`` sets the local SeaweedFS's volume size (weed mini's own otherwise).
     """
 
     def __init__(
@@ -256,6 +257,7 @@ class LocalCluster:
         controllers: int = 0,
         controller_options: Mapping[str, str] | None = None,
         secure: bool = False,
+        seaweed_volume_mb: int | None = None,
     ) -> None:
         if brokers < 0:
             raise ClusterError("the number of brokers cannot be negative")
@@ -270,6 +272,7 @@ class LocalCluster:
         self.seaweed: LocalSeaweedFS | None = None
         self._postgres_dsn = postgres_dsn
         self._s3 = s3
+        self._seaweed_volume_mb = seaweed_volume_mb
         if controllers not in (0, 1, 3, 5):
             raise ClusterError("a controller quorum has 1, 3 or 5 voters (0: none)")
         self.controller_options = dict(controller_options or {})
@@ -419,7 +422,9 @@ class LocalCluster:
                 )
                 self.postgres.start()
             if self._s3 is None and self.brokers:
-                self.seaweed = LocalSeaweedFS(self.root / "seaweedfs")
+                self.seaweed = LocalSeaweedFS(
+                    self.root / "seaweedfs", volume_size_limit_mb=self._seaweed_volume_mb
+                )
                 self.seaweed.ports = self._ports.ports("seaweedfs")
                 self.seaweed.start()
                 self.seaweed.create_bucket(BUCKET)
