@@ -211,18 +211,29 @@ class ControllerLogic(
         return Outcome([], HeartbeatResult(OK, None, broker.fenced))
 
     def tick(self, image: MetadataImage, now_ms: int) -> list[Record]:
-        """Fences the unfenced brokers whose session expired (records: leaders and ISRs
-        moved away from all of them, then their FenceBroker records)."""
+        """Fences one unfenced broker whose session expired, the one silent longest (then
+        the lowest id): leaders and ISRs moved away from it, then its FenceBroker record.
+        The caller ticks again once those are applied, until a tick returns nothing.
+
+        One at a time, as Kafka's controller (maybeFenceOneStaleBroker), so that each
+        fence elects among the brokers still unfenced, and the ISR of a partition whose
+        replicas all expire keeps the one that went silent last rather than the leader:
+        after a controller failover that every broker's heartbeats missed, the leader that
+        had died first is fenced first, and a partition can be led again as soon as one of
+        the others is back (all fenced in one batch, the ISR kept only the dead leader)."""
         for node_id in [n for n in self._last_heartbeat if n not in image.brokers]:
             del self._last_heartbeat[node_id]
-        expired = []
+        stalest: tuple[int, int] | None = None
         for node_id in sorted(image.brokers):
             broker = image.brokers[node_id]
             # A broker this controller has not heard of yet starts its session now.
             last = self._last_heartbeat.setdefault(node_id, now_ms)
-            if not broker.fenced and now_ms - last > self.config.session_timeout_ms:
-                expired.append(broker)
-        return self._fence_records(image, expired) if expired else []
+            expired = not broker.fenced and now_ms - last > self.config.session_timeout_ms
+            if expired and (stalest is None or (last, node_id) < stalest):
+                stalest = (last, node_id)
+        if stalest is None:
+            return []
+        return self._fence_records(image, [image.brokers[stalest[1]]])
 
     def unregister_broker(self, image: MetadataImage, node_id: int) -> Outcome[ErrorResult]:
         """Removes a broker for good (its replicas stay, offline, until reassigned)."""

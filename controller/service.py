@@ -279,7 +279,23 @@ class ControllerService:
         log belongs to an earlier, dead process, whose session need not be waited out."""
         await self.wait_active()
         expired = _now_ms() + self.settings.session_timeout_ms + 1
-        await self._write(lambda: Outcome(self.logic.tick(self.state.image, expired), None))
+        await self._fence_expired(lambda: expired)
+
+    async def _fence_expired(self, now_ms: Callable[[], int]) -> None:
+        """Fence the brokers whose session expired, one record batch each (logic.tick),
+        until none is left: each fence is applied before the next one's elections."""
+        fenced: list[bool] = []
+
+        def decide() -> Outcome[None]:
+            records = self.logic.tick(self.state.image, now_ms())
+            fenced.append(bool(records))
+            return Outcome(records, None)
+
+        for _ in range(len(self.state.image.brokers) + 1):
+            fenced.clear()
+            await self._write(decide)
+            if not fenced or not fenced[0]:
+                return
 
     async def _ensure_active(self) -> None:
         """Raise NotActive unless this controller leads and has caught up with its term."""
@@ -317,9 +333,7 @@ class ControllerService:
             if not self.node.is_leader:
                 continue
             try:
-                await self._write(
-                    lambda: Outcome(self.logic.tick(self.state.image, _now_ms()), None)
-                )
+                await self._fence_expired(_now_ms)
                 await self._rebalance_leaders_when_due()
                 if self.settings.expand_legacy_topics:
                     # A few topics per tick: one entry stays small, and admin requests are

@@ -10,7 +10,7 @@ from typing import Any
 from controller.image import MetadataImage
 from controller.logic import ControllerLogic
 from controller.logic_config import ControllerConfig
-from controller.records import Record, decode_batch, encode_batch
+from controller.records import FenceBroker, Record, decode_batch, encode_batch
 from controller.requests import BrokerRegistrationRequest, NewTopic, Outcome
 
 SESSION_MS = 9_000
@@ -80,7 +80,16 @@ class Cluster:
         self.now += ms
         for node_id in heartbeating:
             self.heartbeat(node_id)
-        self.commit(self.logic.tick(self.image, self.now))
+        self.expire()
+
+    def expire(self) -> list[int]:
+        """Ticks until no broker is left to fence (one per tick, as the service does);
+        the ids fenced, in order."""
+        fenced = []
+        while records := self.logic.tick(self.image, self.now):
+            fenced += [r.node_id for r in records if isinstance(r, FenceBroker)]
+            self.commit(records)
+        return fenced
 
     def create(self, name: str, partitions: int, **kwargs: Any) -> Any:
         (result,) = self.commit(

@@ -224,7 +224,7 @@ def test_all_replicas_fenced_keeps_diskless_leaders_and_isr() -> None:
     assert desired_state(leaderless, set()).leader == -1
 
 
-def test_one_tick_fences_several_brokers_without_electing_among_them() -> None:
+def test_brokers_expiring_together_move_no_diskless_leader_or_isr() -> None:
     c = Cluster()
     c.start({1: "a", 2: "b", 3: "c"})
     c.create("t", 6)
@@ -268,8 +268,8 @@ def test_a_new_active_controller_gives_every_broker_a_fresh_session() -> None:
     later = c.now + 10 * SESSION_MS
     successor.become_active(c.image, later)
     assert successor.tick(c.image, later + SESSION_MS) == []
-    fenced = successor.tick(c.image, later + SESSION_MS + 1)
-    assert {r.node_id for r in fenced if isinstance(r, FenceBroker)} == {1, 2}
+    c.logic, c.now = successor, later + SESSION_MS + 1
+    assert c.expire() == [1, 2]  # one per tick
 
 
 def test_a_broker_the_controller_never_heard_of_gets_a_session_at_the_first_tick() -> None:
@@ -298,3 +298,43 @@ def test_unfence_completes_a_pending_reassignment() -> None:
     c.commit(outcome)
     p = c.partitions("t")[0]
     assert p.replicas == (*target, 4) and not p.reassigning and set(p.isr) == set(p.replicas)
+
+
+def test_expired_brokers_are_fenced_one_at_a_time_the_silent_longest_first() -> None:
+    """Kafka's maybeFenceOneStaleBroker: each fence is its own record batch, with its own
+    elections among the brokers still unfenced."""
+    c = Cluster()
+    c.start({1: "a", 2: "b", 3: "c"})
+    c.now += 1000
+    c.heartbeat(1)  # 1 heard from last: fenced last
+    c.now += SESSION_MS
+    first = c.logic.tick(c.image, c.now)
+    assert [r.node_id for r in first if isinstance(r, FenceBroker)] == [2]
+    c.commit(first)
+    assert c.expire() == [3]  # 1's session has not expired yet
+    c.now += 1000
+    assert c.expire() == [1]
+
+
+def test_a_classic_partition_whose_replicas_all_expire_keeps_the_last_one_in_its_isr() -> None:
+    """After a failover that every broker's heartbeats missed, the partition's leader (it
+    had died) is fenced first, leadership moves on, and the ISR ends with a broker that can
+    lead again once it heartbeats, as in Kafka. (Fenced all at once, the ISR kept only the
+    dead leader: nobody could be elected.)"""
+    c = Cluster(ControllerConfig(new_uuid=uuids(), classic_topics=True))
+    c.start({1: "a", 2: "b", 3: "c"})
+    c.create("t", 1, replication_factor=3, configs={"diskless.enable": "false"})
+    (before,) = c.partitions("t").values()
+    assert set(before.isr) == {1, 2, 3}
+    successor = ControllerLogic(c.config)
+    successor.become_active(c.image, c.now)
+    c.logic = successor
+    c.advance(SESSION_MS + 1)
+    assert all(c.image.brokers[b].fenced for b in (1, 2, 3))
+    (p,) = c.partitions("t").values()
+    assert p.leader == -1 and len(p.isr) == 1
+    last = p.isr[0]
+    assert last != before.leader
+    c.heartbeat(last)
+    (p,) = c.partitions("t").values()
+    assert p.leader == last
