@@ -284,17 +284,14 @@ class ControllerService:
     async def _fence_expired(self, now_ms: Callable[[], int]) -> None:
         """Fence the brokers whose session expired, one record batch each (logic.tick),
         until none is left: each fence is applied before the next one's elections."""
-        fenced: list[bool] = []
 
-        def decide() -> Outcome[None]:
+        def decide() -> Outcome[bool]:
             records = self.logic.tick(self.state.image, now_ms())
-            fenced.append(bool(records))
-            return Outcome(records, None)
+            return Outcome(records, bool(records))
 
         for _ in range(len(self.state.image.brokers) + 1):
-            fenced.clear()
-            await self._write(decide)
-            if not fenced or not fenced[0]:
+            fenced, _ = await self._write(decide)
+            if not fenced:
                 return
 
     async def _ensure_active(self) -> None:

@@ -257,10 +257,8 @@ class ControllerClient:
                     self._leader = None
                 elif any_controller:
                     self._reader += 1
-            if loop.time() >= give_up:
-                raise ControllerUnavailable(f"no controller answered: {last_error}")
             failed_in_row += 1
-            if failed_in_row < len(self._urls):
+            if failed_in_row < len(self._urls) and loop.time() < give_up:
                 continue  # the next controller may be the active one
             if loop.time() + backoff >= give_up:
                 raise ControllerUnavailable(f"no controller answered: {last_error}")
