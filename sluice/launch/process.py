@@ -61,6 +61,28 @@ def free_port() -> int:
 _PRIVATE_LOW = 20_000
 
 
+def free_port_pair(offset: int) -> tuple[int, int]:
+    """Two free ports ``p`` and ``p + offset``, for a component that derives one port from
+    another (weed's admin server dials its gRPC port at HTTP port + 10000).
+
+    Both are taken from, and recorded in, the ports this process hands out: a pair chosen
+    on its own once landed on a port already given to a broker that had not bound it yet,
+    and that broker could not start. ``p + offset`` stays below the ephemeral range when
+    there is room, for the reason :func:`free_port` gives."""
+    low, _high = _ephemeral_range()
+    first, last = max(1024, _PRIVATE_LOW - offset), low - offset  # p + offset in [20000, low)
+    if last - first < 1000:
+        first, last = 1024, 65_536 - offset
+    for _ in range(1000):
+        port = random.randrange(first, last)
+        pair = (port, port + offset)
+        if any(p in _HANDED_OUT or not _bindable(p) for p in pair):
+            continue
+        _HANDED_OUT.update(pair)
+        return pair
+    raise RuntimeError(f"no free pair of ports {offset} apart found")
+
+
 def _ephemeral_range() -> tuple[int, int]:
     try:
         low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()

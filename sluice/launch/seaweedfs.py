@@ -25,7 +25,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,8 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
+
+from sluice.launch.process import free_port, free_port_pair
 
 log = logging.getLogger(__name__)
 
@@ -375,44 +376,11 @@ class LocalSeaweedFS:
 
 
 def _allocate_ports() -> dict[str, int]:
+    """Every port from the ones this process hands out (sluice.launch.process), so weed
+    never takes a port already given to another component of the cluster that has not
+    bound it yet (a broker's, say: cluster ports are chosen before weed starts)."""
     names = ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc")
     names += ("s3", "s3_grpc")
-    held: list[socket.socket] = []
-    try:
-        ports: dict[str, int] = {}
-        # All sockets stay bound until every port is chosen, so no two are the same.
-        for name in names:
-            ports[name] = _bind_free(held, 0)
-        ports["admin"], ports["admin_grpc"] = _free_pair(held, _ADMIN_GRPC_OFFSET)
-        return ports
-    finally:
-        for s in held:
-            s.close()
-
-
-def _bind_free(held: list[socket.socket], port: int) -> int:
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", port))
-    except OSError:
-        s.close()
-        raise
-    held.append(s)
-    return int(s.getsockname()[1])
-
-
-def _free_pair(held: list[socket.socket], offset: int) -> tuple[int, int]:
-    """Two free ports ``p`` and ``p + offset``."""
-    rng = secrets.SystemRandom()
-    for _ in range(200):
-        # Below the usual ephemeral range (32768+) so that p + offset stays valid.
-        port = rng.randrange(10000, 65535 - offset)
-        try:
-            first = _bind_free(held, port)
-        except OSError:
-            continue
-        try:
-            return first, _bind_free(held, port + offset)
-        except OSError:
-            held.pop().close()
-    raise SeaweedFSError("no free port pair found for the admin server")
+    ports = {name: free_port() for name in names}
+    ports["admin"], ports["admin_grpc"] = free_port_pair(_ADMIN_GRPC_OFFSET)
+    return ports
