@@ -40,8 +40,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from sluice.cluster import LocalCluster
 from sluice.launch.kafka import KafkaCluster
+from sluice.launch.seaweedfs import roomy_volume_mb
 
-from .harness import seaweed_volume_mb, serve_until
+from .harness import serve_until
 from .perf_test import consumer_perf, producer_perf
 from .produce_consume import PARTITIONS, RECORD_SIZE, consume
 from .stats import MiB, ProcStats, idle_cpu_rate, med, percentile, wait_quiet
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         ("az-a", "az-b", "az-c"),
         {"produce.commit.interval.ms": "20"},
         controllers=1,
-        seaweed_volume_mb=seaweed_volume_mb(root),
+        seaweed_volume_mb=roomy_volume_mb(root),
     )
     kafka = None if args.no_kafka else KafkaCluster(root / "kafka")
     cluster.up()

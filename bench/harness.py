@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from sluice.launch.seaweedfs import roomy_volume_mb
 
 if TYPE_CHECKING:
     from sluice.cluster import LocalCluster
@@ -95,24 +96,6 @@ def as_arguments(options: Mapping[str, str]) -> list[str]:
     return [arg for key, value in options.items() for arg in ("-o", f"{key}={value}")]
 
 
-def seaweed_volume_mb(root: Path) -> int | None:
-    """The SeaweedFS volume size for a bench's cluster: weed mini's own (1 GiB on this
-    machine) stalls the upload that fills a volume for about a second while a new one is
-    grown, so one run in a few showed a 1 s p99 (bench.commit_latency at 90 % load, in
-    either commit mode) that was this store's, not Sluice's nor S3's. Volumes of an eighth
-    of the free disk, up to 8 GiB, leave a bench's runs (each on a fresh store) none to
-    fill; on a disk too small for 1 GiB volumes weed mini chooses (None)."""
-    free_mib = shutil.disk_usage(_existing(root)).free // (1024 * 1024)
-    size = min(8192, free_mib // 8)
-    return int(size) if size >= 1024 else None
-
-
-def _existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 @contextlib.contextmanager
 def one_broker(root: Path, options: Mapping[str, str]) -> Iterator[LocalCluster]:
     """One broker of a LocalCluster under ``root`` (SeaweedFS, PostgreSQL, no controller),
@@ -121,7 +104,7 @@ def one_broker(root: Path, options: Mapping[str, str]) -> Iterator[LocalCluster]
     from sluice.cluster import LocalCluster
 
     with LocalCluster(
-        root, brokers=1, broker_options=dict(options), seaweed_volume_mb=seaweed_volume_mb(root)
+        root, brokers=1, broker_options=dict(options), seaweed_volume_mb=roomy_volume_mb(root)
     ) as cluster:
         yield cluster
 
@@ -155,7 +138,7 @@ def sluice_and_kafka(
                 ("az-a", "az-b", "az-c"),
                 {**group_options, **options},
                 controllers=1,
-                seaweed_volume_mb=seaweed_volume_mb(root),
+                seaweed_volume_mb=roomy_volume_mb(root),
             )
             stack.callback(sluice.remove_data)
             stack.callback(sluice.down)

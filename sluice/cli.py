@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 
 from broker.config import BrokerConfig, load_config, parse_config_file
 from common.malloc_tuning import tune_malloc
@@ -209,6 +210,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def run_cluster(args: argparse.Namespace) -> int:
     from . import cluster
+    from .launch.seaweedfs import roomy_volume_mb
 
     try:
         if args.action == "up":
@@ -220,6 +222,7 @@ def run_cluster(args: argparse.Namespace) -> int:
                 _overrides(args.overrides),
                 controllers=args.controllers,
                 secure=args.secure,
+                seaweed_volume_mb=roomy_volume_mb(Path(args.dir).absolute()),
             )
             if os.path.exists(os.path.join(args.dir, cluster.STATE_FILE)):
                 print(f"sluice: a cluster is already up in {args.dir}", file=sys.stderr)
