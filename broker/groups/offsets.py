@@ -77,6 +77,10 @@ class GroupOffsets:
         error = await self._coordinator.load(group_id) or self._coordinator.check_commit(
             group_id, member_id, group_instance_id, generation_id
         )
+        if error == ErrorCode.none and await self._coordinator.is_share_group(group_id):
+            # Kafka: "Group X is not a consumer group." A share group's position is its
+            # share-partitions' state, never committed offsets.
+            error = ErrorCode.group_id_not_found
         if error != ErrorCode.none:
             return [error] * len(offsets)
         now = self._wall_ms()
@@ -158,6 +162,8 @@ class GroupOffsets:
             return ErrorCode.not_coordinator, []
         if loaded := await self._coordinator.load(group_id):
             return loaded, []
+        if await self._coordinator.is_share_group(group_id):
+            return ErrorCode.group_id_not_found, []  # as a commit (above)
         group = self._coordinator.groups.get(group_id)
         consumer_group = self._coordinator.consumer_groups.get(group_id)
         errors: list[ErrorCode] = []

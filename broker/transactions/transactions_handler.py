@@ -312,6 +312,8 @@ async def txn_offset_commit(broker: TransactionsView, ctx: RequestContext, reque
         )
     else:
         group_error = 0 if groups.owns(request.group_id) else NOT_COORDINATOR
+    if not group_error and await groups.is_share_group(request.group_id):
+        group_error = int(ErrorCode.group_id_not_found)  # Kafka: not a consumer group
     limit = broker.config.offset_metadata_max_bytes
     now = int(time.time() * 1000)
     answers: list[tuple[str, dict[str, Any]]] = []

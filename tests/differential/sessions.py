@@ -801,3 +801,134 @@ def s_consumer_group_heartbeat(s: Side) -> None:
         "consumer_group_describe",
         {"group_ids": [group], "include_authorized_operations": False},
     )
+
+
+@session()
+def s_share_group_offsets(s: Side) -> None:
+    """A share group's id in the consumer-group offset APIs: Kafka refuses OffsetCommit,
+    OffsetFetch and OffsetDelete on it with GROUP_ID_NOT_FOUND (a share group keeps its
+    position in the share coordinator's state, not in committed offsets)."""
+    t = "share-offsets-topic"
+    s.create_topic(t)
+    topic_id = s.topic_id(t)
+    group = "share-offsets-group"
+    s.call(
+        "find the share group's coordinator",
+        "find_coordinator",
+        {"key_type": 0, "coordinator_keys": [group]},
+        until=lambda r: all(
+            code(c["error_code"]) not in COORDINATOR_WARMING for c in r["coordinators"]
+        ),
+    )
+    s.call(
+        "a share member joins",
+        "share_group_heartbeat",
+        {
+            "group_id": group,
+            "member_id": "share-member-1",
+            "member_epoch": 0,
+            "rack_id": None,
+            "subscribed_topic_names": [t],
+        },
+        until=lambda r: code(r["error_code"]) not in TXN_COORDINATOR_WARMING,
+    )
+    partition = {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1}
+    s.call(
+        "commit an offset in the share group's id",
+        "offset_commit",
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "retention_time_ms": -1,
+            "topics": [
+                {
+                    "name": t,
+                    "topic_id": topic_id,
+                    "partitions": [{**partition, "committed_metadata": ""}],
+                }
+            ],
+        },
+    )
+    s.call(
+        "fetch the share group's committed offsets",
+        "offset_fetch",
+        {
+            "groups": [
+                {
+                    "group_id": group,
+                    "member_id": None,
+                    "member_epoch": -1,
+                    "topics": [{"name": t, "topic_id": topic_id, "partition_indexes": [0]}],
+                }
+            ],
+            "require_stable": False,
+        },
+    )
+    s.call(
+        "delete the share group's offsets",
+        "offset_delete",
+        {"group_id": group, "topics": [{"name": t, "partitions": [{"partition_index": 0}]}]},
+    )
+    s.call(
+        "fetch all of the share group's committed offsets",
+        "offset_fetch",
+        {
+            "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": None}],
+            "require_stable": False,
+        },
+    )
+    s.call(
+        "describe the share group as a classic group",
+        "describe_groups",
+        {"groups": [group], "include_authorized_operations": False},
+    )
+    s.call(
+        "describe the share group as a consumer group",
+        "consumer_group_describe",
+        {"group_ids": [group], "include_authorized_operations": False},
+    )
+    s.call(
+        "a consumer heartbeat in the share group's id",
+        "consumer_group_heartbeat",
+        {
+            "group_id": group,
+            "member_id": "consumer-member-1",
+            "member_epoch": 0,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout": 30_000,
+            "subscribed_topic_names": [t],
+            "subscribed_topic_regex": None,
+            "server_assignor": None,
+            "topic_partitions": [],
+        },
+    )
+    s.call(
+        "a classic join in the share group's id",
+        "join_group",
+        {
+            "group_id": group,
+            "session_timeout": 30_000,
+            "rebalance_timeout": 30_000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [
+                {"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}
+            ],
+            "reason": None,
+        },
+    )
+    s.call(
+        "the share member leaves",
+        "share_group_heartbeat",
+        {
+            "group_id": group,
+            "member_id": "share-member-1",
+            "member_epoch": -1,
+            "rack_id": None,
+            "subscribed_topic_names": None,
+        },
+    )

@@ -16,11 +16,13 @@ from kio.schema.errors import ErrorCode
 from broker.groups import group_membership
 from broker.groups.consumer_group_heartbeat import HeartbeatRequest
 from broker.groups.held_groups import GroupConfig
+from broker.groups.offsets import OffsetToCommit
 from broker.groups.service import GroupService
 from broker.groups.share import handlers as share_handlers
 from broker.groups.share.group_configs import ShareConfig
 from broker.groups.share.service import ShareService
-from storage.groups import CommittedOffset
+from broker.transactions import transactions_handler
+from storage.groups import CommittedOffset, OffsetKey
 from storage.groups.sqlite import SqliteGroupStore
 from storage.share_groups.sqlite import SqliteShareStateStore
 from tests.unit.test_group_apis import call
@@ -40,6 +42,9 @@ class Topics:
     async def ensure(self, wanted: Any) -> None:
         pass
 
+    def get(self, name: str) -> None:
+        return None
+
 
 class NoTopics:
     """A consumer heartbeat's topic lookup: no topic (the member subscribes to none that
@@ -57,6 +62,7 @@ class NoTopics:
 
 class Config:
     node_id = 1
+    offset_metadata_max_bytes = 4096
 
 
 class FakeBroker:
@@ -130,3 +136,25 @@ async def test_a_consumer_or_classic_group_cannot_take_a_share_groups_id(
     assert (await call(share_handlers.heartbeat, broker, 76, 1, leave)).error_code == 0
     answer = await call(group_membership.join_group, broker, 11, 9, join)
     assert answer.error_code == ErrorCode.inconsistent_group_protocol
+
+
+async def test_a_share_groups_id_takes_no_committed_offsets(broker: FakeBroker) -> None:
+    """Kafka answers OffsetCommit, TxnOffsetCommit and OffsetDelete on a share group's id
+    with GROUP_ID_NOT_FOUND ("is not a consumer group"); an OffsetFetch finds nothing."""
+    assert (await share_join(broker, "sg")).error_code == ErrorCode.none
+    offsets = broker.groups.offsets
+    key = OffsetKey(TOPIC_ID, 0)
+    errors = await offsets.commit("sg", "", None, -1, [OffsetToCommit(key, 5, -1, None)])
+    assert errors == [ErrorCode.group_id_not_found]
+    assert (await offsets.fetch({"sg": None}))["sg"].offsets == {}
+    assert await offsets.delete("sg", [("orders", key)]) == (ErrorCode.group_id_not_found, [])
+    txn = {"transactional_id": "t", "group_id": "sg", "producer_id": 1, "producer_epoch": 0,
+           "generation_id": -1, "member_id": "", "group_instance_id": None,
+           "topics": [{"name": "orders", "partitions": [
+               {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                "committed_metadata": ""}]}]}  # fmt: skip
+    answer = await call(transactions_handler.txn_offset_commit, broker, 28, 3, txn)
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.group_id_not_found
+    # A group nobody holds, no share group: the same commit is taken.
+    errors = await offsets.commit("free", "", None, -1, [OffsetToCommit(key, 5, -1, None)])
+    assert errors == [ErrorCode.none]

@@ -104,7 +104,8 @@ async def heartbeat(broker: ShareView, ctx: RequestContext, request: Any) -> Any
             "error_message": None,
             "member_id": result.member_id,
             "member_epoch": result.member_epoch,
-            "heartbeat_interval": settings.heartbeat_interval_ms,
+            # 0 after a leave (epoch -1), as Kafka answers.
+            "heartbeat_interval": settings.heartbeat_interval_ms if result.member_epoch >= 0 else 0,
             "assignment": assignment,
         }
     )
