@@ -213,6 +213,10 @@ class BrokerConfig:
     group_share_assignment_interval_ms: int = 1000
     group_share_min_assignment_interval_ms: int = 0
     group_share_max_assignment_interval_ms: int = 15_000
+    # The same for consumer groups (KIP-848 members; group config consumer.assignment.interval.ms).
+    group_consumer_assignment_interval_ms: int = 1000
+    group_consumer_min_assignment_interval_ms: int = 0
+    group_consumer_max_assignment_interval_ms: int = 15_000
     # Transactions (Kafka's names and defaults): the longest transaction.timeout.ms a
     # producer may ask for, and how often the coordinator aborts timed-out transactions.
     transaction_max_timeout_ms: int = 900_000
@@ -346,16 +350,17 @@ class BrokerConfig:
                 raise ValueError(
                     f"group.consumer.min.{name} must be > 0 and <= group.consumer.max.{name}"
                 )
-        if not (
-            0
-            <= self.group_share_min_assignment_interval_ms
-            <= self.group_share_assignment_interval_ms
-            <= self.group_share_max_assignment_interval_ms
-        ):
-            raise ValueError(
-                "group.share.assignment.interval.ms must be within "
-                "group.share.min.assignment.interval.ms and group.share.max.assignment.interval.ms"
+        for kind in ("share", "consumer"):
+            low, value, high = (
+                getattr(self, f"group_{kind}_{which}assignment_interval_ms")
+                for which in ("min_", "", "max_")
             )
+            if not 0 <= low <= value <= high:
+                raise ValueError(
+                    f"group.{kind}.assignment.interval.ms must be within "
+                    f"group.{kind}.min.assignment.interval.ms and "
+                    f"group.{kind}.max.assignment.interval.ms"
+                )
         parse_overrides(self.max_connections_per_ip_overrides)  # a bad entry is a config error
         if self.quota_window_num < 2 or self.quota_window_size_seconds < 1:
             raise ValueError("quota.window.num must be >= 2 and quota.window.size.seconds >= 1")

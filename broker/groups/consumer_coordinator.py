@@ -6,8 +6,10 @@ and what offsets and the admin APIs need to know of these groups.
   ``consumer.session.timeout.ms`` group config): a member that does not heartbeat within it
   is fenced (removed; the group epoch goes up, the others get its partitions). The heartbeat
   interval members are told is likewise the group's ``consumer.heartbeat.interval.ms`` when
-  set. Both are read through :attr:`ConsumerCoordinator.group_timings` (the cached group
-  configs) on each heartbeat.
+  set. So is the assignment interval (``group.consumer.assignment.interval.ms``, 1 s, or
+  ``consumer.assignment.interval.ms``: KIP-1263, Kafka 4.3+): the target is computed at
+  most once per interval, at the first heartbeat after it. All three are read through
+  :attr:`ConsumerCoordinator.group_timings` (the cached group configs) on each heartbeat.
 - Rebalance timeout (the member's, from its first heartbeat): a member asked to revoke
   partitions that has not done so within it is fenced too, so it cannot hold others up.
 - Every heartbeat that changed the group is answered once the group's snapshot is
@@ -64,8 +66,9 @@ from broker.groups.store_errors import store_error
 
 log = logging.getLogger(__name__)
 
-# A group's (session timeout, heartbeat interval) in ms: its group configs, else the broker's.
-GroupTimings = Callable[[str], Awaitable[tuple[int, int]]]
+# A group's (session timeout, heartbeat interval, assignment interval) in ms: its group
+# configs, else the broker's.
+GroupTimings = Callable[[str], Awaitable[tuple[int, int, int]]]
 _TIMINGS_PRUNE_AT = 10_000
 
 
@@ -126,6 +129,8 @@ class ConsumerCoordinator:
                 lookup,
                 self.default_assignor,
                 self.config.consumer_rack_aware_assignment,
+                self._held.wall_ms(),
+                self.assignment_interval_ms(group_id),
             )
         if result.error != ErrorCode.none:
             return result
@@ -222,6 +227,11 @@ class ConsumerCoordinator:
         """The interval a member of ``group_id`` is told (as of its group's last heartbeat)."""
         found = self._timings.get(group_id)
         return self.config.consumer_heartbeat_interval_ms if found is None else found[1]
+
+    def assignment_interval_ms(self, group_id: str) -> int:
+        """The least time between two target computations of ``group_id`` (KIP-1263)."""
+        found = self._timings.get(group_id)
+        return self.config.consumer_assignment_interval_ms if found is None else found[2]
 
     def _after_heartbeat(
         self, group: ConsumerGroup, request: HeartbeatRequest, result: HeartbeatResult

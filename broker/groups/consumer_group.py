@@ -144,6 +144,9 @@ class ConsumerGroup:
         self.topics: dict[str, TopicInfo] = {}
         self.holders: dict[tuple[UUID, int], str] = {}
         self.timers: dict[str, MemberTimers] = {}
+        # When the target was last computed (wall ms; None: not since this broker holds
+        # the group): the assignment interval counts from it (KIP-1263).
+        self.assigned_at_ms: int | None = None
 
     def __repr__(self) -> str:
         return (

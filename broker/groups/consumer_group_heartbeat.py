@@ -9,9 +9,14 @@ One heartbeat:
    (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, UNRELEASED_INSTANCE_ID);
 2. updates it from the request; a changed subscription, or subscribed topics that
    appeared, went or grew since the last check, bump the group epoch;
-3. computes a new target assignment when the group epoch is ahead of it;
+3. computes a new target assignment when the group epoch is ahead of it, at most once per
+   assignment interval (KIP-1263, Kafka 4.3+: ``consumer.assignment.interval.ms``, 1 s):
+   within it the target waits for a later heartbeat, so members joining together are
+   assigned by one computation, and a member joining meanwhile is at the current
+   assignment epoch with nothing assigned (as Kafka 4.4 answers);
 4. moves the member's current assignment one step towards its target
-   (:mod:`broker.groups.reconciliation`: revoke before assign).
+   (:mod:`broker.groups.reconciliation`: revoke before assign); while the target waits,
+   partitions of topics the member no longer subscribes to are revoked at once.
 
 The answer carries the member's assignment when the request was a full one (joining,
 or every field set after an error) or when the assignment changed, as Kafka's.
@@ -37,7 +42,7 @@ from broker.groups.consumer_group import (
     TopicInfo,
     member_topics,
 )
-from broker.groups.reconciliation import epoch_is_fenced, reconcile
+from broker.groups.reconciliation import epoch_is_fenced, reconcile, revoke_beyond
 from broker.groups.topic_regex import InvalidRegex, compile_regex
 
 
@@ -313,9 +318,12 @@ def heartbeat(
     lookup: TopicLookup,
     default_assignor: str,
     rack_aware: bool = True,
+    now_ms: int = 0,
+    interval_ms: int = 0,
 ) -> HeartbeatResult:
     """A heartbeat with member epoch >= 0 (leaving is :func:`leave`). ``rack_aware``:
-    the assignment prefers members in the partitions' racks (see assignor_racks)."""
+    the assignment prefers members in the partitions' racks (see assignor_racks).
+    ``interval_ms``: the assignment interval, counted on ``now_ms``'s clock."""
     try:
         member, is_new = _find_member(group, request)
     except HeartbeatError as exc:
@@ -357,6 +365,8 @@ def heartbeat(
         lookup,
         default_assignor,
         rack_aware,
+        now_ms,
+        interval_ms,
     )
     current = updated.current
     full = request.member_epoch == 0 or (
@@ -384,6 +394,8 @@ def apply_member(
     lookup: TopicLookup,
     default_assignor: str,
     rack_aware: bool,
+    now_ms: int = 0,
+    interval_ms: int = 0,
 ) -> tuple[ConsumerMember, bool]:
     """Steps 2-4 of a heartbeat (or of a classic member's JoinGroup): store the member
     as ``updated``, bump the group epoch if what the assignment depends on changed,
@@ -425,29 +437,48 @@ def apply_member(
         changed = True
     if bump:
         group.group_epoch += 1
-    if group.group_epoch > group.assignment_epoch:
+    if group.group_epoch > group.assignment_epoch and not _within_interval(
+        group, now_ms, interval_ms
+    ):
         compute_target(group, default_assignor, lookup, rack_aware, unresolved)
+        group.assigned_at_ms = now_ms
         changed = True
     target = group.target.get(updated.member_id, {})
-    before = updated.current
+    before = base = updated.current
+
     # Held by any member, this one included, as Kafka's "current partition epoch": a
     # partition it is still revoking is not given back before it is released.
+    def is_held(t: UUID, p: int) -> bool:
+        return group.holder(t, p) is not None
+
+    if group.group_epoch > group.assignment_epoch:
+        # The target waits for the assignment interval: what it gives of topics this
+        # member no longer subscribes to is revoked now, not at the next computation.
+        subscribed = {
+            group.topics[name].topic_id
+            for name in member_topics(updated, group.topics)
+            if name in group.topics
+        }
+        target = {t: ps for t, ps in target.items() if t in subscribed}
+        if before.reconciled_to(group.assignment_epoch) and set(before.assigned) - subscribed:
+            base = revoke_beyond(before, target, owned)
     current = (
-        before
-        if before.reconciled_to(group.assignment_epoch)
-        else reconcile(
-            before,
-            group.assignment_epoch,
-            target,
-            lambda t, p: group.holder(t, p) is not None,
-            owned,
-        )
+        base
+        if base.reconciled_to(group.assignment_epoch)
+        else reconcile(base, group.assignment_epoch, target, is_held, owned)
     )
     if current != before:
         updated = updated.with_current(current)
         group.put(updated)
         changed = True
     return updated, changed
+
+
+def _within_interval(group: ConsumerGroup, now_ms: int, interval_ms: int) -> bool:
+    """Whether the last target computation is less than ``interval_ms`` old (a wall clock
+    that went back counts as past it)."""
+    last = group.assigned_at_ms
+    return interval_ms > 0 and last is not None and last <= now_ms < last + interval_ms
 
 
 def leave(group: ConsumerGroup, request: HeartbeatRequest) -> HeartbeatResult:

@@ -50,6 +50,10 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     consumer_session_timeout_ms: int = 45_000
     consumer_heartbeat_interval_ms: int = 5000
+    # The least time between two target computations of a consumer group (KIP-1263). The
+    # broker's default is Kafka's 1000 (from_broker); 0, computing at every change, is
+    # what the pure tests of the group logic build by hand.
+    consumer_assignment_interval_ms: int = 0
     consumer_assignors: tuple[str, ...] = DEFAULT_ASSIGNORS
     consumer_rack_aware_assignment: bool = True
     consumer_migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
@@ -65,6 +69,7 @@ class GroupConfig:
             offset_metadata_max_bytes=config.offset_metadata_max_bytes,
             consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
             consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            consumer_assignment_interval_ms=config.group_consumer_assignment_interval_ms,
             consumer_assignors=parse_assignors(config.group_consumer_assignors),
             consumer_rack_aware_assignment=config.group_consumer_rack_aware_assignment,
             consumer_migration_policy=MigrationPolicy.parse(config.group_consumer_migration_policy),

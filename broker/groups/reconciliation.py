@@ -127,6 +127,28 @@ def _next(
     return CurrentAssignment(target_epoch, current.epoch, state, assigned, {})
 
 
+def revoke_beyond(
+    current: CurrentAssignment,
+    target: Partitions,
+    owned: Mapping[UUID, frozenset[int]] | None,
+) -> CurrentAssignment:
+    """A member stable at the assignment epoch gives up what ``target`` no longer has (the
+    partitions of topics it unsubscribed from while the next target waits for the
+    assignment interval), keeping its epoch: revoked first if it still owns them, as
+    Kafka's CurrentAssignmentBuilder does on a subscription change."""
+    keep = {t: ps & target.get(t, frozenset()) for t, ps in current.assigned.items()}
+    keep = {t: ps for t, ps in keep.items() if ps}
+    gone = {t: ps - keep.get(t, frozenset()) for t, ps in current.assigned.items()}
+    gone = {t: ps for t, ps in gone.items() if ps}
+    if not gone:
+        return current
+    if owns_any(owned, gone):
+        return CurrentAssignment(
+            current.epoch, current.previous_epoch, MemberState.UNREVOKED_PARTITIONS, keep, gone
+        )
+    return CurrentAssignment(current.epoch, current.previous_epoch, MemberState.STABLE, keep, {})
+
+
 def epoch_is_fenced(
     current: CurrentAssignment,
     received_epoch: int,

@@ -115,8 +115,8 @@ async def test_a_groups_own_session_timeout_fences_its_members(
     """consumer.session.timeout.ms set on the group (KIP-848) outlasts the broker's 45 s."""
     own_session_ms = 55_000
 
-    async def group_timings(group_id: str) -> tuple[int, int]:
-        return (own_session_ms, 5000) if group_id == G else (CONSUMER_SESSION_MS, 5000)
+    async def group_timings(group_id: str) -> tuple[int, int, int]:
+        return (own_session_ms, 5000, 0) if group_id == G else (CONSUMER_SESSION_MS, 5000, 0)
 
     group_brokers.one.consumer.group_timings = group_timings
     before = await stable_pair(group_brokers.one)

@@ -338,3 +338,62 @@ def test_a_subscribed_topic_created_later_is_assigned_and_a_deleted_one_revoked(
     done = heartbeat(group, ack, only_later, "uniform")
     assert done.member_epoch == group.group_epoch
     assert group.state is ConsumerGroupState.STABLE
+
+
+# --------------------------------------------------------------------------- KIP-1263
+
+
+def timed(
+    group: ConsumerGroup, member_id: str, epoch: int, owned: set[int] | None, now_ms: int,
+    names: tuple[str, ...] | None = None, lookup: Topics = topics,
+) -> HeartbeatResult:  # fmt: skip
+    """A heartbeat at ``now_ms`` with a 1 s assignment interval (Kafka 4.3+'s default)."""
+    request = HeartbeatRequest(
+        group.group_id, member_id, epoch, rebalance_timeout_ms=10_000 if epoch == 0 else -1,
+        subscribed_topic_names=names if names is not None else (("t",) if epoch == 0 else None),
+        owned=None if owned is None else {T1: frozenset(owned)} if owned else {},
+    )  # fmt: skip
+    return heartbeat(group, request, lookup, "uniform", now_ms=now_ms, interval_ms=1000)
+
+
+def test_members_joining_within_the_assignment_interval_wait_for_one_computation() -> None:
+    """As Kafka 4.4 answered two members joining 10 ms apart (measured): the first gets
+    every partition, the second the current assignment epoch and nothing; one computation
+    1 s after the first splits them (the first revokes, then the second is assigned)."""
+    group = ConsumerGroup("g")
+    a = timed(group, "a", 0, set(), 0)
+    assert (a.member_epoch, a.assignment) == (1, {T1: frozenset(range(6))})
+    b = timed(group, "b", 0, set(), 10)
+    assert (b.member_epoch, b.assignment) == (1, {})  # the assignment epoch, not the group's
+    assert group.state is ConsumerGroupState.ASSIGNING and group.group_epoch == 2
+    assert timed(group, "a", 1, set(range(6)), 500).assignment is None  # not yet
+    revoke = timed(group, "a", 1, set(range(6)), 1000)
+    assert revoke.member_epoch == 1 and len(revoke.assignment[T1]) == 3
+    kept = set(revoke.assignment[T1])
+    assert timed(group, "a", 1, kept, 1010).member_epoch == 2
+    b = timed(group, "b", 1, set(), 1020)
+    assert (b.member_epoch, b.assignment) == (2, {T1: frozenset(set(range(6)) - kept)})
+    # A member joining long after the last computation is assigned at once.
+    c = timed(group, "c", 0, set(), 5000)
+    assert c.member_epoch == 3 and group.state is not ConsumerGroupState.ASSIGNING
+
+
+def test_a_member_that_unsubscribes_revokes_at_once_while_the_target_waits() -> None:
+    """Kafka revokes the partitions of a topic the member no longer subscribes to without
+    waiting for the next target computation."""
+    both = Topics(TopicInfo("t", T1, 2), TopicInfo("u", T2, 2))
+    group = ConsumerGroup("g")
+    a = timed(group, "a", 0, None, 0, names=("t", "u"), lookup=both)
+    owned = {T1: frozenset({0, 1}), T2: frozenset({0, 1})}
+    assert a.assignment == owned
+    b = timed(group, "b", 0, set(), 100, names=("t",), lookup=both)  # the target waits
+    request = HeartbeatRequest("g", "a", 1, subscribed_topic_names=("t",), owned=owned)
+    step = heartbeat(group, request, both, "uniform", now_ms=200, interval_ms=1000)
+    assert group.state is ConsumerGroupState.ASSIGNING
+    assert (step.member_epoch, step.assignment) == (1, {T1: frozenset({0, 1})})
+    assert group.members["a"].current.state is MemberState.UNREVOKED_PARTITIONS
+    # Acknowledged: u's partitions are free, still at the same epoch.
+    request = HeartbeatRequest("g", "a", 1, owned={T1: frozenset({0, 1})})
+    done = heartbeat(group, request, both, "uniform", now_ms=300, interval_ms=1000)
+    assert done.member_epoch == 1 and group.members["a"].current.state is MemberState.STABLE
+    assert group.holder(T2, 0) is None and b.member_epoch == 1

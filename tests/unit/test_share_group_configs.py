@@ -102,9 +102,11 @@ def test_consumer_bounds_come_from_the_broker() -> None:
 
 def test_consumer_timings_fall_back_to_the_broker_defaults() -> None:
     config = ShareConfig(consumer_session_timeout_ms=30_000, consumer_heartbeat_interval_ms=3000)
-    assert consumer_timings(config, {}) == (30_000, 3000)
-    assert consumer_timings(config, {SESSION: "50000"}) == (50_000, 3000)
-    assert consumer_timings(config, {INTERVAL: "6000"}) == (30_000, 6000)
+    assert consumer_timings(config, {}) == (30_000, 3000, 1000)
+    assert consumer_timings(config, {SESSION: "50000"}) == (50_000, 3000, 1000)
+    assert consumer_timings(config, {INTERVAL: "6000"}) == (30_000, 6000, 1000)
+    assigning = {"consumer.assignment.interval.ms": "0"}
+    assert consumer_timings(config, assigning) == (30_000, 3000, 0)
 
 
 class _Store:
@@ -146,7 +148,7 @@ async def test_describe_lists_the_consumer_keys_as_kafka() -> None:
         listed["share.session.timeout.ms"]["synonyms"][0]["name"]
         == "group.share.session.timeout.ms"
     )
-    assert await configs.consumer_timings("g") == (50_000, 5000)
+    assert await configs.consumer_timings("g") == (50_000, 5000, 1000)
 
 
 def test_the_consumer_bounds_are_broker_configs() -> None:
@@ -163,3 +165,18 @@ def test_the_consumer_bounds_are_broker_configs() -> None:
     )
     with pytest.raises(ValueError, match=r"group\.consumer\.min\.session\.timeout\.ms"):
         load_config({"group.consumer.min.session.timeout.ms": "70000"})
+
+
+def test_a_consumer_groups_assignment_interval_within_the_brokers_bounds() -> None:
+    """consumer.assignment.interval.ms (KIP-1263): 0 to 15000 by default, as Kafka 4.4."""
+    key = "consumer.assignment.interval.ms"
+    configs = GroupConfigs(ShareConfig(), None)  # type: ignore[arg-type]
+    assert configs.validate({key: "0"}) == {key: "0"}
+    assert configs.validate({key: "15000"}) == {key: "15000"}
+    with pytest.raises(InvalidGroupConfig):
+        configs.validate({key: "15001"})
+    share = ShareConfig.from_broker(load_config({"group.consumer.assignment.interval.ms": "250"}))
+    assert share.consumer_assignment_interval_ms == 250
+    assert consumer_timings(share, {}).assignment_interval_ms == 250
+    with pytest.raises(ValueError, match=r"group\.consumer\.assignment\.interval\.ms"):
+        load_config({"group.consumer.assignment.interval.ms": "20000"})

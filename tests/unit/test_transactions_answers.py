@@ -49,6 +49,9 @@ class Groups:
     def owns(self, group_id: str) -> bool:
         return True
 
+    async def is_share_group(self, group_id: str) -> bool:
+        return False
+
 
 class StubTransactions:
     """The coordinator's answers: ``error`` for every change; nothing held in a transaction;

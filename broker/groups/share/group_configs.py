@@ -49,6 +49,7 @@ _DURATION = re.compile(
 
 CONSUMER_SESSION_TIMEOUT = "consumer.session.timeout.ms"
 CONSUMER_HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
+CONSUMER_ASSIGNMENT_INTERVAL = "consumer.assignment.interval.ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,8 @@ class ShareConfig:
     consumer_heartbeat_bounds: tuple[int, int] = (5000, 15_000)
     assignment_interval_ms: int = 1000
     assignment_interval_bounds: tuple[int, int] = (0, 15_000)
+    consumer_assignment_interval_ms: int = 1000
+    consumer_assignment_interval_bounds: tuple[int, int] = (0, 15_000)
 
     @classmethod
     def from_broker(cls, config: Any) -> ShareConfig:
@@ -90,6 +93,11 @@ class ShareConfig:
             (
                 config.group_share_min_assignment_interval_ms,
                 config.group_share_max_assignment_interval_ms,
+            ),
+            config.group_consumer_assignment_interval_ms,
+            (
+                config.group_consumer_min_assignment_interval_ms,
+                config.group_consumer_max_assignment_interval_ms,
             ),
         )
 
@@ -207,6 +215,12 @@ KEYS: dict[str, _Key] = {
         "The heartbeat interval consumer-protocol members are told.",
         "group.consumer.heartbeat.interval.ms",
     ),
+    CONSUMER_ASSIGNMENT_INTERVAL: _Key(
+        TYPE_INT, _bounded(lambda c: c.consumer_assignment_interval_bounds),
+        lambda c: str(c.consumer_assignment_interval_ms),
+        "The least time between two computations of a consumer group's target assignment.",
+        "group.consumer.assignment.interval.ms",
+    ),
     "share.assignment.interval.ms": _Key(
         TYPE_INT, _bounded(lambda c: c.assignment_interval_bounds),
         lambda c: str(c.assignment_interval_ms),
@@ -246,18 +260,22 @@ KEYS: dict[str, _Key] = {
 
 
 class ConsumerTimings(NamedTuple):
-    """A consumer group's session timeout and heartbeat interval (its own or the broker's)."""
+    """A consumer group's session timeout, heartbeat interval and assignment interval (its
+    own or the broker's)."""
 
     session_timeout_ms: int
     heartbeat_interval_ms: int
+    assignment_interval_ms: int
 
 
 def consumer_timings(config: ShareConfig, set_on_group: Mapping[str, str]) -> ConsumerTimings:
     session = set_on_group.get(CONSUMER_SESSION_TIMEOUT)
     interval = set_on_group.get(CONSUMER_HEARTBEAT_INTERVAL)
+    assignment = set_on_group.get(CONSUMER_ASSIGNMENT_INTERVAL)
     return ConsumerTimings(
         int(session) if session else config.consumer_session_timeout_ms,
         int(interval) if interval else config.consumer_heartbeat_interval_ms,
+        int(assignment) if assignment else config.consumer_assignment_interval_ms,
     )
 
 
