@@ -171,6 +171,10 @@ class ConsumerCoordinator:
                 ErrorCode.group_id_not_found, f"Consumer group {group_id} not found."
             )
         group = self.groups[group_id] = ConsumerGroup(group_id)
+        # Kafka 4.4 answers a new group's first member with epoch 2 and counts one per
+        # change from there (measured: a subscription change or a new member, +1 each), as
+        # if the group were created at epoch 1: its numbers, so epochs read the same.
+        group.group_epoch = group.assignment_epoch = 1
         return group
 
     def _upgrade(self, classic: Group, lookup: TopicLookup) -> ConsumerGroup | HeartbeatResult:
