@@ -525,6 +525,9 @@ def fence(group: ConsumerGroup, member_id: str) -> None:
     group.topics = {n: i for n, i in group.topics.items() if group.is_subscribed_to(n)}
     group.group_epoch += 1
     if not group.members:
-        # Nothing to assign: the (empty) target is at the new epoch, as Kafka shows it.
+        # Nothing to assign: the (empty) target is at the new epoch, as Kafka shows it; and
+        # the next member is assigned at once, as in a new group (Kafka 4.4, measured: a
+        # member leaving and joining again 0.3 s after the last computation).
         group.target = {}
         group.assignment_epoch = group.group_epoch
+        group.assigned_at_ms = None

@@ -397,3 +397,14 @@ def test_a_member_that_unsubscribes_revokes_at_once_while_the_target_waits() -> 
     done = heartbeat(group, request, both, "uniform", now_ms=300, interval_ms=1000)
     assert done.member_epoch == 1 and group.members["a"].current.state is MemberState.STABLE
     assert group.holder(T2, 0) is None and b.member_epoch == 1
+
+
+def test_a_member_joining_an_emptied_group_is_assigned_at_once() -> None:
+    """Kafka 4.4 (measured): leave 0.3 s after the first computation and join again: the
+    partitions come with the join, as in a new group, not one interval later."""
+    group = ConsumerGroup("g")
+    assert timed(group, "a", 0, set(), 0).assignment == {T1: frozenset(range(6))}
+    leave(group, HeartbeatRequest("g", "a", -1))
+    again = timed(group, "a", 0, set(), 300)
+    assert again.assignment == {T1: frozenset(range(6))}
+    assert group.state is ConsumerGroupState.STABLE
