@@ -3,7 +3,8 @@ OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete): one member
 each request from the one connection of the session, with the wrong generations, unknown
 members and static members a client meets after a rebalance or a restart.
 
-Groups are per broker (not per topic kind), so these sessions run against one Sluice.
+Groups are per broker (not per topic kind), so these sessions run against one Sluice; but
+for a share group's id in these APIs (both kinds).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from .compare import code
 from .sessions import session
-from .side import COORDINATOR_WARMING, Side
+from .side import COORDINATOR_WARMING, TXN_COORDINATOR_WARMING, Side
 
 SESSION_TIMEOUT_MS = 30_000
 REBALANCE_TIMEOUT_MS = 10_000
@@ -332,3 +333,127 @@ def s_group_static(s: Side) -> None:
     m.leave("leave with the old member id", member_id=old)
     m.leave("leave")
     describe_groups(s, "describe after leaving", g)
+
+
+@session()
+def s_share_group_offsets(s: Side) -> None:
+    """A share group's id in the consumer-group APIs: Kafka refuses OffsetCommit and
+    OffsetDelete on it with GROUP_ID_NOT_FOUND and an OffsetFetch finds nothing (a share
+    group keeps its position in its share-partitions' state, not in committed offsets)."""
+    t = "share-offsets-topic"
+    s.create_topic(t)
+    topic_id = s.topic_id(t)
+    group = "share-offsets-group"
+    find_group_coordinator(s, group)
+    s.call(
+        "a share member joins",
+        "share_group_heartbeat",
+        {
+            "group_id": group,
+            "member_id": "share-member-1",
+            "member_epoch": 0,
+            "rack_id": None,
+            "subscribed_topic_names": [t],
+        },
+        until=lambda r: code(r["error_code"]) not in TXN_COORDINATOR_WARMING,
+    )
+    partition = {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1}
+    s.call(
+        "commit an offset in the share group's id",
+        "offset_commit",
+        {
+            "group_id": group,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "retention_time_ms": -1,
+            "topics": [
+                {
+                    "name": t,
+                    "topic_id": topic_id,
+                    "partitions": [{**partition, "committed_metadata": ""}],
+                }
+            ],
+        },
+    )
+    s.call(
+        "fetch the share group's committed offsets",
+        "offset_fetch",
+        {
+            "groups": [
+                {
+                    "group_id": group,
+                    "member_id": None,
+                    "member_epoch": -1,
+                    "topics": [{"name": t, "topic_id": topic_id, "partition_indexes": [0]}],
+                }
+            ],
+            "require_stable": False,
+        },
+    )
+    s.call(
+        "delete the share group's offsets",
+        "offset_delete",
+        {"group_id": group, "topics": [{"name": t, "partitions": [{"partition_index": 0}]}]},
+    )
+    s.call(
+        "fetch all of the share group's committed offsets",
+        "offset_fetch",
+        {
+            "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": None}],
+            "require_stable": False,
+        },
+    )
+    s.call(
+        "describe the share group as a classic group",
+        "describe_groups",
+        {"groups": [group], "include_authorized_operations": False},
+    )
+    s.call(
+        "describe the share group as a consumer group",
+        "consumer_group_describe",
+        {"group_ids": [group], "include_authorized_operations": False},
+    )
+    s.call(
+        "a consumer heartbeat in the share group's id",
+        "consumer_group_heartbeat",
+        {
+            "group_id": group,
+            "member_id": "consumer-member-1",
+            "member_epoch": 0,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout": 30_000,
+            "subscribed_topic_names": [t],
+            "subscribed_topic_regex": None,
+            "server_assignor": None,
+            "topic_partitions": [],
+        },
+    )
+    s.call(
+        "a classic join in the share group's id",
+        "join_group",
+        {
+            "group_id": group,
+            "session_timeout": 30_000,
+            "rebalance_timeout": 30_000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [
+                {"name": "range", "metadata": b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"}
+            ],
+            "reason": None,
+        },
+    )
+    s.call(
+        "the share member leaves",
+        "share_group_heartbeat",
+        {
+            "group_id": group,
+            "member_id": "share-member-1",
+            "member_epoch": -1,
+            "rack_id": None,
+            "subscribed_topic_names": None,
+        },
+    )
