@@ -25,7 +25,7 @@ or every field set after an error) or when the assignment changed, as Kafka's.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 from uuid import UUID
@@ -270,14 +270,11 @@ def compute_target(
     whose regex is ``unresolved`` subscribed to its topic names only."""
     assignor = ASSIGNORS[group.preferred_assignor(default_assignor)]
     subscriptions = {
-        m.member_id: frozenset(
-            group.topics[t].topic_id
-            for t in (
-                m.subscribed_topic_names
-                if unresolved and m.subscribed_topic_regex == unresolved
-                else member_topics(m, group.topics)
-            )
-            if t in group.topics
+        m.member_id: _topic_ids(
+            group,
+            m.subscribed_topic_names
+            if unresolved and m.subscribed_topic_regex == unresolved
+            else member_topics(m, group.topics),
         )
         for m in group.members.values()
     }
@@ -293,6 +290,11 @@ def compute_target(
     spec = AssignmentSpec(subscriptions, counts, dict(group.target), member_racks, partition_racks)
     group.target = assignor.assign(spec)
     group.assignment_epoch = group.group_epoch
+
+
+def _topic_ids(group: ConsumerGroup, names: Iterable[str]) -> frozenset[UUID]:
+    """The ids of those of ``names`` the group's assignment knows (existing, subscribed)."""
+    return frozenset(group.topics[name].topic_id for name in names if name in group.topics)
 
 
 def refresh_metadata(
@@ -454,11 +456,7 @@ def apply_member(
     if group.group_epoch > group.assignment_epoch:
         # The target waits for the assignment interval: what it gives of topics this
         # member no longer subscribes to is revoked now, not at the next computation.
-        subscribed = {
-            group.topics[name].topic_id
-            for name in member_topics(updated, group.topics)
-            if name in group.topics
-        }
+        subscribed = _topic_ids(group, member_topics(updated, group.topics))
         target = {t: ps for t, ps in target.items() if t in subscribed}
         if before.reconciled_to(group.assignment_epoch) and set(before.assigned) - subscribed:
             base = revoke_beyond(before, target, owned)

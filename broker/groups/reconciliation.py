@@ -136,10 +136,13 @@ def revoke_beyond(
     partitions of topics it unsubscribed from while the next target waits for the
     assignment interval), keeping its epoch: revoked first if it still owns them, as
     Kafka's CurrentAssignmentBuilder does on a subscription change."""
-    keep = {t: ps & target.get(t, frozenset()) for t, ps in current.assigned.items()}
-    keep = {t: ps for t, ps in keep.items() if ps}
-    gone = {t: ps - keep.get(t, frozenset()) for t, ps in current.assigned.items()}
-    gone = {t: ps for t, ps in gone.items() if ps}
+    keep: dict[UUID, frozenset[int]] = {}
+    gone: dict[UUID, frozenset[int]] = {}
+    for topic_id, held in current.assigned.items():
+        if kept := held & target.get(topic_id, frozenset()):
+            keep[topic_id] = kept
+        if lost := held - kept:
+            gone[topic_id] = lost
     if not gone:
         return current
     if owns_any(owned, gone):

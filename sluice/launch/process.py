@@ -44,7 +44,7 @@ def free_port() -> int:
     for _ in range(1000):
         if low > _PRIVATE_LOW + 1000:
             port = random.randrange(_PRIVATE_LOW, low)
-            if port in _HANDED_OUT or not _bindable(port):
+            if not _claimable(port):
                 continue
         else:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -76,7 +76,7 @@ def free_port_pair(offset: int) -> tuple[int, int]:
     for _ in range(1000):
         port = random.randrange(first, last)
         pair = (port, port + offset)
-        if any(p in _HANDED_OUT or not _bindable(p) for p in pair):
+        if not all(_claimable(p) for p in pair):
             continue
         _HANDED_OUT.update(pair)
         return pair
@@ -89,6 +89,11 @@ def _ephemeral_range() -> tuple[int, int]:
         return int(low), int(high)
     except (OSError, ValueError):
         return 32768, 60999  # Linux's default
+
+
+def _claimable(port: int) -> bool:
+    """Not handed out by this process yet, and nothing listens on it now."""
+    return port not in _HANDED_OUT and _bindable(port)
 
 
 def _bindable(port: int) -> bool:
